@@ -1,0 +1,140 @@
+//! Canonical backend operations: the fixed vocabulary every tool binding maps onto.
+//!
+//! However a harness names, nests or types a tool's parameters, its `binding`
+//! maps the call back to one of these operations with these argument names.
+//! That is what makes tool-schema augmentation task-preserving.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A canonical operation of the live-stream store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Op {
+    Product,
+    Stock,
+    Coupons,
+    Quote,
+    Shipping,
+    Search,
+    Faq,
+    Pin,
+    FlashSale,
+}
+
+/// One canonical argument of an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArgSpec {
+    pub name: &'static str,
+    pub required: bool,
+    /// JSON type the store expects: "string", "integer" or "number".
+    pub kind: ArgKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgKind {
+    String,
+    Integer,
+    Number,
+}
+
+const fn req(name: &'static str, kind: ArgKind) -> ArgSpec {
+    ArgSpec { name, required: true, kind }
+}
+const fn opt(name: &'static str, kind: ArgKind) -> ArgSpec {
+    ArgSpec { name, required: false, kind }
+}
+
+impl Op {
+    pub const ALL: [Op; 9] = [
+        Op::Product,
+        Op::Stock,
+        Op::Coupons,
+        Op::Quote,
+        Op::Shipping,
+        Op::Search,
+        Op::Faq,
+        Op::Pin,
+        Op::FlashSale,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Product => "product",
+            Op::Stock => "stock",
+            Op::Coupons => "coupons",
+            Op::Quote => "quote",
+            Op::Shipping => "shipping",
+            Op::Search => "search",
+            Op::Faq => "faq",
+            Op::Pin => "pin",
+            Op::FlashSale => "flash_sale",
+        }
+    }
+
+    /// Canonical arguments, in canonical order.
+    pub fn args(self) -> &'static [ArgSpec] {
+        use ArgKind::*;
+        match self {
+            Op::Product => &[req("product", String)],
+            Op::Stock => &[req("product", String), opt("size", String), opt("color", String)],
+            Op::Coupons => &[req("product", String)],
+            Op::Quote => &[req("product", String), opt("quantity", Integer), opt("coupon", String)],
+            Op::Shipping => &[req("product", String), req("region", String)],
+            Op::Search => &[opt("query", String), opt("category", String), opt("max_price", Number)],
+            Op::Faq => &[req("topic", String), opt("product", String)],
+            Op::Pin => &[req("product", String)],
+            Op::FlashSale => &[req("product", String), req("minutes", Integer), opt("discount_pct", Integer)],
+        }
+    }
+
+    /// Whether the operation changes the stream (pins, sales) rather than reading it.
+    pub fn mutates(self) -> bool {
+        matches!(self, Op::Pin | Op::FlashSale)
+    }
+
+    pub fn arg(self, name: &str) -> Option<&'static ArgSpec> {
+        self.args().iter().find(|a| a.name == name)
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The name is not one of the canonical operations.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown operation `{0}` (known: product, stock, coupons, quote, shipping, search, faq, pin, flash_sale)")]
+pub struct UnknownOp(pub String);
+
+impl FromStr for Op {
+    type Err = UnknownOp;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Op::ALL
+            .into_iter()
+            .find(|op| op.as_str() == s)
+            .ok_or_else(|| UnknownOp(s.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for op in Op::ALL {
+            assert_eq!(op.as_str().parse::<Op>().unwrap(), op);
+        }
+        assert!("refund".parse::<Op>().is_err());
+    }
+
+    #[test]
+    fn required_args_come_first() {
+        for op in Op::ALL {
+            let first_opt = op.args().iter().position(|a| !a.required).unwrap_or(op.args().len());
+            assert!(op.args()[first_opt..].iter().all(|a| !a.required), "{op}");
+        }
+    }
+}
