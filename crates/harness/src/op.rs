@@ -73,17 +73,22 @@ impl Op {
 
     /// Canonical arguments, in canonical order.
     pub fn args(self) -> &'static [ArgSpec] {
-        use ArgKind::*;
+        use ArgKind::{Integer as I, Number as N, String as S};
+        const PRODUCT: &[ArgSpec] = &[req("product", S)];
+        const STOCK: &[ArgSpec] = &[req("product", S), opt("size", S), opt("color", S)];
+        const QUOTE: &[ArgSpec] = &[req("product", S), opt("quantity", I), opt("coupon", S)];
+        const SHIPPING: &[ArgSpec] = &[req("product", S), req("region", S)];
+        const SEARCH: &[ArgSpec] = &[opt("query", S), opt("category", S), opt("max_price", N)];
+        const FAQ: &[ArgSpec] = &[req("topic", S), opt("product", S)];
+        const FLASH: &[ArgSpec] = &[req("product", S), req("minutes", I), opt("discount_pct", I)];
         match self {
-            Op::Product => &[req("product", String)],
-            Op::Stock => &[req("product", String), opt("size", String), opt("color", String)],
-            Op::Coupons => &[req("product", String)],
-            Op::Quote => &[req("product", String), opt("quantity", Integer), opt("coupon", String)],
-            Op::Shipping => &[req("product", String), req("region", String)],
-            Op::Search => &[opt("query", String), opt("category", String), opt("max_price", Number)],
-            Op::Faq => &[req("topic", String), opt("product", String)],
-            Op::Pin => &[req("product", String)],
-            Op::FlashSale => &[req("product", String), req("minutes", Integer), opt("discount_pct", Integer)],
+            Op::Product | Op::Coupons | Op::Pin => PRODUCT,
+            Op::Stock => STOCK,
+            Op::Quote => QUOTE,
+            Op::Shipping => SHIPPING,
+            Op::Search => SEARCH,
+            Op::Faq => FAQ,
+            Op::FlashSale => FLASH,
         }
     }
 

@@ -1,0 +1,137 @@
+//! External command hooks: the Claude Code hook contract.
+//!
+//! The event goes to the program as JSON on stdin. Exit 0 allows (stdout may
+//! hold a JSON decision), exit 2 blocks (stderr is the reason fed back to the
+//! model); any other exit, a crash or a timeout is a hook failure that the
+//! hook's policy handles. The stream never waits longer than the timeout.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::Value;
+use wait_timeout::ChildExt;
+
+/// At most this much of a hook's stdout or stderr is read.
+pub const MAX_OUTPUT_BYTES: u64 = 64 * 1024;
+pub const DEFAULT_TIMEOUT_MS: u64 = 1000;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum CommandOutcome {
+    /// Exit 0; the parsed JSON decision if stdout held one.
+    Allow(Option<Value>),
+    /// Exit 2, with the reason from stderr.
+    Block(String),
+    /// Anything else: the program could not run, crashed, timed out, or printed invalid JSON.
+    Failed(String),
+}
+
+/// Runs `argv` with `input` on stdin, from `cwd` when given.
+pub fn run(argv: &[String], cwd: Option<&Path>, input: &Value, timeout: Duration) -> CommandOutcome {
+    let Some((prog, args)) = argv.split_first() else {
+        return CommandOutcome::Failed("empty command".into());
+    };
+    let mut cmd = Command::new(match (cwd, prog.starts_with("./") || prog.starts_with("../")) {
+        (Some(dir), true) => dir.join(prog).into_os_string(),
+        _ => prog.into(),
+    });
+    cmd.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return CommandOutcome::Failed(format!("cannot start `{prog}`: {e}")),
+    };
+    let payload = input.to_string();
+    let stdin = child.stdin.take();
+    // Writing and reading happen on threads so a program that never reads its
+    // input, or floods its output, cannot block the stream past the timeout.
+    std::thread::spawn(move || {
+        if let Some(mut s) = stdin {
+            let _ = s.write_all(payload.as_bytes());
+        }
+    });
+    let out_rx = read_pipe(child.stdout.take());
+    let err_rx = read_pipe(child.stderr.take());
+    let status = match child.wait_timeout(timeout) {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return CommandOutcome::Failed(format!("`{prog}` timed out after {} ms", timeout.as_millis()));
+        }
+        Err(e) => return CommandOutcome::Failed(format!("waiting for `{prog}` failed: {e}")),
+    };
+    let grace = Duration::from_millis(200);
+    let stdout = out_rx.recv_timeout(grace).unwrap_or_default();
+    let stderr = err_rx.recv_timeout(grace).unwrap_or_default();
+    match status.code() {
+        Some(0) => {
+            let t = stdout.trim();
+            if t.is_empty() {
+                CommandOutcome::Allow(None)
+            } else {
+                match serde_json::from_str::<Value>(t) {
+                    Ok(v) if v.is_object() => CommandOutcome::Allow(Some(v)),
+                    _ => CommandOutcome::Failed(format!("`{prog}` exited 0 but stdout is not a JSON object: {}", crate::text::truncate_chars(t, 120))),
+                }
+            }
+        }
+        Some(2) => {
+            let reason = stderr.trim();
+            CommandOutcome::Block(if reason.is_empty() { format!("blocked by `{prog}`") } else { reason.to_string() })
+        }
+        Some(code) => CommandOutcome::Failed(format!("`{prog}` exited with status {code}: {}", crate::text::truncate_chars(stderr.trim(), 200))),
+        None => CommandOutcome::Failed(format!("`{prog}` was killed by a signal")),
+    }
+}
+
+fn read_pipe<R: Read + Send + 'static>(pipe: Option<R>) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(p) = pipe {
+            let _ = p.take(MAX_OUTPUT_BYTES).read_to_string(&mut s);
+        }
+        let _ = tx.send(s);
+    });
+    rx
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sh(script: &str) -> Vec<String> {
+        vec!["sh".into(), "-c".into(), script.into()]
+    }
+
+    #[test]
+    fn exit_codes_map_to_outcomes() {
+        let t = Duration::from_secs(5);
+        let input = json!({"event": "before_reply", "reply": "hi"});
+        assert_eq!(run(&sh("cat >/dev/null"), None, &input, t), CommandOutcome::Allow(None));
+        assert_eq!(run(&sh("cat >/dev/null; echo '{\"reply\": \"ok\"}'"), None, &input, t), CommandOutcome::Allow(Some(json!({"reply": "ok"}))));
+        assert_eq!(run(&sh("echo 'no absolute claims' >&2; exit 2"), None, &input, t), CommandOutcome::Block("no absolute claims".into()));
+        assert!(matches!(run(&sh("exit 7"), None, &input, t), CommandOutcome::Failed(_)));
+        assert!(matches!(run(&sh("echo not-json"), None, &input, t), CommandOutcome::Failed(_)));
+        assert!(matches!(run(&["/nonexistent/hook".into()], None, &input, t), CommandOutcome::Failed(_)));
+    }
+
+    #[test]
+    fn the_hook_sees_the_event_on_stdin() {
+        let input = json!({"reply": "hello"});
+        let out = run(&sh("grep -q hello && echo '{}'"), None, &input, Duration::from_secs(5));
+        assert_eq!(out, CommandOutcome::Allow(Some(json!({}))));
+    }
+
+    #[test]
+    fn a_hanging_hook_times_out() {
+        let out = run(&sh("sleep 30"), None, &json!({}), Duration::from_millis(100));
+        assert!(matches!(out, CommandOutcome::Failed(ref m) if m.contains("timed out")), "{out:?}");
+    }
+}

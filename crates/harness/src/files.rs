@@ -1,0 +1,280 @@
+//! Reading a harness state from files and writing it back.
+//!
+//! A harness is handled as a map from relative path to text, so the same code
+//! checks a directory on disk and an augmented state built in memory, and the
+//! content hash is computed over exactly what would be written.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::problem::{line_at, HarnessError, Problem};
+use crate::spec::{HarnessSpec, HooksFile, Manifest, SkillFront, SkillSpec, ToolSpec};
+
+/// Files larger than this are refused: a harness is prompt text, not data.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+/// A harness with more files than this is almost certainly a wrong directory.
+pub const MAX_FILES: usize = 2000;
+
+pub type FileMap = BTreeMap<String, String>;
+
+/// Reads every file below `dir` (hidden entries skipped) into a [`FileMap`].
+/// Unreadable or oversized files become problems rather than errors.
+pub fn read_dir(dir: &Path) -> Result<(FileMap, Vec<Problem>), HarnessError> {
+    let meta = std::fs::metadata(dir).map_err(|source| HarnessError::Io { path: dir.display().to_string(), source })?;
+    if !meta.is_dir() {
+        return Err(HarnessError::Io {
+            path: dir.display().to_string(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a directory (pass the harness folder that holds harness.toml)"),
+        });
+    }
+    let mut files = FileMap::new();
+    let mut problems = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = std::fs::read_dir(&d).map_err(|source| HarnessError::Io { path: d.display().to_string(), source })?;
+        for entry in entries {
+            let entry = entry.map_err(|source| HarnessError::Io { path: d.display().to_string(), source })?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') {
+                continue;
+            }
+            let path = entry.path();
+            let rel = path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().replace('\\', "/");
+            let ft = entry.file_type().map_err(|source| HarnessError::Io { path: rel.clone(), source })?;
+            if ft.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if files.len() >= MAX_FILES {
+                problems.push(Problem::new(rel, None, format!("more than {MAX_FILES} files; is this really a harness folder?")));
+                return Ok((files, problems));
+            }
+            let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            if len > MAX_FILE_BYTES {
+                problems.push(Problem::new(rel, None, format!("file is {len} bytes; harness files must be under {MAX_FILE_BYTES} bytes")));
+                continue;
+            }
+            match std::fs::read(&path) {
+                Ok(bytes) => match String::from_utf8(bytes) {
+                    Ok(text) => {
+                        files.insert(rel, normalize(&text));
+                    }
+                    Err(_) => problems.push(Problem::new(rel, None, "not valid UTF-8 text")),
+                },
+                Err(e) => problems.push(Problem::new(rel, None, format!("cannot read: {e}"))),
+            }
+        }
+    }
+    Ok((files, problems))
+}
+
+/// Line endings normalised so a checkout on Windows hashes the same.
+pub fn normalize(text: &str) -> String {
+    if text.contains('\r') {
+        text.replace("\r\n", "\n")
+    } else {
+        text.to_string()
+    }
+}
+
+/// Parses a file map into a spec, collecting every syntax problem.
+/// Returns `None` for the spec only when `harness.toml` is unusable.
+pub fn parse(files: &FileMap) -> (Option<HarnessSpec>, Vec<Problem>) {
+    let mut problems = Vec::new();
+    let manifest = match files.get("harness.toml") {
+        None => {
+            problems.push(Problem::new("harness.toml", None, "missing: every harness needs a harness.toml manifest at its root"));
+            None
+        }
+        Some(text) => match toml::from_str::<Manifest>(text) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                problems.push(toml_problem("harness.toml", text, &e));
+                None
+            }
+        },
+    };
+
+    let mut skills = Vec::new();
+    let mut tools = Vec::new();
+    let mut hooks = Vec::new();
+    let mut extra = BTreeMap::new();
+    let template_path = manifest.as_ref().and_then(|m| m.prompt.template.clone());
+    let mut template = None;
+    let mut skill_dirs: BTreeMap<String, bool> = BTreeMap::new();
+
+    for (path, text) in files {
+        if path == "harness.toml" {
+            continue;
+        }
+        if Some(path) == template_path.as_ref() {
+            template = Some(text.clone());
+            continue;
+        }
+        if path == "hooks.toml" {
+            match toml::from_str::<HooksFile>(text) {
+                Ok(h) => hooks = h.hooks,
+                Err(e) => problems.push(toml_problem(path, text, &e)),
+            }
+            continue;
+        }
+        if let Some(rest) = path.strip_prefix("skills/") {
+            if let Some((folder, file)) = rest.split_once('/') {
+                let seen = skill_dirs.entry(folder.to_string()).or_insert(false);
+                if file == "SKILL.md" {
+                    *seen = true;
+                    match parse_skill(folder, path, text) {
+                        Ok(s) => skills.push(s),
+                        Err(p) => problems.push(p),
+                    }
+                } else {
+                    extra.insert(path.clone(), text.clone());
+                }
+                continue;
+            }
+        }
+        if let Some(rest) = path.strip_prefix("tools/") {
+            if let Some(stem) = rest.strip_suffix(".json").filter(|s| !s.contains('/')) {
+                match serde_json::from_str::<ToolSpec>(text) {
+                    Ok(t) => {
+                        if t.name != stem {
+                            problems.push(Problem::new(
+                                path.as_str(),
+                                crate::problem::line_of(text, "\"name\""),
+                                format!("tool name `{}` differs from its file name; rename the file to tools/{}.json or the tool to `{stem}`", t.name, t.name),
+                            ));
+                        }
+                        tools.push(t)
+                    }
+                    Err(e) => problems.push(Problem::new(path.as_str(), Some(e.line()), format!("invalid tool definition: {e}"))),
+                }
+                continue;
+            }
+        }
+        extra.insert(path.clone(), text.clone());
+    }
+    for (folder, has_skill) in skill_dirs {
+        if !has_skill {
+            problems.push(Problem::new(format!("skills/{folder}"), None, "skill folder has no SKILL.md"));
+        }
+    }
+    if let (Some(tp), None) = (&template_path, &template) {
+        problems.push(Problem::new("harness.toml", crate::problem::line_of(files.get("harness.toml").map_or("", |s| s), "template"), format!("[prompt] template names `{tp}`, which does not exist in the harness")));
+    }
+    let spec = manifest.map(|manifest| HarnessSpec { manifest, skills, tools, hooks, template, extra_files: extra });
+    (spec, problems)
+}
+
+fn toml_problem(path: &str, text: &str, e: &toml::de::Error) -> Problem {
+    let line = e.span().map(|s| line_at(text, s.start));
+    let msg = e.message().trim().to_string();
+    Problem::new(path, line, format!("invalid TOML: {msg}"))
+}
+
+fn parse_skill(folder: &str, path: &str, text: &str) -> Result<SkillSpec, Problem> {
+    let Some(rest) = text.strip_prefix("---\n") else {
+        return Err(Problem::new(path, Some(1), "SKILL.md must start with YAML front matter between `---` lines"));
+    };
+    let (front_text, body) = match rest.find("\n---") {
+        Some(end) => {
+            let after = &rest[end + 4..];
+            let body = after.split_once('\n').map_or("", |(_, b)| b);
+            (&rest[..end + 1], body)
+        }
+        None if rest.starts_with("---") => ("", rest.split_once('\n').map_or("", |(_, b)| b)),
+        None => return Err(Problem::new(path, Some(1), "front matter is not closed by a `---` line")),
+    };
+    let front: SkillFront = serde_yaml::from_str(front_text).map_err(|e| {
+        let line = e.location().map(|l| l.line() + 1);
+        Problem::new(path, line, format!("invalid front matter: {e}"))
+    })?;
+    Ok(SkillSpec { folder: folder.to_string(), front, body: body.trim().to_string() })
+}
+
+impl HarnessSpec {
+    /// The files this spec is written as. Deterministic: the same spec gives
+    /// the same bytes, which is what the content hash and caching rely on.
+    pub fn to_files(&self) -> FileMap {
+        let mut out = FileMap::new();
+        out.insert("harness.toml".into(), toml::to_string(&self.manifest).expect("manifest serialises"));
+        for s in &self.skills {
+            let front = serde_yaml::to_string(&s.front).expect("front matter serialises");
+            out.insert(format!("skills/{}/SKILL.md", s.folder), format!("---\n{front}---\n{}\n", s.body));
+        }
+        for t in &self.tools {
+            let mut json = serde_json::to_string_pretty(t).expect("tool serialises");
+            json.push('\n');
+            out.insert(format!("tools/{}.json", t.name), json);
+        }
+        if !self.hooks.is_empty() {
+            let file = HooksFile { hooks: self.hooks.clone() };
+            out.insert("hooks.toml".into(), toml::to_string(&file).expect("hooks serialise"));
+        }
+        if let (Some(path), Some(t)) = (&self.manifest.prompt.template, &self.template) {
+            out.insert(path.clone(), t.clone());
+        }
+        for (k, v) in &self.extra_files {
+            out.insert(k.clone(), v.clone());
+        }
+        out
+    }
+
+    /// Writes the spec under `dir` (created if missing). Files are written to
+    /// a temporary name first and renamed, so a failure never leaves a torn file.
+    pub fn write_to(&self, dir: &Path) -> Result<(), HarnessError> {
+        write_files(&self.to_files(), dir)
+    }
+}
+
+pub fn write_files(files: &FileMap, dir: &Path) -> Result<(), HarnessError> {
+    for (rel, text) in files {
+        let path = dir.join(rel);
+        let err = |source| HarnessError::Write { path: path.display().to_string(), source };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(err)?;
+        }
+        let tmp = path.with_extension("hat-tmp");
+        std::fs::write(&tmp, text).map_err(err)?;
+        // Hook scripts must stay runnable after a copy.
+        #[cfg(unix)]
+        if rel.starts_with("hooks/") {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755));
+        }
+        std::fs::rename(&tmp, &path).map_err(err)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skill_front_matter_round_trips() {
+        let text = "---\nname: greet\ndescription: Say hi.\nwhen: viewer_join\n---\n1. Wave.\n2. Smile.\n";
+        let s = parse_skill("greet", "skills/greet/SKILL.md", text).unwrap();
+        assert_eq!(s.front.name, "greet");
+        assert_eq!(s.front.when.as_deref(), Some("viewer_join"));
+        assert_eq!(s.body, "1. Wave.\n2. Smile.");
+    }
+
+    #[test]
+    fn skill_without_front_matter_is_a_problem() {
+        let p = parse_skill("x", "skills/x/SKILL.md", "hello").unwrap_err();
+        assert!(p.message.contains("front matter"), "{p}");
+        let p = parse_skill("x", "skills/x/SKILL.md", "---\nname: x\n").unwrap_err();
+        assert!(p.message.contains("not closed"), "{p}");
+    }
+
+    #[test]
+    fn broken_toml_reports_the_line() {
+        let mut files = FileMap::new();
+        files.insert("harness.toml".into(), "[harness]\nname = \"x\"\nversion = \n".into());
+        let (spec, problems) = parse(&files);
+        assert!(spec.is_none());
+        assert_eq!(problems[0].file, "harness.toml");
+        assert_eq!(problems[0].line, Some(3));
+    }
+}

@@ -1,0 +1,597 @@
+//! Hooks: the harness's functions at fixed points of a turn.
+//!
+//! `compile` turns a [`HookSpec`] into a typed [`Hook`], reporting fields that
+//! do not belong to the action; the runtime functions apply hooks to events,
+//! tool results and draft replies and record every decision.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::command::{self, CommandOutcome};
+use crate::op::Op;
+use crate::spec::HookSpec;
+use crate::text;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    ViewerJoin,
+    Comment,
+    Gift,
+    Purchase,
+    OperatorCue,
+    AfterTool,
+    BeforeReply,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 7] = [
+        EventKind::ViewerJoin,
+        EventKind::Comment,
+        EventKind::Gift,
+        EventKind::Purchase,
+        EventKind::OperatorCue,
+        EventKind::AfterTool,
+        EventKind::BeforeReply,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::ViewerJoin => "viewer_join",
+            EventKind::Comment => "comment",
+            EventKind::Gift => "gift",
+            EventKind::Purchase => "purchase",
+            EventKind::OperatorCue => "operator_cue",
+            EventKind::AfterTool => "after_tool",
+            EventKind::BeforeReply => "before_reply",
+        }
+    }
+    pub fn parse(s: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|e| e.as_str() == s)
+    }
+    /// Events that arrive from the stream (as opposed to points inside a turn).
+    pub fn is_stream_event(self) -> bool {
+        !matches!(self, EventKind::AfterTool | EventKind::BeforeReply)
+    }
+}
+
+/// What a failed `check` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFail {
+    /// Feed the failure back to the model once; after that, rewrite.
+    Retry,
+    /// Fix the reply mechanically (drop forbidden phrases, add required ones, cut to length).
+    Rewrite,
+    /// Replace the reply by the hook's fallback text.
+    Fallback,
+}
+
+/// What a failing `command` hook (crash, timeout, bad output) does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    Allow,
+    Block,
+    Fallback,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckRule {
+    pub forbid: Vec<String>,
+    pub require: Vec<String>,
+    pub ends_with: Option<String>,
+    pub max_chars: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Check { rule: CheckRule, on_fail: OnFail, fallback: Option<String> },
+    Rewrite { replace: Vec<(String, String)>, append: Option<String>, truncate_chars: Option<usize> },
+    Inject { note: String },
+    DropFields { fields: Vec<String> },
+    Command { argv: Vec<String>, timeout: Duration, on_error: OnError, fallback: Option<String> },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hook {
+    pub id: String,
+    pub event: EventKind,
+    pub match_op: Option<Op>,
+    pub match_tool: Option<String>,
+    pub describe: Option<String>,
+    pub action: Action,
+}
+
+pub const ACTIONS: [&str; 5] = ["check", "rewrite", "inject", "drop_fields", "command"];
+pub const DEFAULT_FALLBACK: &str = "Thanks for asking! Let me double-check that and come back to you in a moment.";
+
+/// Compiles one hook; `Err` holds every problem found.
+pub fn compile(spec: &HookSpec) -> Result<Hook, Vec<String>> {
+    let mut errs = Vec::new();
+    if spec.id.trim().is_empty() {
+        errs.push("hook has an empty id".to_string());
+    }
+    let event = EventKind::parse(&spec.event);
+    if event.is_none() {
+        errs.push(format!(
+            "hook `{}`: unknown event `{}` (known: {})",
+            spec.id,
+            spec.event,
+            EventKind::ALL.map(EventKind::as_str).join(", ")
+        ));
+    }
+    // Which optional fields each action takes; anything else is a mistake the
+    // operator wants to hear about (a `forbid` on an inject hook does nothing).
+    let set: Vec<&str> = [
+        ("forbid", !spec.forbid.is_empty()),
+        ("require", !spec.require.is_empty()),
+        ("ends_with", spec.ends_with.is_some()),
+        ("max_chars", spec.max_chars.is_some()),
+        ("on_fail", spec.on_fail.is_some()),
+        ("fallback", spec.fallback.is_some()),
+        ("replace", spec.replace.is_some()),
+        ("append", spec.append.is_some()),
+        ("truncate_chars", spec.truncate_chars.is_some()),
+        ("note", spec.note.is_some()),
+        ("fields", !spec.fields.is_empty()),
+        ("command", !spec.command.is_empty()),
+        ("timeout_ms", spec.timeout_ms.is_some()),
+        ("on_error", spec.on_error.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(k, on)| on.then_some(k))
+    .collect();
+    let allowed: &[&str] = match spec.action.as_str() {
+        "check" => &["forbid", "require", "ends_with", "max_chars", "on_fail", "fallback"],
+        "rewrite" => &["replace", "append", "truncate_chars"],
+        "inject" => &["note"],
+        "drop_fields" => &["fields"],
+        "command" => &["command", "timeout_ms", "on_error", "fallback"],
+        other => {
+            errs.push(format!("hook `{}`: unknown action `{other}` (known: {})", spec.id, ACTIONS.join(", ")));
+            &[]
+        }
+    };
+    if ACTIONS.contains(&spec.action.as_str()) {
+        for f in set.iter().filter(|f| !allowed.contains(f)) {
+            errs.push(format!("hook `{}`: field `{f}` does not apply to action `{}` (it takes: {})", spec.id, spec.action, allowed.join(", ")));
+        }
+    }
+    let (mut match_op, mut match_tool) = (None, None);
+    for (k, v) in spec.matcher.iter().flatten() {
+        match k.as_str() {
+            "op" => match v.parse::<Op>() {
+                Ok(op) => match_op = Some(op),
+                Err(e) => errs.push(format!("hook `{}`: match.op: {e}", spec.id)),
+            },
+            "tool" => match_tool = Some(v.clone()),
+            other => errs.push(format!("hook `{}`: unknown match key `{other}` (use op or tool)", spec.id)),
+        }
+    }
+    let on_fail = match spec.on_fail.as_deref() {
+        None | Some("retry") => OnFail::Retry,
+        Some("rewrite") => OnFail::Rewrite,
+        Some("fallback") => OnFail::Fallback,
+        Some(o) => {
+            errs.push(format!("hook `{}`: on_fail `{o}` must be retry, rewrite or fallback", spec.id));
+            OnFail::Retry
+        }
+    };
+    let on_error = match spec.on_error.as_deref() {
+        None | Some("allow") => OnError::Allow,
+        Some("block") => OnError::Block,
+        Some("fallback") => OnError::Fallback,
+        Some(o) => {
+            errs.push(format!("hook `{}`: on_error `{o}` must be allow, block or fallback", spec.id));
+            OnError::Allow
+        }
+    };
+    let action = match spec.action.as_str() {
+        "check" => {
+            let rule = CheckRule { forbid: spec.forbid.clone(), require: spec.require.clone(), ends_with: spec.ends_with.clone(), max_chars: spec.max_chars };
+            if rule.forbid.is_empty() && rule.require.is_empty() && rule.ends_with.is_none() && rule.max_chars.is_none() {
+                errs.push(format!("hook `{}`: a check needs at least one of forbid, require, ends_with, max_chars", spec.id));
+            }
+            Some(Action::Check { rule, on_fail, fallback: spec.fallback.clone() })
+        }
+        "rewrite" => {
+            if spec.replace.is_none() && spec.append.is_none() && spec.truncate_chars.is_none() {
+                errs.push(format!("hook `{}`: a rewrite needs at least one of replace, append, truncate_chars", spec.id));
+            }
+            let replace = spec.replace.iter().flatten().map(|(a, b)| (a.clone(), b.clone())).collect();
+            Some(Action::Rewrite { replace, append: spec.append.clone(), truncate_chars: spec.truncate_chars })
+        }
+        "inject" => match &spec.note {
+            Some(n) if !n.trim().is_empty() => Some(Action::Inject { note: n.clone() }),
+            _ => {
+                errs.push(format!("hook `{}`: an inject hook needs a `note`", spec.id));
+                None
+            }
+        },
+        "drop_fields" => {
+            if spec.fields.is_empty() {
+                errs.push(format!("hook `{}`: drop_fields needs a non-empty `fields` list", spec.id));
+            }
+            Some(Action::DropFields { fields: spec.fields.clone() })
+        }
+        "command" => {
+            if spec.command.is_empty() {
+                errs.push(format!("hook `{}`: a command hook needs `command = [\"program\", \"arg\", ...]`", spec.id));
+            }
+            let ms = spec.timeout_ms.unwrap_or(command::DEFAULT_TIMEOUT_MS);
+            if ms == 0 || ms > 60_000 {
+                errs.push(format!("hook `{}`: timeout_ms must be between 1 and 60000", spec.id));
+            }
+            Some(Action::Command { argv: spec.command.clone(), timeout: Duration::from_millis(ms), on_error, fallback: spec.fallback.clone() })
+        }
+        _ => None,
+    };
+    if let (Some(ev), Some(act)) = (event, &action) {
+        let fits = match act {
+            Action::Check { .. } | Action::Rewrite { .. } => ev == EventKind::BeforeReply,
+            Action::DropFields { .. } => ev == EventKind::AfterTool,
+            Action::Inject { .. } => ev.is_stream_event(),
+            Action::Command { .. } => true,
+        };
+        if !fits {
+            errs.push(format!("hook `{}`: action `{}` cannot run on event `{}`", spec.id, spec.action, spec.event));
+        }
+    }
+    if (match_op.is_some() || match_tool.is_some()) && event != Some(EventKind::AfterTool) {
+        errs.push(format!("hook `{}`: `match` only applies to after_tool hooks", spec.id));
+    }
+    match (event, action) {
+        (Some(event), Some(action)) if errs.is_empty() => Ok(Hook {
+            id: spec.id.clone(),
+            event,
+            match_op,
+            match_tool,
+            describe: spec.describe.clone(),
+            action,
+        }),
+        _ => Err(errs),
+    }
+}
+
+/// One hook decision, recorded in the transcript.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HookDecision {
+    pub hook: String,
+    pub event: EventKind,
+    pub outcome: String,
+}
+
+impl CheckRule {
+    /// Each way `reply` breaks the rule, in words the model can act on.
+    pub fn violations(&self, reply: &str, vars: &Value) -> Vec<String> {
+        let mut v = Vec::new();
+        for f in &self.forbid {
+            let f = text::fill_vars(f, vars);
+            if text::contains_phrase(reply, &f) {
+                v.push(format!("must not say \"{f}\""));
+            }
+        }
+        for r in &self.require {
+            let r = text::fill_vars(r, vars);
+            if !text::contains_phrase(reply, &r) {
+                v.push(format!("must include \"{r}\""));
+            }
+        }
+        if let Some(e) = &self.ends_with {
+            let e = text::fill_vars(e, vars);
+            if !reply.trim_end().ends_with(e.trim()) {
+                v.push(format!("must end with \"{e}\""));
+            }
+        }
+        if let Some(m) = self.max_chars {
+            let n = reply.chars().count();
+            if n > m {
+                v.push(format!("must be at most {m} characters (it has {n})"));
+            }
+        }
+        v
+    }
+
+    /// Mechanical repair: drop forbidden phrases, add required ones, keep the
+    /// sign-off, and cut to length around it.
+    pub fn repair(&self, reply: &str, vars: &Value) -> String {
+        let mut out = reply.to_string();
+        for f in &self.forbid {
+            out = text::remove_phrase(&out, &text::fill_vars(f, vars));
+        }
+        for r in &self.require {
+            let r = text::fill_vars(r, vars);
+            if !text::contains_phrase(&out, &r) {
+                out = format!("{} {r}", out.trim_end());
+            }
+        }
+        let ending = self.ends_with.as_ref().map(|e| text::fill_vars(e, vars));
+        if let Some(e) = &ending {
+            if !out.trim_end().ends_with(e.trim()) {
+                out = format!("{} {}", out.trim_end(), e.trim());
+            }
+        }
+        if let Some(m) = self.max_chars {
+            if out.chars().count() > m {
+                out = match &ending {
+                    Some(e) => {
+                        let body = out.trim_end().strip_suffix(e.trim()).unwrap_or(&out).trim_end();
+                        let room = m.saturating_sub(e.trim().chars().count() + 1);
+                        format!("{} {}", text::truncate_chars(body, room), e.trim())
+                    }
+                    None => text::truncate_chars(&out, m),
+                };
+            }
+        }
+        text::tidy_spaces(&out)
+    }
+}
+
+/// The result of reviewing a draft reply against the `before_reply` hooks.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplyReview {
+    /// Send this reply (possibly rewritten).
+    Accept(String),
+    /// Ask the model to write the reply again, with this feedback.
+    Retry(String),
+}
+
+/// Runs `before_reply` hooks over a draft. `attempt` counts previous retries:
+/// a `retry` check asks the model once, then repairs.
+pub fn review_reply(hooks: &[Hook], root: Option<&Path>, draft: &str, vars: &Value, attempt: usize, log: &mut Vec<HookDecision>) -> ReplyReview {
+    let mut reply = draft.trim().to_string();
+    for h in hooks.iter().filter(|h| h.event == EventKind::BeforeReply) {
+        match &h.action {
+            Action::Rewrite { replace, append, truncate_chars } => {
+                let before = reply.clone();
+                for (from, to) in replace {
+                    reply = text::replace_phrase(&reply, &text::fill_vars(from, vars), &text::fill_vars(to, vars));
+                }
+                if let Some(a) = append {
+                    let a = text::fill_vars(a, vars);
+                    if !reply.trim_end().ends_with(a.trim()) {
+                        reply = format!("{} {}", reply.trim_end(), a.trim());
+                    }
+                }
+                if let Some(n) = truncate_chars {
+                    reply = text::truncate_chars(&reply, *n);
+                }
+                if reply != before {
+                    log.push(decision(h, "rewrote the reply"));
+                }
+            }
+            Action::Check { rule, on_fail, fallback } => {
+                let v = rule.violations(&reply, vars);
+                if v.is_empty() {
+                    continue;
+                }
+                let why = v.join("; ");
+                match on_fail {
+                    OnFail::Retry if attempt == 0 => {
+                        log.push(decision(h, &format!("retry: {why}")));
+                        let rule_text = h.describe.as_deref().map(|d| format!(" Rule: {d}")).unwrap_or_default();
+                        return ReplyReview::Retry(format!("Your reply breaks a rule ({why}).{rule_text} Write the reply again."));
+                    }
+                    OnFail::Retry | OnFail::Rewrite => {
+                        reply = rule.repair(&reply, vars);
+                        log.push(decision(h, &format!("repaired: {why}")));
+                    }
+                    OnFail::Fallback => {
+                        reply = text::fill_vars(fallback.as_deref().unwrap_or(DEFAULT_FALLBACK), vars);
+                        log.push(decision(h, &format!("fallback: {why}")));
+                    }
+                }
+            }
+            Action::Command { argv, timeout, on_error, fallback } => {
+                let input = json!({"hook_event_name": "before_reply", "hook_id": h.id, "reply": reply, "context": vars});
+                match command::run(argv, root, &input, *timeout) {
+                    CommandOutcome::Allow(decision_json) => {
+                        if let Some(new) = decision_json.as_ref().and_then(|d| d.get("reply")).and_then(Value::as_str) {
+                            reply = new.to_string();
+                            log.push(decision(h, "rewrote the reply"));
+                        } else {
+                            log.push(decision(h, "allowed"));
+                        }
+                    }
+                    CommandOutcome::Block(reason) => {
+                        if attempt == 0 {
+                            log.push(decision(h, &format!("blocked, retry: {reason}")));
+                            return ReplyReview::Retry(format!("Your reply was blocked: {reason} Write the reply again."));
+                        }
+                        reply = text::fill_vars(fallback.as_deref().unwrap_or(DEFAULT_FALLBACK), vars);
+                        log.push(decision(h, &format!("blocked again, fallback: {reason}")));
+                    }
+                    CommandOutcome::Failed(why) => match on_error {
+                        OnError::Allow => log.push(decision(h, &format!("hook failed, allowed: {why}"))),
+                        OnError::Block | OnError::Fallback => {
+                            reply = text::fill_vars(fallback.as_deref().unwrap_or(DEFAULT_FALLBACK), vars);
+                            log.push(decision(h, &format!("hook failed, fallback: {why}")));
+                        }
+                    },
+                }
+            }
+            Action::Inject { .. } | Action::DropFields { .. } => {}
+        }
+    }
+    ReplyReview::Accept(reply)
+}
+
+/// What stream-event hooks decided: notes to show the model, or a block.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EventOutcome {
+    pub notes: Vec<String>,
+    pub blocked: Option<String>,
+}
+
+/// Runs the hooks of a stream event (`inject` notes and `command` hooks).
+pub fn on_event(hooks: &[Hook], root: Option<&Path>, kind: EventKind, event: &Value, vars: &Value, log: &mut Vec<HookDecision>) -> EventOutcome {
+    let mut out = EventOutcome::default();
+    for h in hooks.iter().filter(|h| h.event == kind) {
+        match &h.action {
+            Action::Inject { note } => {
+                out.notes.push(text::fill_vars(note, vars));
+                log.push(decision(h, "injected a note"));
+            }
+            Action::Command { argv, timeout, on_error, .. } => {
+                let input = json!({"hook_event_name": kind.as_str(), "hook_id": h.id, "event": event, "context": vars});
+                match command::run(argv, root, &input, *timeout) {
+                    CommandOutcome::Allow(d) => {
+                        let ctx = d.as_ref().and_then(|d| d.get("additional_context").or_else(|| d.get("context"))).and_then(Value::as_str);
+                        if let Some(c) = ctx {
+                            out.notes.push(c.to_string());
+                        }
+                        log.push(decision(h, "allowed"));
+                    }
+                    CommandOutcome::Block(reason) => {
+                        log.push(decision(h, &format!("blocked: {reason}")));
+                        out.blocked = Some(reason);
+                    }
+                    CommandOutcome::Failed(why) => {
+                        if *on_error != OnError::Allow {
+                            out.blocked = Some(why.clone());
+                        }
+                        log.push(decision(h, &format!("hook failed: {why}")));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Runs `after_tool` hooks over a tool result, in place.
+pub fn after_tool(hooks: &[Hook], root: Option<&Path>, op: Option<Op>, tool: &str, result: &mut Value, log: &mut Vec<HookDecision>) {
+    for h in hooks.iter().filter(|h| h.event == EventKind::AfterTool) {
+        if h.match_op.is_some() && h.match_op != op {
+            continue;
+        }
+        if h.match_tool.as_deref().is_some_and(|t| t != tool) {
+            continue;
+        }
+        match &h.action {
+            Action::DropFields { fields } => {
+                let mut n = 0;
+                drop_fields(result, fields, &mut n);
+                if n > 0 {
+                    log.push(decision(h, &format!("dropped {n} field(s)")));
+                }
+            }
+            Action::Command { argv, timeout, on_error, .. } => {
+                let input = json!({"hook_event_name": "after_tool", "hook_id": h.id, "tool": tool, "op": op.map(Op::as_str), "result": result});
+                match command::run(argv, root, &input, *timeout) {
+                    CommandOutcome::Allow(Some(d)) if d.get("result").is_some() => {
+                        *result = d["result"].clone();
+                        log.push(decision(h, "replaced the result"));
+                    }
+                    CommandOutcome::Allow(_) => log.push(decision(h, "allowed")),
+                    CommandOutcome::Block(reason) => {
+                        *result = json!({"error": reason});
+                        log.push(decision(h, "blocked the result"));
+                    }
+                    CommandOutcome::Failed(why) => {
+                        if *on_error != OnError::Allow {
+                            *result = json!({"error": "the result was withheld by a failing hook"});
+                        }
+                        log.push(decision(h, &format!("hook failed: {why}")));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn drop_fields(v: &mut Value, fields: &[String], n: &mut usize) {
+    match v {
+        Value::Object(m) => {
+            for f in fields {
+                if m.shift_remove(f).is_some() {
+                    *n += 1;
+                }
+            }
+            for (_, c) in m.iter_mut() {
+                drop_fields(c, fields, n);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|c| drop_fields(c, fields, n)),
+        _ => {}
+    }
+}
+
+fn decision(h: &Hook, outcome: &str) -> HookDecision {
+    HookDecision { hook: h.id.clone(), event: h.event, outcome: outcome.to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(forbid: &[&str], ends_with: Option<&str>, on_fail: &str) -> HookSpec {
+        HookSpec {
+            id: "c".into(),
+            event: "before_reply".into(),
+            action: "check".into(),
+            forbid: forbid.iter().map(|s| s.to_string()).collect(),
+            ends_with: ends_with.map(String::from),
+            on_fail: Some(on_fail.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn misplaced_fields_and_unknown_names_are_reported() {
+        let mut h = check(&["best"], None, "retry");
+        h.note = Some("x".into());
+        h.event = "on_reply".into();
+        let errs = compile(&h).unwrap_err();
+        assert!(errs.iter().any(|e| e.contains("`note` does not apply")), "{errs:?}");
+        assert!(errs.iter().any(|e| e.contains("unknown event `on_reply`")), "{errs:?}");
+    }
+
+    #[test]
+    fn retry_once_then_repair() {
+        let hooks = vec![compile(&check(&["best", "最"], Some("✨"), "retry")).unwrap()];
+        let mut log = Vec::new();
+        let r = review_reply(&hooks, None, "This is the best hoodie, 最好", &json!({}), 0, &mut log);
+        assert!(matches!(r, ReplyReview::Retry(ref f) if f.contains("best")), "{r:?}");
+        let r = review_reply(&hooks, None, "This is the best hoodie, 最好", &json!({}), 1, &mut log);
+        let ReplyReview::Accept(text) = r else { panic!() };
+        assert!(compile(&check(&["best", "最"], Some("✨"), "retry")).is_ok());
+        let CheckRule { .. } = match &hooks[0].action {
+            Action::Check { rule, .. } => rule.clone(),
+            _ => unreachable!(),
+        };
+        assert!(!text::contains_phrase(&text, "best") && !text.contains('最') && text.ends_with('✨'), "{text}");
+    }
+
+    #[test]
+    fn drop_fields_removes_nested_fields() {
+        let spec = HookSpec { id: "d".into(), event: "after_tool".into(), action: "drop_fields".into(), fields: vec!["cost_price".into()], ..Default::default() };
+        let hooks = vec![compile(&spec).unwrap()];
+        let mut v = json!({"cost_price": 1, "items": [{"cost_price": 2, "price": 3}]});
+        let mut log = Vec::new();
+        after_tool(&hooks, None, Some(Op::Product), "get_product", &mut v, &mut log);
+        assert_eq!(v, json!({"items": [{"price": 3}]}));
+        assert_eq!(log.len(), 1);
+    }
+
+    #[test]
+    fn inject_fills_event_variables() {
+        let spec = HookSpec { id: "g".into(), event: "viewer_join".into(), action: "inject".into(), note: Some("Greet {{ viewer }}".into()), ..Default::default() };
+        let hooks = vec![compile(&spec).unwrap()];
+        let out = on_event(&hooks, None, EventKind::ViewerJoin, &json!({}), &json!({"viewer": "momo"}), &mut Vec::new());
+        assert_eq!(out.notes, vec!["Greet momo"]);
+    }
+
+    #[test]
+    fn repair_keeps_sign_off_within_limit() {
+        let rule = CheckRule { forbid: vec![], require: vec![], ends_with: Some("— Mia".into()), max_chars: Some(30) };
+        let out = rule.repair("a very long reply that keeps going and going", &json!({}));
+        assert!(out.chars().count() <= 30 && out.ends_with("— Mia"), "{out}");
+        assert!(rule.violations(&out, &json!({})).is_empty());
+    }
+}

@@ -1,0 +1,305 @@
+//! Tool-call syntaxes: the instructions the model reads, the way a call is
+//! written, and the parser for model output. The syntax is part of the
+//! harness state, so it can change (and be augmented) without retraining.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A tool call as the model wrote it, in the harness's own names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub name: String,
+    pub arguments: Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CallSyntax {
+    /// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
+    JsonTags,
+    /// A fenced block tagged `tool` holding `{"tool": ..., "args": {...}}`.
+    JsonBlock,
+    /// `CALL name(key="value", n=3)` on a line of its own.
+    Function,
+    /// `<invoke name="...">{...}</invoke>`
+    XmlInvoke,
+}
+
+impl CallSyntax {
+    pub const ALL: [CallSyntax; 4] = [CallSyntax::JsonTags, CallSyntax::JsonBlock, CallSyntax::Function, CallSyntax::XmlInvoke];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallSyntax::JsonTags => "json-tags",
+            CallSyntax::JsonBlock => "json-block",
+            CallSyntax::Function => "function",
+            CallSyntax::XmlInvoke => "xml-invoke",
+        }
+    }
+
+    pub fn parse_name(s: &str) -> Option<CallSyntax> {
+        CallSyntax::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
+    /// Writes one call in this syntax.
+    pub fn format(self, call: &ToolCall) -> String {
+        let args = if call.arguments.is_object() { call.arguments.clone() } else { Value::Object(Map::new()) };
+        match self {
+            CallSyntax::JsonTags => {
+                let mut m = Map::new();
+                m.insert("name".into(), Value::String(call.name.clone()));
+                m.insert("arguments".into(), args);
+                format!("<tool_call>{}</tool_call>", Value::Object(m))
+            }
+            CallSyntax::JsonBlock => {
+                let mut m = Map::new();
+                m.insert("tool".into(), Value::String(call.name.clone()));
+                m.insert("args".into(), args);
+                format!("```tool\n{}\n```", Value::Object(m))
+            }
+            CallSyntax::Function => {
+                let parts: Vec<String> = args.as_object().into_iter().flatten().map(|(k, v)| format!("{k}={v}")).collect();
+                format!("CALL {}({})", call.name, parts.join(", "))
+            }
+            CallSyntax::XmlInvoke => format!("<invoke name=\"{}\">{}</invoke>", call.name, args),
+        }
+    }
+
+    /// Writes several calls, one per line (or block).
+    pub fn format_all(self, calls: &[ToolCall]) -> String {
+        calls.iter().map(|c| self.format(c)).collect::<Vec<_>>().join("\n")
+    }
+
+    /// How to call tools, as the model reads it in the prompt.
+    pub fn instructions(self, max_per_turn: usize) -> String {
+        let example = ToolCall { name: "tool_name".into(), arguments: serde_json::json!({"param": "value"}) };
+        let how = match self {
+            CallSyntax::JsonTags => "To use a tool, write a tool_call tag holding a JSON object with the tool's name and arguments",
+            CallSyntax::JsonBlock => "To use a tool, write a fenced code block tagged tool, holding a JSON object with \"tool\" and \"args\"",
+            CallSyntax::Function => "To use a tool, write CALL, the tool name and its arguments as key=JSON value pairs, on a line of its own",
+            CallSyntax::XmlInvoke => "To use a tool, write an invoke element named after the tool, holding the arguments as a JSON object",
+        };
+        format!(
+            "{how}, exactly like this:\n{}\nUse at most {max_per_turn} calls per turn and nothing else in that message; you will get each tool's result back. When you have what you need, or when no tool is needed, write only your reply to the viewers.",
+            self.format(&example)
+        )
+    }
+
+    /// Splits model output into calls and reply text.
+    pub fn parse(self, output: &str) -> Result<Parsed, ParseError> {
+        match self {
+            CallSyntax::JsonTags => parse_tagged(output, "<tool_call>", "</tool_call>", |body| {
+                let v = parse_json(body)?;
+                call_from_object(&v, "name", "arguments")
+            }),
+            CallSyntax::XmlInvoke => parse_invoke(output),
+            CallSyntax::JsonBlock => parse_tagged(output, "```tool", "```", |body| {
+                let v = parse_json(body)?;
+                call_from_object(&v, "tool", "args")
+            }),
+            CallSyntax::Function => parse_function(output),
+        }
+    }
+}
+
+/// Model output split into tool calls and the text outside them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parsed {
+    pub calls: Vec<ToolCall>,
+    /// Text outside any call, trimmed: the reply when there are no calls.
+    pub text: String,
+}
+
+/// Model output that tried to call a tool and got the syntax wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ParseError(pub String);
+
+fn parse_json(body: &str) -> Result<Value, ParseError> {
+    serde_json::from_str(body.trim()).map_err(|e| ParseError(format!("the tool call is not valid JSON ({e})")))
+}
+
+fn call_from_object(v: &Value, name_key: &str, args_key: &str) -> Result<ToolCall, ParseError> {
+    let name = v
+        .get(name_key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ParseError(format!("the tool call needs a string \"{name_key}\" field")))?;
+    let arguments = match v.get(args_key) {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        // Some models (and the OpenAI wire format) put arguments in a JSON string.
+        Some(Value::String(s)) => serde_json::from_str(s).map_err(|e| ParseError(format!("\"{args_key}\" is a string that is not JSON ({e})")))?,
+        Some(a) => a.clone(),
+    };
+    if !arguments.is_object() {
+        return Err(ParseError(format!("\"{args_key}\" must be a JSON object")));
+    }
+    Ok(ToolCall { name: name.to_string(), arguments })
+}
+
+fn parse_tagged(output: &str, open: &str, close: &str, body: impl Fn(&str) -> Result<ToolCall, ParseError>) -> Result<Parsed, ParseError> {
+    let mut calls = Vec::new();
+    let mut text = String::new();
+    let mut rest = output;
+    while let Some(start) = rest.find(open) {
+        text.push_str(&rest[..start]);
+        let after = &rest[start + open.len()..];
+        let Some(end) = after.find(close) else {
+            return Err(ParseError(format!("a tool call opened with {open} is never closed with {close}")));
+        };
+        calls.push(body(&after[..end])?);
+        rest = &after[end + close.len()..];
+    }
+    text.push_str(rest);
+    Ok(Parsed { calls, text: text.trim().to_string() })
+}
+
+fn parse_invoke(output: &str) -> Result<Parsed, ParseError> {
+    let mut calls = Vec::new();
+    let mut text = String::new();
+    let mut rest = output;
+    while let Some(start) = rest.find("<invoke") {
+        text.push_str(&rest[..start]);
+        let after = &rest[start..];
+        let head_end = after.find('>').ok_or_else(|| ParseError("an <invoke> tag is not closed with >".into()))?;
+        let head = &after[..head_end];
+        let name = head
+            .split("name=\"")
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+            .ok_or_else(|| ParseError("an <invoke> tag needs name=\"tool_name\"".into()))?;
+        let body_start = head_end + 1;
+        let end = after[body_start..].find("</invoke>").ok_or_else(|| ParseError("an <invoke> element is never closed with </invoke>".into()))?;
+        let body = after[body_start..body_start + end].trim();
+        let arguments = if body.is_empty() { Value::Object(Map::new()) } else { parse_json(body)? };
+        if !arguments.is_object() {
+            return Err(ParseError("the arguments inside <invoke> must be a JSON object".into()));
+        }
+        calls.push(ToolCall { name: name.to_string(), arguments });
+        rest = &after[body_start + end + "</invoke>".len()..];
+    }
+    text.push_str(rest);
+    Ok(Parsed { calls, text: text.trim().to_string() })
+}
+
+fn parse_function(output: &str) -> Result<Parsed, ParseError> {
+    let mut calls = Vec::new();
+    let mut text = Vec::new();
+    for line in output.lines() {
+        let t = line.trim();
+        match t.strip_prefix("CALL ") {
+            Some(call) => calls.push(parse_function_call(call.trim())?),
+            None => text.push(line),
+        }
+    }
+    Ok(Parsed { calls, text: text.join("\n").trim().to_string() })
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
+fn parse_function_call(s: &str) -> Result<ToolCall, ParseError> {
+    let open = s.find('(').ok_or_else(|| ParseError(format!("`CALL {s}` needs parentheses: CALL name(key=value)")))?;
+    let name = s[..open].trim();
+    if name.is_empty() || !name.chars().all(is_ident) {
+        return Err(ParseError(format!("`{name}` is not a valid tool name")));
+    }
+    let mut rest = &s[open + 1..];
+    let mut args = Map::new();
+    loop {
+        rest = rest.trim_start();
+        if let Some(r) = rest.strip_prefix(')') {
+            if !r.trim().is_empty() {
+                return Err(ParseError(format!("unexpected text after the call: `{}`", r.trim())));
+            }
+            return Ok(ToolCall { name: name.to_string(), arguments: Value::Object(args) });
+        }
+        let key_end = rest.find(|c: char| !is_ident(c)).unwrap_or(rest.len());
+        let key = &rest[..key_end];
+        if key.is_empty() {
+            return Err(ParseError(format!("expected key=value in the call to {name}")));
+        }
+        rest = rest[key_end..].trim_start();
+        rest = rest.strip_prefix('=').ok_or_else(|| ParseError(format!("`{key}` needs =value in the call to {name}")))?.trim_start();
+        let (value, used) = parse_value(rest).ok_or_else(|| ParseError(format!("the value of `{key}` is not a JSON value (quote strings with \")")))?;
+        args.insert(key.to_string(), value);
+        rest = rest[used..].trim_start();
+        if let Some(r) = rest.strip_prefix(',') {
+            rest = r;
+        } else if !rest.starts_with(')') {
+            return Err(ParseError(format!("expected , or ) after `{key}` in the call to {name}")));
+        }
+    }
+}
+
+/// One JSON value (or Python's True/False/None) at the start of `s`.
+fn parse_value(s: &str) -> Option<(Value, usize)> {
+    for (word, v) in [("True", Value::Bool(true)), ("False", Value::Bool(false)), ("None", Value::Null)] {
+        if s.starts_with(word) && !s[word.len()..].starts_with(is_ident) {
+            return Some((v, word.len()));
+        }
+    }
+    let mut it = serde_json::Deserializer::from_str(s).into_iter::<Value>();
+    match it.next() {
+        Some(Ok(v)) => Some((v, it.byte_offset())),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call() -> ToolCall {
+        ToolCall { name: "check_stock".into(), arguments: json!({"product_id": "P3", "size": "M", "n": 2, "o": {"a": [1, "x,y)"]}}) }
+    }
+
+    #[test]
+    fn every_syntax_round_trips() {
+        for s in CallSyntax::ALL {
+            let text = format!("Let me check.\n{}\n{}", s.format(&call()), s.format(&call()));
+            let p = s.parse(&text).unwrap();
+            assert_eq!(p.calls, vec![call(), call()], "{}", s.as_str());
+            assert_eq!(p.text, "Let me check.", "{}", s.as_str());
+        }
+    }
+
+    #[test]
+    fn plain_text_is_a_reply() {
+        for s in CallSyntax::ALL {
+            let p = s.parse("  Hi lily! Welcome 🎉 ").unwrap();
+            assert!(p.calls.is_empty());
+            assert_eq!(p.text, "Hi lily! Welcome 🎉");
+        }
+    }
+
+    #[test]
+    fn malformed_calls_are_errors_not_panics() {
+        assert!(CallSyntax::JsonTags.parse("<tool_call>{\"name\": ").is_err());
+        assert!(CallSyntax::JsonTags.parse("<tool_call>{\"nam\": 1}</tool_call>").is_err());
+        assert!(CallSyntax::JsonTags.parse("<tool_call>[1]</tool_call>").is_err());
+        assert!(CallSyntax::JsonBlock.parse("```tool\n{\"tool\": \"x\", \"args\": 3}\n```").is_err());
+        assert!(CallSyntax::Function.parse("CALL x(a=unquoted)").is_err());
+        assert!(CallSyntax::Function.parse("CALL x(a=1").is_err());
+        assert!(CallSyntax::Function.parse("CALL (a=1)").is_err());
+        assert!(CallSyntax::XmlInvoke.parse("<invoke>{}</invoke>").is_err());
+        assert!(CallSyntax::XmlInvoke.parse("<invoke name=\"x\">{}").is_err());
+    }
+
+    #[test]
+    fn string_arguments_are_accepted() {
+        let p = CallSyntax::JsonTags.parse(r#"<tool_call>{"name": "x", "arguments": "{\"a\": 1}"}</tool_call>"#).unwrap();
+        assert_eq!(p.calls[0].arguments, json!({"a": 1}));
+        let p = CallSyntax::Function.parse("CALL x(flag=True, none=None)").unwrap();
+        assert_eq!(p.calls[0].arguments, json!({"flag": true, "none": null}));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parsers_never_panic(s in ".{0,200}") {
+            for syn in CallSyntax::ALL {
+                let _ = syn.parse(&s);
+            }
+        }
+    }
+}
