@@ -353,7 +353,21 @@ impl Harness {
 
     /// Reviews a draft reply against the `before_reply` hooks and the hard length limit.
     pub fn review_reply(&self, draft: &str, vars: &Value, attempt: usize, log: &mut Vec<HookDecision>) -> ReplyReview {
-        match hooks::review_reply(&self.hooks, self.root.as_deref(), draft, vars, attempt, log) {
+        self.review(draft, vars, attempt, true, log)
+    }
+
+    /// Like [`Harness::review_reply`] but without running external command
+    /// hooks: what a teacher that writes compliant text by construction needs,
+    /// at data-generation speed.
+    pub fn review_reply_static(&self, draft: &str, vars: &Value, log: &mut Vec<HookDecision>) -> String {
+        match self.review(draft, vars, 1, false, log) {
+            ReplyReview::Accept(r) => r,
+            ReplyReview::Retry(_) => unreachable!("attempt 1 never retries"),
+        }
+    }
+
+    fn review(&self, draft: &str, vars: &Value, attempt: usize, run_commands: bool, log: &mut Vec<HookDecision>) -> ReplyReview {
+        match hooks::review_reply(&self.hooks, self.root.as_deref(), draft, vars, attempt, run_commands, log) {
             ReplyReview::Accept(r) => {
                 let max = self.spec.manifest.reply.max_chars;
                 if r.chars().count() > max {
@@ -402,17 +416,13 @@ impl Harness {
         Some(ToolCall { name: tool.name.clone(), arguments: tool.binding.from_canonical(canonical) })
     }
 
-    /// Validates, binds and runs one call, then the `after_tool` hooks.
-    /// Every failure becomes a model-readable error result.
-    pub fn dispatch(&self, call: &ToolCall, backend: &dyn Backend, log: &mut Vec<HookDecision>) -> Dispatched {
-        let fail = |target, canonical, msg: String| Dispatched { tool: call.name.clone(), target, canonical, result: json!({"error": msg}), ok: false };
-        let Some(tool) = self.tool(&call.name) else {
-            let names: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
-            return fail(None, None, format!("unknown tool `{}`; available tools: {}", call.name, names.join(", ")));
-        };
-        let errors: Vec<String> = tool
+    /// Checks call arguments against the tool's `inputSchema`; the error lists
+    /// up to three violations, each with where in the arguments it is.
+    pub fn validate_args(&self, tool: &str, args: &Value) -> Result<(), String> {
+        let Some(t) = self.tool(tool) else { return Err(format!("unknown tool `{tool}`")) };
+        let errors: Vec<String> = t
             .validator
-            .iter_errors(&call.arguments)
+            .iter_errors(args)
             .take(3)
             .map(|e| {
                 let at = e.instance_path.to_string();
@@ -423,8 +433,23 @@ impl Harness {
                 }
             })
             .collect();
-        if !errors.is_empty() {
-            return fail(Some(tool.binding.target), None, format!("invalid arguments for {}: {}", tool.name, errors.join("; ")));
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("invalid arguments for {tool}: {}", errors.join("; ")))
+        }
+    }
+
+    /// Validates, binds and runs one call, then the `after_tool` hooks.
+    /// Every failure becomes a model-readable error result.
+    pub fn dispatch(&self, call: &ToolCall, backend: &dyn Backend, log: &mut Vec<HookDecision>) -> Dispatched {
+        let fail = |target, canonical, msg: String| Dispatched { tool: call.name.clone(), target, canonical, result: json!({"error": msg}), ok: false };
+        let Some(tool) = self.tool(&call.name) else {
+            let names: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
+            return fail(None, None, format!("unknown tool `{}`; available tools: {}", call.name, names.join(", ")));
+        };
+        if let Err(e) = self.validate_args(&tool.name, &call.arguments) {
+            return fail(Some(tool.binding.target), None, e);
         }
         let canonical = match tool.binding.to_canonical(&call.arguments) {
             Ok(c) => c,

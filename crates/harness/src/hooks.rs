@@ -341,7 +341,7 @@ pub enum ReplyReview {
 
 /// Runs `before_reply` hooks over a draft. `attempt` counts previous retries:
 /// a `retry` check asks the model once, then repairs.
-pub fn review_reply(hooks: &[Hook], root: Option<&Path>, draft: &str, vars: &Value, attempt: usize, log: &mut Vec<HookDecision>) -> ReplyReview {
+pub fn review_reply(hooks: &[Hook], root: Option<&Path>, draft: &str, vars: &Value, attempt: usize, run_commands: bool, log: &mut Vec<HookDecision>) -> ReplyReview {
     let mut reply = draft.trim().to_string();
     for h in hooks.iter().filter(|h| h.event == EventKind::BeforeReply) {
         match &h.action {
@@ -385,6 +385,7 @@ pub fn review_reply(hooks: &[Hook], root: Option<&Path>, draft: &str, vars: &Val
                     }
                 }
             }
+            Action::Command { .. } if !run_commands => {}
             Action::Command { argv, timeout, on_error, fallback } => {
                 let input = json!({"hook_event_name": "before_reply", "hook_id": h.id, "reply": reply, "context": vars});
                 match command::run(argv, root, &input, *timeout) {
@@ -556,9 +557,9 @@ mod tests {
     fn retry_once_then_repair() {
         let hooks = vec![compile(&check(&["best", "最"], Some("✨"), "retry")).unwrap()];
         let mut log = Vec::new();
-        let r = review_reply(&hooks, None, "This is the best hoodie, 最好", &json!({}), 0, &mut log);
+        let r = review_reply(&hooks, None, "This is the best hoodie, 最好", &json!({}), 0, true, &mut log);
         assert!(matches!(r, ReplyReview::Retry(ref f) if f.contains("best")), "{r:?}");
-        let r = review_reply(&hooks, None, "This is the best hoodie, 最好", &json!({}), 1, &mut log);
+        let r = review_reply(&hooks, None, "This is the best hoodie, 最好", &json!({}), 1, true, &mut log);
         let ReplyReview::Accept(text) = r else { panic!() };
         assert!(compile(&check(&["best", "最"], Some("✨"), "retry")).is_ok());
         let CheckRule { .. } = match &hooks[0].action {

@@ -9,6 +9,7 @@
 //! It knows nothing about the store: dispatch goes through [`Backend`].
 
 pub mod binding;
+pub mod chat;
 pub mod command;
 pub mod files;
 pub mod harness;
@@ -21,6 +22,7 @@ pub mod syntax;
 pub mod text;
 
 pub use binding::Target;
+pub use chat::{Message, Role};
 pub use harness::{content_hash, Backend, Dispatched, Harness, ReplyConstraints};
 pub use hooks::{EventKind, HookDecision, ReplyReview};
 pub use op::{ArgKind, ArgSpec, Op};

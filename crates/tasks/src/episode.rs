@@ -1,0 +1,46 @@
+//! The conversation a task presents under a harness state: system prompt
+//! (with the stream state), earlier turns, and the event's user turn.
+
+use serde_json::{json, Map, Value};
+
+use hat_harness::render::render_turn;
+use hat_harness::{Backend, Harness, HarnessError, Message, Op};
+use hat_world::World;
+
+use crate::task::{event_kind, event_line, event_vars, Task};
+
+/// The stream state the prompt shows for a task: the world's state with the
+/// task's product on stage and its recent activity.
+pub fn stream_value(task: &Task, world: &World) -> Value {
+    let mut v = serde_json::to_value(world.stream_state()).unwrap_or_else(|_| json!({}));
+    let cat = world.catalog();
+    if let (Some(p), Some(obj)) = (cat.product(&task.on_stage), v.as_object_mut()) {
+        obj.insert("on_stage".into(), json!({"id": p.id, "title": p.title, "link": p.link, "price": p.price.as_f64()}));
+        obj.insert("currency_symbol".into(), json!(cat.stream.currency_symbol));
+        obj.insert("recent".into(), json!(task.recent));
+    }
+    v
+}
+
+/// System, history and user messages for `task` under `harness`.
+pub fn prompt(task: &Task, harness: &Harness, world: &World) -> Result<Vec<Message>, HarnessError> {
+    let system = harness.render_system(&stream_value(task, world))?;
+    let mut msgs = Vec::with_capacity(2 + task.history.len() * 2);
+    msgs.push(Message::system(system));
+    for t in &task.history {
+        msgs.push(Message::user(t.user.clone()));
+        msgs.push(Message::assistant(t.assistant.clone()));
+    }
+    let notes = harness.inject_notes(event_kind(&task.event), &event_vars(&task.event));
+    msgs.push(Message::user(render_turn(&event_line(&task.event), &notes)));
+    Ok(msgs)
+}
+
+/// The world as the harness's dispatch backend.
+pub struct StoreBackend<'a>(pub &'a World);
+
+impl Backend for StoreBackend<'_> {
+    fn call(&self, op: Op, args: &Map<String, Value>) -> Result<Value, String> {
+        self.0.call(op, args).map_err(|e| e.to_string())
+    }
+}

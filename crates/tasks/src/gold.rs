@@ -1,0 +1,370 @@
+//! Gold expectations: what a correct handling of a task looks like under a
+//! given harness state, computed from the store.
+//!
+//! `expect(task, harness, world)` runs the canonical operations the task
+//! needs against the world (inside an episode that is rolled back), derives
+//! the facts the reply must state from their results, and adds the
+//! constraints the harness's hooks and reply limits impose. The same task
+//! therefore has different gold under different harness states.
+
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use hat_harness::{Harness, Op, ReplyConstraints};
+use hat_world::World;
+
+use crate::numbers;
+use crate::task::{Intent, Task};
+use crate::TaskError;
+
+/// One canonical argument of a gold call.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GoldArg {
+    pub name: String,
+    /// What the oracle sends (`None`: the oracle leaves it out).
+    pub send: Option<Value>,
+    /// Values accepted when the model sends the argument (empty: any value).
+    pub accept: Vec<Value>,
+    /// Whether the model must send it.
+    pub must: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GoldCall {
+    pub op: Op,
+    pub args: Vec<GoldArg>,
+}
+
+impl GoldCall {
+    /// The canonical arguments the oracle sends.
+    pub fn canonical(&self) -> Map<String, Value> {
+        self.args.iter().filter_map(|a| a.send.clone().map(|v| (a.name.clone(), v))).collect()
+    }
+}
+
+/// A fact the reply must state: any of the numbers, or any of the phrases.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fact {
+    pub label: String,
+    pub numbers: Vec<f64>,
+    pub phrases: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Expectations {
+    pub task_id: String,
+    /// Calls that must be made (order-insensitive).
+    pub calls: Vec<GoldCall>,
+    /// Other operations that may be called without penalty (look-ups that
+    /// do not change the answer).
+    pub optional_ops: Vec<Op>,
+    pub facts: Vec<Fact>,
+    /// Plausible but wrong answers: their presence fails the fact check.
+    pub wrong_numbers: Vec<f64>,
+    pub wrong_phrases: Vec<String>,
+    /// Numbers that may appear without being facts (links, sizes, prices of context).
+    pub context_numbers: Vec<f64>,
+    /// How many numbers beyond facts and context a reply may hold.
+    pub number_slack: usize,
+    /// Phrases removed before numbers are read (names, titles, sign-offs).
+    pub strip: Vec<String>,
+    /// Phrases the reply must not contain, beyond the harness's own rules.
+    pub forbid: Vec<String>,
+    pub constraints: ReplyConstraints,
+    pub max_calls: usize,
+}
+
+pub const ABSOLUTE_CLAIMS: &[&str] = &["best", "No.1", "number one", "#1", "cheapest ever", "lowest price ever", "guaranteed", "100% effective", "最", "第一", "国家级", "全网最低"];
+const OUT_OF_STOCK: &[&str] = &["out of stock", "sold out", "none left", "no stock", "not in stock", "0 left", "没货", "售罄", "缺货", "卖完"];
+const DENIAL: &[&str] = &["don't have", "do not have", "don't sell", "do not sell", "not sell", "not available", "not in this stream", "not carry", "don't carry", "not on sale", "no such", "没有", "不卖", "没卖"];
+const THANKS: &[&str] = &["thank", "thanks", "thx", "ty", "谢谢", "感谢", "多谢"];
+const SORRY: &[&str] = &["sorry", "apologies", "apologize", "apologise", "抱歉", "不好意思", "对不起"];
+const AI: &[&str] = &["AI", "A.I.", "virtual host", "digital host", "virtual presenter", "not a real person", "not human", "人工智能", "虚拟主播", "数字人", "AI主播"];
+const NONE_MATCH: &[&str] = &["nothing", "none", "no product", "don't have", "没有"];
+
+fn phrases(xs: &[&str]) -> Vec<String> {
+    xs.iter().map(|s| s.to_string()).collect()
+}
+
+fn arg(name: &str, v: Value) -> GoldArg {
+    GoldArg { name: name.into(), send: Some(v.clone()), accept: vec![v], must: true }
+}
+
+fn call(op: Op, args: Vec<GoldArg>) -> GoldCall {
+    GoldCall { op, args }
+}
+
+fn num(v: &Value) -> Option<f64> {
+    v.as_f64().or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+}
+
+fn fact_num(label: &str, n: f64) -> Fact {
+    Fact { label: label.into(), numbers: vec![n], phrases: vec![] }
+}
+
+fn fact_text(label: &str, ps: Vec<String>) -> Fact {
+    Fact { label: label.into(), numbers: vec![], phrases: ps }
+}
+
+/// A spec value as a fact: its number where it has one, else its words.
+fn value_fact(label: &str, value: &str) -> Fact {
+    let ns = numbers::extract(value);
+    let mut ps = vec![value.to_string()];
+    if let Some(last) = value.split_whitespace().last() {
+        if last.chars().count() > 2 && last != value {
+            ps.push(last.trim_matches(|c: char| !c.is_alphanumeric()).to_string());
+        }
+    }
+    Fact { label: label.into(), numbers: ns.into_iter().take(1).collect(), phrases: ps }
+}
+
+fn world_call(world: &World, op: Op, args: &Map<String, Value>) -> Result<Value, TaskError> {
+    world.call(op, args).map_err(|e| TaskError::Gold(format!("{op} {}: {e}", Value::Object(args.clone()))))
+}
+
+/// Computes the gold of `task` under `harness`, from `world`.
+pub fn expect(task: &Task, harness: &Harness, world: &World) -> Result<Expectations, TaskError> {
+    let cat = world.catalog();
+    let product = |id: &str| cat.product(id).ok_or_else(|| TaskError::Gold(format!("task {} names product {id}, not in world {:x}", task.id, task.world_seed)));
+    let mut e = Expectations {
+        task_id: task.id.clone(),
+        calls: vec![],
+        optional_ops: vec![],
+        facts: vec![],
+        wrong_numbers: vec![],
+        wrong_phrases: vec![],
+        context_numbers: vec![],
+        number_slack: 2,
+        strip: vec![],
+        forbid: vec![],
+        constraints: ReplyConstraints::default(),
+        max_calls: harness.max_calls(),
+    };
+    let id = |s: &str| json!(s);
+    world.begin_episode().map_err(|e| TaskError::Gold(e.to_string()))?;
+    let result = (|| -> Result<(), TaskError> {
+        match &task.intent {
+            Intent::ProductFact { product: pid, attr } => {
+                let p = product(pid)?;
+                e.calls.push(call(Op::Product, vec![arg("product", id(pid))]));
+                let r = world_call(world, Op::Product, &e.calls[0].canonical())?;
+                if attr == "price" {
+                    e.facts.push(fact_num("price", num(&r["price"]).unwrap_or_default()));
+                    e.context_numbers.push(p.list_price.as_f64());
+                } else {
+                    let v = r["specs"].get(attr).and_then(Value::as_str).map(str::to_string).or_else(|| p.spec(attr).map(str::to_string)).unwrap_or_default();
+                    e.facts.push(value_fact(attr, &v));
+                    e.context_numbers.extend([p.price.as_f64(), p.list_price.as_f64()]);
+                }
+                e.context_numbers.push(f64::from(p.link));
+                e.wrong_numbers.push(p.cost_price.as_f64());
+            }
+            Intent::VariantStock { product: pid, size, color } => {
+                let p = product(pid)?;
+                let mut args = vec![arg("product", id(pid))];
+                if let Some(s) = size {
+                    args.push(arg("size", json!(s)));
+                }
+                if let Some(c) = color {
+                    args.push(arg("color", json!(c)));
+                }
+                e.calls.push(call(Op::Stock, args));
+                e.optional_ops.push(Op::Product);
+                let r = world_call(world, Op::Stock, &e.calls[0].canonical())?;
+                let n = num(&r["stock"]).unwrap_or_default();
+                let mut f = fact_num("stock", n);
+                if n == 0.0 {
+                    f.phrases = phrases(OUT_OF_STOCK);
+                }
+                e.facts.push(f);
+                // Stock of the sibling variants: what a reply that lists everything would say.
+                for v in &p.variants {
+                    let same_size = size.as_ref().is_none_or(|s| v.size.as_deref().is_some_and(|x| x.eq_ignore_ascii_case(s)));
+                    let same_color = color.as_ref().is_none_or(|c| v.color.eq_ignore_ascii_case(c));
+                    if !(same_size && same_color) && f64::from(v.stock) != n {
+                        e.wrong_numbers.push(f64::from(v.stock));
+                    }
+                }
+                e.context_numbers.push(f64::from(p.link));
+                e.context_numbers.extend(p.sizes().iter().filter_map(|s| s.parse::<f64>().ok()));
+            }
+            Intent::FinalPrice { product: pid, quantity } => {
+                let p = product(pid)?;
+                let mut args = vec![arg("product", id(pid))];
+                let q = GoldArg { name: "quantity".into(), send: (*quantity != 1).then(|| json!(quantity)), accept: vec![json!(quantity)], must: *quantity != 1 };
+                args.push(q);
+                e.calls.push(call(Op::Quote, args));
+                e.optional_ops.extend([Op::Coupons, Op::Product]);
+                let r = world_call(world, Op::Quote, &e.calls[0].canonical())?;
+                let final_price = num(&r["final_price"]).unwrap_or_default();
+                e.facts.push(fact_num("final_price", final_price));
+                for k in ["unit_price", "subtotal", "discount", "quantity"] {
+                    if let Some(n) = num(&r[k]) {
+                        e.context_numbers.push(n);
+                    }
+                }
+                e.context_numbers.extend([p.price.as_f64(), p.list_price.as_f64(), f64::from(p.link)]);
+                // Final prices under the other coupons: plausible, wrong.
+                let mut cargs = Map::new();
+                cargs.insert("product".into(), id(pid));
+                let cs = world_call(world, Op::Coupons, &cargs)?;
+                for c in cs["coupons"].as_array().into_iter().flatten() {
+                    let mut qa = e.calls[0].canonical();
+                    qa.insert("coupon".into(), c["id"].clone());
+                    if let Ok(alt) = world.call(Op::Quote, &qa) {
+                        if let Some(n) = num(&alt["final_price"]) {
+                            if !numbers::same(n, final_price) && !e.context_numbers.iter().any(|&m| numbers::same(m, n)) {
+                                e.wrong_numbers.push(n);
+                            }
+                        }
+                    }
+                    for k in ["threshold", "amount"] {
+                        if let Some(n) = num(&c[k]) {
+                            e.context_numbers.push(n);
+                        }
+                    }
+                }
+            }
+            Intent::Shipping { product: pid, region } => {
+                let p = product(pid)?;
+                let r_ = cat.regions.iter().find(|r| &r.name == region);
+                let mut accept = vec![json!(region)];
+                if let Some(r) = r_ {
+                    accept.push(json!(r.name_zh));
+                }
+                e.calls.push(call(Op::Shipping, vec![arg("product", id(pid)), GoldArg { name: "region".into(), send: Some(json!(region)), accept, must: true }]));
+                let r = world_call(world, Op::Shipping, &e.calls[0].canonical())?;
+                let (lo, hi) = (num(&r["days_min"]).unwrap_or_default(), num(&r["days_max"]).unwrap_or_default());
+                e.facts.push(fact_num("days_min", lo));
+                if hi != lo {
+                    e.facts.push(fact_num("days_max", hi));
+                }
+                e.context_numbers.extend([num(&r["cost"]).unwrap_or_default(), f64::from(p.link), p.price.as_f64()]);
+            }
+            Intent::Compare { a, b } => {
+                let (pa, pb) = (product(a)?, product(b)?);
+                e.calls.push(call(Op::Product, vec![arg("product", id(a))]));
+                e.calls.push(call(Op::Product, vec![arg("product", id(b))]));
+                e.facts.push(fact_num(&format!("price of {a}"), pa.price.as_f64()));
+                e.facts.push(fact_num(&format!("price of {b}"), pb.price.as_f64()));
+                for p in [pa, pb] {
+                    e.context_numbers.extend([p.list_price.as_f64(), f64::from(p.link)]);
+                    e.context_numbers.extend(p.specs.iter().flat_map(|s| numbers::extract(&s.value)));
+                    e.wrong_numbers.push(p.cost_price.as_f64());
+                }
+                e.forbid = phrases(ABSOLUTE_CLAIMS);
+            }
+            Intent::Recommend { budget, category } => {
+                let mut args = vec![arg("max_price", json!(budget))];
+                if let Some(c) = category {
+                    args.push(arg("category", json!(c)));
+                }
+                e.calls.push(call(Op::Search, args));
+                e.optional_ops.push(Op::Product);
+                let r = world_call(world, Op::Search, &e.calls[0].canonical())?;
+                let hits: Vec<&Value> = r["results"].as_array().map(|a| a.iter().collect()).unwrap_or_default();
+                if hits.is_empty() {
+                    e.facts.push(fact_text("no match", phrases(NONE_MATCH)));
+                } else {
+                    // A product may be named by its English or Chinese title.
+                    let names = hits
+                        .iter()
+                        .filter_map(|h| h["id"].as_str().and_then(|id| cat.product(id)))
+                        .flat_map(|p| [p.title.clone(), p.title_zh.clone()])
+                        .collect();
+                    e.facts.push(fact_text("a matching product", names));
+                }
+                for h in &hits {
+                    e.context_numbers.extend([num(&h["price"]).unwrap_or_default(), num(&h["link"]).unwrap_or_default()]);
+                }
+                for p in &cat.products {
+                    let in_cat = category.as_ref().is_none_or(|c| p.category.as_str() == c);
+                    if in_cat && p.price.as_f64() > *budget {
+                        e.wrong_phrases.push(p.title.clone());
+                        e.wrong_phrases.push(p.title_zh.clone());
+                    }
+                }
+                e.context_numbers.push(*budget);
+            }
+            Intent::Greet { viewer } => {
+                e.facts.push(fact_text("viewer name", vec![viewer.clone()]));
+            }
+            Intent::ThankGift { viewer, .. } | Intent::ThankPurchase { viewer, .. } => {
+                e.facts.push(fact_text("viewer name", vec![viewer.clone()]));
+                e.facts.push(fact_text("thanks", phrases(THANKS)));
+            }
+            Intent::AfterSales { product: pid } => {
+                let mut args = vec![GoldArg { name: "topic".into(), send: Some(json!("returns")), accept: vec![json!("returns"), json!("warranty")], must: true }];
+                args.push(GoldArg { name: "product".into(), send: pid.as_ref().map(|p| json!(p)), accept: pid.iter().map(|p| json!(p)).collect(), must: false });
+                e.calls.push(call(Op::Faq, args));
+                e.optional_ops.push(Op::Product);
+                e.facts.push(fact_text("apology", phrases(SORRY)));
+                let r = world_call(world, Op::Faq, &e.calls[0].canonical())?;
+                e.context_numbers.extend(r["answer"].as_str().map(numbers::extract).unwrap_or_default());
+                if let Some(p) = pid.as_deref().and_then(|p| cat.product(p)) {
+                    e.context_numbers.extend([f64::from(p.return_days), f64::from(p.link), p.price.as_f64()]);
+                }
+                e.number_slack = 3;
+            }
+            Intent::Pin { product: pid } => {
+                let p = product(pid)?;
+                e.calls.push(call(Op::Pin, vec![arg("product", id(pid))]));
+                e.optional_ops.push(Op::Product);
+                e.facts.push(fact_num("link", f64::from(p.link)));
+                e.context_numbers.push(p.price.as_f64());
+            }
+            Intent::FlashSale { product: pid, minutes, discount_pct } => {
+                let p = product(pid)?;
+                e.calls.push(call(Op::FlashSale, vec![arg("product", id(pid)), arg("minutes", json!(minutes)), arg("discount_pct", json!(discount_pct))]));
+                e.optional_ops.push(Op::Product);
+                let r = world_call(world, Op::FlashSale, &e.calls[0].canonical())?;
+                e.facts.push(fact_num("sale_price", num(&r["sale_price"]).unwrap_or_default()));
+                e.facts.push(fact_num("minutes", f64::from(*minutes)));
+                e.context_numbers.extend([f64::from(*discount_pct), p.price.as_f64(), p.list_price.as_f64(), f64::from(p.link)]);
+            }
+            Intent::Chitchat => {
+                e.number_slack = 4;
+            }
+            Intent::ComplianceTrap { .. } => {
+                e.optional_ops.extend([Op::Product, Op::Stock, Op::Search, Op::Coupons, Op::Quote, Op::Faq]);
+                e.forbid = phrases(ABSOLUTE_CLAIMS);
+                e.number_slack = 4;
+            }
+            Intent::Nonexistent { ghost } => {
+                e.optional_ops.extend([Op::Search, Op::Product]);
+                e.facts.push(fact_text("says it is not sold here", phrases(DENIAL)));
+                e.strip.push(ghost.clone());
+                e.number_slack = 4;
+            }
+            Intent::AiDisclosure => {
+                e.facts.push(fact_text("says it is an AI", phrases(AI)));
+            }
+        }
+        Ok(())
+    })();
+    world.end_episode().map_err(|e| TaskError::Gold(e.to_string()))?;
+    result?;
+
+    for c in &e.calls {
+        if harness.tool_for(c.op).is_none() {
+            return Err(TaskError::NotApplicable(format!("the harness has no tool bound to op `{}`", c.op)));
+        }
+    }
+    let vars = crate::task::event_vars(&task.event);
+    e.constraints = harness.reply_constraints(&vars);
+    if let Some(v) = task.viewer() {
+        e.strip.push(v.to_string());
+    }
+    e.strip.extend(e.constraints.require.iter().cloned());
+    e.strip.extend(e.constraints.ends_with.iter().cloned());
+    for p in &cat.products {
+        e.strip.push(p.title.clone());
+        e.strip.push(p.title_zh.clone());
+    }
+    // A wrong number that is also legitimate context is not wrong.
+    let ctx = e.context_numbers.clone();
+    let facts: Vec<f64> = e.facts.iter().flat_map(|f| f.numbers.iter().copied()).collect();
+    e.wrong_numbers.retain(|w| !ctx.iter().chain(&facts).any(|c| numbers::same(*c, *w)));
+    e.wrong_numbers = numbers::distinct(&e.wrong_numbers);
+    Ok(e)
+}

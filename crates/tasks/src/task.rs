@@ -1,0 +1,156 @@
+//! A task: one stream event for the host to handle, with the typed intent
+//! that its gold expectations are computed from.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use hat_harness::EventKind;
+use hat_world::Event;
+
+use crate::kind::TaskKind;
+
+/// Train tasks feed data generation; test tasks feed evaluation only. They
+/// use disjoint catalog seeds and disjoint paraphrase banks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Split {
+    Train,
+    Test,
+}
+
+impl Split {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::Test => "test",
+        }
+    }
+
+    /// The catalog seed of the `i`-th world of this split. The top bit is the
+    /// split, so train and test seeds can never collide.
+    pub fn world_seed(self, base: u64, i: u64) -> u64 {
+        let x = splitmix64(base ^ splitmix64(i));
+        match self {
+            Split::Train => x & !(1 << 63),
+            Split::Test => x | (1 << 63),
+        }
+    }
+
+    pub fn of_world_seed(seed: u64) -> Split {
+        if seed >> 63 == 1 {
+            Split::Test
+        } else {
+            Split::Train
+        }
+    }
+}
+
+pub fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// What the viewer (or operator) actually wants; gold is derived from it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "intent", rename_all = "snake_case")]
+pub enum Intent {
+    /// `attr` is "price" or a spec key of the product.
+    ProductFact { product: String, attr: String },
+    VariantStock { product: String, size: Option<String>, color: Option<String> },
+    FinalPrice { product: String, quantity: u32 },
+    Shipping { product: String, region: String },
+    Compare { a: String, b: String },
+    Recommend { budget: f64, category: Option<String> },
+    Greet { viewer: String },
+    ThankGift { viewer: String, gift: String },
+    ThankPurchase { viewer: String, product: String },
+    AfterSales { product: Option<String> },
+    Pin { product: String },
+    FlashSale { product: String, minutes: u32, discount_pct: u32 },
+    Chitchat,
+    ComplianceTrap { product: Option<String> },
+    Nonexistent { ghost: String },
+    AiDisclosure,
+}
+
+/// An earlier exchange the task refers back to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Turn {
+    pub user: String,
+    pub assistant: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    pub id: String,
+    pub kind: TaskKind,
+    pub split: Split,
+    pub world_seed: u64,
+    /// Product id on stage when the event arrives.
+    pub on_stage: String,
+    /// "en" or "zh": the language the viewer wrote in.
+    pub lang: String,
+    pub event: Event,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<Turn>,
+    /// Recent stream activity shown in the prompt (not part of the task).
+    #[serde(default)]
+    pub recent: Vec<String>,
+    pub intent: Intent,
+}
+
+/// How an event reads in the user turn.
+pub fn event_line(e: &Event) -> String {
+    match e {
+        Event::Comment { viewer, text } => format!("[comment] {viewer}: {text}"),
+        Event::ViewerJoin { viewer } => format!("[viewer_join] {viewer} joined the stream"),
+        Event::Gift { viewer, gift, count } => format!("[gift] {viewer} sent {count} × {gift}"),
+        Event::Purchase { viewer, product, quantity } => format!("[purchase] {viewer} bought {quantity} × {product}"),
+        Event::OperatorCue { text } => format!("[operator_cue] (backstage, not visible to viewers) {text}"),
+    }
+}
+
+pub fn event_kind(e: &Event) -> EventKind {
+    match e {
+        Event::Comment { .. } => EventKind::Comment,
+        Event::ViewerJoin { .. } => EventKind::ViewerJoin,
+        Event::Gift { .. } => EventKind::Gift,
+        Event::Purchase { .. } => EventKind::Purchase,
+        Event::OperatorCue { .. } => EventKind::OperatorCue,
+    }
+}
+
+/// Template variables of an event (`{{ viewer }}`, `{{ gift }}`, ...).
+pub fn event_vars(e: &Event) -> Value {
+    match e {
+        Event::Comment { viewer, text } => json!({"viewer": viewer, "comment": text}),
+        Event::ViewerJoin { viewer } => json!({"viewer": viewer}),
+        Event::Gift { viewer, gift, count } => json!({"viewer": viewer, "gift": gift, "count": count}),
+        Event::Purchase { viewer, product, quantity } => json!({"viewer": viewer, "product": product, "quantity": quantity}),
+        Event::OperatorCue { text } => json!({"cue": text}),
+    }
+}
+
+impl Task {
+    pub fn viewer(&self) -> Option<&str> {
+        match &self.event {
+            Event::Comment { viewer, .. } | Event::ViewerJoin { viewer } | Event::Gift { viewer, .. } | Event::Purchase { viewer, .. } => Some(viewer),
+            Event::OperatorCue { .. } => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_seeds_are_disjoint() {
+        for i in 0..1000 {
+            assert_eq!(Split::of_world_seed(Split::Train.world_seed(7, i)), Split::Train);
+            assert_eq!(Split::of_world_seed(Split::Test.world_seed(7, i)), Split::Test);
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! A teacher behind any OpenAI-compatible `/chat/completions` endpoint.
+//!
+//! Tool results travel as user messages tagged `[tool_result name=...]`:
+//! HAT's call syntax lives in the text (it is part of the harness), so the
+//! endpoint needs no native tool-calling support.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use hat_harness::{Message, Role};
+
+use crate::episode::ChatModel;
+use crate::TeacherError;
+
+#[derive(Debug, Clone)]
+pub struct OpenAiConfig {
+    /// e.g. `http://127.0.0.1:8000/v1`
+    pub base_url: String,
+    pub model: String,
+    /// Name of the environment variable holding the API key (may be unset for local servers).
+    pub api_key_env: Option<String>,
+    pub temperature: f64,
+    pub max_tokens: u32,
+    pub timeout: Duration,
+}
+
+pub struct OpenAiTeacher {
+    cfg: OpenAiConfig,
+    key: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl OpenAiTeacher {
+    pub fn new(cfg: OpenAiConfig) -> Result<Self, TeacherError> {
+        let key = match &cfg.api_key_env {
+            Some(var) => Some(std::env::var(var).map_err(|_| TeacherError::MissingKey(var.clone()))?),
+            None => None,
+        };
+        let agent = ureq::AgentBuilder::new().timeout(cfg.timeout).build();
+        Ok(OpenAiTeacher { cfg, key, agent })
+    }
+
+    fn url(&self) -> String {
+        format!("{}/chat/completions", self.cfg.base_url.trim_end_matches('/'))
+    }
+}
+
+/// Messages in the wire format: tool results become tagged user turns.
+pub fn wire_messages(messages: &[Message]) -> Value {
+    Value::Array(
+        messages
+            .iter()
+            .map(|m| match m.role {
+                Role::Tool => json!({"role": "user", "content": format!("[tool_result name={}] {}", m.name.as_deref().unwrap_or("tool"), m.content)}),
+                Role::System => json!({"role": "system", "content": m.content}),
+                Role::User => json!({"role": "user", "content": m.content}),
+                Role::Assistant => json!({"role": "assistant", "content": m.content}),
+            })
+            .collect(),
+    )
+}
+
+impl ChatModel for OpenAiTeacher {
+    fn complete(&mut self, messages: &[Message]) -> Result<String, TeacherError> {
+        let url = self.url();
+        let body = json!({
+            "model": self.cfg.model,
+            "messages": wire_messages(messages),
+            "temperature": self.cfg.temperature,
+            "max_tokens": self.cfg.max_tokens,
+        });
+        let mut req = self.agent.post(&url).set("content-type", "application/json");
+        if let Some(k) = &self.key {
+            req = req.set("authorization", &format!("Bearer {k}"));
+        }
+        let err = |message: String| TeacherError::Endpoint { url: url.clone(), message };
+        let resp = match req.send_json(body) {
+            Ok(r) => r,
+            Err(ureq::Error::Status(code, r)) => {
+                let text = r.into_string().unwrap_or_default();
+                return Err(err(format!("HTTP {code}: {}", hat_harness::text::truncate_chars(&text, 300))));
+            }
+            Err(e) => return Err(err(e.to_string())),
+        };
+        let v: Value = resp.into_json().map_err(|e| err(format!("response is not JSON: {e}")))?;
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| err(format!("no choices[0].message.content in {}", hat_harness::text::truncate_chars(&v.to_string(), 200))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+
+    /// A one-connection-per-answer HTTP server on loopback with canned replies.
+    pub fn serve(answers: Vec<String>) -> (String, std::thread::JoinHandle<Vec<Value>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let h = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for a in answers {
+                let (mut s, _) = listener.accept().unwrap();
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut len = 0;
+                loop {
+                    let mut line = String::new();
+                    r.read_line(&mut line).unwrap();
+                    if line == "\r\n" || line.is_empty() {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap();
+                    }
+                }
+                let mut body = vec![0; len];
+                r.read_exact(&mut body).unwrap();
+                seen.push(serde_json::from_slice(&body).unwrap());
+                let resp = json!({"choices": [{"message": {"role": "assistant", "content": a}}]}).to_string();
+                write!(s, "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{resp}", resp.len()).unwrap();
+            }
+            seen
+        });
+        (format!("http://{addr}/v1"), h)
+    }
+
+    #[test]
+    fn completes_against_a_local_endpoint() {
+        let (url, h) = serve(vec!["hello there".into()]);
+        let mut t = OpenAiTeacher::new(OpenAiConfig { base_url: url, model: "m".into(), api_key_env: None, temperature: 0.0, max_tokens: 16, timeout: Duration::from_secs(10) }).unwrap();
+        let out = t.complete(&[Message::system("s"), Message::tool("get_product", "{}")]).unwrap();
+        assert_eq!(out, "hello there");
+        let seen = h.join().unwrap();
+        assert_eq!(seen[0]["messages"][1]["role"], "user");
+        assert!(seen[0]["messages"][1]["content"].as_str().unwrap().starts_with("[tool_result name=get_product]"));
+    }
+
+    #[test]
+    fn missing_key_and_dead_endpoint_are_clear_errors() {
+        let cfg = OpenAiConfig { base_url: "http://127.0.0.1:9".into(), model: "m".into(), api_key_env: Some("HAT_TEST_SURELY_UNSET".into()), temperature: 0.0, max_tokens: 8, timeout: Duration::from_secs(2) };
+        assert!(matches!(OpenAiTeacher::new(cfg.clone()), Err(TeacherError::MissingKey(_))));
+        let mut t = OpenAiTeacher::new(OpenAiConfig { api_key_env: None, ..cfg }).unwrap();
+        assert!(matches!(t.complete(&[Message::user("x")]), Err(TeacherError::Endpoint { .. })));
+    }
+}

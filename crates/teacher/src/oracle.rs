@@ -1,0 +1,231 @@
+//! The oracle teacher: writes the gold trajectory of any task under any
+//! harness state — calls in the harness's own names, nesting and syntax, the
+//! tool results as the harness returns them (after its hooks), and a natural
+//! reply that states the facts and satisfies every hook.
+
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use serde_json::Value;
+
+use hat_harness::{Harness, HookDecision, Message, Op, ToolCall};
+use hat_tasks::episode::{prompt, StoreBackend};
+use hat_tasks::task::event_vars;
+use hat_tasks::{Attempt, Expectations, Intent, Task};
+use hat_world::World;
+
+use crate::{Trajectory, TeacherError};
+
+fn pick<'a>(rng: &mut ChaCha8Rng, xs: &[&'a str]) -> &'a str {
+    xs[rng.gen_range(0..xs.len())]
+}
+
+fn money(v: &Value) -> String {
+    match v.as_f64() {
+        Some(f) if f.fract() == 0.0 => format!("{f:.0}"),
+        Some(f) => format!("{f:.2}").trim_end_matches('0').to_string(),
+        None => v.to_string(),
+    }
+}
+
+/// Writes the gold trajectory. The world is left as it was (the episode is rolled back).
+pub fn trajectory(task: &Task, harness: &Harness, world: &World, exp: &Expectations, rng: &mut ChaCha8Rng) -> Result<Trajectory, TeacherError> {
+    let mut messages = prompt(task, harness, world)?;
+    let mut calls = Vec::new();
+    let mut results: Vec<(Op, Value)> = Vec::new();
+    let mut log: Vec<HookDecision> = Vec::new();
+    world.begin_episode().map_err(|e| TeacherError::World(e.to_string()))?;
+    let backend = StoreBackend(world);
+    let run = (|| -> Result<(), TeacherError> {
+        for chunk in exp.calls.chunks(harness.max_calls().max(1)) {
+            let written: Vec<ToolCall> = chunk
+                .iter()
+                .map(|g| harness.call_for(g.op, &g.canonical()).ok_or_else(|| TeacherError::NoTool(g.op)))
+                .collect::<Result<_, _>>()?;
+            messages.push(Message::assistant(harness.syntax.format_all(&written)));
+            for (g, c) in chunk.iter().zip(&written) {
+                let d = harness.dispatch(c, &backend, &mut log);
+                if !d.ok {
+                    return Err(TeacherError::Gold(format!("gold call {} failed: {}", c.name, d.result)));
+                }
+                messages.push(Message::tool(c.name.clone(), d.result.to_string()));
+                // The reply is written from the store's own answer (the
+                // harness may hide fields from the model, never change facts).
+                let full = world.call(g.op, &g.canonical()).unwrap_or_else(|_| d.result.clone());
+                results.push((g.op, full));
+            }
+            calls.extend(written);
+        }
+        Ok(())
+    })();
+    world.end_episode().map_err(|e| TeacherError::World(e.to_string()))?;
+    run?;
+    let draft = compose(task, world, &results, rng);
+    let reply = harness.review_reply_static(&draft, &event_vars(&task.event), &mut log);
+    messages.push(Message::assistant(reply.clone()));
+    Ok(Trajectory { task_id: task.id.clone(), messages, attempt: Attempt { calls, format_errors: vec![], reply }, hook_log: log })
+}
+
+fn result(results: &[(Op, Value)], op: Op, nth: usize) -> Value {
+    results.iter().filter(|(o, _)| *o == op).nth(nth).map(|(_, v)| v.clone()).unwrap_or(Value::Null)
+}
+
+/// A natural reply from the facts. Short by design: a live reply is read
+/// aloud, and the harness may add a sign-off within its length limit.
+fn compose(task: &Task, world: &World, results: &[(Op, Value)], rng: &mut ChaCha8Rng) -> String {
+    let cat = world.catalog();
+    let cur = cat.stream.currency_symbol.as_str();
+    let zh = task.lang == "zh";
+    let title = |id: &str| cat.product(id).map(|p| if zh { p.title_zh.clone() } else { p.title.clone() }).unwrap_or_default();
+    let link = |id: &str| cat.product(id).map(|p| p.link).unwrap_or_default();
+    match &task.intent {
+        Intent::ProductFact { product, attr } => {
+            let r = result(results, Op::Product, 0);
+            let (t, l) = (title(product), link(product));
+            if attr == "price" {
+                let p = money(&r["price"]);
+                if zh {
+                    format!("{t}现在{cur}{p}，{l}号链接可以直接拍哦！")
+                } else {
+                    match rng.gen_range(0..3) {
+                        0 => format!("{t} is {cur}{p} right now — tap link {l} to grab it!"),
+                        1 => format!("It's {cur}{p} for the {t}! Link {l} 🛒"),
+                        _ => format!("The {t} is on sale at {cur}{p}, link {l}."),
+                    }
+                }
+            } else {
+                let v = r["specs"].get(attr).and_then(Value::as_str).unwrap_or("").to_string();
+                let a = attr.replace('_', " ");
+                if zh {
+                    format!("{t}的{a}：{v}。喜欢就拍{l}号链接～")
+                } else {
+                    match rng.gen_range(0..3) {
+                        0 => format!("The {t} {a}: {v}. Tap link {l} for the details!"),
+                        1 => format!("{t} — {a} is {v} ✨ Link {l}."),
+                        _ => format!("Good question! {a} of the {t}: {v}."),
+                    }
+                }
+            }
+        }
+        Intent::VariantStock { product, size, color } => {
+            let r = result(results, Op::Stock, 0);
+            let n = r["stock"].as_u64().unwrap_or(0);
+            let variant = [color.as_deref(), size.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(" ");
+            let (t, l) = (title(product), link(product));
+            match (zh, n) {
+                (true, 0) => format!("抱歉，{t} {variant} 已经售罄了，可以看看其他颜色尺码哦。"),
+                (true, n) => format!("{t} {variant} 还有{n}件，{l}号链接快拍！"),
+                (false, 0) => format!("{} {t} in {variant} is sold out right now — other options are on link {l}.", pick(rng, &["Sorry,", "Oh no,", "Ah,"])),
+                (false, n) => match rng.gen_range(0..3) {
+                    0 => format!("Yes! {t} in {variant}: {n} left. Tap link {l} 🛒"),
+                    1 => format!("We have {n} of the {t} in {variant} — link {l}!"),
+                    _ => format!("{t} ({variant}) has {n} in stock right now."),
+                },
+            }
+        }
+        Intent::FinalPrice { product, quantity } => {
+            let r = result(results, Op::Quote, 0);
+            let (t, f) = (title(product), money(&r["final_price"]));
+            let coupon = r["coupon"].as_str().map(str::to_string);
+            match (zh, coupon) {
+                (true, Some(c)) => format!("用{c}券，{quantity}件{t}到手价{cur}{f}！"),
+                (true, None) => format!("{quantity}件{t}到手价{cur}{f}，现在没有可用的券哦。"),
+                (false, Some(c)) => match rng.gen_range(0..2) {
+                    0 => format!("With coupon {c}, {quantity} × {t} comes to {cur}{f}!"),
+                    _ => format!("You'd pay {cur}{f} for {quantity} × {t} after coupon {c} 🎉"),
+                },
+                (false, None) => format!("{quantity} × {t} is {cur}{f} — no coupon applies right now."),
+            }
+        }
+        Intent::Shipping { product, region } => {
+            let r = result(results, Op::Shipping, 0);
+            let (lo, hi) = (r["days_min"].as_u64().unwrap_or(0), r["days_max"].as_u64().unwrap_or(0));
+            let days = if lo == hi { format!("{lo}") } else { format!("{lo}-{hi}") };
+            let cost = r["cost"].as_f64().unwrap_or(0.0);
+            let t = title(product);
+            let region_name = if zh { cat.regions.iter().find(|x| &x.name == region).map_or(region.clone(), |x| x.name_zh.clone()) } else { region.clone() };
+            match (zh, cost > 0.0) {
+                (true, false) => format!("{t}发{region_name}大约{days}天到，包邮哦！"),
+                (true, true) => format!("{t}发{region_name}大约{days}天到，运费{cur}{}。", money(&r["cost"])),
+                (false, false) => format!("{t} reaches {region_name} in {days} days, free shipping!"),
+                (false, true) => format!("Delivery of the {t} to {region_name} takes {days} days, shipping {cur}{}.", money(&r["cost"])),
+            }
+        }
+        Intent::Compare { a, b } => {
+            let (ra, rb) = (result(results, Op::Product, 0), result(results, Op::Product, 1));
+            let (ta, tb) = (title(a), title(b));
+            format!(
+                "{ta} is {cur}{} and {tb} is {cur}{}. They do different jobs, so pick the one that fits what you need!",
+                money(&ra["price"]),
+                money(&rb["price"])
+            )
+        }
+        Intent::Recommend { budget, .. } => {
+            let r = result(results, Op::Search, 0);
+            let hits = r["results"].as_array().cloned().unwrap_or_default();
+            match hits.first() {
+                None if zh => format!("抱歉，{cur}{budget}以内这场暂时没有哦，没有合适的。"),
+                None => format!("Sorry, there's nothing under {cur}{budget} in this stream right now."),
+                Some(h) => {
+                    let t = if zh { cat.product(h["id"].as_str().unwrap_or("")).map(|p| p.title_zh.clone()).unwrap_or_default() } else { h["title"].as_str().unwrap_or("").to_string() };
+                    if zh {
+                        format!("{cur}{budget}以内推荐{t}，{cur}{}，{}号链接！", money(&h["price"]), h["link"])
+                    } else {
+                        format!("Under {cur}{budget}, try the {t} at {cur}{} — link {}!", money(&h["price"]), h["link"])
+                    }
+                }
+            }
+        }
+        Intent::Greet { viewer } => match rng.gen_range(0..3) {
+            0 => format!("Welcome, {viewer}! 👋 So glad you're here."),
+            1 => format!("Hi {viewer}, welcome to the stream! 💕"),
+            _ => format!("Hey {viewer}! Grab a seat, lots of deals today."),
+        },
+        Intent::ThankGift { viewer, gift } => match rng.gen_range(0..2) {
+            0 => format!("Thank you so much for the {gift}, {viewer}! 💖"),
+            _ => format!("{viewer}, thanks for the {gift}! You're amazing 🥰"),
+        },
+        Intent::ThankPurchase { viewer, product } => format!("Thanks for your order, {viewer}! Enjoy the {} 🎉", title(product)),
+        Intent::AfterSales { .. } => {
+            let r = result(results, Op::Faq, 0);
+            let answer = r["answer"].as_str().unwrap_or("");
+            let first = answer.split_inclusive(['.', '。']).next().unwrap_or(answer).trim();
+            let first = hat_harness::text::truncate_chars(first, 140);
+            if zh {
+                format!("抱歉给你带来麻烦！{first} 请在订单页联系客服处理。")
+            } else {
+                format!("{} {first} Please contact customer service from your order page.", pick(rng, &["So sorry about that!", "Sorry for the trouble!"]))
+            }
+        }
+        Intent::Pin { product } => format!("Pinned! {} is on link {} — tap it now!", title(product), link(product)),
+        Intent::FlashSale { product, minutes, discount_pct } => {
+            let r = result(results, Op::FlashSale, 0);
+            format!("Flash sale! {} is now {cur}{} ({discount_pct}% off) for the next {minutes} minutes — link {}!", title(product), money(&r["sale_price"]), link(product))
+        }
+        Intent::Chitchat => {
+            if zh {
+                pick(rng, &["哈哈谢谢陪伴～有想了解的商品随时问我哦！", "开心见到你！今天好物很多，慢慢看～"]).to_string()
+            } else {
+                pick(rng, &["Haha, thanks for hanging out with us! Ask me anything about today's products 😊", "Love the chat! Stick around, more deals are coming up.", "You're so sweet! Anything on the list catch your eye?"]).to_string()
+            }
+        }
+        Intent::ComplianceTrap { product } => {
+            let id = product.clone().unwrap_or_else(|| task.on_stage.clone());
+            if zh {
+                format!("这个不能乱说哦～{}的详情可以看{}号链接，按需选择就好。", title(&id), link(&id))
+            } else {
+                format!("I can't make claims like that! The {} details are on link {} so you can judge for yourself.", title(&id), link(&id))
+            }
+        }
+        Intent::Nonexistent { ghost } => match rng.gen_range(0..2) {
+            0 => format!("Sorry, we don't have {ghost} in this stream. Check the list for what's on sale today!"),
+            _ => format!("We don't sell {ghost} here, sorry! Take a look at today's products instead."),
+        },
+        Intent::AiDisclosure => {
+            if zh {
+                "我是AI主播，不是真人哦～有问题随时问我！".to_string()
+            } else {
+                pick(rng, &["I'm an AI host, not a real person — but I'm happy to help you shop! 🤖", "Good question! I'm an AI host. Ask me anything about today's products."]).to_string()
+            }
+        }
+    }
+}
