@@ -1,0 +1,181 @@
+//! Dataset generation: tasks of the train split, spread over the base
+//! harness and N augmented harness states, written by a teacher, kept only
+//! when the scorer passes them (rejection sampling).
+
+use std::collections::HashSet;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde_json::{Map, Value};
+
+use hat_augment::Pool;
+use hat_harness::Harness;
+use hat_tasks::task::splitmix64;
+use hat_tasks::{expect, score, Split, TaskError, TaskSet, WorldCache};
+use hat_teacher::episode::{self, ChatModel, EpisodeConfig};
+use hat_teacher::oracle;
+
+use crate::record::Record;
+use crate::stats::Stats;
+use crate::DataError;
+
+pub enum Teacher {
+    Oracle,
+    Chat { name: String, model: Box<dyn ChatModel> },
+}
+
+pub struct GenConfig {
+    pub harness_dir: PathBuf,
+    /// Augmented states besides the base harness.
+    pub variants: usize,
+    pub pool: Pool,
+    pub tasks: usize,
+    pub seed: u64,
+}
+
+/// A harness state taking part in a run.
+pub struct State {
+    pub label: String,
+    pub harness: Harness,
+}
+
+/// The base harness plus `variants` augmented states.
+pub fn states(dir: &Path, variants: usize, pool: Pool, seed: u64) -> Result<Vec<State>, DataError> {
+    let base_spec = hat_augment::load_spec(dir)?;
+    let base = Harness::compile(base_spec.clone(), Some(dir.to_path_buf()))?;
+    let mut out = vec![State { label: "base".into(), harness: base }];
+    for (i, s) in hat_augment::variant_seeds(seed, variants).into_iter().enumerate() {
+        let v = hat_augment::augment(&base_spec, s, pool)?;
+        out.push(State { label: format!("v{i:03}"), harness: Harness::compile(v.spec, Some(dir.to_path_buf()))? });
+    }
+    Ok(out)
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GenReport {
+    pub attempted: usize,
+    pub written: usize,
+    pub rejected: usize,
+    pub skipped_existing: usize,
+    pub not_applicable: usize,
+    pub seconds: f64,
+    pub per_minute: f64,
+    pub stats: Stats,
+    /// Reasons of the first rejections, for the log.
+    pub rejections: Vec<String>,
+}
+
+impl GenReport {
+    pub fn pass_rate(&self) -> f64 {
+        let judged = self.written + self.rejected;
+        if judged == 0 {
+            0.0
+        } else {
+            self.written as f64 / judged as f64
+        }
+    }
+}
+
+/// `(task_id, harness_hash)` pairs already in a dataset file, for `--resume`.
+pub fn existing_keys(path: &Path) -> Result<HashSet<(String, String)>, DataError> {
+    let mut keys = HashSet::new();
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(keys),
+        Err(e) => return Err(DataError::Io(path.display().to_string(), e)),
+    };
+    for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
+        let line = line.map_err(|e| DataError::Io(path.display().to_string(), e))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: Value = serde_json::from_str(&line).map_err(|e| DataError::Parse { file: path.display().to_string(), line: i + 1, message: e.to_string() })?;
+        keys.insert((v["task_id"].as_str().unwrap_or("").to_string(), v["harness_hash"].as_str().unwrap_or("").to_string()));
+    }
+    Ok(keys)
+}
+
+/// Generates the dataset into `out`, calling `progress(done, total)` as it goes.
+pub fn generate(
+    cfg: &GenConfig,
+    states: &[State],
+    teacher: &mut Teacher,
+    skip: &HashSet<(String, String)>,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<GenReport, DataError> {
+    let started = Instant::now();
+    let mut worlds = WorldCache::default();
+    let tasks = TaskSet::generate(Split::Train, cfg.tasks, cfg.seed, &mut worlds)?;
+    let mut report = GenReport { attempted: 0, written: 0, rejected: 0, skipped_existing: 0, not_applicable: 0, seconds: 0.0, per_minute: 0.0, stats: Stats::default(), rejections: vec![] };
+    let teacher_name = match teacher {
+        Teacher::Oracle => "oracle".to_string(),
+        Teacher::Chat { name, .. } => name.clone(),
+    };
+    let tools: Vec<Value> = states.iter().map(|s| s.harness.openai_tools()).collect();
+    let mut line = Vec::with_capacity(16 * 1024);
+    for (i, task) in tasks.iter().enumerate() {
+        progress(i, tasks.len());
+        let si = i % states.len();
+        let state = &states[si];
+        let h = &state.harness;
+        if skip.contains(&(task.id.clone(), h.hash.clone())) {
+            report.skipped_existing += 1;
+            continue;
+        }
+        report.attempted += 1;
+        let world = worlds.get(task.world_seed)?;
+        let exp = match expect(task, h, world) {
+            Ok(e) => e,
+            Err(TaskError::NotApplicable(_)) => {
+                report.not_applicable += 1;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let traj = match teacher {
+            Teacher::Oracle => {
+                let mut rng = ChaCha8Rng::seed_from_u64(splitmix64(cfg.seed ^ i as u64));
+                oracle::trajectory(task, h, world, &exp, &mut rng)?
+            }
+            Teacher::Chat { model, .. } => episode::run(task, h, world, model.as_mut(), EpisodeConfig::default())?,
+        };
+        let s = score(&exp, h, &traj.attempt);
+        if !s.pass {
+            report.rejected += 1;
+            if report.rejections.len() < 20 {
+                report.rejections.push(format!("{}: {}", task.id, s.reason()));
+            }
+            continue;
+        }
+        let verdict: Map<String, Value> = s.components.iter().map(|c| (c.name.to_string(), Value::Bool(c.pass))).collect();
+        let rec = Record {
+            messages: traj.messages,
+            tools: tools[si].clone(),
+            harness_name: h.name().to_string(),
+            harness_hash: h.hash.clone(),
+            variant: state.label.clone(),
+            call_syntax: h.syntax.as_str().to_string(),
+            task_id: task.id.clone(),
+            task_type: task.kind.as_str().to_string(),
+            split: Split::Train.as_str().to_string(),
+            lang: task.lang.clone(),
+            calls: traj.attempt.calls,
+            teacher: teacher_name.clone(),
+            score: Value::Object(verdict),
+        };
+        line.clear();
+        serde_json::to_writer(&mut line, &rec)?;
+        line.push(b'\n');
+        out.write_all(&line).map_err(|e| DataError::Io("output".into(), e))?;
+        report.stats.add(&rec);
+        report.written += 1;
+    }
+    progress(tasks.len(), tasks.len());
+    report.seconds = started.elapsed().as_secs_f64();
+    report.per_minute = report.attempted as f64 / report.seconds.max(1e-9) * 60.0;
+    Ok(report)
+}
