@@ -14,7 +14,11 @@ pub enum IfevalError {
     MissingArgument { id: String, arg: &'static str },
     /// An argument has the wrong type or an unsupported value.
     #[error("instruction `{id}`: invalid argument `{arg}`: {reason}")]
-    InvalidArgument { id: String, arg: String, reason: String },
+    InvalidArgument {
+        id: String,
+        arg: String,
+        reason: String,
+    },
     /// An argument that the instruction does not take (upstream raises `TypeError`).
     #[error("instruction `{id}`: unexpected argument `{arg}`")]
     UnexpectedArgument { id: String, arg: String },
@@ -23,13 +27,24 @@ pub enum IfevalError {
     KwargsLength { ids: usize, kwargs: usize },
     /// A file could not be read or written.
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// A line of a JSON-lines file is not a valid record.
     #[error("{}:{line}: {source}", path.display())]
-    Json { path: PathBuf, line: usize, source: serde_json::Error },
+    Json {
+        path: PathBuf,
+        line: usize,
+        source: serde_json::Error,
+    },
     /// A record parsed as JSON but describes invalid instructions.
     #[error("{}:{line}: {source}", path.display())]
-    Record { path: PathBuf, line: usize, source: Box<IfevalError> },
+    Record {
+        path: PathBuf,
+        line: usize,
+        source: Box<IfevalError>,
+    },
     /// Serialising results failed.
     #[error("serialising results: {0}")]
     Serialize(#[from] serde_json::Error),

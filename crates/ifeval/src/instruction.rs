@@ -40,27 +40,71 @@ pub const INSTRUCTION_IDS: [&str; 25] = [
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum Instruction {
-    KeywordsExistence { keywords: Vec<Regex> },
-    KeywordsFrequency { keyword: Regex, relation: Relation, frequency: i64 },
-    ForbiddenWords { words: Vec<Regex> },
-    LetterFrequency { letter: String, relation: Relation, frequency: i64 },
-    ResponseLanguage { language: String },
-    NumberSentences { relation: Relation, num_sentences: i64 },
-    NumberParagraphs { num_paragraphs: i64 },
-    NumberWords { relation: Relation, num_words: i64 },
-    NthParagraphFirstWord { num_paragraphs: i64, nth_paragraph: i64, first_word: String },
-    NumberPlaceholders { num_placeholders: i64 },
-    Postscript { marker: Regex },
-    NumberBulletLists { num_bullets: i64 },
+    KeywordsExistence {
+        keywords: Vec<Regex>,
+    },
+    KeywordsFrequency {
+        keyword: Regex,
+        relation: Relation,
+        frequency: i64,
+    },
+    ForbiddenWords {
+        words: Vec<Regex>,
+    },
+    LetterFrequency {
+        letter: String,
+        relation: Relation,
+        frequency: i64,
+    },
+    ResponseLanguage {
+        language: String,
+    },
+    NumberSentences {
+        relation: Relation,
+        num_sentences: i64,
+    },
+    NumberParagraphs {
+        num_paragraphs: i64,
+    },
+    NumberWords {
+        relation: Relation,
+        num_words: i64,
+    },
+    NthParagraphFirstWord {
+        num_paragraphs: i64,
+        nth_paragraph: i64,
+        first_word: String,
+    },
+    NumberPlaceholders {
+        num_placeholders: i64,
+    },
+    Postscript {
+        marker: Regex,
+    },
+    NumberBulletLists {
+        num_bullets: i64,
+    },
     ConstrainedResponse,
-    NumberHighlightedSections { num_highlights: i64 },
-    MultipleSections { splitter: Regex, num_sections: i64 },
+    NumberHighlightedSections {
+        num_highlights: i64,
+    },
+    MultipleSections {
+        splitter: Regex,
+        num_sections: i64,
+    },
     JsonFormat,
     Title,
     TwoResponses,
-    RepeatPrompt { prompt_to_repeat: String },
-    EndChecker { end_phrase: String },
-    CapitalWordFrequency { relation: Relation, capital_frequency: i64 },
+    RepeatPrompt {
+        prompt_to_repeat: String,
+    },
+    EndChecker {
+        end_phrase: String,
+    },
+    CapitalWordFrequency {
+        relation: Relation,
+        capital_frequency: i64,
+    },
     EnglishCapital,
     EnglishLowercase,
     NoComma,
@@ -78,23 +122,33 @@ impl<'a> Args<'a> {
     fn get(&mut self, arg: &'static str) -> Result<&'a Value, IfevalError> {
         self.used.push(arg);
         match self.map.get(arg) {
-            None | Some(Value::Null) => Err(IfevalError::MissingArgument { id: self.id.to_string(), arg }),
+            None | Some(Value::Null) => Err(IfevalError::MissingArgument {
+                id: self.id.to_string(),
+                arg,
+            }),
             Some(v) => Ok(v),
         }
     }
 
     fn invalid(&self, arg: &str, reason: impl Into<String>) -> IfevalError {
-        IfevalError::InvalidArgument { id: self.id.to_string(), arg: arg.to_string(), reason: reason.into() }
+        IfevalError::InvalidArgument {
+            id: self.id.to_string(),
+            arg: arg.to_string(),
+            reason: reason.into(),
+        }
     }
 
     fn int(&mut self, arg: &'static str) -> Result<i64, IfevalError> {
         let v = self.get(arg)?;
-        v.as_i64().ok_or_else(|| self.invalid(arg, format!("expected an integer, got {v}")))
+        v.as_i64()
+            .ok_or_else(|| self.invalid(arg, format!("expected an integer, got {v}")))
     }
 
     fn string(&mut self, arg: &'static str) -> Result<String, IfevalError> {
         let v = self.get(arg)?;
-        v.as_str().map(str::to_string).ok_or_else(|| self.invalid(arg, format!("expected a string, got {v}")))
+        v.as_str()
+            .map(str::to_string)
+            .ok_or_else(|| self.invalid(arg, format!("expected a string, got {v}")))
     }
 
     fn strings(&mut self, arg: &'static str) -> Result<Vec<String>, IfevalError> {
@@ -109,14 +163,22 @@ impl<'a> Args<'a> {
 
     fn relation(&mut self, arg: &'static str) -> Result<Relation, IfevalError> {
         let s = self.string(arg)?;
-        Relation::parse(&s).ok_or_else(|| self.invalid(arg, format!("`{s}` is neither \"less than\" nor \"at least\"")))
+        Relation::parse(&s).ok_or_else(|| {
+            self.invalid(
+                arg,
+                format!("`{s}` is neither \"less than\" nor \"at least\""),
+            )
+        })
     }
 
     /// Rejects any non-null key that the instruction does not take.
     fn finish(self) -> Result<(), IfevalError> {
         for (k, v) in self.map {
             if !v.is_null() && !self.used.contains(&k.as_str()) {
-                return Err(IfevalError::UnexpectedArgument { id: self.id.to_string(), arg: k.clone() });
+                return Err(IfevalError::UnexpectedArgument {
+                    id: self.id.to_string(),
+                    arg: k.clone(),
+                });
             }
         }
         Ok(())
@@ -124,7 +186,10 @@ impl<'a> Args<'a> {
 }
 
 fn keyword_list(words: &[String]) -> Vec<Regex> {
-    words.iter().map(|w| checks::keywords::keyword_regex(w)).collect()
+    words
+        .iter()
+        .map(|w| checks::keywords::keyword_regex(w))
+        .collect()
 }
 
 impl Instruction {
@@ -132,10 +197,16 @@ impl Instruction {
     /// `build_description` does. Missing or ill-typed arguments are errors (upstream would
     /// draw random values, which only makes sense when generating prompts).
     pub fn new(id: &str, kwargs: &Map<String, Value>) -> Result<Self, IfevalError> {
-        let mut a = Args { id, map: kwargs, used: Vec::new() };
+        let mut a = Args {
+            id,
+            map: kwargs,
+            used: Vec::new(),
+        };
         use Instruction as I;
         let ins = match id {
-            "keywords:existence" => I::KeywordsExistence { keywords: keyword_list(&a.strings("keywords")?) },
+            "keywords:existence" => I::KeywordsExistence {
+                keywords: keyword_list(&a.strings("keywords")?),
+            },
             "keywords:frequency" => I::KeywordsFrequency {
                 keyword: checks::keywords::keyword_regex(py_trim(&a.string("keyword")?)),
                 frequency: a.int("frequency")?,
@@ -145,39 +216,53 @@ impl Instruction {
                 let mut words = a.strings("forbidden_words")?;
                 words.sort();
                 words.dedup();
-                I::ForbiddenWords { words: keyword_list(&words) }
+                I::ForbiddenWords {
+                    words: keyword_list(&words),
+                }
             }
             "keywords:letter_frequency" => {
                 let letter = py_trim(&a.string("letter")?).to_lowercase();
                 if letter.is_empty() {
                     return Err(a.invalid("letter", "empty"));
                 }
-                I::LetterFrequency { letter, frequency: a.int("let_frequency")?, relation: a.relation("let_relation")? }
+                I::LetterFrequency {
+                    letter,
+                    frequency: a.int("let_frequency")?,
+                    relation: a.relation("let_relation")?,
+                }
             }
-            "language:response_language" => I::ResponseLanguage { language: a.string("language")? },
-            "length_constraints:number_sentences" => {
-                I::NumberSentences { num_sentences: a.int("num_sentences")?, relation: a.relation("relation")? }
-            }
-            "length_constraints:number_paragraphs" => I::NumberParagraphs { num_paragraphs: a.int("num_paragraphs")? },
-            "length_constraints:number_words" => {
-                I::NumberWords { num_words: a.int("num_words")?, relation: a.relation("relation")? }
-            }
+            "language:response_language" => I::ResponseLanguage {
+                language: a.string("language")?,
+            },
+            "length_constraints:number_sentences" => I::NumberSentences {
+                num_sentences: a.int("num_sentences")?,
+                relation: a.relation("relation")?,
+            },
+            "length_constraints:number_paragraphs" => I::NumberParagraphs {
+                num_paragraphs: a.int("num_paragraphs")?,
+            },
+            "length_constraints:number_words" => I::NumberWords {
+                num_words: a.int("num_words")?,
+                relation: a.relation("relation")?,
+            },
             "length_constraints:nth_paragraph_first_word" => I::NthParagraphFirstWord {
                 num_paragraphs: a.int("num_paragraphs")?,
                 nth_paragraph: a.int("nth_paragraph")?,
                 first_word: a.string("first_word")?.to_lowercase(),
             },
-            "detectable_content:number_placeholders" => {
-                I::NumberPlaceholders { num_placeholders: a.int("num_placeholders")? }
-            }
-            "detectable_content:postscript" => {
-                I::Postscript { marker: checks::content::postscript_regex(py_trim(&a.string("postscript_marker")?)) }
-            }
-            "detectable_format:number_bullet_lists" => I::NumberBulletLists { num_bullets: a.int("num_bullets")? },
+            "detectable_content:number_placeholders" => I::NumberPlaceholders {
+                num_placeholders: a.int("num_placeholders")?,
+            },
+            "detectable_content:postscript" => I::Postscript {
+                marker: checks::content::postscript_regex(py_trim(&a.string("postscript_marker")?)),
+            },
+            "detectable_format:number_bullet_lists" => I::NumberBulletLists {
+                num_bullets: a.int("num_bullets")?,
+            },
             "detectable_format:constrained_response" => I::ConstrainedResponse,
-            "detectable_format:number_highlighted_sections" => {
-                I::NumberHighlightedSections { num_highlights: a.int("num_highlights")? }
-            }
+            "detectable_format:number_highlighted_sections" => I::NumberHighlightedSections {
+                num_highlights: a.int("num_highlights")?,
+            },
             "detectable_format:multiple_sections" => I::MultipleSections {
                 splitter: checks::format::section_regex(py_trim(&a.string("section_spliter")?)),
                 num_sections: a.int("num_sections")?,
@@ -185,10 +270,12 @@ impl Instruction {
             "detectable_format:json_format" => I::JsonFormat,
             "detectable_format:title" => I::Title,
             "combination:two_responses" => I::TwoResponses,
-            "combination:repeat_prompt" => I::RepeatPrompt { prompt_to_repeat: a.string("prompt_to_repeat")? },
-            "startend:end_checker" => {
-                I::EndChecker { end_phrase: py_trim(&a.string("end_phrase")?).to_lowercase() }
-            }
+            "combination:repeat_prompt" => I::RepeatPrompt {
+                prompt_to_repeat: a.string("prompt_to_repeat")?,
+            },
+            "startend:end_checker" => I::EndChecker {
+                end_phrase: py_trim(&a.string("end_phrase")?).to_lowercase(),
+            },
             "change_case:capital_word_frequency" => I::CapitalWordFrequency {
                 capital_frequency: a.int("capital_frequency")?,
                 relation: a.relation("capital_relation")?,
@@ -209,36 +296,54 @@ impl Instruction {
         use Instruction as I;
         match self {
             I::KeywordsExistence { keywords } => keywords::existence(r, keywords),
-            I::KeywordsFrequency { keyword, relation, frequency } => {
-                keywords::frequency(r, keyword, *relation, *frequency)
-            }
+            I::KeywordsFrequency {
+                keyword,
+                relation,
+                frequency,
+            } => keywords::frequency(r, keyword, *relation, *frequency),
             I::ForbiddenWords { words } => keywords::forbidden_words(r, words),
-            I::LetterFrequency { letter, relation, frequency } => {
-                keywords::letter_frequency(r, letter, *relation, *frequency)
-            }
+            I::LetterFrequency {
+                letter,
+                relation,
+                frequency,
+            } => keywords::letter_frequency(r, letter, *relation, *frequency),
             I::ResponseLanguage { language } => language::response_language(r, language),
-            I::NumberSentences { relation, num_sentences } => length::number_sentences(r, *relation, *num_sentences),
+            I::NumberSentences {
+                relation,
+                num_sentences,
+            } => length::number_sentences(r, *relation, *num_sentences),
             I::NumberParagraphs { num_paragraphs } => length::number_paragraphs(r, *num_paragraphs),
-            I::NumberWords { relation, num_words } => length::number_words(r, *relation, *num_words),
-            I::NthParagraphFirstWord { num_paragraphs, nth_paragraph, first_word } => {
-                length::nth_paragraph_first_word(r, *num_paragraphs, *nth_paragraph, first_word)
+            I::NumberWords {
+                relation,
+                num_words,
+            } => length::number_words(r, *relation, *num_words),
+            I::NthParagraphFirstWord {
+                num_paragraphs,
+                nth_paragraph,
+                first_word,
+            } => length::nth_paragraph_first_word(r, *num_paragraphs, *nth_paragraph, first_word),
+            I::NumberPlaceholders { num_placeholders } => {
+                content::number_placeholders(r, *num_placeholders)
             }
-            I::NumberPlaceholders { num_placeholders } => content::number_placeholders(r, *num_placeholders),
             I::Postscript { marker } => content::postscript(r, marker),
             I::NumberBulletLists { num_bullets } => format::number_bullet_lists(r, *num_bullets),
             I::ConstrainedResponse => format::constrained_response(r),
             I::NumberHighlightedSections { num_highlights } => {
                 format::number_highlighted_sections(r, *num_highlights)
             }
-            I::MultipleSections { splitter, num_sections } => format::multiple_sections(r, splitter, *num_sections),
+            I::MultipleSections {
+                splitter,
+                num_sections,
+            } => format::multiple_sections(r, splitter, *num_sections),
             I::JsonFormat => format::json_format(r),
             I::Title => format::title(r),
             I::TwoResponses => combination::two_responses(r),
             I::RepeatPrompt { prompt_to_repeat } => combination::repeat_prompt(r, prompt_to_repeat),
             I::EndChecker { end_phrase } => startend::end_checker(r, end_phrase),
-            I::CapitalWordFrequency { relation, capital_frequency } => {
-                case::capital_word_frequency(r, *relation, *capital_frequency)
-            }
+            I::CapitalWordFrequency {
+                relation,
+                capital_frequency,
+            } => case::capital_word_frequency(r, *relation, *capital_frequency),
             I::EnglishCapital => case::english_capital(r),
             I::EnglishLowercase => case::english_lowercase(r),
             I::NoComma => punctuation::no_comma(r),
@@ -253,7 +358,9 @@ impl Instruction {
 
     /// Loose verdict: some non-blank variant of the response (see [`crate::loose`]) passes.
     pub fn check_loose(&self, response: &str) -> bool {
-        crate::loose::variants(response).iter().any(|v| !is_blank(v) && self.check_text(v))
+        crate::loose::variants(response)
+            .iter()
+            .any(|v| !is_blank(v) && self.check_text(v))
     }
 }
 
@@ -278,11 +385,30 @@ mod tests {
 
     #[test]
     fn argument_errors() {
-        assert!(matches!(Instruction::new("nope:x", &Map::new()), Err(IfevalError::UnknownInstruction { .. })));
-        let e = Instruction::new("keywords:frequency", &kw(json!({"keyword": "a", "frequency": 2}))).unwrap_err();
-        assert!(matches!(e, IfevalError::MissingArgument { arg: "relation", .. }), "{e}");
-        let e = Instruction::new("keywords:frequency", &kw(json!({"keyword": "a", "frequency": 2, "relation": "at most"})))
-            .unwrap_err();
+        assert!(matches!(
+            Instruction::new("nope:x", &Map::new()),
+            Err(IfevalError::UnknownInstruction { .. })
+        ));
+        let e = Instruction::new(
+            "keywords:frequency",
+            &kw(json!({"keyword": "a", "frequency": 2})),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                IfevalError::MissingArgument {
+                    arg: "relation",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = Instruction::new(
+            "keywords:frequency",
+            &kw(json!({"keyword": "a", "frequency": 2, "relation": "at most"})),
+        )
+        .unwrap_err();
         assert!(matches!(e, IfevalError::InvalidArgument { .. }), "{e}");
         let e = Instruction::new("punctuation:no_comma", &kw(json!({"extra": 1}))).unwrap_err();
         assert!(matches!(e, IfevalError::UnexpectedArgument { .. }), "{e}");
@@ -300,7 +426,11 @@ mod tests {
 
     #[test]
     fn normalises_arguments() {
-        let i = Instruction::new("startend:end_checker", &kw(json!({"end_phrase": "  Is there anything else? "}))).unwrap();
+        let i = Instruction::new(
+            "startend:end_checker",
+            &kw(json!({"end_phrase": "  Is there anything else? "})),
+        )
+        .unwrap();
         assert!(i.check_strict("ok. is there anything else?"));
         let i = Instruction::new(
             "keywords:letter_frequency",

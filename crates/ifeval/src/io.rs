@@ -27,9 +27,16 @@ impl InputRecord {
     /// Configures every instruction of the record.
     pub fn instructions(&self) -> Result<Vec<Instruction>, IfevalError> {
         if self.kwargs.len() != self.instruction_id_list.len() {
-            return Err(IfevalError::KwargsLength { ids: self.instruction_id_list.len(), kwargs: self.kwargs.len() });
+            return Err(IfevalError::KwargsLength {
+                ids: self.instruction_id_list.len(),
+                kwargs: self.kwargs.len(),
+            });
         }
-        self.instruction_id_list.iter().zip(&self.kwargs).map(|(id, kw)| Instruction::new(id, kw)).collect()
+        self.instruction_id_list
+            .iter()
+            .zip(&self.kwargs)
+            .map(|(id, kw)| Instruction::new(id, kw))
+            .collect()
     }
 }
 
@@ -40,12 +47,18 @@ struct ResponseLine {
 }
 
 fn read(path: &Path) -> Result<String, IfevalError> {
-    fs::read_to_string(path).map_err(|source| IfevalError::Io { path: path.to_path_buf(), source })
+    fs::read_to_string(path).map_err(|source| IfevalError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Non-blank lines of a JSON-lines text with their 1-based line numbers.
 fn lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
-    text.lines().enumerate().map(|(i, l)| (i + 1, l)).filter(|(_, l)| !l.trim().is_empty())
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l))
+        .filter(|(_, l)| !l.trim().is_empty())
 }
 
 /// Parses input records from JSON-lines text; `path` is only used in errors. Every record's
@@ -53,10 +66,16 @@ fn lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
 pub fn parse_inputs(text: &str, path: &Path) -> Result<Vec<InputRecord>, IfevalError> {
     lines(text)
         .map(|(line, l)| {
-            let rec: InputRecord = serde_json::from_str(l)
-                .map_err(|source| IfevalError::Json { path: path.to_path_buf(), line, source })?;
-            rec.instructions()
-                .map_err(|e| IfevalError::Record { path: path.to_path_buf(), line, source: Box::new(e) })?;
+            let rec: InputRecord = serde_json::from_str(l).map_err(|source| IfevalError::Json {
+                path: path.to_path_buf(),
+                line,
+                source,
+            })?;
+            rec.instructions().map_err(|e| IfevalError::Record {
+                path: path.to_path_buf(),
+                line,
+                source: Box::new(e),
+            })?;
             Ok(rec)
         })
         .collect()
@@ -73,8 +92,11 @@ pub fn read_inputs(path: impl AsRef<Path>) -> Result<Vec<InputRecord>, IfevalErr
 pub fn parse_responses(text: &str, path: &Path) -> Result<HashMap<String, String>, IfevalError> {
     let mut out = HashMap::new();
     for (line, l) in lines(text) {
-        let r: ResponseLine =
-            serde_json::from_str(l).map_err(|source| IfevalError::Json { path: path.to_path_buf(), line, source })?;
+        let r: ResponseLine = serde_json::from_str(l).map_err(|source| IfevalError::Json {
+            path: path.to_path_buf(),
+            line,
+            source,
+        })?;
         out.insert(r.prompt, r.response);
     }
     Ok(out)

@@ -31,8 +31,14 @@ mod tests {
 
     #[test]
     fn detects_and_raises_like_langdetect() {
-        assert_eq!(detect("This is a perfectly ordinary English sentence about the weather.").as_deref(), Some("en"));
-        assert_eq!(detect("Dies ist ein ganz normaler deutscher Satz über das Wetter.").as_deref(), Some("de"));
+        assert_eq!(
+            detect("This is a perfectly ordinary English sentence about the weather.").as_deref(),
+            Some("en")
+        );
+        assert_eq!(
+            detect("Dies ist ein ganz normaler deutscher Satz über das Wetter.").as_deref(),
+            Some("de")
+        );
         assert_eq!(detect("12345 !!! ???"), None);
         assert_eq!(detect(""), None);
     }

@@ -33,7 +33,9 @@ pub mod tokenize;
 pub use checks::Relation;
 pub use error::IfevalError;
 pub use instruction::{Instruction, INSTRUCTION_IDS};
-pub use io::{parse_inputs, parse_responses, read_inputs, read_responses, write_outputs, InputRecord};
+pub use io::{
+    parse_inputs, parse_responses, read_inputs, read_responses, write_outputs, InputRecord,
+};
 pub use lang::detect as detect_language;
 pub use report::{score_responses, GroupScores, ItemResult, ModeScores, Report, Tally};
 

@@ -8,13 +8,32 @@ use crate::text::py_trim;
 pub fn variants(response: &str) -> [String; 8] {
     let lines: Vec<&str> = response.split('\n').collect();
     let n = lines.len();
-    let join = |a: usize, b: usize| if a < b { py_trim(&lines[a..b].join("\n")).to_string() } else { String::new() };
+    let join = |a: usize, b: usize| {
+        if a < b {
+            py_trim(&lines[a..b].join("\n")).to_string()
+        } else {
+            String::new()
+        }
+    };
     let remove_first = join(1, n);
     let remove_last = join(0, n - 1);
     let remove_both = join(1, n.saturating_sub(1));
     let unstar = |s: &str| s.replace('*', "");
-    let (uf, ul, ub) = (unstar(&remove_first), unstar(&remove_last), unstar(&remove_both));
-    [response.to_string(), unstar(response), remove_first, remove_last, remove_both, uf, ul, ub]
+    let (uf, ul, ub) = (
+        unstar(&remove_first),
+        unstar(&remove_last),
+        unstar(&remove_both),
+    );
+    [
+        response.to_string(),
+        unstar(response),
+        remove_first,
+        remove_last,
+        remove_both,
+        uf,
+        ul,
+        ub,
+    ]
 }
 
 #[cfg(test)]
@@ -36,5 +55,5 @@ mod tests {
     fn one_line_response_has_blank_line_variants() {
         let v = variants("only");
         assert!(v[2..].iter().all(String::is_empty));
-            }
+    }
 }

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 use serde::Deserialize;
 
-use crate::text::{is_py_space, is_py_word, py_trim};
+use crate::text::{is_py_digit, is_py_space, is_py_word, py_trim};
 
 const ORTHO_BEG_UC: u32 = 1 << 1;
 const ORTHO_MID_UC: u32 = 1 << 2;
@@ -43,8 +43,8 @@ struct Params {
 fn params() -> &'static Params {
     static PARAMS: OnceLock<Params> = OnceLock::new();
     PARAMS.get_or_init(|| {
-        let raw: RawParams =
-            serde_json::from_str(include_str!("../data/punkt_english.json")).expect("bundled Punkt parameters are valid JSON");
+        let raw: RawParams = serde_json::from_str(include_str!("../data/punkt_english.json"))
+            .expect("bundled Punkt parameters are valid JSON");
         Params {
             sent_starters: raw.sentence_starters.into_iter().collect(),
             abbrev_types: raw.abbrev_types.into_iter().collect(),
@@ -65,14 +65,48 @@ impl Params {
 fn is_non_word(c: char) -> bool {
     matches!(
         c,
-        ')' | '"' | ';' | '}' | ']' | '*' | ':' | '@' | '\'' | '(' | '{' | '[' | '!' | '?'
-            | '\u{2018}' | '\u{2019}' | '\u{201c}' | '\u{201d}' | '\u{ab}' | '\u{bb}'
+        ')' | '"'
+            | ';'
+            | '}'
+            | ']'
+            | '*'
+            | ':'
+            | '@'
+            | '\''
+            | '('
+            | '{'
+            | '['
+            | '!'
+            | '?'
+            | '\u{2018}'
+            | '\u{2019}'
+            | '\u{201c}'
+            | '\u{201d}'
+            | '\u{ab}'
+            | '\u{bb}'
     )
 }
 
 /// Characters excluded from starting a word token (`_re_word_start`).
 fn is_word_start_excluded(c: char) -> bool {
-    matches!(c, '(' | '"' | '`' | '{' | '[' | ':' | ';' | '&' | '#' | '*' | '@' | ')' | '}' | ']' | '-' | ',')
+    matches!(
+        c,
+        '(' | '"'
+            | '`'
+            | '{'
+            | '['
+            | ':'
+            | ';'
+            | '&'
+            | '#'
+            | '*'
+            | '@'
+            | ')'
+            | '}'
+            | ']'
+            | '-'
+            | ','
+    )
 }
 
 /// `_re_multi_char_punct` matched at `i`: `-{2,}`, `.{2,}` or `(?:\.\s){2,}\.`; returns the end.
@@ -112,7 +146,10 @@ fn word_tokenize_line(s: &[char]) -> Vec<String> {
             return true;
         }
         s[j] == ','
-            && (j + 1 >= n || is_py_space(s[j + 1]) || is_non_word(s[j + 1]) || multi_char_at(s, j + 1).is_some())
+            && (j + 1 >= n
+                || is_py_space(s[j + 1])
+                || is_non_word(s[j + 1])
+                || multi_char_at(s, j + 1).is_some())
     };
     let mut out = Vec::new();
     let mut i = 0;
@@ -154,8 +191,19 @@ struct Token {
 impl Token {
     fn new(tok: String, p: &Params) -> Self {
         let lower = tok.to_lowercase();
-        let typ = if p.numeric.is_match(&lower) { "##number##".to_string() } else { lower };
-        Token { period_final: tok.ends_with('.'), tok, typ, sentbreak: false, abbr: false, ellipsis: false }
+        let typ = if p.numeric.is_match(&lower) {
+            "##number##".to_string()
+        } else {
+            lower
+        };
+        Token {
+            period_final: tok.ends_with('.'),
+            tok,
+            typ,
+            sentbreak: false,
+            abbr: false,
+            ellipsis: false,
+        }
     }
 
     fn type_no_period(&self) -> &str {
@@ -189,24 +237,9 @@ impl Token {
     fn is_initial(&self) -> bool {
         let mut it = self.tok.chars();
         match (it.next(), it.next(), it.next()) {
-            (Some(c), Some('.'), None) => is_py_word(c) && !c.is_numeric_decimal(),
+            (Some(c), Some('.'), None) => is_py_word(c) && !is_py_digit(c),
             _ => false,
         }
-    }
-}
-
-trait DecimalDigit {
-    fn is_numeric_decimal(self) -> bool;
-}
-
-impl DecimalDigit for char {
-    /// Unicode general category Nd (Python `\d`).
-    fn is_numeric_decimal(self) -> bool {
-        if self.is_ascii() {
-            return self.is_ascii_digit();
-        }
-        unicode_general_category::get_general_category(self)
-            == unicode_general_category::GeneralCategory::DecimalNumber
     }
 }
 
@@ -218,7 +251,11 @@ fn tokenize_words(text: &str, p: &Params) -> Vec<Token> {
             continue;
         }
         let chars: Vec<char> = line.chars().collect();
-        out.extend(word_tokenize_line(&chars).into_iter().map(|t| Token::new(t, p)));
+        out.extend(
+            word_tokenize_line(&chars)
+                .into_iter()
+                .map(|t| Token::new(t, p)),
+        );
     }
     out
 }
@@ -290,7 +327,8 @@ fn second_pass(t1: &mut Token, t2: &Token, p: &Params) {
             t1.abbr = true;
             return;
         }
-        if h == Ortho::Unknown && initial && t2.first_upper() && p.ortho(&next_typ) & ORTHO_LC == 0 {
+        if h == Ortho::Unknown && initial && t2.first_upper() && p.ortho(&next_typ) & ORTHO_LC == 0
+        {
             t1.sentbreak = false;
             t1.abbr = true;
         }
@@ -328,7 +366,11 @@ fn period_contexts(s: &[char]) -> Vec<PeriodMatch> {
             continue;
         }
         if i + 1 < n && is_non_word(s[i + 1]) {
-            out.push(PeriodMatch { start: i, after_end: i + 2, next_tok: None });
+            out.push(PeriodMatch {
+                start: i,
+                after_end: i + 2,
+                next_tok: None,
+            });
             continue;
         }
         let mut j = i + 1;
@@ -340,7 +382,11 @@ fn period_contexts(s: &[char]) -> Vec<PeriodMatch> {
             while k < n && !is_py_space(s[k]) {
                 k += 1;
             }
-            out.push(PeriodMatch { start: i, after_end: k, next_tok: Some(j) });
+            out.push(PeriodMatch {
+                start: i,
+                after_end: k,
+                next_tok: Some(j),
+            });
         }
     }
     out
@@ -388,7 +434,19 @@ fn potential_end_contexts(s: &[char]) -> Vec<(PeriodMatch, String)> {
 /// `re_boundary_realignment.match(sentence)`: the length of the match, if any.
 fn realignment_match(s: &[char]) -> Option<usize> {
     let closer = |c: char| {
-        matches!(c, '"' | '\'' | ')' | ']' | '}' | '\u{2018}' | '\u{2019}' | '\u{201c}' | '\u{201d}' | '\u{ab}' | '\u{bb}')
+        matches!(
+            c,
+            '"' | '\''
+                | ')'
+                | ']'
+                | '}'
+                | '\u{2018}'
+                | '\u{2019}'
+                | '\u{201c}'
+                | '\u{201d}'
+                | '\u{ab}'
+                | '\u{bb}'
+        )
     };
     let n = s.len();
     let mut k = 0;
@@ -504,8 +562,14 @@ mod tests {
 
     #[test]
     fn realigns_closing_quotes() {
-        assert_eq!(sentences("He said \"Stop.\" Then he left."), ["He said \"Stop.\"", "Then he left."]);
-        assert_eq!(sentences("(Note this.) Next one."), ["(Note this.)", "Next one."]);
+        assert_eq!(
+            sentences("He said \"Stop.\" Then he left."),
+            ["He said \"Stop.\"", "Then he left."]
+        );
+        assert_eq!(
+            sentences("(Note this.) Next one."),
+            ["(Note this.)", "Next one."]
+        );
     }
 
     #[test]

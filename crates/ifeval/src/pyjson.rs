@@ -202,8 +202,19 @@ mod tests {
     #[test]
     fn accepts_what_python_accepts() {
         for ok in [
-            "\"hello\"", "42", "true", "null", "NaN", "-Infinity", "[Infinity]", "1e400", "-0.5E-3",
-            "{\"a\": 1, \"a\": 2}", "\"\\ud800\"", " { } ", "[1, [2, {\"x\": []}]]",
+            "\"hello\"",
+            "42",
+            "true",
+            "null",
+            "NaN",
+            "-Infinity",
+            "[Infinity]",
+            "1e400",
+            "-0.5E-3",
+            "{\"a\": 1, \"a\": 2}",
+            "\"\\ud800\"",
+            " { } ",
+            "[1, [2, {\"x\": []}]]",
         ] {
             assert!(is_valid(ok), "{ok}");
         }
@@ -212,8 +223,24 @@ mod tests {
     #[test]
     fn rejects_what_python_rejects() {
         for bad in [
-            "", "[1,]", "{\"a\":1,}", "// c\n1", "'x'", "\"a\nb\"", "1 2", "01", "1.", ".5", "-",
-            "[1]\u{a0}", "{a: 1}", "\"\\x\"", "\"\\u12\"", "nul", "+1", "\u{feff}1",
+            "",
+            "[1,]",
+            "{\"a\":1,}",
+            "// c\n1",
+            "'x'",
+            "\"a\nb\"",
+            "1 2",
+            "01",
+            "1.",
+            ".5",
+            "-",
+            "[1]\u{a0}",
+            "{a: 1}",
+            "\"\\x\"",
+            "\"\\u12\"",
+            "nul",
+            "+1",
+            "\u{feff}1",
         ] {
             assert!(!is_valid(bad), "{bad:?}");
         }

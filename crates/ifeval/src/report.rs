@@ -78,16 +78,25 @@ pub struct Report {
 /// Scores `responses` (prompt text → response) against `inputs`. A prompt without a response
 /// fails all its instructions and is listed in [`Report::missing`]. Errors only for invalid
 /// instructions in `inputs` (unknown id, bad or missing kwargs).
-pub fn score_responses(inputs: &[InputRecord], responses: &HashMap<String, String>) -> Result<Report, IfevalError> {
+pub fn score_responses(
+    inputs: &[InputRecord],
+    responses: &HashMap<String, String>,
+) -> Result<Report, IfevalError> {
     let mut report = Report::default();
     for rec in inputs {
         let instructions = rec.instructions()?;
         let response = responses.get(&rec.prompt);
         let (strict, loose): (Vec<bool>, Vec<bool>) = match response {
-            Some(r) => instructions.iter().map(|i| (i.check_strict(r), i.check_loose(r))).unzip(),
+            Some(r) => instructions
+                .iter()
+                .map(|i| (i.check_strict(r), i.check_loose(r)))
+                .unzip(),
             None => {
                 report.missing.push(rec.key);
-                (vec![false; instructions.len()], vec![false; instructions.len()])
+                (
+                    vec![false; instructions.len()],
+                    vec![false; instructions.len()],
+                )
             }
         };
         report.strict.prompt_level.add(strict.iter().all(|&b| b));
@@ -123,7 +132,12 @@ fn tally_json(t: Tally) -> serde_json::Value {
 fn groups_json(groups: &BTreeMap<String, GroupScores>) -> serde_json::Value {
     groups
         .iter()
-        .map(|(k, g)| (k.clone(), serde_json::json!({ "strict": tally_json(g.strict), "loose": tally_json(g.loose) })))
+        .map(|(k, g)| {
+            (
+                k.clone(),
+                serde_json::json!({ "strict": tally_json(g.strict), "loose": tally_json(g.loose) }),
+            )
+        })
         .collect::<serde_json::Map<_, _>>()
         .into()
 }
@@ -156,7 +170,13 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "IFEval: {} prompts", self.items.len())?;
         writeln!(f, "{:<22} {:<22} {:<22}", "", "strict", "loose")?;
-        writeln!(f, "{:<22} {:<22} {:<22}", "prompt-level", pct(self.strict.prompt_level), pct(self.loose.prompt_level))?;
+        writeln!(
+            f,
+            "{:<22} {:<22} {:<22}",
+            "prompt-level",
+            pct(self.strict.prompt_level),
+            pct(self.loose.prompt_level)
+        )?;
         writeln!(
             f,
             "{:<22} {:<22} {:<22}",
@@ -164,8 +184,17 @@ impl fmt::Display for Report {
             pct(self.strict.instruction_level),
             pct(self.loose.instruction_level)
         )?;
-        let width = self.by_instruction.keys().map(String::len).max().unwrap_or(0).max(22);
-        for (title, groups) in [("category", &self.by_category), ("instruction", &self.by_instruction)] {
+        let width = self
+            .by_instruction
+            .keys()
+            .map(String::len)
+            .max()
+            .unwrap_or(0)
+            .max(22);
+        for (title, groups) in [
+            ("category", &self.by_category),
+            ("instruction", &self.by_instruction),
+        ] {
             writeln!(f)?;
             writeln!(f, "{title:<width$} {:<22} {:<22}", "strict", "loose")?;
             for (k, g) in groups {

@@ -50,6 +50,14 @@ pub fn is_py_word(c: char) -> bool {
     )
 }
 
+/// Python `\d` (str patterns): general category Nd.
+pub fn is_py_digit(c: char) -> bool {
+    if c.is_ascii() {
+        return c.is_ascii_digit();
+    }
+    get_general_category(c) == Gc::DecimalNumber
+}
+
 /// Number of maximal runs of Python word characters (NLTK `RegexpTokenizer(r"\w+")`).
 pub fn count_words(s: &str) -> usize {
     let mut count = 0;
@@ -112,7 +120,10 @@ mod tests {
         assert_eq!(py_trim("\u{1c} a \u{1f}\n"), "a");
         assert!(is_blank(" \t\u{1d}\u{3000}"));
         assert!(!is_blank("\u{200b}"));
-        assert_eq!(split_ws(" a  b\u{1e}c ").collect::<Vec<_>>(), ["a", "b", "c"]);
+        assert_eq!(
+            split_ws(" a  b\u{1e}c ").collect::<Vec<_>>(),
+            ["a", "b", "c"]
+        );
     }
 
     #[test]

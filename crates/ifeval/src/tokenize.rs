@@ -29,7 +29,10 @@ fn rules() -> &'static Rules {
             (re(r#"^""#), "``"),
             (re(r"(``)"), " $1 "),
             (re(r#"([ (\[{<])("|'{2})"#), "$1 `` "),
-            (re(r"(?i)(?<!\w)(')(?!(?:re|ve|ll|m|t|s|d|n)\b)(?=\w)"), "$1 "),
+            (
+                re(r"(?i)(?<!\w)(')(?!(?:re|ve|ll|m|t|s|d|n)\b)(?=\w)"),
+                "$1 ",
+            ),
         ],
         punctuation: vec![
             // Python uses the possessive `*+` here; with the trailing `\s*$` it is equivalent.
@@ -97,7 +100,10 @@ pub fn treebank_tokenize(sentence: &str) -> Vec<String> {
 
 /// NLTK `word_tokenize(text)`: Punkt sentences, each tokenized by [`treebank_tokenize`].
 pub fn word_tokenize(text: &str) -> Vec<String> {
-    punkt::sentences(text).iter().flat_map(|s| treebank_tokenize(s)).collect()
+    punkt::sentences(text)
+        .iter()
+        .flat_map(|s| treebank_tokenize(s))
+        .collect()
 }
 
 #[cfg(test)]
@@ -118,10 +124,19 @@ mod tests {
     fn treebank_rules() {
         assert_eq!(
             treebank_tokenize("Good muffins cost $3.88 (roughly 3,36 euros) in New York."),
-            ["Good", "muffins", "cost", "$", "3.88", "(", "roughly", "3,36", "euros", ")", "in", "New", "York", "."]
+            [
+                "Good", "muffins", "cost", "$", "3.88", "(", "roughly", "3,36", "euros", ")", "in",
+                "New", "York", "."
+            ]
         );
-        assert_eq!(treebank_tokenize("\"Hi,\" she said: don't."), ["``", "Hi", ",", "''", "she", "said", ":", "do", "n't", "."]);
-        assert_eq!(treebank_tokenize("I cannot wanna go"), ["I", "can", "not", "wan", "na", "go"]);
+        assert_eq!(
+            treebank_tokenize("\"Hi,\" she said: don't."),
+            ["``", "Hi", ",", "''", "she", "said", ":", "do", "n't", "."]
+        );
+        assert_eq!(
+            treebank_tokenize("I cannot wanna go"),
+            ["I", "can", "not", "wan", "na", "go"]
+        );
     }
 
     #[test]

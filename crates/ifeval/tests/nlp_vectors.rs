@@ -49,7 +49,10 @@ fn nlp_matches_python() {
         for (i, t) in texts.iter().enumerate() {
             total += 1;
             let sents = punkt::count_sentences(t);
-            let upper = tokenize::word_tokenize(t).iter().filter(|w| py_isupper(w)).count();
+            let upper = tokenize::word_tokenize(t)
+                .iter()
+                .filter(|w| py_isupper(w))
+                .count();
             let lang = hat_ifeval::detect_language(t);
             if sents != e.sentences[i] || upper != e.upper_words[i] || lang != e.language[i] {
                 bad += 1;

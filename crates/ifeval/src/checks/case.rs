@@ -45,10 +45,18 @@ mod tests {
 
     #[test]
     fn english_case() {
-        assert!(english_lowercase("this is a perfectly ordinary english sentence about the weather."));
-        assert!(!english_lowercase("This is a perfectly ordinary English sentence."));
-        assert!(english_capital("THIS IS A PERFECTLY ORDINARY ENGLISH SENTENCE ABOUT THE WEATHER."));
+        assert!(english_lowercase(
+            "this is a perfectly ordinary english sentence about the weather."
+        ));
+        assert!(!english_lowercase(
+            "This is a perfectly ordinary English sentence."
+        ));
+        assert!(english_capital(
+            "THIS IS A PERFECTLY ORDINARY ENGLISH SENTENCE ABOUT THE WEATHER."
+        ));
         assert!(!english_capital("123 !!!"));
-        assert!(!english_lowercase("dies ist ein ganz normaler deutscher satz über das wetter und die welt."));
+        assert!(!english_lowercase(
+            "dies ist ein ganz normaler deutscher satz über das wetter und die welt."
+        ));
     }
 }

@@ -21,7 +21,9 @@ pub fn two_responses(r: &str) -> bool {
 
 /// `combination:repeat_prompt`: `lower(trim(r))` starts with `lower(trim(prompt_to_repeat))`.
 pub fn repeat_prompt(r: &str, prompt_to_repeat: &str) -> bool {
-    py_trim(r).to_lowercase().starts_with(&py_trim(prompt_to_repeat).to_lowercase())
+    py_trim(r)
+        .to_lowercase()
+        .starts_with(&py_trim(prompt_to_repeat).to_lowercase())
 }
 
 #[cfg(test)]

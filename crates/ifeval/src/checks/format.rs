@@ -40,9 +40,13 @@ pub fn number_bullet_lists(r: &str, n: i64) -> bool {
 /// `detectable_format:constrained_response`.
 pub fn constrained_response(r: &str) -> bool {
     let t = py_trim(r);
-    ["My answer is yes.", "My answer is no.", "My answer is maybe."]
-        .iter()
-        .any(|o| t.contains(o))
+    [
+        "My answer is yes.",
+        "My answer is no.",
+        "My answer is maybe.",
+    ]
+    .iter()
+    .any(|o| t.contains(o))
 }
 
 /// Highlight count as upstream computes it (spec N14).
@@ -71,7 +75,11 @@ pub fn number_highlighted_sections(r: &str, n: i64) -> bool {
 
 /// Section header pattern: `\s?SPLITTER\s?\d+\s?` with the splitter used literally.
 pub fn section_regex(splitter: &str) -> Regex {
-    Regex::new(&format!(r"{PY_S}?{}{PY_S}?\d+{PY_S}?", regex::escape(splitter))).expect("valid regex")
+    Regex::new(&format!(
+        r"{PY_S}?{}{PY_S}?\d+{PY_S}?",
+        regex::escape(splitter)
+    ))
+    .expect("valid regex")
 }
 
 /// `detectable_format:multiple_sections`: at least `n` section headers.
@@ -103,7 +111,10 @@ mod tests {
 
     #[test]
     fn bullets() {
-        assert_eq!(count_bullets("* a\n* b\n- c\n---\n**bold** line\n  * indented"), 5);
+        assert_eq!(
+            count_bullets("* a\n* b\n- c\n---\n**bold** line\n  * indented"),
+            5
+        );
         assert_eq!(count_bullets("*\n* b"), 1);
         assert_eq!(count_bullets("1. one\n• two\n*italic* line"), 1);
         assert!(number_bullet_lists("* a\n* b", 2));
@@ -132,7 +143,11 @@ mod tests {
         for t in ["Section 1", "SECTION X", "SECTION  1"] {
             assert!(!multiple_sections(t, &s, 1), "{t}");
         }
-        assert!(multiple_sections("Section1 x", &section_regex("Section"), 1));
+        assert!(multiple_sections(
+            "Section1 x",
+            &section_regex("Section"),
+            1
+        ));
     }
 
     #[test]

@@ -8,7 +8,8 @@ use crate::text::is_py_boundary;
 /// Case-insensitive regex for a keyword used literally (upstream uses it as a pattern; every
 /// keyword in the data is a plain word, for which both agree).
 pub fn keyword_regex(keyword: &str) -> Regex {
-    Regex::new(&format!("(?i){}", regex::escape(keyword))).expect("escaped literal is a valid regex")
+    Regex::new(&format!("(?i){}", regex::escape(keyword)))
+        .expect("escaped literal is a valid regex")
 }
 
 /// `keywords:existence`: every keyword occurs, case-insensitively, without word boundaries.
@@ -67,8 +68,18 @@ mod tests {
     #[test]
     fn frequency_counts_inside_words() {
         let k = keyword_regex("war");
-        assert!(frequency("War software warm toward WAR", &k, Relation::AtLeast, 5));
-        assert!(!frequency("War software warm toward WAR", &k, Relation::LessThan, 5));
+        assert!(frequency(
+            "War software warm toward WAR",
+            &k,
+            Relation::AtLeast,
+            5
+        ));
+        assert!(!frequency(
+            "War software warm toward WAR",
+            &k,
+            Relation::LessThan,
+            5
+        ));
         assert!(frequency("x", &k, Relation::LessThan, 1));
     }
 

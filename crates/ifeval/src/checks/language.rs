@@ -16,8 +16,14 @@ mod tests {
 
     #[test]
     fn language_verdicts() {
-        assert!(response_language("Dies ist ein ganz normaler deutscher Satz über das Wetter.", "de"));
-        assert!(!response_language("This is a perfectly ordinary English sentence about the weather.", "de"));
+        assert!(response_language(
+            "Dies ist ein ganz normaler deutscher Satz über das Wetter.",
+            "de"
+        ));
+        assert!(!response_language(
+            "This is a perfectly ordinary English sentence about the weather.",
+            "de"
+        ));
         assert!(response_language("12345 !!! ???", "de"));
     }
 }

@@ -85,8 +85,16 @@ mod tests {
     fn words_and_sentences() {
         assert!(number_words("don't stop", Relation::AtLeast, 3));
         assert!(number_words("don't stop", Relation::LessThan, 4));
-        assert!(number_sentences("Hello world. How are you? Fine!", Relation::AtLeast, 3));
-        assert!(number_sentences("Hello world. How are you? Fine!", Relation::LessThan, 4));
+        assert!(number_sentences(
+            "Hello world. How are you? Fine!",
+            Relation::AtLeast,
+            3
+        ));
+        assert!(number_sentences(
+            "Hello world. How are you? Fine!",
+            Relation::LessThan,
+            4
+        ));
     }
 
     #[test]
@@ -94,7 +102,12 @@ mod tests {
         let r = "Intro.\n\n\"Weekend, yes.\n\nEnd";
         assert!(nth_paragraph_first_word(r, 3, 2, "weekend"));
         assert!(!nth_paragraph_first_word(r, 2, 2, "weekend"));
-        assert!(!nth_paragraph_first_word("a\n\n**Weekend** x", 2, 2, "weekend"));
+        assert!(!nth_paragraph_first_word(
+            "a\n\n**Weekend** x",
+            2,
+            2,
+            "weekend"
+        ));
         assert!(nth_paragraph_first_word("a\n\n\nb", 2, 2, "b"));
         // `a`, empty, `b`: count 2 but piece 2 is blank.
         assert!(!nth_paragraph_first_word("a\n\n\n\nb", 2, 2, "b"));
