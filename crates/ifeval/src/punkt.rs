@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 use serde::Deserialize;
 
-use crate::text::{is_py_digit, is_py_space, is_py_word, py_trim};
+use crate::text::{is_py_space, py_trim};
 
 const ORTHO_BEG_UC: u32 = 1 << 1;
 const ORTHO_MID_UC: u32 = 1 << 2;
@@ -38,6 +38,7 @@ struct Params {
     collocations: HashSet<(String, String)>,
     ortho_context: HashMap<String, u32>,
     numeric: Regex,
+    initial: Regex,
 }
 
 fn params() -> &'static Params {
@@ -51,6 +52,8 @@ fn params() -> &'static Params {
             collocations: raw.collocations.into_iter().collect(),
             ortho_context: raw.ortho_context,
             numeric: Regex::new(r"^-?[.,]?\d[\d,.\-]*\.?$").expect("valid regex"),
+            // `regex`-module `\w` (UTS #18, as Rust's): combining marks are word characters.
+            initial: Regex::new(r"^[^\W\d]\.$").expect("valid regex"),
         }
     })
 }
@@ -59,6 +62,12 @@ impl Params {
     fn ortho(&self, typ: &str) -> u32 {
         self.ortho_context.get(typ).copied().unwrap_or(0)
     }
+}
+
+/// `\s` of the `regex` module, which NLTK 3.10 compiles its patterns with: Unicode
+/// White_Space, *without* U+001C..U+001F (unlike Python's `re` and `str.isspace`).
+fn is_rx_space(c: char) -> bool {
+    c.is_whitespace()
 }
 
 /// `PunktLanguageVars._re_non_word_chars`: characters that cannot appear within words.
@@ -124,7 +133,7 @@ fn multi_char_at(s: &[char], i: usize) -> Option<usize> {
         }
         // (?:\.\s){2,}\.
         let mut k = 0;
-        while i + 2 * k + 1 < n && s[i + 2 * k] == '.' && is_py_space(s[i + 2 * k + 1]) {
+        while i + 2 * k + 1 < n && s[i + 2 * k] == '.' && is_rx_space(s[i + 2 * k + 1]) {
             k += 1;
         }
         let mut kk = k;
@@ -142,12 +151,12 @@ fn multi_char_at(s: &[char], i: usize) -> Option<usize> {
 fn word_tokenize_line(s: &[char]) -> Vec<String> {
     let n = s.len();
     let end_cond = |j: usize| -> bool {
-        if j >= n || is_py_space(s[j]) || is_non_word(s[j]) || multi_char_at(s, j).is_some() {
+        if j >= n || is_rx_space(s[j]) || is_non_word(s[j]) || multi_char_at(s, j).is_some() {
             return true;
         }
         s[j] == ','
             && (j + 1 >= n
-                || is_py_space(s[j + 1])
+                || is_rx_space(s[j + 1])
                 || is_non_word(s[j + 1])
                 || multi_char_at(s, j + 1).is_some())
     };
@@ -159,7 +168,7 @@ fn word_tokenize_line(s: &[char]) -> Vec<String> {
             i = e;
             continue;
         }
-        if is_py_space(s[i]) {
+        if is_rx_space(s[i]) {
             i += 1;
             continue;
         }
@@ -234,12 +243,8 @@ impl Token {
         self.tok.chars().count() >= 2 && self.tok.chars().all(|c| c == '.')
     }
 
-    fn is_initial(&self) -> bool {
-        let mut it = self.tok.chars();
-        match (it.next(), it.next(), it.next()) {
-            (Some(c), Some('.'), None) => is_py_word(c) && !is_py_digit(c),
-            _ => false,
-        }
+    fn is_initial(&self, p: &Params) -> bool {
+        p.initial.is_match(&self.tok)
     }
 }
 
@@ -304,7 +309,7 @@ fn second_pass(t1: &mut Token, t2: &Token, p: &Params) {
     }
     let typ = t1.type_no_period().to_string();
     let next_typ = t2.type_no_sentperiod().to_string();
-    let initial = t1.is_initial();
+    let initial = t1.is_initial(p);
     if p.collocations.contains(&(typ.clone(), next_typ.clone())) {
         t1.sentbreak = false;
         t1.abbr = true;
@@ -374,12 +379,12 @@ fn period_contexts(s: &[char]) -> Vec<PeriodMatch> {
             continue;
         }
         let mut j = i + 1;
-        while j < n && is_py_space(s[j]) {
+        while j < n && is_rx_space(s[j]) {
             j += 1;
         }
         if j > i + 1 && j < n {
             let mut k = j;
-            while k < n && !is_py_space(s[k]) {
+            while k < n && !is_rx_space(s[k]) {
                 k += 1;
             }
             out.push(PeriodMatch {
@@ -453,9 +458,9 @@ fn realignment_match(s: &[char]) -> Option<usize> {
     while k < n && closer(s[k]) {
         k += 1;
         let p = k;
-        if p < n && is_py_space(s[p]) {
+        if p < n && is_rx_space(s[p]) {
             let mut e = p;
-            while e < n && is_py_space(s[e]) {
+            while e < n && is_rx_space(s[e]) {
                 e += 1;
             }
             return Some(e);
@@ -558,6 +563,12 @@ mod tests {
         for (text, n) in cases {
             assert_eq!(count_sentences(text), *n, "{text:?}: {:?}", sentences(text));
         }
+    }
+
+    #[test]
+    fn information_separators_are_not_regex_whitespace() {
+        // NLTK 3.10.4 (verified): `\x1c` is not `\s` for the `regex` module.
+        assert_eq!(count_sentences("Hello there.\u{1c}How are you? Fine."), 2);
     }
 
     #[test]

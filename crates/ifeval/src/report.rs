@@ -163,42 +163,48 @@ impl Report {
 }
 
 fn pct(t: Tally) -> String {
-    format!("{:6.2}% ({}/{})", 100.0 * t.accuracy(), t.passed, t.total)
+    format!("{:.2}% ({}/{})", 100.0 * t.accuracy(), t.passed, t.total)
+}
+
+/// One table row: a label and the strict and loose cells, right-aligned.
+fn row(
+    f: &mut fmt::Formatter<'_>,
+    label: &str,
+    width: usize,
+    strict: &str,
+    loose: &str,
+) -> fmt::Result {
+    writeln!(f, "{label:<width$}  {strict:>18}  {loose:>18}")
 }
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "IFEval: {} prompts", self.items.len())?;
-        writeln!(f, "{:<22} {:<22} {:<22}", "", "strict", "loose")?;
-        writeln!(
-            f,
-            "{:<22} {:<22} {:<22}",
-            "prompt-level",
-            pct(self.strict.prompt_level),
-            pct(self.loose.prompt_level)
-        )?;
-        writeln!(
-            f,
-            "{:<22} {:<22} {:<22}",
-            "instruction-level",
-            pct(self.strict.instruction_level),
-            pct(self.loose.instruction_level)
-        )?;
         let width = self
             .by_instruction
             .keys()
             .map(String::len)
             .max()
             .unwrap_or(0)
-            .max(22);
+            .max(17);
+        writeln!(f, "IFEval: {} prompts", self.items.len())?;
+        row(f, "", width, "strict", "loose")?;
+        row(
+            f,
+            "prompt-level",
+            width,
+            &pct(self.strict.prompt_level),
+            &pct(self.loose.prompt_level),
+        )?;
+        let (s, l) = (self.strict.instruction_level, self.loose.instruction_level);
+        row(f, "instruction-level", width, &pct(s), &pct(l))?;
         for (title, groups) in [
             ("category", &self.by_category),
             ("instruction", &self.by_instruction),
         ] {
             writeln!(f)?;
-            writeln!(f, "{title:<width$} {:<22} {:<22}", "strict", "loose")?;
+            row(f, title, width, "strict", "loose")?;
             for (k, g) in groups {
-                writeln!(f, "{k:<width$} {:<22} {:<22}", pct(g.strict), pct(g.loose))?;
+                row(f, k, width, &pct(g.strict), &pct(g.loose))?;
             }
         }
         if !self.missing.is_empty() {

@@ -50,7 +50,7 @@ fn gpt4_scores_match_reference_aggregates() {
     assert_eq!(report.by_category.len(), 9);
     let table = report.to_string();
     assert!(
-        table.contains("prompt-level") && table.contains(" 77.08% (417/541)"),
+        table.contains("prompt-level") && table.contains("77.08% (417/541)"),
         "{table}"
     );
 }
@@ -145,4 +145,13 @@ fn bad_instructions_name_file_and_line() {
 
     let e = read_inputs("/nonexistent/in.jsonl").unwrap_err();
     assert!(matches!(e, IfevalError::Io { .. }));
+}
+
+#[test]
+#[ignore = "prints the terminal table"]
+fn print_table() {
+    let data = shared_dir().join("data/ifeval");
+    let inputs = read_inputs(data.join("input_data.jsonl")).unwrap();
+    let responses = read_responses(data.join("conformance.jsonl")).unwrap();
+    println!("{}", score_responses(&inputs, &responses).unwrap());
 }
