@@ -6,6 +6,8 @@
 //! (MIT/Apache-2.0), which compiled them from NLTK's English model; they are set for set
 //! identical to NLTK's `punkt_tab/english`. The crate itself does not build on stable Rust,
 //! so the algorithm is ported here, working on code points exactly as the Python does.
+//! Where NLTK 3.10 matches with the `regex` module, its `\s` (without U+001C..U+001F) is used;
+//! where it calls `str` methods (`strip`), Python's `isspace`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
