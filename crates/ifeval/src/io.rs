@@ -1,0 +1,134 @@
+//! Reading input records and response files (JSON lines), writing `items.jsonl` and
+//! `results.json`. Errors name the file and the 1-based line.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::IfevalError;
+use crate::instruction::Instruction;
+use crate::report::Report;
+
+/// One IFEval prompt with its verifiable instructions (a line of `input_data.jsonl`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InputRecord {
+    pub key: i64,
+    pub prompt: String,
+    pub instruction_id_list: Vec<String>,
+    /// Arguments of each instruction, parallel to `instruction_id_list`.
+    pub kwargs: Vec<Map<String, Value>>,
+}
+
+impl InputRecord {
+    /// Configures every instruction of the record.
+    pub fn instructions(&self) -> Result<Vec<Instruction>, IfevalError> {
+        if self.kwargs.len() != self.instruction_id_list.len() {
+            return Err(IfevalError::KwargsLength {
+                ids: self.instruction_id_list.len(),
+                kwargs: self.kwargs.len(),
+            });
+        }
+        self.instruction_id_list
+            .iter()
+            .zip(&self.kwargs)
+            .map(|(id, kw)| Instruction::new(id, kw))
+            .collect()
+    }
+}
+
+#[derive(Deserialize)]
+struct ResponseLine {
+    prompt: String,
+    response: String,
+}
+
+fn read(path: &Path) -> Result<String, IfevalError> {
+    fs::read_to_string(path).map_err(|source| IfevalError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Non-blank lines of a JSON-lines text with their 1-based line numbers.
+fn lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l))
+        .filter(|(_, l)| !l.trim().is_empty())
+}
+
+/// Parses input records from JSON-lines text; `path` is only used in errors. Every record's
+/// instructions are validated.
+pub fn parse_inputs(text: &str, path: &Path) -> Result<Vec<InputRecord>, IfevalError> {
+    lines(text)
+        .map(|(line, l)| {
+            let rec: InputRecord = serde_json::from_str(l).map_err(|source| IfevalError::Json {
+                path: path.to_path_buf(),
+                line,
+                source,
+            })?;
+            rec.instructions().map_err(|e| IfevalError::Record {
+                path: path.to_path_buf(),
+                line,
+                source: Box::new(e),
+            })?;
+            Ok(rec)
+        })
+        .collect()
+}
+
+/// Reads and validates an IFEval input file (`input_data.jsonl` format).
+pub fn read_inputs(path: impl AsRef<Path>) -> Result<Vec<InputRecord>, IfevalError> {
+    let path = path.as_ref();
+    parse_inputs(&read(path)?, path)
+}
+
+/// Parses a response set from JSON-lines text: objects with `prompt` and `response` (other
+/// fields are ignored; a later line for the same prompt wins, as upstream).
+pub fn parse_responses(text: &str, path: &Path) -> Result<HashMap<String, String>, IfevalError> {
+    let mut out = HashMap::new();
+    for (line, l) in lines(text) {
+        let r: ResponseLine = serde_json::from_str(l).map_err(|source| IfevalError::Json {
+            path: path.to_path_buf(),
+            line,
+            source,
+        })?;
+        out.insert(r.prompt, r.response);
+    }
+    Ok(out)
+}
+
+/// Reads a response file: one JSON object per line with `prompt` and `response`.
+pub fn read_responses(path: impl AsRef<Path>) -> Result<HashMap<String, String>, IfevalError> {
+    let path = path.as_ref();
+    parse_responses(&read(path)?, path)
+}
+
+fn io_err(path: PathBuf) -> impl FnOnce(std::io::Error) -> IfevalError {
+    move |source| IfevalError::Io { path, source }
+}
+
+/// Writes `items.jsonl` (one line per prompt: `key`, `instruction_id_list`, `strict`, `loose`,
+/// `prompt`, `response`) and `results.json` (scores and breakdowns) into `out_dir`, creating it.
+pub fn write_outputs(report: &Report, out_dir: impl AsRef<Path>) -> Result<(), IfevalError> {
+    let dir = out_dir.as_ref();
+    fs::create_dir_all(dir).map_err(io_err(dir.to_path_buf()))?;
+    let items_path = dir.join("items.jsonl");
+    let mut items = Vec::new();
+    for item in &report.items {
+        serde_json::to_writer(&mut items, item)?;
+        items.push(b'\n');
+    }
+    fs::File::create(&items_path)
+        .and_then(|mut f| f.write_all(&items))
+        .map_err(io_err(items_path.clone()))?;
+    let results_path = dir.join("results.json");
+    let mut results = serde_json::to_vec_pretty(&report.results_json())?;
+    results.push(b'\n');
+    fs::write(&results_path, results).map_err(io_err(results_path))?;
+    Ok(())
+}
