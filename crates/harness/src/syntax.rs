@@ -238,6 +238,12 @@ fn parse_value(s: &str) -> Option<(Value, usize)> {
             return Some((v, word.len()));
         }
     }
+    // serde_json's stream reader rejects a number followed directly by `)`,
+    // so numbers are cut out by hand.
+    if s.starts_with(|c: char| c.is_ascii_digit() || c == '-') {
+        let end = s.find(|c: char| !(c.is_ascii_digit() || matches!(c, '-' | '+' | '.' | 'e' | 'E'))).unwrap_or(s.len());
+        return serde_json::from_str::<Value>(&s[..end]).ok().map(|v| (v, end));
+    }
     let mut it = serde_json::Deserializer::from_str(s).into_iter::<Value>();
     match it.next() {
         Some(Ok(v)) => Some((v, it.byte_offset())),
@@ -292,6 +298,11 @@ mod tests {
         assert_eq!(p.calls[0].arguments, json!({"a": 1}));
         let p = CallSyntax::Function.parse("CALL x(flag=True, none=None)").unwrap();
         assert_eq!(p.calls[0].arguments, json!({"flag": true, "none": null}));
+        // Regression: a number as the last argument.
+        let p = CallSyntax::Function.parse("CALL quote(product=\"P3\", n=2)").unwrap();
+        assert_eq!(p.calls[0].arguments, json!({"product": "P3", "n": 2}));
+        let p = CallSyntax::Function.parse("CALL f(x=-1.5e2)").unwrap();
+        assert_eq!(p.calls[0].arguments, json!({"x": -150.0}));
     }
 
     proptest::proptest! {

@@ -1,0 +1,124 @@
+//! `hat data gen|stats`.
+
+use std::fs::OpenOptions;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+
+use hat_data::{gen, GenConfig, Stats, Teacher};
+use hat_teacher::openai::{OpenAiConfig, OpenAiTeacher};
+
+use crate::cmd::augment::parse_pool;
+
+#[derive(Subcommand)]
+pub enum DataCmd {
+    /// Write chat-format JSONL trajectories over the base harness and N augmented states.
+    Gen(GenArgs),
+    /// Summarise a dataset file.
+    Stats { file: PathBuf },
+}
+
+#[derive(Args)]
+pub struct GenArgs {
+    #[arg(long)]
+    harness: PathBuf,
+    /// Augmented harness states besides the base one.
+    #[arg(long, default_value_t = 8)]
+    variants: usize,
+    #[arg(long, default_value = "train")]
+    pool: String,
+    /// Number of tasks (train split only).
+    #[arg(long, default_value_t = 1000)]
+    tasks: usize,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[arg(long)]
+    out: PathBuf,
+    /// oracle, or openai (any OpenAI-compatible chat endpoint).
+    #[arg(long, default_value = "oracle")]
+    teacher: String,
+    /// Endpoint base URL for --teacher openai, e.g. http://127.0.0.1:8000/v1.
+    #[arg(long, env = "HAT_TEACHER_BASE_URL")]
+    base_url: Option<String>,
+    /// Model name for --teacher openai.
+    #[arg(long, env = "HAT_TEACHER_MODEL")]
+    model: Option<String>,
+    /// Environment variable that holds the API key (unset: no key is sent).
+    #[arg(long)]
+    api_key_env: Option<String>,
+    #[arg(long, default_value_t = 0.7)]
+    temperature: f64,
+    /// Append to an existing file, skipping trajectories already in it.
+    #[arg(long, conflicts_with = "force")]
+    resume: bool,
+    /// Replace an existing file.
+    #[arg(long)]
+    force: bool,
+}
+
+pub fn run(cmd: DataCmd) -> Result<()> {
+    match cmd {
+        DataCmd::Stats { file } => {
+            let s = Stats::of_file(&file).with_context(|| format!("reading {}", file.display()))?;
+            print!("{s}");
+            Ok(())
+        }
+        DataCmd::Gen(a) => gen_cmd(a),
+    }
+}
+
+fn gen_cmd(a: GenArgs) -> Result<()> {
+    let pool = parse_pool(&a.pool)?;
+    if a.tasks == 0 {
+        bail!("--tasks must be at least 1");
+    }
+    if a.out.exists() && !a.resume && !a.force {
+        bail!("{} exists; pass --resume to continue it or --force to replace it", a.out.display());
+    }
+    let mut teacher = match a.teacher.as_str() {
+        "oracle" => Teacher::Oracle,
+        "openai" => {
+            let (Some(base_url), Some(model)) = (a.base_url.clone(), a.model.clone()) else {
+                bail!("--teacher openai needs --base-url and --model (or HAT_TEACHER_BASE_URL / HAT_TEACHER_MODEL)");
+            };
+            let cfg = OpenAiConfig { base_url, model: model.clone(), api_key_env: a.api_key_env.clone(), temperature: a.temperature, max_tokens: 512, timeout: Duration::from_secs(120) };
+            Teacher::Chat { name: format!("openai:{model}"), model: Box::new(OpenAiTeacher::new(cfg)?) }
+        }
+        other => bail!("--teacher must be oracle or openai, not `{other}`"),
+    };
+    let cfg = GenConfig { harness_dir: a.harness.clone(), variants: a.variants, pool, tasks: a.tasks, seed: a.seed };
+    let states = gen::states(&a.harness, a.variants, pool, a.seed)?;
+    let skip = if a.resume { gen::existing_keys(&a.out)? } else { Default::default() };
+    // A fresh file is written beside the target and renamed at the end, so an
+    // interrupted run never leaves a torn dataset; --resume appends in place.
+    let tmp = a.out.with_extension("jsonl.partial");
+    let target = if a.resume { a.out.clone() } else { tmp.clone() };
+    let file = OpenOptions::new().create(true).append(a.resume).write(true).truncate(!a.resume).open(&target).with_context(|| format!("opening {}", target.display()))?;
+    let mut out = BufWriter::new(file);
+    let pb = crate::progress::bar(a.tasks as u64, "tasks");
+    let report = gen::generate(&cfg, &states, &mut teacher, &skip, &mut out, &mut |done, _| pb.set_position(done as u64))?;
+    pb.finish_and_clear();
+    out.flush()?;
+    drop(out);
+    if !a.resume {
+        std::fs::rename(&tmp, &a.out).with_context(|| format!("moving {} to {}", tmp.display(), a.out.display()))?;
+    }
+    println!(
+        "wrote {} trajectories to {} over {} harness states ({} rejected, pass rate {:.1}%, {} already present) in {:.2}s: {:.0} trajectories/min",
+        report.written,
+        a.out.display(),
+        states.len(),
+        report.rejected,
+        report.pass_rate() * 100.0,
+        report.skipped_existing,
+        report.seconds,
+        report.per_minute
+    );
+    for r in report.rejections.iter().take(5) {
+        println!("  rejected {r}");
+    }
+    Ok(())
+}

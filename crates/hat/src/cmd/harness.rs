@@ -1,0 +1,94 @@
+//! `hat harness check|render`.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Subcommand;
+
+use hat_harness::render::render_turn;
+use hat_harness::{Harness, HarnessError};
+use hat_tasks::episode::stream_value;
+use hat_tasks::task::{event_kind, event_line, event_vars};
+use hat_tasks::{Intent, Split, Task, TaskKind};
+use hat_world::{Event, World};
+
+#[derive(Subcommand)]
+pub enum HarnessCmd {
+    /// Validate a harness: print every problem and exit non-zero, or a one-line summary.
+    Check { dir: PathBuf },
+    /// Print the exact prompt the model would see.
+    Render {
+        dir: PathBuf,
+        /// An event as JSON, e.g. {"type": "comment", "viewer": "lily", "text": "is it in M?"}.
+        #[arg(long)]
+        event: Option<PathBuf>,
+        /// The stream's store (from `hat world gen`); default: a generated world.
+        #[arg(long)]
+        stream: Option<PathBuf>,
+        /// Seed of the generated world when --stream is not given.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Print only the sizes (characters) of the system prompt and the turn.
+        #[arg(long)]
+        size: bool,
+    },
+}
+
+pub fn load(dir: &PathBuf) -> Result<Harness> {
+    match Harness::load(dir) {
+        Ok(h) => Ok(h),
+        Err(HarnessError::Invalid(problems)) => {
+            for p in &problems {
+                eprintln!("{}/{p}", dir.display());
+            }
+            bail!("{} has {} problem(s); fix them and run `hat harness check {}` again", dir.display(), problems.len(), dir.display())
+        }
+        Err(e) => Err(e).with_context(|| format!("loading harness {}", dir.display())),
+    }
+}
+
+pub fn run(cmd: HarnessCmd) -> Result<()> {
+    match cmd {
+        HarnessCmd::Check { dir } => {
+            let h = load(&dir)?;
+            println!("ok: {}", h.summary());
+            Ok(())
+        }
+        HarnessCmd::Render { dir, event, stream, seed, size } => {
+            let h = load(&dir)?;
+            let world = match &stream {
+                Some(p) => World::open(p).with_context(|| format!("opening stream store {}", p.display()))?,
+                None => World::generate(seed)?,
+            };
+            let event: Event = match &event {
+                Some(p) => {
+                    let text = std::fs::read_to_string(p).with_context(|| format!("reading event file {}", p.display()))?;
+                    serde_json::from_str(&text).with_context(|| format!("{}: not an event; expected e.g. {{\"type\": \"comment\", \"viewer\": \"lily\", \"text\": \"hi\"}}", p.display()))?
+                }
+                None => Event::Comment { viewer: "lily_0921".into(), text: "is this in stock in M?".into() },
+            };
+            let on_stage = world.on_stage().map(|p| p.id.clone()).unwrap_or_else(|_| "P1".into());
+            let task = Task {
+                id: "render".into(),
+                kind: TaskKind::Chitchat,
+                split: Split::Test,
+                world_seed: seed,
+                on_stage,
+                lang: "en".into(),
+                event: event.clone(),
+                history: vec![],
+                recent: vec![],
+                intent: Intent::Chitchat,
+            };
+            let system = h.render_system(&stream_value(&task, &world))?;
+            let notes = h.inject_notes(event_kind(&event), &event_vars(&event));
+            let turn = render_turn(&event_line(&event), &notes);
+            if size {
+                println!("system {} chars, turn {} chars, products {}", system.chars().count(), turn.chars().count(), world.catalog().products.len());
+            } else {
+                println!("=== system ({} chars, harness {}) ===\n{system}\n\n=== user ===\n{turn}", system.chars().count(), h.short_hash());
+            }
+            Ok(())
+        }
+    }
+}

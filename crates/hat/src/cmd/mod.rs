@@ -1,0 +1,8 @@
+//! One module per subcommand.
+pub mod augment;
+pub mod bench;
+pub mod data;
+pub mod eval;
+pub mod harness;
+pub mod tasks;
+pub mod world;

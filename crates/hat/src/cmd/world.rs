@@ -1,0 +1,43 @@
+//! `hat world gen|show`.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Subcommand;
+
+use hat_world::World;
+
+#[derive(Subcommand)]
+pub enum WorldCmd {
+    /// Create a stream's store as a SQLite file.
+    Gen {
+        #[arg(long)]
+        seed: u64,
+        #[arg(long)]
+        out: PathBuf,
+        /// Replace an existing file.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Summarise a store.
+    Show { file: PathBuf },
+}
+
+pub fn run(cmd: WorldCmd) -> Result<()> {
+    match cmd {
+        WorldCmd::Gen { seed, out, force } => {
+            if out.exists() && !force {
+                bail!("{} exists; pass --force to replace it", out.display());
+            }
+            let w = World::generate(seed)?;
+            w.save(&out).with_context(|| format!("writing {}", out.display()))?;
+            println!("wrote {} ({} products)", out.display(), w.catalog().products.len());
+            Ok(())
+        }
+        WorldCmd::Show { file } => {
+            let w = World::open(&file).with_context(|| format!("opening {}", file.display()))?;
+            println!("{}", w.summary());
+            Ok(())
+        }
+    }
+}

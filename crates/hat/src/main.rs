@@ -1,0 +1,65 @@
+//! `hat`: the one command line of Harness-Aware Training. A thin layer: each
+//! subcommand parses its arguments and calls a library crate.
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+mod progress;
+
+#[derive(Parser)]
+#[command(name = "hat", version, about = "Harness-Aware Training: compact live-stream agents that keep working when their harness changes")]
+struct Cli {
+    /// More log output (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check or render a harness directory.
+    #[command(subcommand)]
+    Harness(cmd::harness::HarnessCmd),
+    /// Generate or inspect a live-stream world (a SQLite store).
+    #[command(subcommand)]
+    World(cmd::world::WorldCmd),
+    /// Write augmented harness states (Harness-State Augmentation).
+    Augment(cmd::augment::AugmentArgs),
+    /// Sample tasks of a split.
+    #[command(subcommand)]
+    Tasks(cmd::tasks::TasksCmd),
+    /// Generate or summarise trajectory datasets.
+    #[command(subcommand)]
+    Data(cmd::data::DataCmd),
+    /// Evaluate responses (IFEval scoring without a model).
+    #[command(subcommand)]
+    Eval(cmd::eval::EvalCmd),
+    /// Measure speed.
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCmd),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let result = match cli.command {
+        Command::Harness(c) => cmd::harness::run(c),
+        Command::World(c) => cmd::world::run(c),
+        Command::Augment(a) => cmd::augment::run(a),
+        Command::Tasks(c) => cmd::tasks::run(c),
+        Command::Data(c) => cmd::data::run(c),
+        Command::Eval(c) => cmd::eval::run(c),
+        Command::Bench(c) => cmd::bench::run(c),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

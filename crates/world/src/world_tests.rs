@@ -1,0 +1,204 @@
+//! Tests of building, saving, opening and episodes.
+
+use hat_harness::Op;
+use serde_json::{json, Map, Value};
+
+use crate::error::WorldError;
+use crate::World;
+
+fn args(v: Value) -> Map<String, Value> {
+    v.as_object().cloned().unwrap()
+}
+
+#[test]
+fn same_seed_same_world() {
+    let a = World::generate(77).unwrap();
+    let b = World::generate(77).unwrap();
+    assert_eq!(
+        serde_json::to_string(a.catalog()).unwrap(),
+        serde_json::to_string(b.catalog()).unwrap()
+    );
+    assert_eq!(a.summary(), b.summary());
+    assert_ne!(a.catalog(), World::generate(78).unwrap().catalog());
+}
+
+#[test]
+fn save_open_round_trip_keeps_catalog_and_live_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("world.sqlite");
+    let w = World::generate(3).unwrap();
+    w.call(Op::Pin, &args(json!({"product": "P2"}))).unwrap();
+    w.call(
+        Op::FlashSale,
+        &args(json!({"product": "P3", "minutes": 20})),
+    )
+    .unwrap();
+    w.set_on_stage("p4").unwrap();
+    w.save(&path).unwrap();
+    // Saving again replaces the file and leaves no temporary behind.
+    w.save(&path).unwrap();
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+
+    let back = World::open(&path).unwrap();
+    assert_eq!(back.catalog(), w.catalog());
+    assert_eq!(back.pins().unwrap(), w.pins().unwrap());
+    assert_eq!(
+        back.live_flash_sales().unwrap(),
+        w.live_flash_sales().unwrap()
+    );
+    assert_eq!(back.on_stage().unwrap().id, "P4");
+    assert_eq!(back.stream_state(), w.stream_state());
+    let q = |w: &World| w.call(Op::Quote, &args(json!({"product": "P3"}))).unwrap();
+    assert_eq!(q(&back), q(&w));
+}
+
+#[test]
+fn operator_edits_show_after_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.sqlite");
+    World::generate(8).unwrap().save(&path).unwrap();
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute("UPDATE products SET price_cents = 4990 WHERE id = 'P1'", [])
+            .unwrap();
+    }
+    let w = World::open(&path).unwrap();
+    assert_eq!(w.catalog().products[0].price.cents(), 4990);
+    let v = w
+        .call(Op::Product, &args(json!({"product": "P1"})))
+        .unwrap();
+    assert_eq!(v["price"], 49.9);
+}
+
+#[test]
+fn bad_files_give_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+
+    let missing = dir.path().join("nope.sqlite");
+    let e = World::open(&missing).unwrap_err();
+    assert!(matches!(e, WorldError::NotFound { .. }), "{e}");
+
+    let garbage = dir.path().join("garbage.sqlite");
+    std::fs::write(
+        &garbage,
+        "this is not a database, just some text that goes on for a while ".repeat(20),
+    )
+    .unwrap();
+    let e = World::open(&garbage).unwrap_err();
+    assert!(matches!(e, WorldError::NotSqlite { .. }), "{e}");
+    assert!(e.to_string().contains("garbage.sqlite"));
+
+    let short = dir.path().join("short.sqlite");
+    std::fs::write(&short, "hi").unwrap();
+    assert!(World::open(&short).is_err());
+
+    let partial = dir.path().join("partial.sqlite");
+    rusqlite::Connection::open(&partial)
+        .unwrap()
+        .execute_batch("CREATE TABLE stream (id TEXT)")
+        .unwrap();
+    let e = World::open(&partial).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            WorldError::MissingTable {
+                table: "products",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("partial.sqlite") && e.to_string().contains("`products`"));
+
+    let empty = dir.path().join("empty.sqlite");
+    std::fs::write(&empty, "").unwrap();
+    assert!(matches!(
+        World::open(&empty).unwrap_err(),
+        WorldError::MissingTable {
+            table: "stream",
+            ..
+        }
+    ));
+
+    let broken = dir.path().join("broken.sqlite");
+    World::generate(1).unwrap().save(&broken).unwrap();
+    rusqlite::Connection::open(&broken)
+        .unwrap()
+        .execute("UPDATE coupons SET scope = 'galaxy'", [])
+        .unwrap();
+    let e = World::open(&broken).unwrap_err();
+    assert!(
+        matches!(e, WorldError::Invalid { .. }) && e.to_string().contains("galaxy"),
+        "{e}"
+    );
+}
+
+#[test]
+fn episodes_undo_live_changes() {
+    let w = World::generate(6).unwrap();
+    let stage = w.on_stage().unwrap().id.clone();
+    assert!(matches!(w.end_episode(), Err(WorldError::NoEpisode)));
+    w.begin_episode().unwrap();
+    w.call(Op::Pin, &args(json!({"product": "P1"}))).unwrap();
+    w.set_on_stage("P2").unwrap();
+    assert_eq!(w.pins().unwrap().len(), 1);
+    assert!(matches!(
+        w.save(std::env::temp_dir().join("never.sqlite")),
+        Err(WorldError::EpisodeOpen)
+    ));
+    w.end_episode().unwrap();
+    assert!(w.pins().unwrap().is_empty());
+    assert_eq!(w.on_stage().unwrap().id, stage);
+    // Episodes can run back to back.
+    w.begin_episode().unwrap();
+    w.end_episode().unwrap();
+    assert!(w.set_on_stage("P404").is_err());
+}
+
+#[test]
+fn stream_state_shows_usable_coupons_and_stage() {
+    let w = World::generate(10).unwrap();
+    let s = w.stream_state();
+    assert_eq!(s.stream_id, "S-10");
+    assert_eq!(s.currency, "CNY");
+    assert_eq!(s.products.len(), w.catalog().products.len());
+    assert_eq!(s.coupons.len(), w.catalog().usable_coupons().count());
+    assert!(!s.coupons.is_empty());
+    assert_eq!(s.on_stage.link, 1);
+    let v = serde_json::to_value(&s).unwrap();
+    assert!(v["on_stage"]["price"].is_number());
+}
+
+#[test]
+fn summary_reads_well() {
+    let w = World::generate(12).unwrap();
+    let s = w.summary();
+    for needle in [
+        "Stream S-12",
+        "Products (",
+        "Coupons (",
+        "Flash sales (",
+        "Regions (",
+        "FAQ: ",
+    ] {
+        assert!(s.contains(needle), "missing {needle} in\n{s}");
+    }
+}
+
+#[test]
+fn invalid_catalogs_are_refused() {
+    let mut cat = crate::Catalog::generate(2);
+    cat.products[1].id = "P1".into();
+    let e = World::from_catalog(cat).unwrap_err();
+    assert!(e.to_string().contains("appears twice"), "{e}");
+}
+
+#[test]
+fn world_can_move_to_another_thread() {
+    fn is_send<T: Send>() {}
+    is_send::<World>();
+}
