@@ -372,7 +372,13 @@ impl Harness {
                 let max = self.spec.manifest.reply.max_chars;
                 if r.chars().count() > max {
                     log.push(HookDecision { hook: "reply.max_chars".into(), event: EventKind::BeforeReply, outcome: format!("cut to {max} characters") });
-                    ReplyReview::Accept(crate::text::truncate_chars(&r, max))
+                    // Cut the body, not the sign-off or required phrases.
+                    let mut rule = CheckRule::merged(self.hooks.iter().filter_map(|h| match &h.action {
+                        Action::Check { rule, .. } => Some(rule),
+                        _ => None,
+                    }));
+                    rule.max_chars = Some(rule.max_chars.map_or(max, |m| m.min(max)));
+                    ReplyReview::Accept(rule.repair(&r, vars))
                 } else {
                     ReplyReview::Accept(r)
                 }

@@ -295,38 +295,55 @@ impl CheckRule {
         v
     }
 
-    /// Mechanical repair: drop forbidden phrases, add required ones, keep the
-    /// sign-off, and cut to length around it.
+    /// Mechanical repair: drop forbidden phrases, add required ones before
+    /// the sign-off, keep the sign-off last, and cut the body so the whole
+    /// reply fits.
     pub fn repair(&self, reply: &str, vars: &Value) -> String {
-        let mut out = reply.to_string();
-        for f in &self.forbid {
-            out = text::remove_phrase(&out, &text::fill_vars(f, vars));
-        }
-        for r in &self.require {
-            let r = text::fill_vars(r, vars);
-            if !text::contains_phrase(&out, &r) {
-                out = format!("{} {r}", out.trim_end());
-            }
-        }
-        let ending = self.ends_with.as_ref().map(|e| text::fill_vars(e, vars));
+        let ending = self.ends_with.as_ref().map(|e| text::fill_vars(e, vars).trim().to_string()).filter(|e| !e.is_empty());
+        let mut body = reply.trim_end().to_string();
         if let Some(e) = &ending {
-            if !out.trim_end().ends_with(e.trim()) {
-                out = format!("{} {}", out.trim_end(), e.trim());
-            }
+            // The sign-off goes last exactly once, wherever an earlier repair left it.
+            body = text::tidy_spaces(&body.replace(e.as_str(), " "));
         }
+        for f in &self.forbid {
+            body = text::remove_phrase(&body, &text::fill_vars(f, vars));
+        }
+        let required: Vec<String> = self.require.iter().map(|r| text::fill_vars(r, vars).trim().to_string()).filter(|r| !r.is_empty()).collect();
         if let Some(m) = self.max_chars {
-            if out.chars().count() > m {
-                out = match &ending {
-                    Some(e) => {
-                        let body = out.trim_end().strip_suffix(e.trim()).unwrap_or(&out).trim_end();
-                        let room = m.saturating_sub(e.trim().chars().count() + 1);
-                        format!("{} {}", text::truncate_chars(body, room), e.trim())
-                    }
-                    None => text::truncate_chars(&out, m),
-                };
+            // Room for every required phrase and the sign-off, in case the
+            // cut removes a phrase the body already had.
+            let reserve: usize = required.iter().chain(&ending).map(|p| p.chars().count() + 1).sum();
+            body = text::truncate_chars(&body, m.saturating_sub(reserve));
+        }
+        let mut tail = String::new();
+        for r in &required {
+            if !text::contains_phrase(&body, r) && !text::contains_phrase(&tail, r) {
+                tail.push(' ');
+                tail.push_str(r);
             }
         }
-        text::tidy_spaces(&out)
+        if let Some(e) = &ending {
+            tail.push(' ');
+            tail.push_str(e);
+        }
+        text::tidy_spaces(&format!("{body}{tail}"))
+    }
+
+    /// All rules in one: what a reply must meet when several checks apply.
+    pub fn merged<'a>(rules: impl IntoIterator<Item = &'a CheckRule>) -> CheckRule {
+        let mut m = CheckRule { forbid: vec![], require: vec![], ends_with: None, max_chars: None };
+        for r in rules {
+            m.forbid.extend(r.forbid.iter().cloned());
+            m.require.extend(r.require.iter().cloned());
+            if r.ends_with.is_some() {
+                m.ends_with = r.ends_with.clone();
+            }
+            m.max_chars = match (m.max_chars, r.max_chars) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        m
     }
 }
 
@@ -416,6 +433,17 @@ pub fn review_reply(hooks: &[Hook], root: Option<&Path>, draft: &str, vars: &Val
             }
             Action::Inject { .. } | Action::DropFields { .. } => {}
         }
+    }
+    // One hook's repair can undo another's (a required phrase appended after
+    // a sign-off): a last pass checks every rule together.
+    let all = CheckRule::merged(hooks.iter().filter(|h| h.event == EventKind::BeforeReply).filter_map(|h| match &h.action {
+        Action::Check { rule, .. } => Some(rule),
+        _ => None,
+    }));
+    let v = all.violations(&reply, vars);
+    if !v.is_empty() {
+        reply = all.repair(&reply, vars);
+        log.push(HookDecision { hook: "checks".into(), event: EventKind::BeforeReply, outcome: format!("reconciled: {}", v.join("; ")) });
     }
     ReplyReview::Accept(reply)
 }
@@ -586,6 +614,17 @@ mod tests {
         let hooks = vec![compile(&spec).unwrap()];
         let out = on_event(&hooks, None, EventKind::ViewerJoin, &json!({}), &json!({"viewer": "momo"}), &mut Vec::new());
         assert_eq!(out.notes, vec!["Greet momo"]);
+    }
+
+    #[test]
+    fn required_phrases_go_before_the_sign_off() {
+        let a = compile(&check(&[], Some("— Mia"), "rewrite")).unwrap();
+        let mut b = check(&[], None, "rewrite");
+        b.id = "b".into();
+        b.require = vec!["[AI]".into()];
+        let hooks = vec![a, compile(&b).unwrap()];
+        let ReplyReview::Accept(r) = review_reply(&hooks, None, "Hello there", &json!({}), 1, true, &mut Vec::new()) else { panic!() };
+        assert_eq!(r, "Hello there [AI] — Mia");
     }
 
     #[test]

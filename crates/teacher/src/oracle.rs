@@ -188,12 +188,14 @@ fn compose(task: &Task, world: &World, results: &[(Op, Value)], rng: &mut ChaCha
         Intent::AfterSales { .. } => {
             let r = result(results, Op::Faq, 0);
             let answer = r["answer"].as_str().unwrap_or("");
-            let first = answer.split_inclusive(['.', '。']).next().unwrap_or(answer).trim();
-            let first = hat_harness::text::truncate_chars(first, 140);
+            // The policy's first clause: enough to answer, short enough that a
+            // sign-off and required tags still fit the reply limit.
+            let first = answer.split([',', '(', '.', '。', ';', '；', '，']).next().unwrap_or(answer).trim();
+            let first = hat_harness::text::truncate_chars(first, 100);
             if zh {
-                format!("抱歉给你带来麻烦！{first} 请在订单页联系客服处理。")
+                format!("抱歉给你带来麻烦！{first}。请在订单页联系客服。")
             } else {
-                format!("{} {first} Please contact customer service from your order page.", pick(rng, &["So sorry about that!", "Sorry for the trouble!"]))
+                format!("{} {first}. Customer service can help from your order page.", pick(rng, &["So sorry about that!", "Sorry for the trouble!"])).replace("..", ".")
             }
         }
         Intent::Pin { product } => format!("Pinned! {} is on link {} — tap it now!", title(product), link(product)),
