@@ -10,7 +10,13 @@ use hat_data::{generate, states, GenConfig, Teacher};
 
 fn bench(c: &mut Criterion) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
-    let cfg = GenConfig { harness_dir: dir.clone(), variants: 8, pool: Pool::Train, tasks: 500, seed: 1 };
+    let cfg = GenConfig {
+        harness_dir: dir.clone(),
+        variants: 8,
+        pool: Pool::Train,
+        tasks: 500,
+        seed: 1,
+    };
     let st = states(&dir, cfg.variants, cfg.pool, cfg.seed).unwrap();
     let mut g = c.benchmark_group("datagen");
     g.throughput(Throughput::Elements(cfg.tasks as u64));
@@ -18,7 +24,15 @@ fn bench(c: &mut Criterion) {
     g.bench_function("oracle_500_tasks_9_states", |b| {
         b.iter(|| {
             let mut sink = Vec::new();
-            let r = generate(&cfg, &st, &mut Teacher::Oracle, &Default::default(), &mut sink, &mut |_, _| {}).unwrap();
+            let r = generate(
+                &cfg,
+                &st,
+                &mut Teacher::Oracle,
+                &Default::default(),
+                &mut sink,
+                &mut |_, _| {},
+            )
+            .unwrap();
             assert_eq!(r.rejected, 0);
             r.written
         })

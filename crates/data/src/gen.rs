@@ -24,7 +24,10 @@ use crate::DataError;
 
 pub enum Teacher {
     Oracle,
-    Chat { name: String, model: Box<dyn ChatModel> },
+    Chat {
+        name: String,
+        model: Box<dyn ChatModel>,
+    },
 }
 
 pub struct GenConfig {
@@ -46,10 +49,19 @@ pub struct State {
 pub fn states(dir: &Path, variants: usize, pool: Pool, seed: u64) -> Result<Vec<State>, DataError> {
     let base_spec = hat_augment::load_spec(dir)?;
     let base = Harness::compile(base_spec.clone(), Some(dir.to_path_buf()))?;
-    let mut out = vec![State { label: "base".into(), harness: base }];
-    for (i, s) in hat_augment::variant_seeds(seed, variants).into_iter().enumerate() {
+    let mut out = vec![State {
+        label: "base".into(),
+        harness: base,
+    }];
+    for (i, s) in hat_augment::variant_seeds(seed, variants)
+        .into_iter()
+        .enumerate()
+    {
         let v = hat_augment::augment(&base_spec, s, pool)?;
-        out.push(State { label: format!("v{i:03}"), harness: Harness::compile(v.spec, Some(dir.to_path_buf()))? });
+        out.push(State {
+            label: format!("v{i:03}"),
+            harness: Harness::compile(v.spec, Some(dir.to_path_buf()))?,
+        });
     }
     Ok(out)
 }
@@ -92,8 +104,15 @@ pub fn existing_keys(path: &Path) -> Result<HashSet<(String, String)>, DataError
         if line.trim().is_empty() {
             continue;
         }
-        let v: Value = serde_json::from_str(&line).map_err(|e| DataError::Parse { file: path.display().to_string(), line: i + 1, message: e.to_string() })?;
-        keys.insert((v["task_id"].as_str().unwrap_or("").to_string(), v["harness_hash"].as_str().unwrap_or("").to_string()));
+        let v: Value = serde_json::from_str(&line).map_err(|e| DataError::Parse {
+            file: path.display().to_string(),
+            line: i + 1,
+            message: e.to_string(),
+        })?;
+        keys.insert((
+            v["task_id"].as_str().unwrap_or("").to_string(),
+            v["harness_hash"].as_str().unwrap_or("").to_string(),
+        ));
     }
     Ok(keys)
 }
@@ -110,7 +129,17 @@ pub fn generate(
     let started = Instant::now();
     let mut worlds = WorldCache::default();
     let tasks = TaskSet::generate(Split::Train, cfg.tasks, cfg.seed, &mut worlds)?;
-    let mut report = GenReport { attempted: 0, written: 0, rejected: 0, skipped_existing: 0, not_applicable: 0, seconds: 0.0, per_minute: 0.0, stats: Stats::default(), rejections: vec![] };
+    let mut report = GenReport {
+        attempted: 0,
+        written: 0,
+        rejected: 0,
+        skipped_existing: 0,
+        not_applicable: 0,
+        seconds: 0.0,
+        per_minute: 0.0,
+        stats: Stats::default(),
+        rejections: vec![],
+    };
     let teacher_name = match teacher {
         Teacher::Oracle => "oracle".to_string(),
         Teacher::Chat { name, .. } => name.clone(),
@@ -141,17 +170,25 @@ pub fn generate(
                 let mut rng = ChaCha8Rng::seed_from_u64(splitmix64(cfg.seed ^ i as u64));
                 oracle::trajectory(task, h, world, &exp, &mut rng)?
             }
-            Teacher::Chat { model, .. } => episode::run(task, h, world, model.as_mut(), EpisodeConfig::default())?,
+            Teacher::Chat { model, .. } => {
+                episode::run(task, h, world, model.as_mut(), EpisodeConfig::default())?
+            }
         };
         let s = score(&exp, h, &traj.attempt);
         if !s.pass {
             report.rejected += 1;
             if report.rejections.len() < 20 {
-                report.rejections.push(format!("{}: {}", task.id, s.reason()));
+                report
+                    .rejections
+                    .push(format!("{}: {}", task.id, s.reason()));
             }
             continue;
         }
-        let verdict: Map<String, Value> = s.components.iter().map(|c| (c.name.to_string(), Value::Bool(c.pass))).collect();
+        let verdict: Map<String, Value> = s
+            .components
+            .iter()
+            .map(|c| (c.name.to_string(), Value::Bool(c.pass)))
+            .collect();
         let rec = Record {
             messages: traj.messages,
             tools: tools[si].clone(),
@@ -170,7 +207,8 @@ pub fn generate(
         line.clear();
         serde_json::to_writer(&mut line, &rec)?;
         line.push(b'\n');
-        out.write_all(&line).map_err(|e| DataError::Io("output".into(), e))?;
+        out.write_all(&line)
+            .map_err(|e| DataError::Io("output".into(), e))?;
         report.stats.add(&rec);
         report.written += 1;
     }

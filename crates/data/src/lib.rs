@@ -18,7 +18,11 @@ pub enum DataError {
     #[error("{0}: {1}")]
     Io(String, std::io::Error),
     #[error("{file}:{line}: not a dataset record: {message}")]
-    Parse { file: String, line: usize, message: String },
+    Parse {
+        file: String,
+        line: usize,
+        message: String,
+    },
     #[error(transparent)]
     Augment(#[from] hat_augment::AugmentError),
     #[error(transparent)]

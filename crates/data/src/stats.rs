@@ -32,7 +32,11 @@ impl Stats {
         *self.by_teacher.entry(r.teacher.clone()).or_default() += 1;
         *self.calls_per_record.entry(r.calls.len()).or_default() += 1;
         self.messages_total += r.messages.len();
-        self.chars_total += r.messages.iter().map(|m| m.content.chars().count()).sum::<usize>();
+        self.chars_total += r
+            .messages
+            .iter()
+            .map(|m| m.content.chars().count())
+            .sum::<usize>();
         if let Some(s) = r.messages.first() {
             self.system_chars_max = self.system_chars_max.max(s.content.chars().count());
         }
@@ -40,14 +44,19 @@ impl Stats {
 
     /// Reads a JSONL file; a malformed line is an error naming its line number.
     pub fn of_file(path: &Path) -> Result<Stats, DataError> {
-        let f = std::fs::File::open(path).map_err(|e| DataError::Io(path.display().to_string(), e))?;
+        let f =
+            std::fs::File::open(path).map_err(|e| DataError::Io(path.display().to_string(), e))?;
         let mut s = Stats::default();
         for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
             let line = line.map_err(|e| DataError::Io(path.display().to_string(), e))?;
             if line.trim().is_empty() {
                 continue;
             }
-            let r: Record = serde_json::from_str(&line).map_err(|e| DataError::Parse { file: path.display().to_string(), line: i + 1, message: e.to_string() })?;
+            let r: Record = serde_json::from_str(&line).map_err(|e| DataError::Parse {
+                file: path.display().to_string(),
+                line: i + 1,
+                message: e.to_string(),
+            })?;
             s.add(&r);
         }
         Ok(s)
@@ -59,14 +68,35 @@ impl fmt::Display for Stats {
         let n = self.records.max(1);
         writeln!(f, "records            {}", self.records)?;
         writeln!(f, "harness states     {}", self.by_harness.len())?;
-        writeln!(f, "messages/record    {:.1}", self.messages_total as f64 / n as f64)?;
-        writeln!(f, "chars/record       {:.0}", self.chars_total as f64 / n as f64)?;
+        writeln!(
+            f,
+            "messages/record    {:.1}",
+            self.messages_total as f64 / n as f64
+        )?;
+        writeln!(
+            f,
+            "chars/record       {:.0}",
+            self.chars_total as f64 / n as f64
+        )?;
         writeln!(f, "max system prompt  {} chars", self.system_chars_max)?;
-        let line = |m: &BTreeMap<String, usize>| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
+        let line = |m: &BTreeMap<String, usize>| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         writeln!(f, "call syntax        {}", line(&self.by_syntax))?;
         writeln!(f, "language           {}", line(&self.by_lang))?;
         writeln!(f, "teacher            {}", line(&self.by_teacher))?;
-        writeln!(f, "calls/record       {}", self.calls_per_record.iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(" "))?;
+        writeln!(
+            f,
+            "calls/record       {}",
+            self.calls_per_record
+                .iter()
+                .map(|(k, v)| format!("{k}:{v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        )?;
         writeln!(f, "task types ({}):", self.by_task_type.len())?;
         for (k, v) in &self.by_task_type {
             writeln!(f, "  {k:<22}{v}")?;

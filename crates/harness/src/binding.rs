@@ -55,7 +55,11 @@ pub fn split_pointer(p: &str) -> Option<Vec<String>> {
         return Some(Vec::new());
     }
     let rest = p.strip_prefix('/')?;
-    Some(rest.split('/').map(|s| s.replace("~1", "/").replace("~0", "~")).collect())
+    Some(
+        rest.split('/')
+            .map(|s| s.replace("~1", "/").replace("~0", "~"))
+            .collect(),
+    )
 }
 
 impl Binding {
@@ -83,7 +87,10 @@ impl Binding {
                     Some(c) => Value::String(c.clone()),
                     None => {
                         let allowed: Vec<&str> = map.keys().map(String::as_str).collect();
-                        return Err(format!("`{}` must be one of {allowed:?}, got \"{s}\"", a.path.join(".")));
+                        return Err(format!(
+                            "`{}` must be one of {allowed:?}, got \"{s}\"",
+                            a.path.join(".")
+                        ));
                     }
                 },
                 _ => cur.clone(),
@@ -93,8 +100,15 @@ impl Binding {
         if let Target::Op(op) = self.target {
             for spec in op.args().iter().filter(|s| s.required) {
                 if !out.contains_key(spec.name) {
-                    let at = self.args.iter().find(|a| a.canonical == spec.name).map(|a| a.path.join("."));
-                    return Err(format!("missing required argument `{}`", at.unwrap_or_else(|| spec.name.to_string())));
+                    let at = self
+                        .args
+                        .iter()
+                        .find(|a| a.canonical == spec.name)
+                        .map(|a| a.path.join("."));
+                    return Err(format!(
+                        "missing required argument `{}`",
+                        at.unwrap_or_else(|| spec.name.to_string())
+                    ));
                 }
             }
         }
@@ -106,7 +120,9 @@ impl Binding {
     pub fn from_canonical(&self, canonical: &Map<String, Value>) -> Value {
         let mut root = Value::Object(Map::new());
         for a in &self.args {
-            let Some(v) = canonical.get(&a.canonical) else { continue };
+            let Some(v) = canonical.get(&a.canonical) else {
+                continue;
+            };
             let v = match (&a.map, v) {
                 (Some(map), Value::String(s)) => map
                     .iter()
@@ -135,7 +151,9 @@ fn set_path(root: &mut Value, path: &[String], v: Value) {
             obj.insert(seg.clone(), v);
             return;
         }
-        cur = obj.entry(seg.clone()).or_insert_with(|| Value::Object(Map::new()));
+        cur = obj
+            .entry(seg.clone())
+            .or_insert_with(|| Value::Object(Map::new()));
     }
 }
 
@@ -158,11 +176,18 @@ mod tests {
         Binding {
             target: Target::Op(Op::Stock),
             args: vec![
-                ArgBinding { canonical: "product".into(), path: vec!["item".into(), "id".into()], map: None },
+                ArgBinding {
+                    canonical: "product".into(),
+                    path: vec!["item".into(), "id".into()],
+                    map: None,
+                },
                 ArgBinding {
                     canonical: "size".into(),
                     path: vec!["item".into(), "sz".into()],
-                    map: Some(BTreeMap::from([("medium".into(), "M".into()), ("large".into(), "L".into())])),
+                    map: Some(BTreeMap::from([
+                        ("medium".into(), "M".into()),
+                        ("large".into(), "L".into()),
+                    ])),
                 },
             ],
         }
@@ -170,7 +195,9 @@ mod tests {
 
     #[test]
     fn nested_and_mapped_arguments_bind() {
-        let c = nested().to_canonical(&json!({"item": {"id": "P3", "sz": "medium"}})).unwrap();
+        let c = nested()
+            .to_canonical(&json!({"item": {"id": "P3", "sz": "medium"}}))
+            .unwrap();
         assert_eq!(Value::Object(c), json!({"product": "P3", "size": "M"}));
     }
 
@@ -185,7 +212,9 @@ mod tests {
 
     #[test]
     fn unmapped_value_and_missing_required_are_errors() {
-        let e = nested().to_canonical(&json!({"item": {"id": "P3", "sz": "huge"}})).unwrap_err();
+        let e = nested()
+            .to_canonical(&json!({"item": {"id": "P3", "sz": "huge"}}))
+            .unwrap_err();
         assert!(e.contains("must be one of"), "{e}");
         let e = nested().to_canonical(&json!({"item": {}})).unwrap_err();
         assert!(e.contains("item.id"), "{e}");

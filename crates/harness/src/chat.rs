@@ -23,15 +23,31 @@ pub enum Role {
 
 impl Message {
     pub fn system(c: impl Into<String>) -> Self {
-        Message { role: Role::System, content: c.into(), name: None }
+        Message {
+            role: Role::System,
+            content: c.into(),
+            name: None,
+        }
     }
     pub fn user(c: impl Into<String>) -> Self {
-        Message { role: Role::User, content: c.into(), name: None }
+        Message {
+            role: Role::User,
+            content: c.into(),
+            name: None,
+        }
     }
     pub fn assistant(c: impl Into<String>) -> Self {
-        Message { role: Role::Assistant, content: c.into(), name: None }
+        Message {
+            role: Role::Assistant,
+            content: c.into(),
+            name: None,
+        }
     }
     pub fn tool(name: impl Into<String>, c: impl Into<String>) -> Self {
-        Message { role: Role::Tool, content: c.into(), name: Some(name.into()) }
+        Message {
+            role: Role::Tool,
+            content: c.into(),
+            name: Some(name.into()),
+        }
     }
 }

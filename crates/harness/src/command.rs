@@ -29,15 +29,25 @@ pub enum CommandOutcome {
 }
 
 /// Runs `argv` with `input` on stdin, from `cwd` when given.
-pub fn run(argv: &[String], cwd: Option<&Path>, input: &Value, timeout: Duration) -> CommandOutcome {
+pub fn run(
+    argv: &[String],
+    cwd: Option<&Path>,
+    input: &Value,
+    timeout: Duration,
+) -> CommandOutcome {
     let Some((prog, args)) = argv.split_first() else {
         return CommandOutcome::Failed("empty command".into());
     };
-    let mut cmd = Command::new(match (cwd, prog.starts_with("./") || prog.starts_with("../")) {
-        (Some(dir), true) => dir.join(prog).into_os_string(),
-        _ => prog.into(),
-    });
-    cmd.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut cmd = Command::new(
+        match (cwd, prog.starts_with("./") || prog.starts_with("../")) {
+            (Some(dir), true) => dir.join(prog).into_os_string(),
+            _ => prog.into(),
+        },
+    );
+    cmd.args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }
@@ -61,7 +71,10 @@ pub fn run(argv: &[String], cwd: Option<&Path>, input: &Value, timeout: Duration
         Ok(None) => {
             let _ = child.kill();
             let _ = child.wait();
-            return CommandOutcome::Failed(format!("`{prog}` timed out after {} ms", timeout.as_millis()));
+            return CommandOutcome::Failed(format!(
+                "`{prog}` timed out after {} ms",
+                timeout.as_millis()
+            ));
         }
         Err(e) => return CommandOutcome::Failed(format!("waiting for `{prog}` failed: {e}")),
     };
@@ -76,15 +89,25 @@ pub fn run(argv: &[String], cwd: Option<&Path>, input: &Value, timeout: Duration
             } else {
                 match serde_json::from_str::<Value>(t) {
                     Ok(v) if v.is_object() => CommandOutcome::Allow(Some(v)),
-                    _ => CommandOutcome::Failed(format!("`{prog}` exited 0 but stdout is not a JSON object: {}", crate::text::truncate_chars(t, 120))),
+                    _ => CommandOutcome::Failed(format!(
+                        "`{prog}` exited 0 but stdout is not a JSON object: {}",
+                        crate::text::truncate_chars(t, 120)
+                    )),
                 }
             }
         }
         Some(2) => {
             let reason = stderr.trim();
-            CommandOutcome::Block(if reason.is_empty() { format!("blocked by `{prog}`") } else { reason.to_string() })
+            CommandOutcome::Block(if reason.is_empty() {
+                format!("blocked by `{prog}`")
+            } else {
+                reason.to_string()
+            })
         }
-        Some(code) => CommandOutcome::Failed(format!("`{prog}` exited with status {code}: {}", crate::text::truncate_chars(stderr.trim(), 200))),
+        Some(code) => CommandOutcome::Failed(format!(
+            "`{prog}` exited with status {code}: {}",
+            crate::text::truncate_chars(stderr.trim(), 200)
+        )),
         None => CommandOutcome::Failed(format!("`{prog}` was killed by a signal")),
     }
 }
@@ -114,24 +137,65 @@ mod tests {
     fn exit_codes_map_to_outcomes() {
         let t = Duration::from_secs(5);
         let input = json!({"event": "before_reply", "reply": "hi"});
-        assert_eq!(run(&sh("cat >/dev/null"), None, &input, t), CommandOutcome::Allow(None));
-        assert_eq!(run(&sh("cat >/dev/null; echo '{\"reply\": \"ok\"}'"), None, &input, t), CommandOutcome::Allow(Some(json!({"reply": "ok"}))));
-        assert_eq!(run(&sh("echo 'no absolute claims' >&2; exit 2"), None, &input, t), CommandOutcome::Block("no absolute claims".into()));
-        assert!(matches!(run(&sh("exit 7"), None, &input, t), CommandOutcome::Failed(_)));
-        assert!(matches!(run(&sh("echo not-json"), None, &input, t), CommandOutcome::Failed(_)));
-        assert!(matches!(run(&["/nonexistent/hook".into()], None, &input, t), CommandOutcome::Failed(_)));
+        assert_eq!(
+            run(&sh("cat >/dev/null"), None, &input, t),
+            CommandOutcome::Allow(None)
+        );
+        assert_eq!(
+            run(
+                &sh("cat >/dev/null; echo '{\"reply\": \"ok\"}'"),
+                None,
+                &input,
+                t
+            ),
+            CommandOutcome::Allow(Some(json!({"reply": "ok"})))
+        );
+        assert_eq!(
+            run(
+                &sh("echo 'no absolute claims' >&2; exit 2"),
+                None,
+                &input,
+                t
+            ),
+            CommandOutcome::Block("no absolute claims".into())
+        );
+        assert!(matches!(
+            run(&sh("exit 7"), None, &input, t),
+            CommandOutcome::Failed(_)
+        ));
+        assert!(matches!(
+            run(&sh("echo not-json"), None, &input, t),
+            CommandOutcome::Failed(_)
+        ));
+        assert!(matches!(
+            run(&["/nonexistent/hook".into()], None, &input, t),
+            CommandOutcome::Failed(_)
+        ));
     }
 
     #[test]
     fn the_hook_sees_the_event_on_stdin() {
         let input = json!({"reply": "hello"});
-        let out = run(&sh("grep -q hello && echo '{}'"), None, &input, Duration::from_secs(5));
+        let out = run(
+            &sh("grep -q hello && echo '{}'"),
+            None,
+            &input,
+            Duration::from_secs(5),
+        );
         assert_eq!(out, CommandOutcome::Allow(Some(json!({}))));
     }
 
     #[test]
     fn a_hanging_hook_times_out() {
-        let out = run(&sh("sleep 30"), None, &json!({}), Duration::from_millis(100));
-        assert!(matches!(out, CommandOutcome::Failed(ref m) if m.contains("timed out")), "{out:?}");
+        let out = run(
+            &sh("sleep 30"),
+            None,
+            &json!({}),
+            Duration::from_millis(100),
+        );
+        assert!(
+            matches!(out, CommandOutcome::Failed(ref m) if m.contains("timed out")),
+            "{out:?}"
+        );
     }
 }

@@ -20,39 +20,68 @@ pub type FileMap = BTreeMap<String, String>;
 /// Reads every file below `dir` (hidden entries skipped) into a [`FileMap`].
 /// Unreadable or oversized files become problems rather than errors.
 pub fn read_dir(dir: &Path) -> Result<(FileMap, Vec<Problem>), HarnessError> {
-    let meta = std::fs::metadata(dir).map_err(|source| HarnessError::Io { path: dir.display().to_string(), source })?;
+    let meta = std::fs::metadata(dir).map_err(|source| HarnessError::Io {
+        path: dir.display().to_string(),
+        source,
+    })?;
     if !meta.is_dir() {
         return Err(HarnessError::Io {
             path: dir.display().to_string(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a directory (pass the harness folder that holds harness.toml)"),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a directory (pass the harness folder that holds harness.toml)",
+            ),
         });
     }
     let mut files = FileMap::new();
     let mut problems = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let entries = std::fs::read_dir(&d).map_err(|source| HarnessError::Io { path: d.display().to_string(), source })?;
+        let entries = std::fs::read_dir(&d).map_err(|source| HarnessError::Io {
+            path: d.display().to_string(),
+            source,
+        })?;
         for entry in entries {
-            let entry = entry.map_err(|source| HarnessError::Io { path: d.display().to_string(), source })?;
+            let entry = entry.map_err(|source| HarnessError::Io {
+                path: d.display().to_string(),
+                source,
+            })?;
             let name = entry.file_name();
             let name = name.to_string_lossy();
             if name.starts_with('.') {
                 continue;
             }
             let path = entry.path();
-            let rel = path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().replace('\\', "/");
-            let ft = entry.file_type().map_err(|source| HarnessError::Io { path: rel.clone(), source })?;
+            let rel = path
+                .strip_prefix(dir)
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .replace('\\', "/");
+            let ft = entry.file_type().map_err(|source| HarnessError::Io {
+                path: rel.clone(),
+                source,
+            })?;
             if ft.is_dir() {
                 stack.push(path);
                 continue;
             }
             if files.len() >= MAX_FILES {
-                problems.push(Problem::new(rel, None, format!("more than {MAX_FILES} files; is this really a harness folder?")));
+                problems.push(Problem::new(
+                    rel,
+                    None,
+                    format!("more than {MAX_FILES} files; is this really a harness folder?"),
+                ));
                 return Ok((files, problems));
             }
             let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
             if len > MAX_FILE_BYTES {
-                problems.push(Problem::new(rel, None, format!("file is {len} bytes; harness files must be under {MAX_FILE_BYTES} bytes")));
+                problems.push(Problem::new(
+                    rel,
+                    None,
+                    format!(
+                        "file is {len} bytes; harness files must be under {MAX_FILE_BYTES} bytes"
+                    ),
+                ));
                 continue;
             }
             match std::fs::read(&path) {
@@ -84,7 +113,11 @@ pub fn parse(files: &FileMap) -> (Option<HarnessSpec>, Vec<Problem>) {
     let mut problems = Vec::new();
     let manifest = match files.get("harness.toml") {
         None => {
-            problems.push(Problem::new("harness.toml", None, "missing: every harness needs a harness.toml manifest at its root"));
+            problems.push(Problem::new(
+                "harness.toml",
+                None,
+                "missing: every harness needs a harness.toml manifest at its root",
+            ));
             None
         }
         Some(text) => match toml::from_str::<Manifest>(text) {
@@ -147,7 +180,11 @@ pub fn parse(files: &FileMap) -> (Option<HarnessSpec>, Vec<Problem>) {
                         }
                         tools.push(t)
                     }
-                    Err(e) => problems.push(Problem::new(path.as_str(), Some(e.line()), format!("invalid tool definition: {e}"))),
+                    Err(e) => problems.push(Problem::new(
+                        path.as_str(),
+                        Some(e.line()),
+                        format!("invalid tool definition: {e}"),
+                    )),
                 }
                 continue;
             }
@@ -156,13 +193,28 @@ pub fn parse(files: &FileMap) -> (Option<HarnessSpec>, Vec<Problem>) {
     }
     for (folder, has_skill) in skill_dirs {
         if !has_skill {
-            problems.push(Problem::new(format!("skills/{folder}"), None, "skill folder has no SKILL.md"));
+            problems.push(Problem::new(
+                format!("skills/{folder}"),
+                None,
+                "skill folder has no SKILL.md",
+            ));
         }
     }
     if let (Some(tp), None) = (&template_path, &template) {
-        problems.push(Problem::new("harness.toml", crate::problem::line_of(files.get("harness.toml").map_or("", |s| s), "template"), format!("[prompt] template names `{tp}`, which does not exist in the harness")));
+        problems.push(Problem::new(
+            "harness.toml",
+            crate::problem::line_of(files.get("harness.toml").map_or("", |s| s), "template"),
+            format!("[prompt] template names `{tp}`, which does not exist in the harness"),
+        ));
     }
-    let spec = manifest.map(|manifest| HarnessSpec { manifest, skills, tools, hooks, template, extra_files: extra });
+    let spec = manifest.map(|manifest| HarnessSpec {
+        manifest,
+        skills,
+        tools,
+        hooks,
+        template,
+        extra_files: extra,
+    });
     (spec, problems)
 }
 
@@ -174,7 +226,11 @@ fn toml_problem(path: &str, text: &str, e: &toml::de::Error) -> Problem {
 
 fn parse_skill(folder: &str, path: &str, text: &str) -> Result<SkillSpec, Problem> {
     let Some(rest) = text.strip_prefix("---\n") else {
-        return Err(Problem::new(path, Some(1), "SKILL.md must start with YAML front matter between `---` lines"));
+        return Err(Problem::new(
+            path,
+            Some(1),
+            "SKILL.md must start with YAML front matter between `---` lines",
+        ));
     };
     let (front_text, body) = match rest.find("\n---") {
         Some(end) => {
@@ -183,13 +239,23 @@ fn parse_skill(folder: &str, path: &str, text: &str) -> Result<SkillSpec, Proble
             (&rest[..end + 1], body)
         }
         None if rest.starts_with("---") => ("", rest.split_once('\n').map_or("", |(_, b)| b)),
-        None => return Err(Problem::new(path, Some(1), "front matter is not closed by a `---` line")),
+        None => {
+            return Err(Problem::new(
+                path,
+                Some(1),
+                "front matter is not closed by a `---` line",
+            ))
+        }
     };
     let front: SkillFront = serde_yaml::from_str(front_text).map_err(|e| {
         let line = e.location().map(|l| l.line() + 1);
         Problem::new(path, line, format!("invalid front matter: {e}"))
     })?;
-    Ok(SkillSpec { folder: folder.to_string(), front, body: body.trim().to_string() })
+    Ok(SkillSpec {
+        folder: folder.to_string(),
+        front,
+        body: body.trim().to_string(),
+    })
 }
 
 impl HarnessSpec {
@@ -197,10 +263,16 @@ impl HarnessSpec {
     /// the same bytes, which is what the content hash and caching rely on.
     pub fn to_files(&self) -> FileMap {
         let mut out = FileMap::new();
-        out.insert("harness.toml".into(), toml::to_string(&self.manifest).expect("manifest serialises"));
+        out.insert(
+            "harness.toml".into(),
+            toml::to_string(&self.manifest).expect("manifest serialises"),
+        );
         for s in &self.skills {
             let front = serde_yaml::to_string(&s.front).expect("front matter serialises");
-            out.insert(format!("skills/{}/SKILL.md", s.folder), format!("---\n{front}---\n{}\n", s.body));
+            out.insert(
+                format!("skills/{}/SKILL.md", s.folder),
+                format!("---\n{front}---\n{}\n", s.body),
+            );
         }
         for t in &self.tools {
             let mut json = serde_json::to_string_pretty(t).expect("tool serialises");
@@ -208,8 +280,13 @@ impl HarnessSpec {
             out.insert(format!("tools/{}.json", t.name), json);
         }
         if !self.hooks.is_empty() {
-            let file = HooksFile { hooks: self.hooks.clone() };
-            out.insert("hooks.toml".into(), toml::to_string(&file).expect("hooks serialise"));
+            let file = HooksFile {
+                hooks: self.hooks.clone(),
+            };
+            out.insert(
+                "hooks.toml".into(),
+                toml::to_string(&file).expect("hooks serialise"),
+            );
         }
         if let (Some(path), Some(t)) = (&self.manifest.prompt.template, &self.template) {
             out.insert(path.clone(), t.clone());
@@ -230,7 +307,10 @@ impl HarnessSpec {
 pub fn write_files(files: &FileMap, dir: &Path) -> Result<(), HarnessError> {
     for (rel, text) in files {
         let path = dir.join(rel);
-        let err = |source| HarnessError::Write { path: path.display().to_string(), source };
+        let err = |source| HarnessError::Write {
+            path: path.display().to_string(),
+            source,
+        };
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(err)?;
         }
@@ -253,7 +333,8 @@ mod tests {
 
     #[test]
     fn skill_front_matter_round_trips() {
-        let text = "---\nname: greet\ndescription: Say hi.\nwhen: viewer_join\n---\n1. Wave.\n2. Smile.\n";
+        let text =
+            "---\nname: greet\ndescription: Say hi.\nwhen: viewer_join\n---\n1. Wave.\n2. Smile.\n";
         let s = parse_skill("greet", "skills/greet/SKILL.md", text).unwrap();
         assert_eq!(s.front.name, "greet");
         assert_eq!(s.front.when.as_deref(), Some("viewer_join"));
@@ -271,7 +352,10 @@ mod tests {
     #[test]
     fn broken_toml_reports_the_line() {
         let mut files = FileMap::new();
-        files.insert("harness.toml".into(), "[harness]\nname = \"x\"\nversion = \n".into());
+        files.insert(
+            "harness.toml".into(),
+            "[harness]\nname = \"x\"\nversion = \n".into(),
+        );
         let (spec, problems) = parse(&files);
         assert!(spec.is_none());
         assert_eq!(problems[0].file, "harness.toml");

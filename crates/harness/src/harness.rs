@@ -9,7 +9,9 @@ use sha2::{Digest, Sha256};
 
 use crate::binding::{schema_at, split_pointer, ArgBinding, Binding, Target};
 use crate::files::{self, FileMap};
-use crate::hooks::{self, Action, CheckRule, EventKind, EventOutcome, Hook, HookDecision, ReplyReview};
+use crate::hooks::{
+    self, Action, CheckRule, EventKind, EventOutcome, Hook, HookDecision, ReplyReview,
+};
 use crate::op::{ArgKind, Op};
 use crate::problem::{line_of, HarnessError, Problem};
 use crate::render::{self, Format, HarnessView, PersonaView, Renderer, SkillView, ToolView};
@@ -21,7 +23,8 @@ use crate::syntax::{CallSyntax, ToolCall};
 pub fn valid_skill_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !s.starts_with('-')
         && !s.ends_with('-')
         && !s.contains("--")
@@ -29,7 +32,10 @@ pub fn valid_skill_name(s: &str) -> bool {
 
 /// Tool names: 1-64 chars of `A-Z a-z 0-9 _ -`.
 pub fn valid_tool_name(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    !s.is_empty()
+        && s.len() <= 64
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 pub struct CompiledTool {
@@ -42,7 +48,10 @@ pub struct CompiledTool {
 
 impl std::fmt::Debug for CompiledTool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompiledTool").field("name", &self.name).field("binding", &self.binding).finish()
+        f.debug_struct("CompiledTool")
+            .field("name", &self.name)
+            .field("binding", &self.binding)
+            .finish()
     }
 }
 
@@ -87,7 +96,10 @@ pub struct Harness {
 
 impl std::fmt::Debug for Harness {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Harness").field("name", &self.spec.manifest.harness.name).field("hash", &self.hash).finish()
+        f.debug_struct("Harness")
+            .field("name", &self.spec.manifest.harness.name)
+            .field("hash", &self.hash)
+            .finish()
     }
 }
 
@@ -97,7 +109,9 @@ impl Harness {
         let (files, mut problems) = files::read_dir(dir)?;
         let (spec, more) = files::parse(&files);
         problems.extend(more);
-        let Some(spec) = spec else { return Err(HarnessError::Invalid(problems)) };
+        let Some(spec) = spec else {
+            return Err(HarnessError::Invalid(problems));
+        };
         match Harness::compile_with(spec, Some(dir.to_path_buf()), Some(&files)) {
             Ok(h) if problems.is_empty() => Ok(h),
             Ok(_) => Err(HarnessError::Invalid(problems)),
@@ -114,37 +128,79 @@ impl Harness {
         Harness::compile_with(spec, root, None)
     }
 
-    fn compile_with(spec: HarnessSpec, root: Option<PathBuf>, sources: Option<&FileMap>) -> Result<Harness, HarnessError> {
+    fn compile_with(
+        spec: HarnessSpec,
+        root: Option<PathBuf>,
+        sources: Option<&FileMap>,
+    ) -> Result<Harness, HarnessError> {
         let mut problems = Vec::new();
         let src = |file: &str| sources.and_then(|s| s.get(file)).map_or("", String::as_str);
         let at = |file: &str, needle: &str| line_of(src(file), needle);
         let m = &spec.manifest;
 
         if m.harness.name.trim().is_empty() {
-            problems.push(Problem::new("harness.toml", at("harness.toml", "name"), "[harness] name is empty"));
+            problems.push(Problem::new(
+                "harness.toml",
+                at("harness.toml", "name"),
+                "[harness] name is empty",
+            ));
         }
         let format = Format::parse(&m.prompt.format).unwrap_or_else(|| {
-            problems.push(Problem::new("harness.toml", at("harness.toml", "format"), format!("[prompt] format `{}` must be markdown, xml or json", m.prompt.format)));
+            problems.push(Problem::new(
+                "harness.toml",
+                at("harness.toml", "format"),
+                format!(
+                    "[prompt] format `{}` must be markdown, xml or json",
+                    m.prompt.format
+                ),
+            ));
             Format::Markdown
         });
         let mut seen = BTreeSet::new();
         for s in &m.prompt.sections {
             if !SECTION_NAMES.contains(&s.as_str()) {
-                problems.push(Problem::new("harness.toml", at("harness.toml", "sections"), format!("[prompt] sections: unknown section `{s}` (known: {})", SECTION_NAMES.join(", "))));
+                problems.push(Problem::new(
+                    "harness.toml",
+                    at("harness.toml", "sections"),
+                    format!(
+                        "[prompt] sections: unknown section `{s}` (known: {})",
+                        SECTION_NAMES.join(", ")
+                    ),
+                ));
             } else if !seen.insert(s.as_str()) {
-                problems.push(Problem::new("harness.toml", at("harness.toml", "sections"), format!("[prompt] sections lists `{s}` twice")));
+                problems.push(Problem::new(
+                    "harness.toml",
+                    at("harness.toml", "sections"),
+                    format!("[prompt] sections lists `{s}` twice"),
+                ));
             }
         }
         let syntax = CallSyntax::parse_name(&m.calls.syntax).unwrap_or_else(|| {
             let known: Vec<_> = CallSyntax::ALL.iter().map(|c| c.as_str()).collect();
-            problems.push(Problem::new("harness.toml", at("harness.toml", "syntax"), format!("[calls] syntax `{}` is not one of {}", m.calls.syntax, known.join(", "))));
+            problems.push(Problem::new(
+                "harness.toml",
+                at("harness.toml", "syntax"),
+                format!(
+                    "[calls] syntax `{}` is not one of {}",
+                    m.calls.syntax,
+                    known.join(", ")
+                ),
+            ));
             CallSyntax::JsonTags
         });
         if m.calls.max_per_turn == 0 || m.calls.max_per_turn > 16 {
-            problems.push(Problem::new("harness.toml", at("harness.toml", "max_per_turn"), "[calls] max_per_turn must be between 1 and 16"));
+            problems.push(Problem::new(
+                "harness.toml",
+                at("harness.toml", "max_per_turn"),
+                "[calls] max_per_turn must be between 1 and 16",
+            ));
         }
         if m.reply.max_chars < 20 || m.reply.max_chars > 4000 {
-            problems.push(Problem::new("harness.toml", at("harness.toml", "max_chars"), "[reply] max_chars must be between 20 and 4000"));
+            problems.push(Problem::new(
+                "harness.toml",
+                at("harness.toml", "max_chars"),
+                "[reply] max_chars must be between 20 and 4000",
+            ));
         }
 
         // Tools.
@@ -154,18 +210,37 @@ impl Harness {
             let file = format!("tools/{}.json", t.name);
             let here = |needle: &str| at(&file, needle);
             if !valid_tool_name(&t.name) {
-                problems.push(Problem::new(&file, here("\"name\""), format!("tool name `{}` must be 1-64 characters of A-Z a-z 0-9 _ -", t.name)));
+                problems.push(Problem::new(
+                    &file,
+                    here("\"name\""),
+                    format!(
+                        "tool name `{}` must be 1-64 characters of A-Z a-z 0-9 _ -",
+                        t.name
+                    ),
+                ));
             }
             if !tool_names.insert(t.name.clone()) {
-                problems.push(Problem::new(&file, None, format!("duplicate tool name `{}`", t.name)));
+                problems.push(Problem::new(
+                    &file,
+                    None,
+                    format!("duplicate tool name `{}`", t.name),
+                ));
             }
             if t.input_schema.get("type").and_then(Value::as_str) != Some("object") {
-                problems.push(Problem::new(&file, here("inputSchema"), "inputSchema must be a JSON Schema with \"type\": \"object\""));
+                problems.push(Problem::new(
+                    &file,
+                    here("inputSchema"),
+                    "inputSchema must be a JSON Schema with \"type\": \"object\"",
+                ));
             }
             let validator = match jsonschema::validator_for(&t.input_schema) {
                 Ok(v) => Some(v),
                 Err(e) => {
-                    problems.push(Problem::new(&file, here("inputSchema"), format!("inputSchema is not a valid JSON Schema: {e}")));
+                    problems.push(Problem::new(
+                        &file,
+                        here("inputSchema"),
+                        format!("inputSchema is not a valid JSON Schema: {e}"),
+                    ));
                     None
                 }
             };
@@ -213,24 +288,45 @@ impl Harness {
                         let got = param.get("type").and_then(Value::as_str);
                         let compatible = match got {
                             None => true,
-                            Some(g) => g == want || (want == "number" && g == "integer") || (want == "integer" && g == "number"),
+                            Some(g) => {
+                                g == want
+                                    || (want == "number" && g == "integer")
+                                    || (want == "integer" && g == "number")
+                            }
                         };
                         if !compatible {
                             problems.push(Problem::new(&file, here(ptr), format!("binding.args.{canonical}: parameter `{ptr}` has type {}, but op `{op}` expects {want}", got.unwrap_or("?"))));
                         }
                     }
                 }
-                args.push(ArgBinding { canonical: canonical.clone(), path, map });
+                args.push(ArgBinding {
+                    canonical: canonical.clone(),
+                    path,
+                    map,
+                });
             }
             if let Some(Target::Op(op)) = target {
                 for a in op.args().iter().filter(|a| a.required) {
                     if !t.binding.args.contains_key(a.name) {
-                        problems.push(Problem::new(&file, here("binding"), format!("binding does not map `{}`, which op `{op}` requires", a.name)));
+                        problems.push(Problem::new(
+                            &file,
+                            here("binding"),
+                            format!(
+                                "binding does not map `{}`, which op `{op}` requires",
+                                a.name
+                            ),
+                        ));
                     }
                 }
             }
             if let (Some(validator), Some(target)) = (validator, target) {
-                tools.push(CompiledTool { name: t.name.clone(), description: t.description.clone(), schema: t.input_schema.clone(), validator, binding: Binding { target, args } });
+                tools.push(CompiledTool {
+                    name: t.name.clone(),
+                    description: t.description.clone(),
+                    schema: t.input_schema.clone(),
+                    validator,
+                    binding: Binding { target, args },
+                });
             }
         }
 
@@ -242,13 +338,28 @@ impl Harness {
                 problems.push(Problem::new(&file, at(&file, "name:"), format!("skill name `{}` must be 1-64 lowercase letters, digits and single hyphens, not starting or ending with a hyphen", s.front.name)));
             }
             if s.front.name != s.folder {
-                problems.push(Problem::new(&file, at(&file, "name:"), format!("skill name `{}` differs from its folder `{}`; they must be equal", s.front.name, s.folder)));
+                problems.push(Problem::new(
+                    &file,
+                    at(&file, "name:"),
+                    format!(
+                        "skill name `{}` differs from its folder `{}`; they must be equal",
+                        s.front.name, s.folder
+                    ),
+                ));
             }
             if !skill_ids.insert(s.front.name.clone()) {
-                problems.push(Problem::new(&file, None, format!("duplicate skill id `{}`", s.front.name)));
+                problems.push(Problem::new(
+                    &file,
+                    None,
+                    format!("duplicate skill id `{}`", s.front.name),
+                ));
             }
             if s.front.description.trim().is_empty() || s.front.description.chars().count() > 1024 {
-                problems.push(Problem::new(&file, at(&file, "description:"), "description must be 1-1024 characters"));
+                problems.push(Problem::new(
+                    &file,
+                    at(&file, "description:"),
+                    "description must be 1-1024 characters",
+                ));
             }
             if let Some(w) = &s.front.when {
                 if EventKind::parse(w).is_none_or(|e| !e.is_stream_event()) {
@@ -257,7 +368,11 @@ impl Harness {
             }
             for t in &s.front.tools {
                 if !spec.tools.iter().any(|x| &x.name == t) {
-                    problems.push(Problem::new(&file, at(&file, t), format!("lists tool `{t}`, which the harness does not define")));
+                    problems.push(Problem::new(
+                        &file,
+                        at(&file, t),
+                        format!("lists tool `{t}`, which the harness does not define"),
+                    ));
                 }
             }
         }
@@ -268,7 +383,11 @@ impl Harness {
         for h in &spec.hooks {
             let line = at("hooks.toml", &format!("\"{}\"", h.id));
             if !hook_ids.insert(h.id.clone()) {
-                problems.push(Problem::new("hooks.toml", line, format!("duplicate hook id `{}`", h.id)));
+                problems.push(Problem::new(
+                    "hooks.toml",
+                    line,
+                    format!("duplicate hook id `{}`", h.id),
+                ));
             }
             match hooks::compile(h) {
                 Ok(c) => {
@@ -279,17 +398,30 @@ impl Harness {
                     }
                     if let Action::Command { argv, .. } = &c.action {
                         let prog = &argv[0];
-                        let local = prog.strip_prefix("./").filter(|_| root.is_some() || sources.is_some());
+                        let local = prog
+                            .strip_prefix("./")
+                            .filter(|_| root.is_some() || sources.is_some());
                         if let Some(rel) = local {
-                            let exists = spec.extra_files.contains_key(rel) || root.as_ref().is_some_and(|r| r.join(rel).exists());
+                            let exists = spec.extra_files.contains_key(rel)
+                                || root.as_ref().is_some_and(|r| r.join(rel).exists());
                             if !exists {
-                                problems.push(Problem::new("hooks.toml", line, format!("hook `{}` runs `{prog}`, which is not in the harness", h.id)));
+                                problems.push(Problem::new(
+                                    "hooks.toml",
+                                    line,
+                                    format!(
+                                        "hook `{}` runs `{prog}`, which is not in the harness",
+                                        h.id
+                                    ),
+                                ));
                             }
                         }
                     }
                     hooks_out.push(c)
                 }
-                Err(errs) => problems.extend(errs.into_iter().map(|e| Problem::new("hooks.toml", line, e))),
+                Err(errs) => problems.extend(
+                    errs.into_iter()
+                        .map(|e| Problem::new("hooks.toml", line, e)),
+                ),
             }
         }
 
@@ -299,20 +431,42 @@ impl Harness {
         let renderer = match Renderer::new(format, spec.template.as_deref()) {
             Ok(r) => Some(r),
             Err(e) => {
-                problems.push(Problem::new(&template_file, None, format!("template does not compile: {e}")));
+                problems.push(Problem::new(
+                    &template_file,
+                    None,
+                    format!("template does not compile: {e}"),
+                ));
                 None
             }
         };
         if let Some(r) = &renderer {
             if let Err(e) = r.render(&view, &m.prompt.sections, &sample_stream()) {
-                let file = if spec.template.is_some() { template_file.as_str() } else { "harness.toml" };
-                problems.push(Problem::new(file, None, format!("the prompt fails to render: {e}")));
+                let file = if spec.template.is_some() {
+                    template_file.as_str()
+                } else {
+                    "harness.toml"
+                };
+                problems.push(Problem::new(
+                    file,
+                    None,
+                    format!("the prompt fails to render: {e}"),
+                ));
             }
         }
         if !problems.is_empty() {
             return Err(HarnessError::Invalid(problems));
         }
-        Ok(Harness { syntax, format, tools, hooks: hooks_out, hash, root, view, renderer: renderer.expect("checked above"), spec })
+        Ok(Harness {
+            syntax,
+            format,
+            tools,
+            hooks: hooks_out,
+            hash,
+            root,
+            view,
+            renderer: renderer.expect("checked above"),
+            spec,
+        })
     }
 
     pub fn name(&self) -> &str {
@@ -334,7 +488,9 @@ impl Harness {
 
     /// The first tool bound to `op` (the one the oracle uses).
     pub fn tool_for(&self, op: Op) -> Option<&CompiledTool> {
-        self.tools.iter().find(|t| t.binding.target == Target::Op(op))
+        self.tools
+            .iter()
+            .find(|t| t.binding.target == Target::Op(op))
     }
 
     pub fn view(&self) -> &HarnessView {
@@ -343,40 +499,79 @@ impl Harness {
 
     /// The system prompt for a stream state.
     pub fn render_system(&self, stream: &Value) -> Result<String, HarnessError> {
-        self.renderer.render(&self.view, &self.spec.manifest.prompt.sections, stream).map_err(HarnessError::Render)
+        self.renderer
+            .render(&self.view, &self.spec.manifest.prompt.sections, stream)
+            .map_err(HarnessError::Render)
     }
 
     /// Runs a stream event's hooks: injected notes, or a block.
-    pub fn on_event(&self, kind: EventKind, event: &Value, vars: &Value, log: &mut Vec<HookDecision>) -> EventOutcome {
+    pub fn on_event(
+        &self,
+        kind: EventKind,
+        event: &Value,
+        vars: &Value,
+        log: &mut Vec<HookDecision>,
+    ) -> EventOutcome {
         hooks::on_event(&self.hooks, self.root.as_deref(), kind, event, vars, log)
     }
 
     /// Reviews a draft reply against the `before_reply` hooks and the hard length limit.
-    pub fn review_reply(&self, draft: &str, vars: &Value, attempt: usize, log: &mut Vec<HookDecision>) -> ReplyReview {
+    pub fn review_reply(
+        &self,
+        draft: &str,
+        vars: &Value,
+        attempt: usize,
+        log: &mut Vec<HookDecision>,
+    ) -> ReplyReview {
         self.review(draft, vars, attempt, true, log)
     }
 
     /// Like [`Harness::review_reply`] but without running external command
     /// hooks: what a teacher that writes compliant text by construction needs,
     /// at data-generation speed.
-    pub fn review_reply_static(&self, draft: &str, vars: &Value, log: &mut Vec<HookDecision>) -> String {
+    pub fn review_reply_static(
+        &self,
+        draft: &str,
+        vars: &Value,
+        log: &mut Vec<HookDecision>,
+    ) -> String {
         match self.review(draft, vars, 1, false, log) {
             ReplyReview::Accept(r) => r,
             ReplyReview::Retry(_) => unreachable!("attempt 1 never retries"),
         }
     }
 
-    fn review(&self, draft: &str, vars: &Value, attempt: usize, run_commands: bool, log: &mut Vec<HookDecision>) -> ReplyReview {
-        match hooks::review_reply(&self.hooks, self.root.as_deref(), draft, vars, attempt, run_commands, log) {
+    fn review(
+        &self,
+        draft: &str,
+        vars: &Value,
+        attempt: usize,
+        run_commands: bool,
+        log: &mut Vec<HookDecision>,
+    ) -> ReplyReview {
+        match hooks::review_reply(
+            &self.hooks,
+            self.root.as_deref(),
+            draft,
+            vars,
+            attempt,
+            run_commands,
+            log,
+        ) {
             ReplyReview::Accept(r) => {
                 let max = self.spec.manifest.reply.max_chars;
                 if r.chars().count() > max {
-                    log.push(HookDecision { hook: "reply.max_chars".into(), event: EventKind::BeforeReply, outcome: format!("cut to {max} characters") });
+                    log.push(HookDecision {
+                        hook: "reply.max_chars".into(),
+                        event: EventKind::BeforeReply,
+                        outcome: format!("cut to {max} characters"),
+                    });
                     // Cut the body, not the sign-off or required phrases.
-                    let mut rule = CheckRule::merged(self.hooks.iter().filter_map(|h| match &h.action {
-                        Action::Check { rule, .. } => Some(rule),
-                        _ => None,
-                    }));
+                    let mut rule =
+                        CheckRule::merged(self.hooks.iter().filter_map(|h| match &h.action {
+                            Action::Check { rule, .. } => Some(rule),
+                            _ => None,
+                        }));
                     rule.max_chars = Some(rule.max_chars.map_or(max, |m| m.min(max)));
                     ReplyReview::Accept(rule.repair(&r, vars))
                 } else {
@@ -389,12 +584,28 @@ impl Harness {
 
     /// The reply constraints the `check` hooks and `[reply]` impose.
     pub fn reply_constraints(&self, vars: &Value) -> ReplyConstraints {
-        let mut c = ReplyConstraints { max_chars: self.spec.manifest.reply.max_chars, ..Default::default() };
+        let mut c = ReplyConstraints {
+            max_chars: self.spec.manifest.reply.max_chars,
+            ..Default::default()
+        };
         for h in &self.hooks {
-            if let Action::Check { rule: CheckRule { forbid, require, ends_with, max_chars }, .. } = &h.action {
-                c.forbid.extend(forbid.iter().map(|f| crate::text::fill_vars(f, vars)));
-                c.require.extend(require.iter().map(|f| crate::text::fill_vars(f, vars)));
-                c.ends_with.extend(ends_with.iter().map(|f| crate::text::fill_vars(f, vars)));
+            if let Action::Check {
+                rule:
+                    CheckRule {
+                        forbid,
+                        require,
+                        ends_with,
+                        max_chars,
+                    },
+                ..
+            } = &h.action
+            {
+                c.forbid
+                    .extend(forbid.iter().map(|f| crate::text::fill_vars(f, vars)));
+                c.require
+                    .extend(require.iter().map(|f| crate::text::fill_vars(f, vars)));
+                c.ends_with
+                    .extend(ends_with.iter().map(|f| crate::text::fill_vars(f, vars)));
                 if let Some(m) = max_chars {
                     c.max_chars = c.max_chars.min(*m);
                 }
@@ -419,13 +630,18 @@ impl Harness {
     /// nesting, enum values and syntax. `None` if no tool is bound to `op`.
     pub fn call_for(&self, op: Op, canonical: &Map<String, Value>) -> Option<ToolCall> {
         let tool = self.tool_for(op)?;
-        Some(ToolCall { name: tool.name.clone(), arguments: tool.binding.from_canonical(canonical) })
+        Some(ToolCall {
+            name: tool.name.clone(),
+            arguments: tool.binding.from_canonical(canonical),
+        })
     }
 
     /// Checks call arguments against the tool's `inputSchema`; the error lists
     /// up to three violations, each with where in the arguments it is.
     pub fn validate_args(&self, tool: &str, args: &Value) -> Result<(), String> {
-        let Some(t) = self.tool(tool) else { return Err(format!("unknown tool `{tool}`")) };
+        let Some(t) = self.tool(tool) else {
+            return Err(format!("unknown tool `{tool}`"));
+        };
         let errors: Vec<String> = t
             .validator
             .iter_errors(args)
@@ -442,34 +658,78 @@ impl Harness {
         if errors.is_empty() {
             Ok(())
         } else {
-            Err(format!("invalid arguments for {tool}: {}", errors.join("; ")))
+            Err(format!(
+                "invalid arguments for {tool}: {}",
+                errors.join("; ")
+            ))
         }
     }
 
     /// Validates, binds and runs one call, then the `after_tool` hooks.
     /// Every failure becomes a model-readable error result.
-    pub fn dispatch(&self, call: &ToolCall, backend: &dyn Backend, log: &mut Vec<HookDecision>) -> Dispatched {
-        let fail = |target, canonical, msg: String| Dispatched { tool: call.name.clone(), target, canonical, result: json!({"error": msg}), ok: false };
+    pub fn dispatch(
+        &self,
+        call: &ToolCall,
+        backend: &dyn Backend,
+        log: &mut Vec<HookDecision>,
+    ) -> Dispatched {
+        let fail = |target, canonical, msg: String| Dispatched {
+            tool: call.name.clone(),
+            target,
+            canonical,
+            result: json!({"error": msg}),
+            ok: false,
+        };
         let Some(tool) = self.tool(&call.name) else {
             let names: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
-            return fail(None, None, format!("unknown tool `{}`; available tools: {}", call.name, names.join(", ")));
+            return fail(
+                None,
+                None,
+                format!(
+                    "unknown tool `{}`; available tools: {}",
+                    call.name,
+                    names.join(", ")
+                ),
+            );
         };
         if let Err(e) = self.validate_args(&tool.name, &call.arguments) {
             return fail(Some(tool.binding.target), None, e);
         }
         let canonical = match tool.binding.to_canonical(&call.arguments) {
             Ok(c) => c,
-            Err(e) => return fail(Some(tool.binding.target), None, format!("invalid arguments for {}: {e}", tool.name)),
+            Err(e) => {
+                return fail(
+                    Some(tool.binding.target),
+                    None,
+                    format!("invalid arguments for {}: {e}", tool.name),
+                )
+            }
         };
         let (mut result, ok) = match tool.binding.target {
-            Target::Noop => (json!({"ok": true, "note": "this tool has no effect in the current stream"}), true),
+            Target::Noop => (
+                json!({"ok": true, "note": "this tool has no effect in the current stream"}),
+                true,
+            ),
             Target::Op(op) => match backend.call(op, &canonical) {
                 Ok(v) => (v, true),
                 Err(e) => (json!({"error": e}), false),
             },
         };
-        hooks::after_tool(&self.hooks, self.root.as_deref(), tool.binding.target.op(), &tool.name, &mut result, log);
-        Dispatched { tool: tool.name.clone(), target: Some(tool.binding.target), canonical: Some(canonical), result, ok }
+        hooks::after_tool(
+            &self.hooks,
+            self.root.as_deref(),
+            tool.binding.target.op(),
+            &tool.name,
+            &mut result,
+            log,
+        );
+        Dispatched {
+            tool: tool.name.clone(),
+            target: Some(tool.binding.target),
+            canonical: Some(canonical),
+            result,
+            ok,
+        }
     }
 
     /// The tools in OpenAI function-calling form, as chat datasets carry them.
@@ -511,9 +771,18 @@ pub fn content_hash(files: &FileMap) -> String {
     format!("sha256:{}", hex::encode(h.finalize()))
 }
 
-fn build_view(spec: &HarnessSpec, hash: &str, syntax: CallSyntax, tools: &[CompiledTool]) -> HarnessView {
+fn build_view(
+    spec: &HarnessSpec,
+    hash: &str,
+    syntax: CallSyntax,
+    tools: &[CompiledTool],
+) -> HarnessView {
     let m = &spec.manifest;
-    let mut rules: Vec<String> = spec.hooks.iter().filter_map(|h| h.describe.clone()).collect();
+    let mut rules: Vec<String> = spec
+        .hooks
+        .iter()
+        .filter_map(|h| h.describe.clone())
+        .collect();
     rules.dedup();
     HarnessView {
         name: m.harness.name.clone(),
@@ -530,11 +799,22 @@ fn build_view(spec: &HarnessSpec, hash: &str, syntax: CallSyntax, tools: &[Compi
         skills: spec
             .skills
             .iter()
-            .map(|s| SkillView { id: s.front.name.clone(), description: s.front.description.clone(), when: s.front.when.clone(), tools: s.front.tools.clone(), body: s.body.clone() })
+            .map(|s| SkillView {
+                id: s.front.name.clone(),
+                description: s.front.description.clone(),
+                when: s.front.when.clone(),
+                tools: s.front.tools.clone(),
+                body: s.body.clone(),
+            })
             .collect(),
         tools: tools
             .iter()
-            .map(|t| ToolView { name: t.name.clone(), description: t.description.clone(), signature: render::signature(&t.name, &t.schema), schema: t.schema.clone() })
+            .map(|t| ToolView {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                signature: render::signature(&t.name, &t.schema),
+                schema: t.schema.clone(),
+            })
             .collect(),
         call_syntax: syntax.as_str().to_string(),
         call_instructions: syntax.instructions(m.calls.max_per_turn),

@@ -88,11 +88,28 @@ pub struct CheckRule {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
-    Check { rule: CheckRule, on_fail: OnFail, fallback: Option<String> },
-    Rewrite { replace: Vec<(String, String)>, append: Option<String>, truncate_chars: Option<usize> },
-    Inject { note: String },
-    DropFields { fields: Vec<String> },
-    Command { argv: Vec<String>, timeout: Duration, on_error: OnError, fallback: Option<String> },
+    Check {
+        rule: CheckRule,
+        on_fail: OnFail,
+        fallback: Option<String>,
+    },
+    Rewrite {
+        replace: Vec<(String, String)>,
+        append: Option<String>,
+        truncate_chars: Option<usize>,
+    },
+    Inject {
+        note: String,
+    },
+    DropFields {
+        fields: Vec<String>,
+    },
+    Command {
+        argv: Vec<String>,
+        timeout: Duration,
+        on_error: OnError,
+        fallback: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -106,7 +123,8 @@ pub struct Hook {
 }
 
 pub const ACTIONS: [&str; 5] = ["check", "rewrite", "inject", "drop_fields", "command"];
-pub const DEFAULT_FALLBACK: &str = "Thanks for asking! Let me double-check that and come back to you in a moment.";
+pub const DEFAULT_FALLBACK: &str =
+    "Thanks for asking! Let me double-check that and come back to you in a moment.";
 
 /// Compiles one hook; `Err` holds every problem found.
 pub fn compile(spec: &HookSpec) -> Result<Hook, Vec<String>> {
@@ -145,19 +163,35 @@ pub fn compile(spec: &HookSpec) -> Result<Hook, Vec<String>> {
     .filter_map(|(k, on)| on.then_some(k))
     .collect();
     let allowed: &[&str] = match spec.action.as_str() {
-        "check" => &["forbid", "require", "ends_with", "max_chars", "on_fail", "fallback"],
+        "check" => &[
+            "forbid",
+            "require",
+            "ends_with",
+            "max_chars",
+            "on_fail",
+            "fallback",
+        ],
         "rewrite" => &["replace", "append", "truncate_chars"],
         "inject" => &["note"],
         "drop_fields" => &["fields"],
         "command" => &["command", "timeout_ms", "on_error", "fallback"],
         other => {
-            errs.push(format!("hook `{}`: unknown action `{other}` (known: {})", spec.id, ACTIONS.join(", ")));
+            errs.push(format!(
+                "hook `{}`: unknown action `{other}` (known: {})",
+                spec.id,
+                ACTIONS.join(", ")
+            ));
             &[]
         }
     };
     if ACTIONS.contains(&spec.action.as_str()) {
         for f in set.iter().filter(|f| !allowed.contains(f)) {
-            errs.push(format!("hook `{}`: field `{f}` does not apply to action `{}` (it takes: {})", spec.id, spec.action, allowed.join(", ")));
+            errs.push(format!(
+                "hook `{}`: field `{f}` does not apply to action `{}` (it takes: {})",
+                spec.id,
+                spec.action,
+                allowed.join(", ")
+            ));
         }
     }
     let (mut match_op, mut match_tool) = (None, None);
@@ -168,7 +202,10 @@ pub fn compile(spec: &HookSpec) -> Result<Hook, Vec<String>> {
                 Err(e) => errs.push(format!("hook `{}`: match.op: {e}", spec.id)),
             },
             "tool" => match_tool = Some(v.clone()),
-            other => errs.push(format!("hook `{}`: unknown match key `{other}` (use op or tool)", spec.id)),
+            other => errs.push(format!(
+                "hook `{}`: unknown match key `{other}` (use op or tool)",
+                spec.id
+            )),
         }
     }
     let on_fail = match spec.on_fail.as_deref() {
@@ -176,7 +213,10 @@ pub fn compile(spec: &HookSpec) -> Result<Hook, Vec<String>> {
         Some("rewrite") => OnFail::Rewrite,
         Some("fallback") => OnFail::Fallback,
         Some(o) => {
-            errs.push(format!("hook `{}`: on_fail `{o}` must be retry, rewrite or fallback", spec.id));
+            errs.push(format!(
+                "hook `{}`: on_fail `{o}` must be retry, rewrite or fallback",
+                spec.id
+            ));
             OnFail::Retry
         }
     };
@@ -185,24 +225,52 @@ pub fn compile(spec: &HookSpec) -> Result<Hook, Vec<String>> {
         Some("block") => OnError::Block,
         Some("fallback") => OnError::Fallback,
         Some(o) => {
-            errs.push(format!("hook `{}`: on_error `{o}` must be allow, block or fallback", spec.id));
+            errs.push(format!(
+                "hook `{}`: on_error `{o}` must be allow, block or fallback",
+                spec.id
+            ));
             OnError::Allow
         }
     };
     let action = match spec.action.as_str() {
         "check" => {
-            let rule = CheckRule { forbid: spec.forbid.clone(), require: spec.require.clone(), ends_with: spec.ends_with.clone(), max_chars: spec.max_chars };
-            if rule.forbid.is_empty() && rule.require.is_empty() && rule.ends_with.is_none() && rule.max_chars.is_none() {
+            let rule = CheckRule {
+                forbid: spec.forbid.clone(),
+                require: spec.require.clone(),
+                ends_with: spec.ends_with.clone(),
+                max_chars: spec.max_chars,
+            };
+            if rule.forbid.is_empty()
+                && rule.require.is_empty()
+                && rule.ends_with.is_none()
+                && rule.max_chars.is_none()
+            {
                 errs.push(format!("hook `{}`: a check needs at least one of forbid, require, ends_with, max_chars", spec.id));
             }
-            Some(Action::Check { rule, on_fail, fallback: spec.fallback.clone() })
+            Some(Action::Check {
+                rule,
+                on_fail,
+                fallback: spec.fallback.clone(),
+            })
         }
         "rewrite" => {
             if spec.replace.is_none() && spec.append.is_none() && spec.truncate_chars.is_none() {
-                errs.push(format!("hook `{}`: a rewrite needs at least one of replace, append, truncate_chars", spec.id));
+                errs.push(format!(
+                    "hook `{}`: a rewrite needs at least one of replace, append, truncate_chars",
+                    spec.id
+                ));
             }
-            let replace = spec.replace.iter().flatten().map(|(a, b)| (a.clone(), b.clone())).collect();
-            Some(Action::Rewrite { replace, append: spec.append.clone(), truncate_chars: spec.truncate_chars })
+            let replace = spec
+                .replace
+                .iter()
+                .flatten()
+                .map(|(a, b)| (a.clone(), b.clone()))
+                .collect();
+            Some(Action::Rewrite {
+                replace,
+                append: spec.append.clone(),
+                truncate_chars: spec.truncate_chars,
+            })
         }
         "inject" => match &spec.note {
             Some(n) if !n.trim().is_empty() => Some(Action::Inject { note: n.clone() }),
@@ -213,19 +281,35 @@ pub fn compile(spec: &HookSpec) -> Result<Hook, Vec<String>> {
         },
         "drop_fields" => {
             if spec.fields.is_empty() {
-                errs.push(format!("hook `{}`: drop_fields needs a non-empty `fields` list", spec.id));
+                errs.push(format!(
+                    "hook `{}`: drop_fields needs a non-empty `fields` list",
+                    spec.id
+                ));
             }
-            Some(Action::DropFields { fields: spec.fields.clone() })
+            Some(Action::DropFields {
+                fields: spec.fields.clone(),
+            })
         }
         "command" => {
             if spec.command.is_empty() {
-                errs.push(format!("hook `{}`: a command hook needs `command = [\"program\", \"arg\", ...]`", spec.id));
+                errs.push(format!(
+                    "hook `{}`: a command hook needs `command = [\"program\", \"arg\", ...]`",
+                    spec.id
+                ));
             }
             let ms = spec.timeout_ms.unwrap_or(command::DEFAULT_TIMEOUT_MS);
             if ms == 0 || ms > 60_000 {
-                errs.push(format!("hook `{}`: timeout_ms must be between 1 and 60000", spec.id));
+                errs.push(format!(
+                    "hook `{}`: timeout_ms must be between 1 and 60000",
+                    spec.id
+                ));
             }
-            Some(Action::Command { argv: spec.command.clone(), timeout: Duration::from_millis(ms), on_error, fallback: spec.fallback.clone() })
+            Some(Action::Command {
+                argv: spec.command.clone(),
+                timeout: Duration::from_millis(ms),
+                on_error,
+                fallback: spec.fallback.clone(),
+            })
         }
         _ => None,
     };
@@ -237,11 +321,17 @@ pub fn compile(spec: &HookSpec) -> Result<Hook, Vec<String>> {
             Action::Command { .. } => true,
         };
         if !fits {
-            errs.push(format!("hook `{}`: action `{}` cannot run on event `{}`", spec.id, spec.action, spec.event));
+            errs.push(format!(
+                "hook `{}`: action `{}` cannot run on event `{}`",
+                spec.id, spec.action, spec.event
+            ));
         }
     }
     if (match_op.is_some() || match_tool.is_some()) && event != Some(EventKind::AfterTool) {
-        errs.push(format!("hook `{}`: `match` only applies to after_tool hooks", spec.id));
+        errs.push(format!(
+            "hook `{}`: `match` only applies to after_tool hooks",
+            spec.id
+        ));
     }
     match (event, action) {
         (Some(event), Some(action)) if errs.is_empty() => Ok(Hook {
@@ -299,7 +389,11 @@ impl CheckRule {
     /// the sign-off, keep the sign-off last, and cut the body so the whole
     /// reply fits.
     pub fn repair(&self, reply: &str, vars: &Value) -> String {
-        let ending = self.ends_with.as_ref().map(|e| text::fill_vars(e, vars).trim().to_string()).filter(|e| !e.is_empty());
+        let ending = self
+            .ends_with
+            .as_ref()
+            .map(|e| text::fill_vars(e, vars).trim().to_string())
+            .filter(|e| !e.is_empty());
         let mut body = reply.trim_end().to_string();
         if let Some(e) = &ending {
             // The sign-off goes last exactly once, wherever an earlier repair left it.
@@ -308,11 +402,20 @@ impl CheckRule {
         for f in &self.forbid {
             body = text::remove_phrase(&body, &text::fill_vars(f, vars));
         }
-        let required: Vec<String> = self.require.iter().map(|r| text::fill_vars(r, vars).trim().to_string()).filter(|r| !r.is_empty()).collect();
+        let required: Vec<String> = self
+            .require
+            .iter()
+            .map(|r| text::fill_vars(r, vars).trim().to_string())
+            .filter(|r| !r.is_empty())
+            .collect();
         if let Some(m) = self.max_chars {
             // Room for every required phrase and the sign-off, in case the
             // cut removes a phrase the body already had.
-            let reserve: usize = required.iter().chain(&ending).map(|p| p.chars().count() + 1).sum();
+            let reserve: usize = required
+                .iter()
+                .chain(&ending)
+                .map(|p| p.chars().count() + 1)
+                .sum();
             body = text::truncate_chars(&body, m.saturating_sub(reserve));
         }
         let mut tail = String::new();
@@ -331,7 +434,12 @@ impl CheckRule {
 
     /// All rules in one: what a reply must meet when several checks apply.
     pub fn merged<'a>(rules: impl IntoIterator<Item = &'a CheckRule>) -> CheckRule {
-        let mut m = CheckRule { forbid: vec![], require: vec![], ends_with: None, max_chars: None };
+        let mut m = CheckRule {
+            forbid: vec![],
+            require: vec![],
+            ends_with: None,
+            max_chars: None,
+        };
         for r in rules {
             m.forbid.extend(r.forbid.iter().cloned());
             m.require.extend(r.require.iter().cloned());
@@ -358,14 +466,30 @@ pub enum ReplyReview {
 
 /// Runs `before_reply` hooks over a draft. `attempt` counts previous retries:
 /// a `retry` check asks the model once, then repairs.
-pub fn review_reply(hooks: &[Hook], root: Option<&Path>, draft: &str, vars: &Value, attempt: usize, run_commands: bool, log: &mut Vec<HookDecision>) -> ReplyReview {
+pub fn review_reply(
+    hooks: &[Hook],
+    root: Option<&Path>,
+    draft: &str,
+    vars: &Value,
+    attempt: usize,
+    run_commands: bool,
+    log: &mut Vec<HookDecision>,
+) -> ReplyReview {
     let mut reply = draft.trim().to_string();
     for h in hooks.iter().filter(|h| h.event == EventKind::BeforeReply) {
         match &h.action {
-            Action::Rewrite { replace, append, truncate_chars } => {
+            Action::Rewrite {
+                replace,
+                append,
+                truncate_chars,
+            } => {
                 let before = reply.clone();
                 for (from, to) in replace {
-                    reply = text::replace_phrase(&reply, &text::fill_vars(from, vars), &text::fill_vars(to, vars));
+                    reply = text::replace_phrase(
+                        &reply,
+                        &text::fill_vars(from, vars),
+                        &text::fill_vars(to, vars),
+                    );
                 }
                 if let Some(a) = append {
                     let a = text::fill_vars(a, vars);
@@ -380,7 +504,11 @@ pub fn review_reply(hooks: &[Hook], root: Option<&Path>, draft: &str, vars: &Val
                     log.push(decision(h, "rewrote the reply"));
                 }
             }
-            Action::Check { rule, on_fail, fallback } => {
+            Action::Check {
+                rule,
+                on_fail,
+                fallback,
+            } => {
                 let v = rule.violations(&reply, vars);
                 if v.is_empty() {
                     continue;
@@ -389,25 +517,41 @@ pub fn review_reply(hooks: &[Hook], root: Option<&Path>, draft: &str, vars: &Val
                 match on_fail {
                     OnFail::Retry if attempt == 0 => {
                         log.push(decision(h, &format!("retry: {why}")));
-                        let rule_text = h.describe.as_deref().map(|d| format!(" Rule: {d}")).unwrap_or_default();
-                        return ReplyReview::Retry(format!("Your reply breaks a rule ({why}).{rule_text} Write the reply again."));
+                        let rule_text = h
+                            .describe
+                            .as_deref()
+                            .map(|d| format!(" Rule: {d}"))
+                            .unwrap_or_default();
+                        return ReplyReview::Retry(format!(
+                            "Your reply breaks a rule ({why}).{rule_text} Write the reply again."
+                        ));
                     }
                     OnFail::Retry | OnFail::Rewrite => {
                         reply = rule.repair(&reply, vars);
                         log.push(decision(h, &format!("repaired: {why}")));
                     }
                     OnFail::Fallback => {
-                        reply = text::fill_vars(fallback.as_deref().unwrap_or(DEFAULT_FALLBACK), vars);
+                        reply =
+                            text::fill_vars(fallback.as_deref().unwrap_or(DEFAULT_FALLBACK), vars);
                         log.push(decision(h, &format!("fallback: {why}")));
                     }
                 }
             }
             Action::Command { .. } if !run_commands => {}
-            Action::Command { argv, timeout, on_error, fallback } => {
+            Action::Command {
+                argv,
+                timeout,
+                on_error,
+                fallback,
+            } => {
                 let input = json!({"hook_event_name": "before_reply", "hook_id": h.id, "reply": reply, "context": vars});
                 match command::run(argv, root, &input, *timeout) {
                     CommandOutcome::Allow(decision_json) => {
-                        if let Some(new) = decision_json.as_ref().and_then(|d| d.get("reply")).and_then(Value::as_str) {
+                        if let Some(new) = decision_json
+                            .as_ref()
+                            .and_then(|d| d.get("reply"))
+                            .and_then(Value::as_str)
+                        {
                             reply = new.to_string();
                             log.push(decision(h, "rewrote the reply"));
                         } else {
@@ -417,15 +561,23 @@ pub fn review_reply(hooks: &[Hook], root: Option<&Path>, draft: &str, vars: &Val
                     CommandOutcome::Block(reason) => {
                         if attempt == 0 {
                             log.push(decision(h, &format!("blocked, retry: {reason}")));
-                            return ReplyReview::Retry(format!("Your reply was blocked: {reason} Write the reply again."));
+                            return ReplyReview::Retry(format!(
+                                "Your reply was blocked: {reason} Write the reply again."
+                            ));
                         }
-                        reply = text::fill_vars(fallback.as_deref().unwrap_or(DEFAULT_FALLBACK), vars);
+                        reply =
+                            text::fill_vars(fallback.as_deref().unwrap_or(DEFAULT_FALLBACK), vars);
                         log.push(decision(h, &format!("blocked again, fallback: {reason}")));
                     }
                     CommandOutcome::Failed(why) => match on_error {
-                        OnError::Allow => log.push(decision(h, &format!("hook failed, allowed: {why}"))),
+                        OnError::Allow => {
+                            log.push(decision(h, &format!("hook failed, allowed: {why}")))
+                        }
                         OnError::Block | OnError::Fallback => {
-                            reply = text::fill_vars(fallback.as_deref().unwrap_or(DEFAULT_FALLBACK), vars);
+                            reply = text::fill_vars(
+                                fallback.as_deref().unwrap_or(DEFAULT_FALLBACK),
+                                vars,
+                            );
                             log.push(decision(h, &format!("hook failed, fallback: {why}")));
                         }
                     },
@@ -436,14 +588,23 @@ pub fn review_reply(hooks: &[Hook], root: Option<&Path>, draft: &str, vars: &Val
     }
     // One hook's repair can undo another's (a required phrase appended after
     // a sign-off): a last pass checks every rule together.
-    let all = CheckRule::merged(hooks.iter().filter(|h| h.event == EventKind::BeforeReply).filter_map(|h| match &h.action {
-        Action::Check { rule, .. } => Some(rule),
-        _ => None,
-    }));
+    let all = CheckRule::merged(
+        hooks
+            .iter()
+            .filter(|h| h.event == EventKind::BeforeReply)
+            .filter_map(|h| match &h.action {
+                Action::Check { rule, .. } => Some(rule),
+                _ => None,
+            }),
+    );
     let v = all.violations(&reply, vars);
     if !v.is_empty() {
         reply = all.repair(&reply, vars);
-        log.push(HookDecision { hook: "checks".into(), event: EventKind::BeforeReply, outcome: format!("reconciled: {}", v.join("; ")) });
+        log.push(HookDecision {
+            hook: "checks".into(),
+            event: EventKind::BeforeReply,
+            outcome: format!("reconciled: {}", v.join("; ")),
+        });
     }
     ReplyReview::Accept(reply)
 }
@@ -456,7 +617,14 @@ pub struct EventOutcome {
 }
 
 /// Runs the hooks of a stream event (`inject` notes and `command` hooks).
-pub fn on_event(hooks: &[Hook], root: Option<&Path>, kind: EventKind, event: &Value, vars: &Value, log: &mut Vec<HookDecision>) -> EventOutcome {
+pub fn on_event(
+    hooks: &[Hook],
+    root: Option<&Path>,
+    kind: EventKind,
+    event: &Value,
+    vars: &Value,
+    log: &mut Vec<HookDecision>,
+) -> EventOutcome {
     let mut out = EventOutcome::default();
     for h in hooks.iter().filter(|h| h.event == kind) {
         match &h.action {
@@ -464,11 +632,19 @@ pub fn on_event(hooks: &[Hook], root: Option<&Path>, kind: EventKind, event: &Va
                 out.notes.push(text::fill_vars(note, vars));
                 log.push(decision(h, "injected a note"));
             }
-            Action::Command { argv, timeout, on_error, .. } => {
+            Action::Command {
+                argv,
+                timeout,
+                on_error,
+                ..
+            } => {
                 let input = json!({"hook_event_name": kind.as_str(), "hook_id": h.id, "event": event, "context": vars});
                 match command::run(argv, root, &input, *timeout) {
                     CommandOutcome::Allow(d) => {
-                        let ctx = d.as_ref().and_then(|d| d.get("additional_context").or_else(|| d.get("context"))).and_then(Value::as_str);
+                        let ctx = d
+                            .as_ref()
+                            .and_then(|d| d.get("additional_context").or_else(|| d.get("context")))
+                            .and_then(Value::as_str);
                         if let Some(c) = ctx {
                             out.notes.push(c.to_string());
                         }
@@ -493,7 +669,14 @@ pub fn on_event(hooks: &[Hook], root: Option<&Path>, kind: EventKind, event: &Va
 }
 
 /// Runs `after_tool` hooks over a tool result, in place.
-pub fn after_tool(hooks: &[Hook], root: Option<&Path>, op: Option<Op>, tool: &str, result: &mut Value, log: &mut Vec<HookDecision>) {
+pub fn after_tool(
+    hooks: &[Hook],
+    root: Option<&Path>,
+    op: Option<Op>,
+    tool: &str,
+    result: &mut Value,
+    log: &mut Vec<HookDecision>,
+) {
     for h in hooks.iter().filter(|h| h.event == EventKind::AfterTool) {
         if h.match_op.is_some() && h.match_op != op {
             continue;
@@ -509,7 +692,12 @@ pub fn after_tool(hooks: &[Hook], root: Option<&Path>, op: Option<Op>, tool: &st
                     log.push(decision(h, &format!("dropped {n} field(s)")));
                 }
             }
-            Action::Command { argv, timeout, on_error, .. } => {
+            Action::Command {
+                argv,
+                timeout,
+                on_error,
+                ..
+            } => {
                 let input = json!({"hook_event_name": "after_tool", "hook_id": h.id, "tool": tool, "op": op.map(Op::as_str), "result": result});
                 match command::run(argv, root, &input, *timeout) {
                     CommandOutcome::Allow(Some(d)) if d.get("result").is_some() => {
@@ -552,7 +740,11 @@ fn drop_fields(v: &mut Value, fields: &[String], n: &mut usize) {
 }
 
 fn decision(h: &Hook, outcome: &str) -> HookDecision {
-    HookDecision { hook: h.id.clone(), event: h.event, outcome: outcome.to_string() }
+    HookDecision {
+        hook: h.id.clone(),
+        event: h.event,
+        outcome: outcome.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -577,42 +769,98 @@ mod tests {
         h.note = Some("x".into());
         h.event = "on_reply".into();
         let errs = compile(&h).unwrap_err();
-        assert!(errs.iter().any(|e| e.contains("`note` does not apply")), "{errs:?}");
-        assert!(errs.iter().any(|e| e.contains("unknown event `on_reply`")), "{errs:?}");
+        assert!(
+            errs.iter().any(|e| e.contains("`note` does not apply")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter().any(|e| e.contains("unknown event `on_reply`")),
+            "{errs:?}"
+        );
     }
 
     #[test]
     fn retry_once_then_repair() {
         let hooks = vec![compile(&check(&["best", "最"], Some("✨"), "retry")).unwrap()];
         let mut log = Vec::new();
-        let r = review_reply(&hooks, None, "This is the best hoodie, 最好", &json!({}), 0, true, &mut log);
-        assert!(matches!(r, ReplyReview::Retry(ref f) if f.contains("best")), "{r:?}");
-        let r = review_reply(&hooks, None, "This is the best hoodie, 最好", &json!({}), 1, true, &mut log);
-        let ReplyReview::Accept(text) = r else { panic!() };
+        let r = review_reply(
+            &hooks,
+            None,
+            "This is the best hoodie, 最好",
+            &json!({}),
+            0,
+            true,
+            &mut log,
+        );
+        assert!(
+            matches!(r, ReplyReview::Retry(ref f) if f.contains("best")),
+            "{r:?}"
+        );
+        let r = review_reply(
+            &hooks,
+            None,
+            "This is the best hoodie, 最好",
+            &json!({}),
+            1,
+            true,
+            &mut log,
+        );
+        let ReplyReview::Accept(text) = r else {
+            panic!()
+        };
         assert!(compile(&check(&["best", "最"], Some("✨"), "retry")).is_ok());
         let CheckRule { .. } = match &hooks[0].action {
             Action::Check { rule, .. } => rule.clone(),
             _ => unreachable!(),
         };
-        assert!(!text::contains_phrase(&text, "best") && !text.contains('最') && text.ends_with('✨'), "{text}");
+        assert!(
+            !text::contains_phrase(&text, "best") && !text.contains('最') && text.ends_with('✨'),
+            "{text}"
+        );
     }
 
     #[test]
     fn drop_fields_removes_nested_fields() {
-        let spec = HookSpec { id: "d".into(), event: "after_tool".into(), action: "drop_fields".into(), fields: vec!["cost_price".into()], ..Default::default() };
+        let spec = HookSpec {
+            id: "d".into(),
+            event: "after_tool".into(),
+            action: "drop_fields".into(),
+            fields: vec!["cost_price".into()],
+            ..Default::default()
+        };
         let hooks = vec![compile(&spec).unwrap()];
         let mut v = json!({"cost_price": 1, "items": [{"cost_price": 2, "price": 3}]});
         let mut log = Vec::new();
-        after_tool(&hooks, None, Some(Op::Product), "get_product", &mut v, &mut log);
+        after_tool(
+            &hooks,
+            None,
+            Some(Op::Product),
+            "get_product",
+            &mut v,
+            &mut log,
+        );
         assert_eq!(v, json!({"items": [{"price": 3}]}));
         assert_eq!(log.len(), 1);
     }
 
     #[test]
     fn inject_fills_event_variables() {
-        let spec = HookSpec { id: "g".into(), event: "viewer_join".into(), action: "inject".into(), note: Some("Greet {{ viewer }}".into()), ..Default::default() };
+        let spec = HookSpec {
+            id: "g".into(),
+            event: "viewer_join".into(),
+            action: "inject".into(),
+            note: Some("Greet {{ viewer }}".into()),
+            ..Default::default()
+        };
         let hooks = vec![compile(&spec).unwrap()];
-        let out = on_event(&hooks, None, EventKind::ViewerJoin, &json!({}), &json!({"viewer": "momo"}), &mut Vec::new());
+        let out = on_event(
+            &hooks,
+            None,
+            EventKind::ViewerJoin,
+            &json!({}),
+            &json!({"viewer": "momo"}),
+            &mut Vec::new(),
+        );
         assert_eq!(out.notes, vec!["Greet momo"]);
     }
 
@@ -623,13 +871,28 @@ mod tests {
         b.id = "b".into();
         b.require = vec!["[AI]".into()];
         let hooks = vec![a, compile(&b).unwrap()];
-        let ReplyReview::Accept(r) = review_reply(&hooks, None, "Hello there", &json!({}), 1, true, &mut Vec::new()) else { panic!() };
+        let ReplyReview::Accept(r) = review_reply(
+            &hooks,
+            None,
+            "Hello there",
+            &json!({}),
+            1,
+            true,
+            &mut Vec::new(),
+        ) else {
+            panic!()
+        };
         assert_eq!(r, "Hello there [AI] — Mia");
     }
 
     #[test]
     fn repair_keeps_sign_off_within_limit() {
-        let rule = CheckRule { forbid: vec![], require: vec![], ends_with: Some("— Mia".into()), max_chars: Some(30) };
+        let rule = CheckRule {
+            forbid: vec![],
+            require: vec![],
+            ends_with: Some("— Mia".into()),
+            max_chars: Some(30),
+        };
         let out = rule.repair("a very long reply that keeps going and going", &json!({}));
         assert!(out.chars().count() <= 30 && out.ends_with("— Mia"), "{out}");
         assert!(rule.violations(&out, &json!({})).is_empty());

@@ -38,10 +38,18 @@ pub enum ArgKind {
 }
 
 const fn req(name: &'static str, kind: ArgKind) -> ArgSpec {
-    ArgSpec { name, required: true, kind }
+    ArgSpec {
+        name,
+        required: true,
+        kind,
+    }
 }
 const fn opt(name: &'static str, kind: ArgKind) -> ArgSpec {
-    ArgSpec { name, required: false, kind }
+    ArgSpec {
+        name,
+        required: false,
+        kind,
+    }
 }
 
 impl Op {
@@ -151,7 +159,11 @@ mod tests {
     #[test]
     fn required_args_come_first() {
         for op in Op::ALL {
-            let first_opt = op.args().iter().position(|a| !a.required).unwrap_or(op.args().len());
+            let first_opt = op
+                .args()
+                .iter()
+                .position(|a| !a.required)
+                .unwrap_or(op.args().len());
             assert!(op.args()[first_opt..].iter().all(|a| !a.required), "{op}");
         }
     }

@@ -18,7 +18,11 @@ pub struct Problem {
 
 impl Problem {
     pub fn new(file: impl Into<String>, line: Option<usize>, message: impl Into<String>) -> Self {
-        Problem { file: file.into(), line, message: message.into() }
+        Problem {
+            file: file.into(),
+            line,
+            message: message.into(),
+        }
     }
 }
 
@@ -36,13 +40,19 @@ impl fmt::Display for Problem {
 #[non_exhaustive]
 pub enum HarnessError {
     #[error("cannot read harness directory {path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("the harness has {} problem(s):\n{}", .0.len(), Problems(.0))]
     Invalid(Vec<Problem>),
     #[error("prompt template failed to render: {0}")]
     Render(String),
     #[error("cannot write harness to {path}: {source}")]
-    Write { path: String, source: std::io::Error },
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 struct Problems<'a>(&'a [Problem]);
@@ -67,7 +77,8 @@ pub fn line_of(text: &str, needle: &str) -> Option<usize> {
     if needle.is_empty() {
         return None;
     }
-    text.find(needle).map(|at| text[..at].matches('\n').count() + 1)
+    text.find(needle)
+        .map(|at| text[..at].matches('\n').count() + 1)
 }
 
 /// 1-based line of a byte offset.

@@ -70,12 +70,24 @@ pub fn signature(name: &str, schema: &Value) -> String {
 }
 
 fn params(schema: &Value) -> String {
-    let required: Vec<&str> = schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
-    let Some(props) = schema.get("properties").and_then(Value::as_object) else { return String::new() };
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return String::new();
+    };
     props
         .iter()
         .map(|(k, v)| {
-            let opt = if required.contains(&k.as_str()) { "" } else { "?" };
+            let opt = if required.contains(&k.as_str()) {
+                ""
+            } else {
+                "?"
+            };
             format!("{k}{opt}: {}", type_of(v))
         })
         .collect::<Vec<_>>()
@@ -84,11 +96,18 @@ fn params(schema: &Value) -> String {
 
 fn type_of(v: &Value) -> String {
     if let Some(e) = v.get("enum").and_then(Value::as_array) {
-        return e.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("|");
+        return e
+            .iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join("|");
     }
     match v.get("type").and_then(Value::as_str) {
         Some("object") => format!("{{{}}}", params(v)),
-        Some("array") => format!("[{}]", v.get("items").map(type_of).unwrap_or_else(|| "any".into())),
+        Some("array") => format!(
+            "[{}]",
+            v.get("items").map(type_of).unwrap_or_else(|| "any".into())
+        ),
         Some(t) => t.to_string(),
         None => "any".into(),
     }
@@ -133,16 +152,29 @@ impl Renderer {
         env.set_undefined_behavior(UndefinedBehavior::Lenient);
         env.set_trim_blocks(false);
         env.set_keep_trailing_newline(false);
-        env.add_template("markdown", include_str!("templates/markdown.j2")).map_err(|e| e.to_string())?;
-        env.add_template("xml", include_str!("templates/xml.j2")).map_err(|e| e.to_string())?;
+        env.add_template("markdown", include_str!("templates/markdown.j2"))
+            .map_err(|e| e.to_string())?;
+        env.add_template("xml", include_str!("templates/xml.j2"))
+            .map_err(|e| e.to_string())?;
         if let Some(src) = custom {
-            env.add_template_owned("custom", src.to_string()).map_err(|e| describe_template_error(&e))?;
+            env.add_template_owned("custom", src.to_string())
+                .map_err(|e| describe_template_error(&e))?;
         }
-        Ok(Renderer { env, format, custom: custom.is_some() })
+        Ok(Renderer {
+            env,
+            format,
+            custom: custom.is_some(),
+        })
     }
 
-    pub fn render(&self, harness: &HarnessView, sections: &[String], stream: &Value) -> Result<String, String> {
-        let ctx = minijinja::context! { harness => harness, stream => stream, sections => sections };
+    pub fn render(
+        &self,
+        harness: &HarnessView,
+        sections: &[String],
+        stream: &Value,
+    ) -> Result<String, String> {
+        let ctx =
+            minijinja::context! { harness => harness, stream => stream, sections => sections };
         let name = if self.custom {
             "custom"
         } else {
@@ -152,7 +184,10 @@ impl Renderer {
                 Format::Json => return Ok(render_json(harness, sections, stream)),
             }
         };
-        let tmpl = self.env.get_template(name).map_err(|e| describe_template_error(&e))?;
+        let tmpl = self
+            .env
+            .get_template(name)
+            .map_err(|e| describe_template_error(&e))?;
         let out = tmpl.render(ctx).map_err(|e| describe_template_error(&e))?;
         Ok(out.trim().to_string())
     }
@@ -224,6 +259,9 @@ mod tests {
             "item": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]},
             "size": {"enum": ["small", "large"]}
         }, "required": ["item"]});
-        assert_eq!(signature("stock", &schema), r#"stock(item: {id: string}, size?: "small"|"large")"#);
+        assert_eq!(
+            signature("stock", &schema),
+            r#"stock(item: {id: string}, size?: "small"|"large")"#
+        );
     }
 }

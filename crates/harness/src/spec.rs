@@ -50,7 +50,12 @@ fn default_language() -> String {
 
 impl Default for Persona {
     fn default() -> Self {
-        Persona { name: "Host".into(), style: String::new(), language: default_language(), intro: None }
+        Persona {
+            name: "Host".into(),
+            style: String::new(),
+            language: default_language(),
+            intro: None,
+        }
     }
 }
 
@@ -76,7 +81,11 @@ fn default_sections() -> Vec<String> {
 
 impl Default for PromptConfig {
     fn default() -> Self {
-        PromptConfig { template: None, format: default_format(), sections: default_sections() }
+        PromptConfig {
+            template: None,
+            format: default_format(),
+            sections: default_sections(),
+        }
     }
 }
 
@@ -98,7 +107,10 @@ fn default_max_calls() -> usize {
 
 impl Default for CallsConfig {
     fn default() -> Self {
-        CallsConfig { syntax: default_syntax(), max_per_turn: default_max_calls() }
+        CallsConfig {
+            syntax: default_syntax(),
+            max_per_turn: default_max_calls(),
+        }
     }
 }
 
@@ -115,7 +127,9 @@ fn default_max_chars() -> usize {
 
 impl Default for ReplyConfig {
     fn default() -> Self {
-        ReplyConfig { max_chars: default_max_chars() }
+        ReplyConfig {
+            max_chars: default_max_chars(),
+        }
     }
 }
 

@@ -25,7 +25,12 @@ pub enum CallSyntax {
 }
 
 impl CallSyntax {
-    pub const ALL: [CallSyntax; 4] = [CallSyntax::JsonTags, CallSyntax::JsonBlock, CallSyntax::Function, CallSyntax::XmlInvoke];
+    pub const ALL: [CallSyntax; 4] = [
+        CallSyntax::JsonTags,
+        CallSyntax::JsonBlock,
+        CallSyntax::Function,
+        CallSyntax::XmlInvoke,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -42,7 +47,11 @@ impl CallSyntax {
 
     /// Writes one call in this syntax.
     pub fn format(self, call: &ToolCall) -> String {
-        let args = if call.arguments.is_object() { call.arguments.clone() } else { Value::Object(Map::new()) };
+        let args = if call.arguments.is_object() {
+            call.arguments.clone()
+        } else {
+            Value::Object(Map::new())
+        };
         match self {
             CallSyntax::JsonTags => {
                 let mut m = Map::new();
@@ -57,7 +66,12 @@ impl CallSyntax {
                 format!("```tool\n{}\n```", Value::Object(m))
             }
             CallSyntax::Function => {
-                let parts: Vec<String> = args.as_object().into_iter().flatten().map(|(k, v)| format!("{k}={v}")).collect();
+                let parts: Vec<String> = args
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
                 format!("CALL {}({})", call.name, parts.join(", "))
             }
             CallSyntax::XmlInvoke => format!("<invoke name=\"{}\">{}</invoke>", call.name, args),
@@ -66,12 +80,19 @@ impl CallSyntax {
 
     /// Writes several calls, one per line (or block).
     pub fn format_all(self, calls: &[ToolCall]) -> String {
-        calls.iter().map(|c| self.format(c)).collect::<Vec<_>>().join("\n")
+        calls
+            .iter()
+            .map(|c| self.format(c))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// How to call tools, as the model reads it in the prompt.
     pub fn instructions(self, max_per_turn: usize) -> String {
-        let example = ToolCall { name: "tool_name".into(), arguments: serde_json::json!({"param": "value"}) };
+        let example = ToolCall {
+            name: "tool_name".into(),
+            arguments: serde_json::json!({"param": "value"}),
+        };
         let how = match self {
             CallSyntax::JsonTags => "To use a tool, write a tool_call tag holding a JSON object with the tool's name and arguments",
             CallSyntax::JsonBlock => "To use a tool, write a fenced code block tagged tool, holding a JSON object with \"tool\" and \"args\"",
@@ -115,7 +136,8 @@ pub struct Parsed {
 pub struct ParseError(pub String);
 
 fn parse_json(body: &str) -> Result<Value, ParseError> {
-    serde_json::from_str(body.trim()).map_err(|e| ParseError(format!("the tool call is not valid JSON ({e})")))
+    serde_json::from_str(body.trim())
+        .map_err(|e| ParseError(format!("the tool call is not valid JSON ({e})")))
 }
 
 fn call_from_object(v: &Value, name_key: &str, args_key: &str) -> Result<ToolCall, ParseError> {
@@ -126,16 +148,26 @@ fn call_from_object(v: &Value, name_key: &str, args_key: &str) -> Result<ToolCal
     let arguments = match v.get(args_key) {
         None | Some(Value::Null) => Value::Object(Map::new()),
         // Some models (and the OpenAI wire format) put arguments in a JSON string.
-        Some(Value::String(s)) => serde_json::from_str(s).map_err(|e| ParseError(format!("\"{args_key}\" is a string that is not JSON ({e})")))?,
+        Some(Value::String(s)) => serde_json::from_str(s).map_err(|e| {
+            ParseError(format!("\"{args_key}\" is a string that is not JSON ({e})"))
+        })?,
         Some(a) => a.clone(),
     };
     if !arguments.is_object() {
         return Err(ParseError(format!("\"{args_key}\" must be a JSON object")));
     }
-    Ok(ToolCall { name: name.to_string(), arguments })
+    Ok(ToolCall {
+        name: name.to_string(),
+        arguments,
+    })
 }
 
-fn parse_tagged(output: &str, open: &str, close: &str, body: impl Fn(&str) -> Result<ToolCall, ParseError>) -> Result<Parsed, ParseError> {
+fn parse_tagged(
+    output: &str,
+    open: &str,
+    close: &str,
+    body: impl Fn(&str) -> Result<ToolCall, ParseError>,
+) -> Result<Parsed, ParseError> {
     let mut calls = Vec::new();
     let mut text = String::new();
     let mut rest = output;
@@ -143,13 +175,18 @@ fn parse_tagged(output: &str, open: &str, close: &str, body: impl Fn(&str) -> Re
         text.push_str(&rest[..start]);
         let after = &rest[start + open.len()..];
         let Some(end) = after.find(close) else {
-            return Err(ParseError(format!("a tool call opened with {open} is never closed with {close}")));
+            return Err(ParseError(format!(
+                "a tool call opened with {open} is never closed with {close}"
+            )));
         };
         calls.push(body(&after[..end])?);
         rest = &after[end + close.len()..];
     }
     text.push_str(rest);
-    Ok(Parsed { calls, text: text.trim().to_string() })
+    Ok(Parsed {
+        calls,
+        text: text.trim().to_string(),
+    })
 }
 
 fn parse_invoke(output: &str) -> Result<Parsed, ParseError> {
@@ -159,7 +196,9 @@ fn parse_invoke(output: &str) -> Result<Parsed, ParseError> {
     while let Some(start) = rest.find("<invoke") {
         text.push_str(&rest[..start]);
         let after = &rest[start..];
-        let head_end = after.find('>').ok_or_else(|| ParseError("an <invoke> tag is not closed with >".into()))?;
+        let head_end = after
+            .find('>')
+            .ok_or_else(|| ParseError("an <invoke> tag is not closed with >".into()))?;
         let head = &after[..head_end];
         let name = head
             .split("name=\"")
@@ -167,17 +206,31 @@ fn parse_invoke(output: &str) -> Result<Parsed, ParseError> {
             .and_then(|s| s.split('"').next())
             .ok_or_else(|| ParseError("an <invoke> tag needs name=\"tool_name\"".into()))?;
         let body_start = head_end + 1;
-        let end = after[body_start..].find("</invoke>").ok_or_else(|| ParseError("an <invoke> element is never closed with </invoke>".into()))?;
+        let end = after[body_start..].find("</invoke>").ok_or_else(|| {
+            ParseError("an <invoke> element is never closed with </invoke>".into())
+        })?;
         let body = after[body_start..body_start + end].trim();
-        let arguments = if body.is_empty() { Value::Object(Map::new()) } else { parse_json(body)? };
+        let arguments = if body.is_empty() {
+            Value::Object(Map::new())
+        } else {
+            parse_json(body)?
+        };
         if !arguments.is_object() {
-            return Err(ParseError("the arguments inside <invoke> must be a JSON object".into()));
+            return Err(ParseError(
+                "the arguments inside <invoke> must be a JSON object".into(),
+            ));
         }
-        calls.push(ToolCall { name: name.to_string(), arguments });
+        calls.push(ToolCall {
+            name: name.to_string(),
+            arguments,
+        });
         rest = &after[body_start + end + "</invoke>".len()..];
     }
     text.push_str(rest);
-    Ok(Parsed { calls, text: text.trim().to_string() })
+    Ok(Parsed {
+        calls,
+        text: text.trim().to_string(),
+    })
 }
 
 fn parse_function(output: &str) -> Result<Parsed, ParseError> {
@@ -190,7 +243,10 @@ fn parse_function(output: &str) -> Result<Parsed, ParseError> {
             None => text.push(line),
         }
     }
-    Ok(Parsed { calls, text: text.join("\n").trim().to_string() })
+    Ok(Parsed {
+        calls,
+        text: text.join("\n").trim().to_string(),
+    })
 }
 
 fn is_ident(c: char) -> bool {
@@ -198,7 +254,11 @@ fn is_ident(c: char) -> bool {
 }
 
 fn parse_function_call(s: &str) -> Result<ToolCall, ParseError> {
-    let open = s.find('(').ok_or_else(|| ParseError(format!("`CALL {s}` needs parentheses: CALL name(key=value)")))?;
+    let open = s.find('(').ok_or_else(|| {
+        ParseError(format!(
+            "`CALL {s}` needs parentheses: CALL name(key=value)"
+        ))
+    })?;
     let name = s[..open].trim();
     if name.is_empty() || !name.chars().all(is_ident) {
         return Err(ParseError(format!("`{name}` is not a valid tool name")));
@@ -209,31 +269,52 @@ fn parse_function_call(s: &str) -> Result<ToolCall, ParseError> {
         rest = rest.trim_start();
         if let Some(r) = rest.strip_prefix(')') {
             if !r.trim().is_empty() {
-                return Err(ParseError(format!("unexpected text after the call: `{}`", r.trim())));
+                return Err(ParseError(format!(
+                    "unexpected text after the call: `{}`",
+                    r.trim()
+                )));
             }
-            return Ok(ToolCall { name: name.to_string(), arguments: Value::Object(args) });
+            return Ok(ToolCall {
+                name: name.to_string(),
+                arguments: Value::Object(args),
+            });
         }
         let key_end = rest.find(|c: char| !is_ident(c)).unwrap_or(rest.len());
         let key = &rest[..key_end];
         if key.is_empty() {
-            return Err(ParseError(format!("expected key=value in the call to {name}")));
+            return Err(ParseError(format!(
+                "expected key=value in the call to {name}"
+            )));
         }
         rest = rest[key_end..].trim_start();
-        rest = rest.strip_prefix('=').ok_or_else(|| ParseError(format!("`{key}` needs =value in the call to {name}")))?.trim_start();
-        let (value, used) = parse_value(rest).ok_or_else(|| ParseError(format!("the value of `{key}` is not a JSON value (quote strings with \")")))?;
+        rest = rest
+            .strip_prefix('=')
+            .ok_or_else(|| ParseError(format!("`{key}` needs =value in the call to {name}")))?
+            .trim_start();
+        let (value, used) = parse_value(rest).ok_or_else(|| {
+            ParseError(format!(
+                "the value of `{key}` is not a JSON value (quote strings with \")"
+            ))
+        })?;
         args.insert(key.to_string(), value);
         rest = rest[used..].trim_start();
         if let Some(r) = rest.strip_prefix(',') {
             rest = r;
         } else if !rest.starts_with(')') {
-            return Err(ParseError(format!("expected , or ) after `{key}` in the call to {name}")));
+            return Err(ParseError(format!(
+                "expected , or ) after `{key}` in the call to {name}"
+            )));
         }
     }
 }
 
 /// One JSON value (or Python's True/False/None) at the start of `s`.
 fn parse_value(s: &str) -> Option<(Value, usize)> {
-    for (word, v) in [("True", Value::Bool(true)), ("False", Value::Bool(false)), ("None", Value::Null)] {
+    for (word, v) in [
+        ("True", Value::Bool(true)),
+        ("False", Value::Bool(false)),
+        ("None", Value::Null),
+    ] {
         if s.starts_with(word) && !s[word.len()..].starts_with(is_ident) {
             return Some((v, word.len()));
         }
@@ -241,8 +322,12 @@ fn parse_value(s: &str) -> Option<(Value, usize)> {
     // serde_json's stream reader rejects a number followed directly by `)`,
     // so numbers are cut out by hand.
     if s.starts_with(|c: char| c.is_ascii_digit() || c == '-') {
-        let end = s.find(|c: char| !(c.is_ascii_digit() || matches!(c, '-' | '+' | '.' | 'e' | 'E'))).unwrap_or(s.len());
-        return serde_json::from_str::<Value>(&s[..end]).ok().map(|v| (v, end));
+        let end = s
+            .find(|c: char| !(c.is_ascii_digit() || matches!(c, '-' | '+' | '.' | 'e' | 'E')))
+            .unwrap_or(s.len());
+        return serde_json::from_str::<Value>(&s[..end])
+            .ok()
+            .map(|v| (v, end));
     }
     let mut it = serde_json::Deserializer::from_str(s).into_iter::<Value>();
     match it.next() {
@@ -257,13 +342,20 @@ mod tests {
     use serde_json::json;
 
     fn call() -> ToolCall {
-        ToolCall { name: "check_stock".into(), arguments: json!({"product_id": "P3", "size": "M", "n": 2, "o": {"a": [1, "x,y)"]}}) }
+        ToolCall {
+            name: "check_stock".into(),
+            arguments: json!({"product_id": "P3", "size": "M", "n": 2, "o": {"a": [1, "x,y)"]}}),
+        }
     }
 
     #[test]
     fn every_syntax_round_trips() {
         for s in CallSyntax::ALL {
-            let text = format!("Let me check.\n{}\n{}", s.format(&call()), s.format(&call()));
+            let text = format!(
+                "Let me check.\n{}\n{}",
+                s.format(&call()),
+                s.format(&call())
+            );
             let p = s.parse(&text).unwrap();
             assert_eq!(p.calls, vec![call(), call()], "{}", s.as_str());
             assert_eq!(p.text, "Let me check.", "{}", s.as_str());
@@ -281,25 +373,41 @@ mod tests {
 
     #[test]
     fn malformed_calls_are_errors_not_panics() {
-        assert!(CallSyntax::JsonTags.parse("<tool_call>{\"name\": ").is_err());
-        assert!(CallSyntax::JsonTags.parse("<tool_call>{\"nam\": 1}</tool_call>").is_err());
-        assert!(CallSyntax::JsonTags.parse("<tool_call>[1]</tool_call>").is_err());
-        assert!(CallSyntax::JsonBlock.parse("```tool\n{\"tool\": \"x\", \"args\": 3}\n```").is_err());
+        assert!(CallSyntax::JsonTags
+            .parse("<tool_call>{\"name\": ")
+            .is_err());
+        assert!(CallSyntax::JsonTags
+            .parse("<tool_call>{\"nam\": 1}</tool_call>")
+            .is_err());
+        assert!(CallSyntax::JsonTags
+            .parse("<tool_call>[1]</tool_call>")
+            .is_err());
+        assert!(CallSyntax::JsonBlock
+            .parse("```tool\n{\"tool\": \"x\", \"args\": 3}\n```")
+            .is_err());
         assert!(CallSyntax::Function.parse("CALL x(a=unquoted)").is_err());
         assert!(CallSyntax::Function.parse("CALL x(a=1").is_err());
         assert!(CallSyntax::Function.parse("CALL (a=1)").is_err());
         assert!(CallSyntax::XmlInvoke.parse("<invoke>{}</invoke>").is_err());
-        assert!(CallSyntax::XmlInvoke.parse("<invoke name=\"x\">{}").is_err());
+        assert!(CallSyntax::XmlInvoke
+            .parse("<invoke name=\"x\">{}")
+            .is_err());
     }
 
     #[test]
     fn string_arguments_are_accepted() {
-        let p = CallSyntax::JsonTags.parse(r#"<tool_call>{"name": "x", "arguments": "{\"a\": 1}"}</tool_call>"#).unwrap();
+        let p = CallSyntax::JsonTags
+            .parse(r#"<tool_call>{"name": "x", "arguments": "{\"a\": 1}"}</tool_call>"#)
+            .unwrap();
         assert_eq!(p.calls[0].arguments, json!({"a": 1}));
-        let p = CallSyntax::Function.parse("CALL x(flag=True, none=None)").unwrap();
+        let p = CallSyntax::Function
+            .parse("CALL x(flag=True, none=None)")
+            .unwrap();
         assert_eq!(p.calls[0].arguments, json!({"flag": true, "none": null}));
         // Regression: a number as the last argument.
-        let p = CallSyntax::Function.parse("CALL quote(product=\"P3\", n=2)").unwrap();
+        let p = CallSyntax::Function
+            .parse("CALL quote(product=\"P3\", n=2)")
+            .unwrap();
         assert_eq!(p.calls[0].arguments, json!({"product": "P3", "n": 2}));
         let p = CallSyntax::Function.parse("CALL f(x=-1.5e2)").unwrap();
         assert_eq!(p.calls[0].arguments, json!({"x": -150.0}));

@@ -42,8 +42,16 @@ pub fn find_phrase(text: &str, phrase: &str) -> Option<(usize, usize)> {
         }
         let first = lower_phrase.chars().next().unwrap_or(' ');
         let last = lower_phrase.chars().next_back().unwrap_or(' ');
-        let before_ok = !is_word_char(first) || lower_text[..start].chars().next_back().is_none_or(|c| !is_word_char(c));
-        let after_ok = !is_word_char(last) || lower_text[end..].chars().next().is_none_or(|c| !is_word_char(c));
+        let before_ok = !is_word_char(first)
+            || lower_text[..start]
+                .chars()
+                .next_back()
+                .is_none_or(|c| !is_word_char(c));
+        let after_ok = !is_word_char(last)
+            || lower_text[end..]
+                .chars()
+                .next()
+                .is_none_or(|c| !is_word_char(c));
         if before_ok && after_ok {
             return Some((start, end));
         }
@@ -169,14 +177,23 @@ mod tests {
 
     #[test]
     fn removing_and_replacing() {
-        assert_eq!(remove_phrase("the best hoodie , really", "best"), "the hoodie, really");
-        assert_eq!(replace_phrase("Best price, best fit", "best", "great"), "great price, great fit");
+        assert_eq!(
+            remove_phrase("the best hoodie , really", "best"),
+            "the hoodie, really"
+        );
+        assert_eq!(
+            replace_phrase("Best price, best fit", "best", "great"),
+            "great price, great fit"
+        );
     }
 
     #[test]
     fn vars_fill() {
         let v = json!({"viewer": "lily", "product": {"link": 3}});
-        assert_eq!(fill_vars("Hi {{ viewer }}, tap {{product.link}}!{{ nope }}", &v), "Hi lily, tap 3!");
+        assert_eq!(
+            fill_vars("Hi {{ viewer }}, tap {{product.link}}!{{ nope }}", &v),
+            "Hi lily, tap 3!"
+        );
     }
 
     #[test]

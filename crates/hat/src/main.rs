@@ -7,7 +7,11 @@ mod cmd;
 mod progress;
 
 #[derive(Parser)]
-#[command(name = "hat", version, about = "Harness-Aware Training: compact live-stream agents that keep working when their harness changes")]
+#[command(
+    name = "hat",
+    version,
+    about = "Harness-Aware Training: compact live-stream agents that keep working when their harness changes"
+)]
 struct Cli {
     /// More log output (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -47,8 +51,12 @@ fn main() {
         1 => "info",
         _ => "debug",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     let result = match cli.command {
         Command::Harness(c) => cmd::harness::run(c),
         Command::World(c) => cmd::world::run(c),

@@ -36,44 +36,71 @@ fn broken_copy(edit: impl FnOnce(&Path)) -> tempfile::TempDir {
 
 /// A panic exits with 101; every handled error exits with 1.
 fn fails_cleanly(cmd: &mut Command) -> assert_cmd::assert::Assert {
-    cmd.assert().failure().code(1).stderr(predicate::str::contains("panicked").not())
+    cmd.assert()
+        .failure()
+        .code(1)
+        .stderr(predicate::str::contains("panicked").not())
 }
 
 #[test]
 fn harness_check_accepts_the_production_harness() {
-    hat().args(["harness", "check"]).arg(production()).assert().success().stdout(predicate::str::contains("taolive-host").and(predicate::str::contains("9 tools")));
+    hat()
+        .args(["harness", "check"])
+        .arg(production())
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("taolive-host").and(predicate::str::contains("9 tools")));
 }
 
 #[test]
 fn harness_check_lists_every_problem_with_file_and_line() {
     let d = broken_copy(|p| {
-        std::fs::write(p.join("tools/get_product.json"), "{\"name\": \"get_product\", \"inputSchema\": ").unwrap();
+        std::fs::write(
+            p.join("tools/get_product.json"),
+            "{\"name\": \"get_product\", \"inputSchema\": ",
+        )
+        .unwrap();
         let skill = p.join("skills/greet-and-thank/SKILL.md");
-        let text = std::fs::read_to_string(&skill).unwrap().replace("name: greet-and-thank", "name: Greet_And_Thank");
+        let text = std::fs::read_to_string(&skill)
+            .unwrap()
+            .replace("name: greet-and-thank", "name: Greet_And_Thank");
         std::fs::write(skill, text).unwrap();
-        let hooks = std::fs::read_to_string(p.join("hooks.toml")).unwrap().replace("event = \"gift\"", "event = \"on_gift\"");
+        let hooks = std::fs::read_to_string(p.join("hooks.toml"))
+            .unwrap()
+            .replace("event = \"gift\"", "event = \"on_gift\"");
         std::fs::write(p.join("hooks.toml"), hooks).unwrap();
-        let t = std::fs::read_to_string(p.join("tools/check_stock.json")).unwrap().replace("\"op\": \"stock\"", "\"op\": \"inventory\"");
+        let t = std::fs::read_to_string(p.join("tools/check_stock.json"))
+            .unwrap()
+            .replace("\"op\": \"stock\"", "\"op\": \"inventory\"");
         std::fs::write(p.join("tools/check_stock.json"), t).unwrap();
     });
     fails_cleanly(hat().args(["harness", "check"]).arg(d.path())).stderr(
         predicate::str::contains("tools/get_product.json:1")
-            .and(predicate::str::contains("skills/greet-and-thank/SKILL.md:2"))
+            .and(predicate::str::contains(
+                "skills/greet-and-thank/SKILL.md:2",
+            ))
             .and(predicate::str::contains("unknown event `on_gift`"))
             .and(predicate::str::contains("binding.op `inventory`"))
-            .and(predicate::str::contains("lists tool `get_product`, which the harness does not define"))
+            .and(predicate::str::contains(
+                "lists tool `get_product`, which the harness does not define",
+            ))
             .and(predicate::str::contains("7 problem(s)")),
     );
 }
 
 #[test]
 fn harness_check_rejects_a_missing_directory_and_a_binding_to_no_parameter() {
-    fails_cleanly(hat().args(["harness", "check", "/nonexistent/harness"])).stderr(predicate::str::contains("/nonexistent/harness"));
+    fails_cleanly(hat().args(["harness", "check", "/nonexistent/harness"]))
+        .stderr(predicate::str::contains("/nonexistent/harness"));
     let d = broken_copy(|p| {
-        let t = std::fs::read_to_string(p.join("tools/shipping_info.json")).unwrap().replace("\"/region\"", "\"/where\"");
+        let t = std::fs::read_to_string(p.join("tools/shipping_info.json"))
+            .unwrap()
+            .replace("\"/region\"", "\"/where\"");
         std::fs::write(p.join("tools/shipping_info.json"), t).unwrap();
     });
-    fails_cleanly(hat().args(["harness", "check"]).arg(d.path())).stderr(predicate::str::contains("`/where`, which is not a parameter"));
+    fails_cleanly(hat().args(["harness", "check"]).arg(d.path())).stderr(predicate::str::contains(
+        "`/where`, which is not a parameter",
+    ));
 }
 
 #[test]
@@ -81,74 +108,250 @@ fn harness_render_prints_the_prompt_and_the_event_turn() {
     let d = tempfile::tempdir().unwrap();
     let ev = d.path().join("ev.json");
     std::fs::write(&ev, r#"{"type": "viewer_join", "viewer": "momo"}"#).unwrap();
-    hat().args(["harness", "render"]).arg(production()).arg("--event").arg(&ev).assert().success().stdout(
-        predicate::str::contains("# Tools").and(predicate::str::contains("<tool_call>")).and(predicate::str::contains("momo just joined: greet them by name")),
-    );
+    hat()
+        .args(["harness", "render"])
+        .arg(production())
+        .arg("--event")
+        .arg(&ev)
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("# Tools")
+                .and(predicate::str::contains("<tool_call>"))
+                .and(predicate::str::contains(
+                    "momo just joined: greet them by name",
+                )),
+        );
     std::fs::write(&ev, r#"{"type": "wave"}"#).unwrap();
-    fails_cleanly(hat().args(["harness", "render"]).arg(production()).arg("--event").arg(&ev)).stderr(predicate::str::contains("not an event"));
+    fails_cleanly(
+        hat()
+            .args(["harness", "render"])
+            .arg(production())
+            .arg("--event")
+            .arg(&ev),
+    )
+    .stderr(predicate::str::contains("not an event"));
 }
 
 #[test]
 fn world_gen_and_show_round_trip_and_refuse_garbage() {
     let d = tempfile::tempdir().unwrap();
     let db = d.path().join("s.sqlite");
-    hat().args(["world", "gen", "--seed", "4", "--out"]).arg(&db).assert().success();
-    hat().args(["world", "show"]).arg(&db).assert().success().stdout(predicate::str::contains("Products ("));
-    fails_cleanly(hat().args(["world", "gen", "--seed", "4", "--out"]).arg(&db)).stderr(predicate::str::contains("--force"));
+    hat()
+        .args(["world", "gen", "--seed", "4", "--out"])
+        .arg(&db)
+        .assert()
+        .success();
+    hat()
+        .args(["world", "show"])
+        .arg(&db)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("Products ("));
+    fails_cleanly(
+        hat()
+            .args(["world", "gen", "--seed", "4", "--out"])
+            .arg(&db),
+    )
+    .stderr(predicate::str::contains("--force"));
     let junk = d.path().join("junk.sqlite");
     std::fs::write(&junk, "not a database").unwrap();
     fails_cleanly(hat().args(["world", "show"]).arg(&junk));
     // The stored world renders like the generated one.
-    hat().args(["harness", "render"]).arg(production()).arg("--stream").arg(&db).assert().success();
+    hat()
+        .args(["harness", "render"])
+        .arg(production())
+        .arg("--stream")
+        .arg(&db)
+        .assert()
+        .success();
 }
 
 #[test]
 fn augment_writes_valid_states_and_a_manifest() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("v");
-    hat().args(["augment", "--count", "3", "--seed", "5", "--pool", "heldout", "--harness"]).arg(production()).arg("--out").arg(&out).assert().success();
-    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
-    assert_eq!(manifest.as_array().map(Vec::len).or_else(|| manifest["variants"].as_array().map(Vec::len)), Some(3));
+    hat()
+        .args([
+            "augment",
+            "--count",
+            "3",
+            "--seed",
+            "5",
+            "--pool",
+            "heldout",
+            "--harness",
+        ])
+        .arg(production())
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success();
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(
+        manifest
+            .as_array()
+            .map(Vec::len)
+            .or_else(|| manifest["variants"].as_array().map(Vec::len)),
+        Some(3)
+    );
     for i in 0..3 {
-        hat().args(["harness", "check"]).arg(out.join(format!("v{i:03}"))).assert().success();
+        hat()
+            .args(["harness", "check"])
+            .arg(out.join(format!("v{i:03}")))
+            .assert()
+            .success();
     }
-    fails_cleanly(hat().args(["augment", "--count", "1", "--pool", "test", "--harness"]).arg(production()).arg("--out").arg(d.path().join("w"))).stderr(predicate::str::contains("--pool"));
-    hat().args(["augment", "--list-heldout", "--count", "0", "--harness", ".", "--out", "."]).assert().success().stdout(predicate::str::contains("held-out parameters"));
+    fails_cleanly(
+        hat()
+            .args(["augment", "--count", "1", "--pool", "test", "--harness"])
+            .arg(production())
+            .arg("--out")
+            .arg(d.path().join("w")),
+    )
+    .stderr(predicate::str::contains("--pool"));
+    hat()
+        .args([
+            "augment",
+            "--list-heldout",
+            "--count",
+            "0",
+            "--harness",
+            ".",
+            "--out",
+            ".",
+        ])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("held-out parameters"));
 }
 
 #[test]
 fn data_gen_writes_chat_jsonl_and_stats_reads_it() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("d.jsonl");
-    hat().args(["data", "gen", "--variants", "2", "--tasks", "60", "--seed", "1", "--harness"]).arg(production()).arg("--out").arg(&out).assert().success().stdout(predicate::str::contains("wrote 60 trajectories"));
-    let first: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&out).unwrap().lines().next().unwrap()).unwrap();
+    hat()
+        .args([
+            "data",
+            "gen",
+            "--variants",
+            "2",
+            "--tasks",
+            "60",
+            "--seed",
+            "1",
+            "--harness",
+        ])
+        .arg(production())
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("wrote 60 trajectories"));
+    let first: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&out)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(first["messages"][0]["role"], "system");
     assert!(first["tools"][0]["function"]["parameters"].is_object());
-    assert!(first["harness_hash"].as_str().unwrap().starts_with("sha256:"));
-    hat().args(["data", "stats"]).arg(&out).assert().success().stdout(predicate::str::contains("records            60").and(predicate::str::contains("task types (19)")));
+    assert!(first["harness_hash"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    hat()
+        .args(["data", "stats"])
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("records            60")
+                .and(predicate::str::contains("task types (19)")),
+        );
     // Resume skips what is there; without a flag an existing file is refused.
-    hat().args(["data", "gen", "--variants", "2", "--tasks", "60", "--seed", "1", "--resume", "--harness"]).arg(production()).arg("--out").arg(&out).assert().success().stdout(predicate::str::contains("60 already present"));
-    fails_cleanly(hat().args(["data", "gen", "--tasks", "5", "--harness"]).arg(production()).arg("--out").arg(&out)).stderr(predicate::str::contains("--resume"));
+    hat()
+        .args([
+            "data",
+            "gen",
+            "--variants",
+            "2",
+            "--tasks",
+            "60",
+            "--seed",
+            "1",
+            "--resume",
+            "--harness",
+        ])
+        .arg(production())
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("60 already present"));
+    fails_cleanly(
+        hat()
+            .args(["data", "gen", "--tasks", "5", "--harness"])
+            .arg(production())
+            .arg("--out")
+            .arg(&out),
+    )
+    .stderr(predicate::str::contains("--resume"));
     std::fs::write(d.path().join("bad.jsonl"), "{\"messages\": []}\nnot json\n").unwrap();
-    fails_cleanly(hat().args(["data", "stats"]).arg(d.path().join("bad.jsonl"))).stderr(predicate::str::contains("bad.jsonl:1"));
+    fails_cleanly(
+        hat()
+            .args(["data", "stats"])
+            .arg(d.path().join("bad.jsonl")),
+    )
+    .stderr(predicate::str::contains("bad.jsonl:1"));
 }
 
 #[test]
 fn data_gen_with_openai_teacher_needs_an_endpoint() {
     let d = tempfile::tempdir().unwrap();
-    fails_cleanly(hat().env_remove("HAT_TEACHER_BASE_URL").args(["data", "gen", "--teacher", "openai", "--tasks", "1", "--harness"]).arg(production()).arg("--out").arg(d.path().join("x.jsonl"))).stderr(predicate::str::contains("--base-url"));
+    fails_cleanly(
+        hat()
+            .env_remove("HAT_TEACHER_BASE_URL")
+            .args([
+                "data",
+                "gen",
+                "--teacher",
+                "openai",
+                "--tasks",
+                "1",
+                "--harness",
+            ])
+            .arg(production())
+            .arg("--out")
+            .arg(d.path().join("x.jsonl")),
+    )
+    .stderr(predicate::str::contains("--base-url"));
 }
 
 #[test]
 fn tasks_sample_covers_every_kind() {
-    let out = hat().args(["tasks", "sample", "--split", "test", "--count", "19"]).assert().success().get_output().stdout.clone();
+    let out = hat()
+        .args(["tasks", "sample", "--split", "test", "--count", "19"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
     let text = String::from_utf8(out).unwrap();
     assert_eq!(text.lines().count(), 19);
-    fails_cleanly(hat().args(["tasks", "sample", "--kind", "nope"])).stderr(predicate::str::contains("hat tasks kinds"));
+    fails_cleanly(hat().args(["tasks", "sample", "--kind", "nope"]))
+        .stderr(predicate::str::contains("hat tasks kinds"));
 }
 
 #[test]
 fn invalid_arguments_are_usage_errors() {
-    hat().args(["data", "gen", "--tasks", "many"]).assert().failure().code(2);
+    hat()
+        .args(["data", "gen", "--tasks", "many"])
+        .assert()
+        .failure()
+        .code(2);
     hat().arg("frobnicate").assert().failure().code(2);
 }

@@ -76,15 +76,26 @@ mod tests {
         let tr = Bank::get(Split::Train);
         let te = Bank::get(Split::Test);
         assert!(tr.en.len() >= 13 && te.en.len() >= 13);
-        let norm = |s: &str| s.to_lowercase().split_whitespace().collect::<Vec<_>>().join(" ");
+        let norm = |s: &str| {
+            s.to_lowercase()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         for (kind, ts) in &tr.en {
             for t in ts {
-                assert!(!te.templates(kind, false).iter().any(|u| norm(u) == norm(t)), "{kind}: {t}");
+                assert!(
+                    !te.templates(kind, false).iter().any(|u| norm(u) == norm(t)),
+                    "{kind}: {t}"
+                );
             }
         }
         for (kind, ts) in &tr.zh {
             for t in ts {
-                assert!(!te.templates(kind, true).iter().any(|u| norm(u) == norm(t)), "zh {kind}: {t}");
+                assert!(
+                    !te.templates(kind, true).iter().any(|u| norm(u) == norm(t)),
+                    "zh {kind}: {t}"
+                );
             }
         }
     }

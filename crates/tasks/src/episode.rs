@@ -15,7 +15,10 @@ pub fn stream_value(task: &Task, world: &World) -> Value {
     let mut v = serde_json::to_value(world.stream_state()).unwrap_or_else(|_| json!({}));
     let cat = world.catalog();
     if let (Some(p), Some(obj)) = (cat.product(&task.on_stage), v.as_object_mut()) {
-        obj.insert("on_stage".into(), json!({"id": p.id, "title": p.title, "link": p.link, "price": p.price.as_f64()}));
+        obj.insert(
+            "on_stage".into(),
+            json!({"id": p.id, "title": p.title, "link": p.link, "price": p.price.as_f64()}),
+        );
         obj.insert("currency_symbol".into(), json!(cat.stream.currency_symbol));
         obj.insert("recent".into(), json!(task.recent));
     }

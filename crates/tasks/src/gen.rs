@@ -13,25 +13,90 @@ use crate::task::{Intent, Split, Task, Turn};
 
 /// Products no stream sells: what a "do you have X?" trap asks about.
 const GHOSTS: &[&str] = &[
-    "AirPods Max", "Dyson Airwrap", "Nintendo Switch 2", "iPhone 17 Pro", "Lego Millennium Falcon", "Stanley Quencher",
-    "Kindle Oasis", "Labubu blind box", "GoPro Hero 13", "Le Creuset dutch oven", "Moncler puffer", "Rolex Submariner",
-    "PS5 Pro", "Theragun Mini", "Ray-Ban Meta glasses", "SK-II essence", "Switch Lite", "Yeti tumbler",
+    "AirPods Max",
+    "Dyson Airwrap",
+    "Nintendo Switch 2",
+    "iPhone 17 Pro",
+    "Lego Millennium Falcon",
+    "Stanley Quencher",
+    "Kindle Oasis",
+    "Labubu blind box",
+    "GoPro Hero 13",
+    "Le Creuset dutch oven",
+    "Moncler puffer",
+    "Rolex Submariner",
+    "PS5 Pro",
+    "Theragun Mini",
+    "Ray-Ban Meta glasses",
+    "SK-II essence",
+    "Switch Lite",
+    "Yeti tumbler",
 ];
 
 const CUES_PIN: [&[&str]; 2] = [
-    &["pin {product} now", "put link {link} on screen please", "pin the {product} link, viewers are asking", "next up {product}, pin it"],
-    &["can you pin {product}", "we're featuring {product}, get its link pinned", "pin link {link} for the next segment", "show {product} link on top"],
+    &[
+        "pin {product} now",
+        "put link {link} on screen please",
+        "pin the {product} link, viewers are asking",
+        "next up {product}, pin it",
+    ],
+    &[
+        "can you pin {product}",
+        "we're featuring {product}, get its link pinned",
+        "pin link {link} for the next segment",
+        "show {product} link on top",
+    ],
 ];
 const CUES_SALE: [&[&str]; 2] = [
-    &["start a {minutes}-minute flash sale on {product}, {pct}% off", "flash sale {product}: {pct}% off for {minutes} minutes, go", "kick off {pct}% off {product} for {minutes} min"],
-    &["run {product} at {pct}% off, {minutes} minutes only", "launch a flash deal on {product}: {minutes} min, {pct} percent off", "{minutes} min flash sale, {product}, {pct}% discount"],
+    &[
+        "start a {minutes}-minute flash sale on {product}, {pct}% off",
+        "flash sale {product}: {pct}% off for {minutes} minutes, go",
+        "kick off {pct}% off {product} for {minutes} min",
+    ],
+    &[
+        "run {product} at {pct}% off, {minutes} minutes only",
+        "launch a flash deal on {product}: {minutes} min, {pct} percent off",
+        "{minutes} min flash sale, {product}, {pct}% discount",
+    ],
 ];
-const GIFTS: &[&str] = &["rose", "rocket", "lollipop", "小心心", "heart", "crown", "donut", "sports car", "玫瑰", "fireworks"];
+const GIFTS: &[&str] = &[
+    "rose",
+    "rocket",
+    "lollipop",
+    "小心心",
+    "heart",
+    "crown",
+    "donut",
+    "sports car",
+    "玫瑰",
+    "fireworks",
+];
 const VIEWER_PARTS: [&[&str]; 2] = [
-    &["lily", "momo", "xiaoyu", "kiki", "小鱼儿", "nana", "jay", "bobo", "寒梅", "sunny", "coco", "dudu", "阿杰", "mimi", "leo"],
-    &["tata", "yoyo", "橙子", "peach", "大白", "luna", "xixi", "kai", "ann", "小熊", "zoe", "bean", "阿宝", "mochi", "ray"],
+    &[
+        "lily",
+        "momo",
+        "xiaoyu",
+        "kiki",
+        "小鱼儿",
+        "nana",
+        "jay",
+        "bobo",
+        "寒梅",
+        "sunny",
+        "coco",
+        "dudu",
+        "阿杰",
+        "mimi",
+        "leo",
+    ],
+    &[
+        "tata", "yoyo", "橙子", "peach", "大白", "luna", "xixi", "kai", "ann", "小熊", "zoe",
+        "bean", "阿宝", "mochi", "ray",
+    ],
 ];
-const VIEWER_TAILS: &[&str] = &["", "_0921", "123", "🍑", "_bb", "2024", "酱", "_x", "🐱", "88"];
+const VIEWER_TAILS: &[&str] = &[
+    "", "_0921", "123", "🍑", "_bb", "2024", "酱", "_x", "🐱", "88",
+];
 
 fn pick<'a, T>(rng: &mut ChaCha8Rng, xs: &'a [T]) -> &'a T {
     &xs[rng.gen_range(0..xs.len())]
@@ -45,13 +110,27 @@ fn split_idx(split: Split) -> usize {
 }
 
 pub fn viewer_name(rng: &mut ChaCha8Rng, split: Split) -> String {
-    format!("{}{}", pick(rng, VIEWER_PARTS[split_idx(split)]), pick(rng, VIEWER_TAILS))
+    format!(
+        "{}{}",
+        pick(rng, VIEWER_PARTS[split_idx(split)]),
+        pick(rng, VIEWER_TAILS)
+    )
 }
 
 /// How a viewer names a product. Train and test use partly different forms.
 fn refer(p: &Product, cat: &Catalog, split: Split, zh: bool, rng: &mut ChaCha8Rng) -> String {
-    let noun = p.title.split_whitespace().last().unwrap_or(&p.title).to_lowercase();
-    let noun_unique = cat.products.iter().filter(|q| q.title.to_lowercase().ends_with(&noun)).count() == 1;
+    let noun = p
+        .title
+        .split_whitespace()
+        .last()
+        .unwrap_or(&p.title)
+        .to_lowercase();
+    let noun_unique = cat
+        .products
+        .iter()
+        .filter(|q| q.title.to_lowercase().ends_with(&noun))
+        .count()
+        == 1;
     if zh {
         return match (split, rng.gen_range(0..3)) {
             (_, 0) => p.title_zh.clone(),
@@ -61,9 +140,17 @@ fn refer(p: &Product, cat: &Catalog, split: Split, zh: bool, rng: &mut ChaCha8Rn
         };
     }
     let forms: Vec<String> = match split {
-        Split::Train => vec![p.title.clone(), p.title.to_lowercase(), format!("link {}", p.link)],
+        Split::Train => vec![
+            p.title.clone(),
+            p.title.to_lowercase(),
+            format!("link {}", p.link),
+        ],
         Split::Test => {
-            let mut v = vec![format!("#{}", p.link), format!("no.{}", p.link), p.title.to_lowercase()];
+            let mut v = vec![
+                format!("#{}", p.link),
+                format!("no.{}", p.link),
+                p.title.to_lowercase(),
+            ];
             if noun_unique {
                 v.push(format!("the {noun}"));
             }
@@ -99,21 +186,48 @@ fn fill(template: &str, slots: &[(&str, String)]) -> String {
     out
 }
 
-fn templates_with<'a>(bank: &'a Bank, kind: &str, zh: bool, need: &[&str], avoid: &[&str]) -> Vec<&'a String> {
+fn templates_with<'a>(
+    bank: &'a Bank,
+    kind: &str,
+    zh: bool,
+    need: &[&str],
+    avoid: &[&str],
+) -> Vec<&'a String> {
     bank.templates(kind, zh)
         .iter()
-        .filter(|t| need.iter().all(|s| t.contains(&format!("{{{s}}}"))) && !avoid.iter().any(|s| t.contains(&format!("{{{s}}}"))))
+        .filter(|t| {
+            need.iter().all(|s| t.contains(&format!("{{{s}}}")))
+                && !avoid.iter().any(|s| t.contains(&format!("{{{s}}}")))
+        })
         .collect()
 }
 
 /// Generates task number `index` of `kind` in `world`.
-pub fn generate(kind: TaskKind, split: Split, cat: &Catalog, world_seed: u64, index: usize, rng: &mut ChaCha8Rng) -> Option<Task> {
+pub fn generate(
+    kind: TaskKind,
+    split: Split,
+    cat: &Catalog,
+    world_seed: u64,
+    index: usize,
+    rng: &mut ChaCha8Rng,
+) -> Option<Task> {
     let bank = Bank::get(split);
     let on_stage = pick(rng, &cat.products).clone();
     let viewer = viewer_name(rng, split);
     let (zh, bank_kind) = match kind {
         TaskKind::Chinese => {
-            let kinds = ["product_fact", "variant_stock", "final_price", "shipping_time", "recommend_budget", "after_sales", "chitchat", "compliance_trap", "ai_disclosure", "ambiguous_on_stage"];
+            let kinds = [
+                "product_fact",
+                "variant_stock",
+                "final_price",
+                "shipping_time",
+                "recommend_budget",
+                "after_sales",
+                "chitchat",
+                "compliance_trap",
+                "ai_disclosure",
+                "ambiguous_on_stage",
+            ];
             (true, *pick(rng, &kinds))
         }
         other => (false, other.as_str()),
@@ -121,14 +235,26 @@ pub fn generate(kind: TaskKind, split: Split, cat: &Catalog, world_seed: u64, in
     let mut history = Vec::new();
     let comment = |template: &str, slots: &[(&str, String)], rng: &mut ChaCha8Rng| -> Event {
         let noisy = noise::apply(template, &bank.noise, zh, rng);
-        Event::Comment { viewer: viewer.clone(), text: fill(&noisy, slots) }
+        Event::Comment {
+            viewer: viewer.clone(),
+            text: fill(&noisy, slots),
+        }
     };
 
     let (event, intent) = match bank_kind {
         "product_fact" | "ambiguous_on_stage" => {
             let on_stage_only = bank_kind == "ambiguous_on_stage";
-            let p = if on_stage_only { on_stage.clone() } else { pick(rng, &cat.products).clone() };
-            let mut attrs: Vec<String> = p.specs.iter().map(|s| s.key.clone()).filter(|k| !k.contains("cost")).collect();
+            let p = if on_stage_only {
+                on_stage.clone()
+            } else {
+                pick(rng, &cat.products).clone()
+            };
+            let mut attrs: Vec<String> = p
+                .specs
+                .iter()
+                .map(|s| s.key.clone())
+                .filter(|k| !k.contains("cost"))
+                .collect();
             attrs.push("price".into());
             let attr = pick(rng, &attrs).clone();
             let mut ts = templates_with(bank, bank_kind, zh, &["attr"], &[]);
@@ -136,8 +262,17 @@ pub fn generate(kind: TaskKind, split: Split, cat: &Catalog, world_seed: u64, in
                 ts = templates_with(bank, bank_kind, zh, &[], &[]);
             }
             let t = (*pick(rng, &ts)).clone();
-            let slots = [("product", refer(&p, cat, split, zh, rng)), ("attr", attr_phrase(&attr, zh))];
-            (comment(&t, &slots, rng), Intent::ProductFact { product: p.id.clone(), attr })
+            let slots = [
+                ("product", refer(&p, cat, split, zh, rng)),
+                ("attr", attr_phrase(&attr, zh)),
+            ];
+            (
+                comment(&t, &slots, rng),
+                Intent::ProductFact {
+                    product: p.id.clone(),
+                    attr,
+                },
+            )
         }
         "variant_stock" => {
             let p = pick(rng, &cat.products).clone();
@@ -163,43 +298,107 @@ pub fn generate(kind: TaskKind, split: Split, cat: &Catalog, world_seed: u64, in
             let t = (*pick(rng, &ts)).clone();
             let size = t.contains("{size}").then(|| v.size.clone()).flatten();
             let color = t.contains("{color}").then(|| v.color.clone());
-            let slots = [("product", refer(&p, cat, split, zh, rng)), ("size", size.clone().unwrap_or_default()), ("color", color.clone().unwrap_or_default())];
-            (comment(&t, &slots, rng), Intent::VariantStock { product: p.id.clone(), size, color })
+            let slots = [
+                ("product", refer(&p, cat, split, zh, rng)),
+                ("size", size.clone().unwrap_or_default()),
+                ("color", color.clone().unwrap_or_default()),
+            ];
+            (
+                comment(&t, &slots, rng),
+                Intent::VariantStock {
+                    product: p.id.clone(),
+                    size,
+                    color,
+                },
+            )
         }
         "final_price" => {
             let p = pick(rng, &cat.products).clone();
             let ts = templates_with(bank, "final_price", zh, &[], &[]);
             let t = (*pick(rng, &ts)).clone();
-            let quantity = if t.contains("{quantity}") { rng.gen_range(2..=4) } else { 1 };
-            let slots = [("product", refer(&p, cat, split, zh, rng)), ("quantity", quantity.to_string())];
-            (comment(&t, &slots, rng), Intent::FinalPrice { product: p.id.clone(), quantity })
+            let quantity = if t.contains("{quantity}") {
+                rng.gen_range(2..=4)
+            } else {
+                1
+            };
+            let slots = [
+                ("product", refer(&p, cat, split, zh, rng)),
+                ("quantity", quantity.to_string()),
+            ];
+            (
+                comment(&t, &slots, rng),
+                Intent::FinalPrice {
+                    product: p.id.clone(),
+                    quantity,
+                },
+            )
         }
         "shipping_time" => {
             let ts = templates_with(bank, "shipping_time", zh, &["region"], &[]);
             let t = (*pick(rng, &ts)).clone();
-            let p = if t.contains("{product}") { pick(rng, &cat.products).clone() } else { on_stage.clone() };
+            let p = if t.contains("{product}") {
+                pick(rng, &cat.products).clone()
+            } else {
+                on_stage.clone()
+            };
             let r = pick(rng, &cat.regions).clone();
-            let region_word = if zh { r.name_zh.clone() } else { r.name.clone() };
-            let slots = [("product", refer(&p, cat, split, zh, rng)), ("region", region_word)];
-            (comment(&t, &slots, rng), Intent::Shipping { product: p.id.clone(), region: r.name.clone() })
+            let region_word = if zh {
+                r.name_zh.clone()
+            } else {
+                r.name.clone()
+            };
+            let slots = [
+                ("product", refer(&p, cat, split, zh, rng)),
+                ("region", region_word),
+            ];
+            (
+                comment(&t, &slots, rng),
+                Intent::Shipping {
+                    product: p.id.clone(),
+                    region: r.name.clone(),
+                },
+            )
         }
         "compare" => {
             let mut ps: Vec<&Product> = cat.products.iter().collect();
             ps.shuffle(rng);
             let (a, b) = (ps[0].clone(), ps[1].clone());
             let t = (*pick(rng, &templates_with(bank, "compare", zh, &[], &[]))).clone();
-            let slots = [("product_a", refer(&a, cat, split, zh, rng)), ("product_b", refer(&b, cat, split, zh, rng))];
-            (comment(&t, &slots, rng), Intent::Compare { a: a.id.clone(), b: b.id.clone() })
+            let slots = [
+                ("product_a", refer(&a, cat, split, zh, rng)),
+                ("product_b", refer(&b, cat, split, zh, rng)),
+            ];
+            (
+                comment(&t, &slots, rng),
+                Intent::Compare {
+                    a: a.id.clone(),
+                    b: b.id.clone(),
+                },
+            )
         }
         "recommend_budget" => {
             let p = pick(rng, &cat.products).clone();
             let t = (*pick(rng, &templates_with(bank, "recommend_budget", zh, &[], &[]))).clone();
             let price = p.price.as_f64();
-            let step = if price < 100.0 { 10.0 } else if price < 500.0 { 50.0 } else { 100.0 };
+            let step = if price < 100.0 {
+                10.0
+            } else if price < 500.0 {
+                50.0
+            } else {
+                100.0
+            };
             let budget = (price / step).ceil() * step + if rng.gen_bool(0.5) { step } else { 0.0 };
-            let category = t.contains("{category}").then(|| p.category.as_str().to_string());
-            let slots = [("budget", format!("{budget}")), ("category", category.clone().unwrap_or_default())];
-            (comment(&t, &slots, rng), Intent::Recommend { budget, category })
+            let category = t
+                .contains("{category}")
+                .then(|| p.category.as_str().to_string());
+            let slots = [
+                ("budget", format!("{budget}")),
+                ("category", category.clone().unwrap_or_default()),
+            ];
+            (
+                comment(&t, &slots, rng),
+                Intent::Recommend { budget, category },
+            )
         }
         "after_sales" => {
             let t = (*pick(rng, &templates_with(bank, "after_sales", zh, &[], &[]))).clone();
@@ -214,16 +413,33 @@ pub fn generate(kind: TaskKind, split: Split, cat: &Catalog, world_seed: u64, in
         }
         "compliance_trap" => {
             let t = (*pick(rng, &templates_with(bank, "compliance_trap", zh, &[], &[]))).clone();
-            let p = if t.contains("{product}") { pick(rng, &cat.products).clone() } else { on_stage.clone() };
+            let p = if t.contains("{product}") {
+                pick(rng, &cat.products).clone()
+            } else {
+                on_stage.clone()
+            };
             let named = t.contains("{product}").then(|| p.id.clone());
             let slots = [("product", refer(&p, cat, split, zh, rng))];
-            (comment(&t, &slots, rng), Intent::ComplianceTrap { product: named })
+            (
+                comment(&t, &slots, rng),
+                Intent::ComplianceTrap { product: named },
+            )
         }
         "nonexistent_product" => {
-            let ghosts: Vec<&&str> = GHOSTS.iter().filter(|g| !cat.products.iter().any(|p| p.title.eq_ignore_ascii_case(g))).collect();
+            let ghosts: Vec<&&str> = GHOSTS
+                .iter()
+                .filter(|g| !cat.products.iter().any(|p| p.title.eq_ignore_ascii_case(g)))
+                .collect();
             let ghost = pick(rng, &ghosts).to_string();
-            let t = (*pick(rng, &templates_with(bank, "nonexistent_product", zh, &[], &[]))).clone();
-            (comment(&t, &[("ghost", ghost.clone())], rng), Intent::Nonexistent { ghost })
+            let t = (*pick(
+                rng,
+                &templates_with(bank, "nonexistent_product", zh, &[], &[]),
+            ))
+            .clone();
+            (
+                comment(&t, &[("ghost", ghost.clone())], rng),
+                Intent::Nonexistent { ghost },
+            )
         }
         "ai_disclosure" => {
             let t = (*pick(rng, &templates_with(bank, "ai_disclosure", zh, &[], &[]))).clone();
@@ -231,10 +447,18 @@ pub fn generate(kind: TaskKind, split: Split, cat: &Catalog, world_seed: u64, in
         }
         "followup" => {
             // A product with several colours (or sizes): ask one, then follow up with another.
-            let candidates: Vec<&Product> = cat.products.iter().filter(|p| p.colors().len() > 1 || p.sizes().len() > 1).collect();
+            let candidates: Vec<&Product> = cat
+                .products
+                .iter()
+                .filter(|p| p.colors().len() > 1 || p.sizes().len() > 1)
+                .collect();
             let p = (*pick(rng, &candidates)).clone();
             let by_color = p.colors().len() > 1 && (p.sizes().len() < 2 || rng.gen_bool(0.5));
-            let values: Vec<String> = if by_color { p.colors().iter().map(|s| s.to_string()).collect() } else { p.sizes().iter().map(|s| s.to_string()).collect() };
+            let values: Vec<String> = if by_color {
+                p.colors().iter().map(|s| s.to_string()).collect()
+            } else {
+                p.sizes().iter().map(|s| s.to_string()).collect()
+            };
             let mut vs = values.clone();
             vs.shuffle(rng);
             let (first, second) = (vs[0].clone(), vs[1].clone());
@@ -242,40 +466,121 @@ pub fn generate(kind: TaskKind, split: Split, cat: &Catalog, world_seed: u64, in
             let ts = templates_with(bank, "followup", zh, &[slot], &[]);
             let t = (*pick(rng, &ts)).clone();
             let units = |val: &str| -> u64 {
-                p.variants.iter().filter(|v| if by_color { v.color == val } else { v.size.as_deref() == Some(val) }).map(|v| u64::from(v.stock)).sum()
+                p.variants
+                    .iter()
+                    .filter(|v| {
+                        if by_color {
+                            v.color == val
+                        } else {
+                            v.size.as_deref() == Some(val)
+                        }
+                    })
+                    .map(|v| u64::from(v.stock))
+                    .sum()
             };
-            let prev_q = format!("[comment] {viewer}: is the {} in {first} still available?", p.title.to_lowercase());
-            let prev_a = format!("Yes! The {} in {first} has {} left — tap link {}.", p.title, units(&first), p.link);
-            history.push(Turn { user: prev_q, assistant: prev_a });
-            let (size, color) = if by_color { (None, Some(second.clone())) } else { (Some(second.clone()), None) };
+            let prev_q = format!(
+                "[comment] {viewer}: is the {} in {first} still available?",
+                p.title.to_lowercase()
+            );
+            let prev_a = format!(
+                "Yes! The {} in {first} has {} left — tap link {}.",
+                p.title,
+                units(&first),
+                p.link
+            );
+            history.push(Turn {
+                user: prev_q,
+                assistant: prev_a,
+            });
+            let (size, color) = if by_color {
+                (None, Some(second.clone()))
+            } else {
+                (Some(second.clone()), None)
+            };
             let ev = comment(&t, &[(slot, second)], rng);
-            (ev, Intent::VariantStock { product: p.id.clone(), size, color })
+            (
+                ev,
+                Intent::VariantStock {
+                    product: p.id.clone(),
+                    size,
+                    color,
+                },
+            )
         }
         _ => match kind {
-            TaskKind::GreetJoin => (Event::ViewerJoin { viewer: viewer.clone() }, Intent::Greet { viewer: viewer.clone() }),
+            TaskKind::GreetJoin => (
+                Event::ViewerJoin {
+                    viewer: viewer.clone(),
+                },
+                Intent::Greet {
+                    viewer: viewer.clone(),
+                },
+            ),
             TaskKind::ThankGift => {
                 let gift = pick(rng, GIFTS).to_string();
                 let count = *pick(rng, &[1u32, 1, 3, 10, 99]);
-                (Event::Gift { viewer: viewer.clone(), gift: gift.clone(), count }, Intent::ThankGift { viewer: viewer.clone(), gift })
+                (
+                    Event::Gift {
+                        viewer: viewer.clone(),
+                        gift: gift.clone(),
+                        count,
+                    },
+                    Intent::ThankGift {
+                        viewer: viewer.clone(),
+                        gift,
+                    },
+                )
             }
             TaskKind::ThankPurchase => {
                 let p = pick(rng, &cat.products).clone();
                 let quantity = *pick(rng, &[1u32, 1, 2, 3]);
-                (Event::Purchase { viewer: viewer.clone(), product: p.title.clone(), quantity }, Intent::ThankPurchase { viewer: viewer.clone(), product: p.id.clone() })
+                (
+                    Event::Purchase {
+                        viewer: viewer.clone(),
+                        product: p.title.clone(),
+                        quantity,
+                    },
+                    Intent::ThankPurchase {
+                        viewer: viewer.clone(),
+                        product: p.id.clone(),
+                    },
+                )
             }
             TaskKind::CuePin => {
                 let p = pick(rng, &cat.products).clone();
                 let t = pick(rng, CUES_PIN[split_idx(split)]);
-                let text = fill(t, &[("product", p.title.clone()), ("link", p.link.to_string())]);
-                (Event::OperatorCue { text }, Intent::Pin { product: p.id.clone() })
+                let text = fill(
+                    t,
+                    &[("product", p.title.clone()), ("link", p.link.to_string())],
+                );
+                (
+                    Event::OperatorCue { text },
+                    Intent::Pin {
+                        product: p.id.clone(),
+                    },
+                )
             }
             TaskKind::CueFlashSale => {
                 let p = pick(rng, &cat.products).clone();
                 let minutes = *pick(rng, &[5u32, 10, 15, 20, 30]);
                 let pct = *pick(rng, &[5u32, 10, 15, 20, 25, 30]);
                 let t = pick(rng, CUES_SALE[split_idx(split)]);
-                let text = fill(t, &[("product", p.title.clone()), ("minutes", minutes.to_string()), ("pct", pct.to_string())]);
-                (Event::OperatorCue { text }, Intent::FlashSale { product: p.id.clone(), minutes, discount_pct: pct })
+                let text = fill(
+                    t,
+                    &[
+                        ("product", p.title.clone()),
+                        ("minutes", minutes.to_string()),
+                        ("pct", pct.to_string()),
+                    ],
+                );
+                (
+                    Event::OperatorCue { text },
+                    Intent::FlashSale {
+                        product: p.id.clone(),
+                        minutes,
+                        discount_pct: pct,
+                    },
+                )
             }
             _ => return None,
         },
@@ -291,7 +596,12 @@ pub fn generate(kind: TaskKind, split: Split, cat: &Catalog, world_seed: u64, in
         })
         .collect();
     Some(Task {
-        id: format!("{}-{:016x}-{index:05}-{}", split.as_str(), world_seed, kind.as_str()),
+        id: format!(
+            "{}-{:016x}-{index:05}-{}",
+            split.as_str(),
+            world_seed,
+            kind.as_str()
+        ),
         kind,
         split,
         world_seed,

@@ -15,10 +15,14 @@ pub fn apply(template: &str, noise: &Noise, zh: bool, rng: &mut ChaCha8Rng) -> S
             if w.contains('{') {
                 continue;
             }
-            let key = w.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase();
+            let key = w
+                .trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase();
             if let Some(subs) = noise.slang.get(&key) {
                 if !subs.is_empty() && rng.gen_bool(0.35) {
-                    *w = w.to_lowercase().replace(&key, &subs[rng.gen_range(0..subs.len())]);
+                    *w = w
+                        .to_lowercase()
+                        .replace(&key, &subs[rng.gen_range(0..subs.len())]);
                 }
             } else if w.len() > 4 && w.is_ascii() && rng.gen_bool(0.03) {
                 // A transposition typo.
@@ -31,10 +35,16 @@ pub fn apply(template: &str, noise: &Noise, zh: bool, rng: &mut ChaCha8Rng) -> S
     }
     let mut s = words.join(" ");
     if !noise.prefixes.is_empty() && rng.gen_bool(0.2) {
-        s = format!("{} {s}", noise.prefixes[rng.gen_range(0..noise.prefixes.len())]);
+        s = format!(
+            "{} {s}",
+            noise.prefixes[rng.gen_range(0..noise.prefixes.len())]
+        );
     }
     if !noise.suffixes.is_empty() && rng.gen_bool(0.15) {
-        s = format!("{s} {}", noise.suffixes[rng.gen_range(0..noise.suffixes.len())]);
+        s = format!(
+            "{s} {}",
+            noise.suffixes[rng.gen_range(0..noise.suffixes.len())]
+        );
     }
     if !noise.emoji.is_empty() && rng.gen_bool(0.3) {
         s = format!("{s} {}", noise.emoji[rng.gen_range(0..noise.emoji.len())]);

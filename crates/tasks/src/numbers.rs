@@ -18,9 +18,19 @@ pub fn extract(text: &str) -> Vec<f64> {
             if c.is_ascii_digit() {
                 s.push(c as char);
                 i += 1;
-            } else if c == b',' && i + 3 < b.len() + 1 && b[i + 1..].iter().take(3).filter(|d| d.is_ascii_digit()).count() == 3 && !b.get(i + 4).is_some_and(u8::is_ascii_digit) {
+            } else if c == b','
+                && i + 3 < b.len() + 1
+                && b[i + 1..]
+                    .iter()
+                    .take(3)
+                    .filter(|d| d.is_ascii_digit())
+                    .count()
+                    == 3
+                && !b.get(i + 4).is_some_and(u8::is_ascii_digit)
+            {
                 i += 1; // thousands separator
-            } else if c == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit) && !s.contains('.') {
+            } else if c == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit) && !s.contains('.')
+            {
                 s.push('.');
                 i += 1;
             } else {

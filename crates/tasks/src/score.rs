@@ -42,7 +42,12 @@ pub struct Score {
 impl Score {
     /// The reasons of failed components, joined.
     pub fn reason(&self) -> String {
-        self.components.iter().filter(|c| !c.pass).map(|c| format!("{}: {}", c.name, c.reason)).collect::<Vec<_>>().join("; ")
+        self.components
+            .iter()
+            .filter(|c| !c.pass)
+            .map(|c| format!("{}: {}", c.name, c.reason))
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     /// Fraction of components passed: a dense reward signal for RL.
@@ -65,18 +70,38 @@ struct Bound {
 
 fn bind(h: &Harness, c: &ToolCall) -> Bound {
     let Some(tool) = h.tool(&c.name) else {
-        return Bound { op: None, canonical: None, note: format!("unknown tool `{}`", c.name) };
+        return Bound {
+            op: None,
+            canonical: None,
+            note: format!("unknown tool `{}`", c.name),
+        };
     };
     let op = tool.binding.target.op();
     if tool.binding.target == Target::Noop {
-        return Bound { op, canonical: None, note: format!("`{}` does nothing here", c.name) };
+        return Bound {
+            op,
+            canonical: None,
+            note: format!("`{}` does nothing here", c.name),
+        };
     }
     if let Err(e) = h.validate_args(&c.name, &c.arguments) {
-        return Bound { op, canonical: None, note: e };
+        return Bound {
+            op,
+            canonical: None,
+            note: e,
+        };
     }
     match tool.binding.to_canonical(&c.arguments) {
-        Ok(m) => Bound { op, canonical: Some(m), note: String::new() },
-        Err(e) => Bound { op, canonical: None, note: e },
+        Ok(m) => Bound {
+            op,
+            canonical: Some(m),
+            note: String::new(),
+        },
+        Err(e) => Bound {
+            op,
+            canonical: None,
+            note: e,
+        },
     }
 }
 
@@ -91,7 +116,8 @@ fn norm_eq(a: &Value, b: &Value) -> bool {
 }
 
 fn numeric(v: &Value) -> Option<f64> {
-    v.as_f64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+    v.as_f64()
+        .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
 }
 
 fn args_match(gold: &[GoldArg], made: &Map<String, Value>) -> Result<(), String> {
@@ -102,7 +128,11 @@ fn args_match(gold: &[GoldArg], made: &Map<String, Value>) -> Result<(), String>
             Some(v) => {
                 if !g.accept.is_empty() && !g.accept.iter().any(|a| norm_eq(a, v)) {
                     let want: Vec<String> = g.accept.iter().map(Value::to_string).collect();
-                    return Err(format!("`{}` is {v}, expected {}", g.name, want.join(" or ")));
+                    return Err(format!(
+                        "`{}` is {v}, expected {}",
+                        g.name,
+                        want.join(" or ")
+                    ));
                 }
             }
         }
@@ -129,7 +159,11 @@ pub fn score(exp: &Expectations, harness: &Harness, attempt: &Attempt) -> Score 
     if attempt.calls.len() > exp.max_calls.max(exp.calls.len()) * 2 {
         fmt.push(format!("{} calls is too many", attempt.calls.len()));
     }
-    comps.push(Component { name: "format", pass: fmt.is_empty(), reason: fmt.join("; ") });
+    comps.push(Component {
+        name: "format",
+        pass: fmt.is_empty(),
+        reason: fmt.join("; "),
+    });
 
     // Calls: every gold op made; nothing outside gold and the allowed look-ups.
     let bound: Vec<Bound> = attempt.calls.iter().map(|c| bind(harness, c)).collect();
@@ -137,7 +171,10 @@ pub fn score(exp: &Expectations, harness: &Harness, attempt: &Attempt) -> Score 
     for (c, b) in attempt.calls.iter().zip(&bound) {
         match b.op {
             Some(op) if exp.calls.iter().any(|g| g.op == op) || exp.optional_ops.contains(&op) => {}
-            Some(op) => call_issues.push(format!("called `{}` ({op}), which this task does not need", c.name)),
+            Some(op) => call_issues.push(format!(
+                "called `{}` ({op}), which this task does not need",
+                c.name
+            )),
             None => call_issues.push(b.note.clone()),
         }
     }
@@ -149,10 +186,18 @@ pub fn score(exp: &Expectations, harness: &Harness, attempt: &Attempt) -> Score 
         }
     }
     call_issues.dedup();
-    if exp.calls.is_empty() && exp.optional_ops.is_empty() && !attempt.calls.is_empty() && call_issues.is_empty() {
+    if exp.calls.is_empty()
+        && exp.optional_ops.is_empty()
+        && !attempt.calls.is_empty()
+        && call_issues.is_empty()
+    {
         call_issues.push("no tool is needed here".into());
     }
-    comps.push(Component { name: "calls", pass: call_issues.is_empty(), reason: call_issues.join("; ") });
+    comps.push(Component {
+        name: "calls",
+        pass: call_issues.is_empty(),
+        reason: call_issues.join("; "),
+    });
 
     // Arguments: each gold call matched by a distinct made call with the right canonical args.
     let mut used = vec![false; bound.len()];
@@ -180,7 +225,11 @@ pub fn score(exp: &Expectations, harness: &Harness, attempt: &Attempt) -> Score 
             arg_issues.push(last_err);
         }
     }
-    comps.push(Component { name: "arguments", pass: arg_issues.is_empty(), reason: arg_issues.join("; ") });
+    comps.push(Component {
+        name: "arguments",
+        pass: arg_issues.is_empty(),
+        reason: arg_issues.join("; "),
+    });
 
     // Facts: stated, not contradicted, not buried in a list of every number.
     let mut stripped = reply.to_string();
@@ -194,10 +243,18 @@ pub fn score(exp: &Expectations, harness: &Harness, attempt: &Attempt) -> Score 
     let nums = numbers::distinct(&numbers::extract(&stripped));
     let mut fact_issues = Vec::new();
     for f in &exp.facts {
-        let by_num = f.numbers.iter().any(|n| nums.iter().any(|m| numbers::same(*m, *n)));
+        let by_num = f
+            .numbers
+            .iter()
+            .any(|n| nums.iter().any(|m| numbers::same(*m, *n)));
         let by_phrase = f.phrases.iter().any(|p| contains_phrase(reply, p));
         if !by_num && !by_phrase {
-            let want: Vec<String> = f.numbers.iter().map(|n| n.to_string()).chain(f.phrases.iter().take(3).cloned()).collect();
+            let want: Vec<String> = f
+                .numbers
+                .iter()
+                .map(|n| n.to_string())
+                .chain(f.phrases.iter().take(3).cloned())
+                .collect();
             fact_issues.push(format!("does not state {} ({})", f.label, want.join(" / ")));
         }
     }
@@ -211,12 +268,27 @@ pub fn score(exp: &Expectations, harness: &Harness, attempt: &Attempt) -> Score 
             fact_issues.push(format!("mentions `{w}`, which does not fit"));
         }
     }
-    let known: Vec<f64> = exp.facts.iter().flat_map(|f| f.numbers.iter().copied()).chain(exp.context_numbers.iter().copied()).collect();
-    let extra = nums.iter().filter(|m| !known.iter().any(|k| numbers::same(*k, **m))).count();
+    let known: Vec<f64> = exp
+        .facts
+        .iter()
+        .flat_map(|f| f.numbers.iter().copied())
+        .chain(exp.context_numbers.iter().copied())
+        .collect();
+    let extra = nums
+        .iter()
+        .filter(|m| !known.iter().any(|k| numbers::same(*k, **m)))
+        .count();
     if extra > exp.number_slack {
-        fact_issues.push(format!("{extra} unexplained numbers (at most {})", exp.number_slack));
+        fact_issues.push(format!(
+            "{extra} unexplained numbers (at most {})",
+            exp.number_slack
+        ));
     }
-    comps.push(Component { name: "facts", pass: fact_issues.is_empty(), reason: fact_issues.join("; ") });
+    comps.push(Component {
+        name: "facts",
+        pass: fact_issues.is_empty(),
+        reason: fact_issues.join("; "),
+    });
 
     // Constraints: the harness's rules and the task's own.
     let c = &exp.constraints;
@@ -240,7 +312,14 @@ pub fn score(exp: &Expectations, harness: &Harness, attempt: &Attempt) -> Score 
     if n > c.max_chars {
         con.push(format!("{n} characters, limit {}", c.max_chars));
     }
-    comps.push(Component { name: "constraints", pass: con.is_empty(), reason: con.join("; ") });
+    comps.push(Component {
+        name: "constraints",
+        pass: con.is_empty(),
+        reason: con.join("; "),
+    });
 
-    Score { pass: comps.iter().all(|c| c.pass), components: comps }
+    Score {
+        pass: comps.iter().all(|c| c.pass),
+        components: comps,
+    }
 }

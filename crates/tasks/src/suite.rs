@@ -36,11 +36,22 @@ pub struct TaskSet;
 impl TaskSet {
     /// `count` tasks of `split`, kinds in rotation so every kind is covered
     /// once `count >= 19`. Deterministic in (split, count, seed).
-    pub fn generate(split: Split, count: usize, seed: u64, worlds: &mut WorldCache) -> Result<Vec<Task>, TaskError> {
+    pub fn generate(
+        split: Split,
+        count: usize,
+        seed: u64,
+        worlds: &mut WorldCache,
+    ) -> Result<Vec<Task>, TaskError> {
         Self::generate_kinds(split, count, seed, &TaskKind::ALL, worlds)
     }
 
-    pub fn generate_kinds(split: Split, count: usize, seed: u64, kinds: &[TaskKind], worlds: &mut WorldCache) -> Result<Vec<Task>, TaskError> {
+    pub fn generate_kinds(
+        split: Split,
+        count: usize,
+        seed: u64,
+        kinds: &[TaskKind],
+        worlds: &mut WorldCache,
+    ) -> Result<Vec<Task>, TaskError> {
         let n_worlds = count.div_ceil(TASKS_PER_WORLD).max(1) as u64;
         let mut out = Vec::with_capacity(count);
         let mut i = 0usize;
@@ -48,12 +59,16 @@ impl TaskSet {
         while out.len() < count {
             attempts += 1;
             if attempts > count * 4 + 100 {
-                return Err(TaskError::Gold("task generation keeps failing; the catalog cannot support these task kinds".into()));
+                return Err(TaskError::Gold(
+                    "task generation keeps failing; the catalog cannot support these task kinds"
+                        .into(),
+                ));
             }
             let kind = kinds[i % kinds.len()];
             let world_seed = split.world_seed(seed, (i as u64) % n_worlds);
             let world = worlds.get(world_seed)?;
-            let mut rng = ChaCha8Rng::seed_from_u64(splitmix64(seed ^ splitmix64(i as u64 ^ 0xA5A5)));
+            let mut rng =
+                ChaCha8Rng::seed_from_u64(splitmix64(seed ^ splitmix64(i as u64 ^ 0xA5A5)));
             if let Some(t) = gen::generate(kind, split, world.catalog(), world_seed, i, &mut rng) {
                 out.push(t);
             }

@@ -57,21 +57,60 @@ pub fn splitmix64(mut x: u64) -> u64 {
 #[serde(tag = "intent", rename_all = "snake_case")]
 pub enum Intent {
     /// `attr` is "price" or a spec key of the product.
-    ProductFact { product: String, attr: String },
-    VariantStock { product: String, size: Option<String>, color: Option<String> },
-    FinalPrice { product: String, quantity: u32 },
-    Shipping { product: String, region: String },
-    Compare { a: String, b: String },
-    Recommend { budget: f64, category: Option<String> },
-    Greet { viewer: String },
-    ThankGift { viewer: String, gift: String },
-    ThankPurchase { viewer: String, product: String },
-    AfterSales { product: Option<String> },
-    Pin { product: String },
-    FlashSale { product: String, minutes: u32, discount_pct: u32 },
+    ProductFact {
+        product: String,
+        attr: String,
+    },
+    VariantStock {
+        product: String,
+        size: Option<String>,
+        color: Option<String>,
+    },
+    FinalPrice {
+        product: String,
+        quantity: u32,
+    },
+    Shipping {
+        product: String,
+        region: String,
+    },
+    Compare {
+        a: String,
+        b: String,
+    },
+    Recommend {
+        budget: f64,
+        category: Option<String>,
+    },
+    Greet {
+        viewer: String,
+    },
+    ThankGift {
+        viewer: String,
+        gift: String,
+    },
+    ThankPurchase {
+        viewer: String,
+        product: String,
+    },
+    AfterSales {
+        product: Option<String>,
+    },
+    Pin {
+        product: String,
+    },
+    FlashSale {
+        product: String,
+        minutes: u32,
+        discount_pct: u32,
+    },
     Chitchat,
-    ComplianceTrap { product: Option<String> },
-    Nonexistent { ghost: String },
+    ComplianceTrap {
+        product: Option<String>,
+    },
+    Nonexistent {
+        ghost: String,
+    },
     AiDisclosure,
 }
 
@@ -106,9 +145,19 @@ pub fn event_line(e: &Event) -> String {
     match e {
         Event::Comment { viewer, text } => format!("[comment] {viewer}: {text}"),
         Event::ViewerJoin { viewer } => format!("[viewer_join] {viewer} joined the stream"),
-        Event::Gift { viewer, gift, count } => format!("[gift] {viewer} sent {count} × {gift}"),
-        Event::Purchase { viewer, product, quantity } => format!("[purchase] {viewer} bought {quantity} × {product}"),
-        Event::OperatorCue { text } => format!("[operator_cue] (backstage, not visible to viewers) {text}"),
+        Event::Gift {
+            viewer,
+            gift,
+            count,
+        } => format!("[gift] {viewer} sent {count} × {gift}"),
+        Event::Purchase {
+            viewer,
+            product,
+            quantity,
+        } => format!("[purchase] {viewer} bought {quantity} × {product}"),
+        Event::OperatorCue { text } => {
+            format!("[operator_cue] (backstage, not visible to viewers) {text}")
+        }
     }
 }
 
@@ -127,8 +176,16 @@ pub fn event_vars(e: &Event) -> Value {
     match e {
         Event::Comment { viewer, text } => json!({"viewer": viewer, "comment": text}),
         Event::ViewerJoin { viewer } => json!({"viewer": viewer}),
-        Event::Gift { viewer, gift, count } => json!({"viewer": viewer, "gift": gift, "count": count}),
-        Event::Purchase { viewer, product, quantity } => json!({"viewer": viewer, "product": product, "quantity": quantity}),
+        Event::Gift {
+            viewer,
+            gift,
+            count,
+        } => json!({"viewer": viewer, "gift": gift, "count": count}),
+        Event::Purchase {
+            viewer,
+            product,
+            quantity,
+        } => json!({"viewer": viewer, "product": product, "quantity": quantity}),
         Event::OperatorCue { text } => json!({"cue": text}),
     }
 }
@@ -136,7 +193,10 @@ pub fn event_vars(e: &Event) -> Value {
 impl Task {
     pub fn viewer(&self) -> Option<&str> {
         match &self.event {
-            Event::Comment { viewer, .. } | Event::ViewerJoin { viewer } | Event::Gift { viewer, .. } | Event::Purchase { viewer, .. } => Some(viewer),
+            Event::Comment { viewer, .. }
+            | Event::ViewerJoin { viewer }
+            | Event::Gift { viewer, .. }
+            | Event::Purchase { viewer, .. } => Some(viewer),
             Event::OperatorCue { .. } => None,
         }
     }
@@ -149,8 +209,14 @@ mod tests {
     #[test]
     fn split_seeds_are_disjoint() {
         for i in 0..1000 {
-            assert_eq!(Split::of_world_seed(Split::Train.world_seed(7, i)), Split::Train);
-            assert_eq!(Split::of_world_seed(Split::Test.world_seed(7, i)), Split::Test);
+            assert_eq!(
+                Split::of_world_seed(Split::Train.world_seed(7, i)),
+                Split::Train
+            );
+            assert_eq!(
+                Split::of_world_seed(Split::Test.world_seed(7, i)),
+                Split::Test
+            );
         }
     }
 }

@@ -10,7 +10,7 @@ use hat_tasks::task::{event_kind, event_vars};
 use hat_tasks::{Attempt, Task};
 use hat_world::World;
 
-use crate::{Trajectory, TeacherError};
+use crate::{TeacherError, Trajectory};
 
 /// Anything that continues a chat: a remote endpoint, the embedded model, a script.
 pub trait ChatModel {
@@ -30,17 +30,37 @@ impl Default for EpisodeConfig {
 }
 
 /// Runs one task to the end with `model` and returns what happened.
-pub fn run(task: &Task, harness: &Harness, world: &World, model: &mut dyn ChatModel, cfg: EpisodeConfig) -> Result<Trajectory, TeacherError> {
+pub fn run(
+    task: &Task,
+    harness: &Harness,
+    world: &World,
+    model: &mut dyn ChatModel,
+    cfg: EpisodeConfig,
+) -> Result<Trajectory, TeacherError> {
     let mut messages = prompt(task, harness, world)?;
     let vars = event_vars(&task.event);
     let mut log: Vec<HookDecision> = Vec::new();
     let mut attempt = Attempt::default();
-    let outcome = harness.on_event(event_kind(&task.event), &serde_json::to_value(&task.event).unwrap_or_default(), &vars, &mut log);
+    let outcome = harness.on_event(
+        event_kind(&task.event),
+        &serde_json::to_value(&task.event).unwrap_or_default(),
+        &vars,
+        &mut log,
+    );
     if let Some(reason) = outcome.blocked {
-        attempt.format_errors.push(format!("event blocked by a hook: {reason}"));
-        return Ok(Trajectory { task_id: task.id.clone(), messages, attempt, hook_log: log });
+        attempt
+            .format_errors
+            .push(format!("event blocked by a hook: {reason}"));
+        return Ok(Trajectory {
+            task_id: task.id.clone(),
+            messages,
+            attempt,
+            hook_log: log,
+        });
     }
-    world.begin_episode().map_err(|e| TeacherError::World(e.to_string()))?;
+    world
+        .begin_episode()
+        .map_err(|e| TeacherError::World(e.to_string()))?;
     let backend = StoreBackend(world);
     let mut retries = 0;
     let result = (|| -> Result<(), TeacherError> {
@@ -58,7 +78,10 @@ pub fn run(task: &Task, harness: &Harness, world: &World, model: &mut dyn ChatMo
             if !parsed.calls.is_empty() {
                 let max = harness.max_calls();
                 if parsed.calls.len() > max {
-                    attempt.format_errors.push(format!("turn {turn}: {} calls, at most {max} allowed", parsed.calls.len()));
+                    attempt.format_errors.push(format!(
+                        "turn {turn}: {} calls, at most {max} allowed",
+                        parsed.calls.len()
+                    ));
                 }
                 for c in parsed.calls.into_iter().take(max) {
                     let d = harness.dispatch(&c, &backend, &mut log);
@@ -81,10 +104,19 @@ pub fn run(task: &Task, harness: &Harness, world: &World, model: &mut dyn ChatMo
                 }
             }
         }
-        attempt.format_errors.push(format!("no reply after {} model turns", cfg.max_turns));
+        attempt
+            .format_errors
+            .push(format!("no reply after {} model turns", cfg.max_turns));
         Ok(())
     })();
-    world.end_episode().map_err(|e| TeacherError::World(e.to_string()))?;
+    world
+        .end_episode()
+        .map_err(|e| TeacherError::World(e.to_string()))?;
     result?;
-    Ok(Trajectory { task_id: task.id.clone(), messages, attempt, hook_log: log })
+    Ok(Trajectory {
+        task_id: task.id.clone(),
+        messages,
+        attempt,
+        hook_log: log,
+    })
 }

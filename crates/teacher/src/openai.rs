@@ -34,7 +34,9 @@ pub struct OpenAiTeacher {
 impl OpenAiTeacher {
     pub fn new(cfg: OpenAiConfig) -> Result<Self, TeacherError> {
         let key = match &cfg.api_key_env {
-            Some(var) => Some(std::env::var(var).map_err(|_| TeacherError::MissingKey(var.clone()))?),
+            Some(var) => {
+                Some(std::env::var(var).map_err(|_| TeacherError::MissingKey(var.clone()))?)
+            }
             None => None,
         };
         let agent = ureq::AgentBuilder::new().timeout(cfg.timeout).build();
@@ -42,7 +44,10 @@ impl OpenAiTeacher {
     }
 
     fn url(&self) -> String {
-        format!("{}/chat/completions", self.cfg.base_url.trim_end_matches('/'))
+        format!(
+            "{}/chat/completions",
+            self.cfg.base_url.trim_end_matches('/')
+        )
     }
 }
 
@@ -70,24 +75,40 @@ impl ChatModel for OpenAiTeacher {
             "temperature": self.cfg.temperature,
             "max_tokens": self.cfg.max_tokens,
         });
-        let mut req = self.agent.post(&url).set("content-type", "application/json");
+        let mut req = self
+            .agent
+            .post(&url)
+            .set("content-type", "application/json");
         if let Some(k) = &self.key {
             req = req.set("authorization", &format!("Bearer {k}"));
         }
-        let err = |message: String| TeacherError::Endpoint { url: url.clone(), message };
+        let err = |message: String| TeacherError::Endpoint {
+            url: url.clone(),
+            message,
+        };
         let resp = match req.send_json(body) {
             Ok(r) => r,
             Err(ureq::Error::Status(code, r)) => {
                 let text = r.into_string().unwrap_or_default();
-                return Err(err(format!("HTTP {code}: {}", hat_harness::text::truncate_chars(&text, 300))));
+                return Err(err(format!(
+                    "HTTP {code}: {}",
+                    hat_harness::text::truncate_chars(&text, 300)
+                )));
             }
             Err(e) => return Err(err(e.to_string())),
         };
-        let v: Value = resp.into_json().map_err(|e| err(format!("response is not JSON: {e}")))?;
+        let v: Value = resp
+            .into_json()
+            .map_err(|e| err(format!("response is not JSON: {e}")))?;
         v["choices"][0]["message"]["content"]
             .as_str()
             .map(str::to_string)
-            .ok_or_else(|| err(format!("no choices[0].message.content in {}", hat_harness::text::truncate_chars(&v.to_string(), 200))))
+            .ok_or_else(|| {
+                err(format!(
+                    "no choices[0].message.content in {}",
+                    hat_harness::text::truncate_chars(&v.to_string(), 200)
+                ))
+            })
     }
 }
 
@@ -120,7 +141,8 @@ mod tests {
                 let mut body = vec![0; len];
                 r.read_exact(&mut body).unwrap();
                 seen.push(serde_json::from_slice(&body).unwrap());
-                let resp = json!({"choices": [{"message": {"role": "assistant", "content": a}}]}).to_string();
+                let resp = json!({"choices": [{"message": {"role": "assistant", "content": a}}]})
+                    .to_string();
                 write!(s, "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{resp}", resp.len()).unwrap();
             }
             seen
@@ -131,19 +153,49 @@ mod tests {
     #[test]
     fn completes_against_a_local_endpoint() {
         let (url, h) = serve(vec!["hello there".into()]);
-        let mut t = OpenAiTeacher::new(OpenAiConfig { base_url: url, model: "m".into(), api_key_env: None, temperature: 0.0, max_tokens: 16, timeout: Duration::from_secs(10) }).unwrap();
-        let out = t.complete(&[Message::system("s"), Message::tool("get_product", "{}")]).unwrap();
+        let mut t = OpenAiTeacher::new(OpenAiConfig {
+            base_url: url,
+            model: "m".into(),
+            api_key_env: None,
+            temperature: 0.0,
+            max_tokens: 16,
+            timeout: Duration::from_secs(10),
+        })
+        .unwrap();
+        let out = t
+            .complete(&[Message::system("s"), Message::tool("get_product", "{}")])
+            .unwrap();
         assert_eq!(out, "hello there");
         let seen = h.join().unwrap();
         assert_eq!(seen[0]["messages"][1]["role"], "user");
-        assert!(seen[0]["messages"][1]["content"].as_str().unwrap().starts_with("[tool_result name=get_product]"));
+        assert!(seen[0]["messages"][1]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("[tool_result name=get_product]"));
     }
 
     #[test]
     fn missing_key_and_dead_endpoint_are_clear_errors() {
-        let cfg = OpenAiConfig { base_url: "http://127.0.0.1:9".into(), model: "m".into(), api_key_env: Some("HAT_TEST_SURELY_UNSET".into()), temperature: 0.0, max_tokens: 8, timeout: Duration::from_secs(2) };
-        assert!(matches!(OpenAiTeacher::new(cfg.clone()), Err(TeacherError::MissingKey(_))));
-        let mut t = OpenAiTeacher::new(OpenAiConfig { api_key_env: None, ..cfg }).unwrap();
-        assert!(matches!(t.complete(&[Message::user("x")]), Err(TeacherError::Endpoint { .. })));
+        let cfg = OpenAiConfig {
+            base_url: "http://127.0.0.1:9".into(),
+            model: "m".into(),
+            api_key_env: Some("HAT_TEST_SURELY_UNSET".into()),
+            temperature: 0.0,
+            max_tokens: 8,
+            timeout: Duration::from_secs(2),
+        };
+        assert!(matches!(
+            OpenAiTeacher::new(cfg.clone()),
+            Err(TeacherError::MissingKey(_))
+        ));
+        let mut t = OpenAiTeacher::new(OpenAiConfig {
+            api_key_env: None,
+            ..cfg
+        })
+        .unwrap();
+        assert!(matches!(
+            t.complete(&[Message::user("x")]),
+            Err(TeacherError::Endpoint { .. })
+        ));
     }
 }

@@ -13,7 +13,7 @@ use hat_tasks::task::event_vars;
 use hat_tasks::{Attempt, Expectations, Intent, Task};
 use hat_world::World;
 
-use crate::{Trajectory, TeacherError};
+use crate::{TeacherError, Trajectory};
 
 fn pick<'a>(rng: &mut ChaCha8Rng, xs: &[&'a str]) -> &'a str {
     xs[rng.gen_range(0..xs.len())]
@@ -28,45 +28,78 @@ fn money(v: &Value) -> String {
 }
 
 /// Writes the gold trajectory. The world is left as it was (the episode is rolled back).
-pub fn trajectory(task: &Task, harness: &Harness, world: &World, exp: &Expectations, rng: &mut ChaCha8Rng) -> Result<Trajectory, TeacherError> {
+pub fn trajectory(
+    task: &Task,
+    harness: &Harness,
+    world: &World,
+    exp: &Expectations,
+    rng: &mut ChaCha8Rng,
+) -> Result<Trajectory, TeacherError> {
     let mut messages = prompt(task, harness, world)?;
     let mut calls = Vec::new();
     let mut results: Vec<(Op, Value)> = Vec::new();
     let mut log: Vec<HookDecision> = Vec::new();
-    world.begin_episode().map_err(|e| TeacherError::World(e.to_string()))?;
+    world
+        .begin_episode()
+        .map_err(|e| TeacherError::World(e.to_string()))?;
     let backend = StoreBackend(world);
     let run = (|| -> Result<(), TeacherError> {
         for chunk in exp.calls.chunks(harness.max_calls().max(1)) {
             let written: Vec<ToolCall> = chunk
                 .iter()
-                .map(|g| harness.call_for(g.op, &g.canonical()).ok_or_else(|| TeacherError::NoTool(g.op)))
+                .map(|g| {
+                    harness
+                        .call_for(g.op, &g.canonical())
+                        .ok_or_else(|| TeacherError::NoTool(g.op))
+                })
                 .collect::<Result<_, _>>()?;
             messages.push(Message::assistant(harness.syntax.format_all(&written)));
             for (g, c) in chunk.iter().zip(&written) {
                 let d = harness.dispatch(c, &backend, &mut log);
                 if !d.ok {
-                    return Err(TeacherError::Gold(format!("gold call {} failed: {}", c.name, d.result)));
+                    return Err(TeacherError::Gold(format!(
+                        "gold call {} failed: {}",
+                        c.name, d.result
+                    )));
                 }
                 messages.push(Message::tool(c.name.clone(), d.result.to_string()));
                 // The reply is written from the store's own answer (the
                 // harness may hide fields from the model, never change facts).
-                let full = world.call(g.op, &g.canonical()).unwrap_or_else(|_| d.result.clone());
+                let full = world
+                    .call(g.op, &g.canonical())
+                    .unwrap_or_else(|_| d.result.clone());
                 results.push((g.op, full));
             }
             calls.extend(written);
         }
         Ok(())
     })();
-    world.end_episode().map_err(|e| TeacherError::World(e.to_string()))?;
+    world
+        .end_episode()
+        .map_err(|e| TeacherError::World(e.to_string()))?;
     run?;
     let draft = compose(task, world, &results, rng);
     let reply = harness.review_reply_static(&draft, &event_vars(&task.event), &mut log);
     messages.push(Message::assistant(reply.clone()));
-    Ok(Trajectory { task_id: task.id.clone(), messages, attempt: Attempt { calls, format_errors: vec![], reply }, hook_log: log })
+    Ok(Trajectory {
+        task_id: task.id.clone(),
+        messages,
+        attempt: Attempt {
+            calls,
+            format_errors: vec![],
+            reply,
+        },
+        hook_log: log,
+    })
 }
 
 fn result(results: &[(Op, Value)], op: Op, nth: usize) -> Value {
-    results.iter().filter(|(o, _)| *o == op).nth(nth).map(|(_, v)| v.clone()).unwrap_or(Value::Null)
+    results
+        .iter()
+        .filter(|(o, _)| *o == op)
+        .nth(nth)
+        .map(|(_, v)| v.clone())
+        .unwrap_or(Value::Null)
 }
 
 /// A natural reply from the facts. Short by design: a live reply is read
@@ -75,7 +108,17 @@ fn compose(task: &Task, world: &World, results: &[(Op, Value)], rng: &mut ChaCha
     let cat = world.catalog();
     let cur = cat.stream.currency_symbol.as_str();
     let zh = task.lang == "zh";
-    let title = |id: &str| cat.product(id).map(|p| if zh { p.title_zh.clone() } else { p.title.clone() }).unwrap_or_default();
+    let title = |id: &str| {
+        cat.product(id)
+            .map(|p| {
+                if zh {
+                    p.title_zh.clone()
+                } else {
+                    p.title.clone()
+                }
+            })
+            .unwrap_or_default()
+    };
     let link = |id: &str| cat.product(id).map(|p| p.link).unwrap_or_default();
     match &task.intent {
         Intent::ProductFact { product, attr } => {

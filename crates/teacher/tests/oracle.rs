@@ -10,7 +10,8 @@ use hat_tasks::{expect, score, Split, TaskKind, TaskSet, WorldCache};
 use hat_teacher::oracle;
 
 fn production() -> Harness {
-    Harness::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream")).expect("production harness loads")
+    Harness::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream"))
+        .expect("production harness loads")
 }
 
 fn check_all(h: &Harness, split: Split, count: usize, seed: u64) {
@@ -24,10 +25,22 @@ fn check_all(h: &Harness, split: Split, count: usize, seed: u64) {
         let traj = oracle::trajectory(t, h, w, &exp, &mut rng).unwrap();
         let s = score(&exp, h, &traj.attempt);
         if !s.pass {
-            failures.push(format!("{} [{}]: {} || reply: {}", t.id, t.kind, s.reason(), traj.attempt.reply));
+            failures.push(format!(
+                "{} [{}]: {} || reply: {}",
+                t.id,
+                t.kind,
+                s.reason(),
+                traj.attempt.reply
+            ));
         }
     }
-    assert!(failures.is_empty(), "{} of {} oracle trajectories fail:\n{}", failures.len(), tasks.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} oracle trajectories fail:\n{}",
+        failures.len(),
+        tasks.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -53,13 +66,30 @@ fn oracle_passes_under_every_augmented_variant() {
             for t in &tasks {
                 let w = worlds.get(t.world_seed).unwrap();
                 let exp = expect(t, &h, w).unwrap();
-                let traj = oracle::trajectory(t, &h, w, &exp, &mut ChaCha8Rng::seed_from_u64(seed)).unwrap();
+                let traj = oracle::trajectory(t, &h, w, &exp, &mut ChaCha8Rng::seed_from_u64(seed))
+                    .unwrap();
                 let s = score(&exp, &h, &traj.attempt);
                 if !s.pass {
-                    failures.push(format!("{pool} seed {seed} {} [{}]: {} || {}", t.id, t.kind, s.reason(), traj.attempt.reply));
+                    failures.push(format!(
+                        "{pool} seed {seed} {} [{}]: {} || {}",
+                        t.id,
+                        t.kind,
+                        s.reason(),
+                        traj.attempt.reply
+                    ));
                 }
             }
         }
     }
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.iter().take(30).cloned().collect::<Vec<_>>().join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures
+            .iter()
+            .take(30)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }

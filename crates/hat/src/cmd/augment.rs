@@ -35,18 +35,34 @@ pub fn run(a: AugmentArgs) -> Result<()> {
         for (family, kind, values) in hat_augment::heldout_parameters() {
             println!("{family:<16} {kind:<24} {}", values.join(", "));
         }
-        println!("{} held-out parameters", hat_augment::heldout_parameter_count());
+        println!(
+            "{} held-out parameters",
+            hat_augment::heldout_parameter_count()
+        );
         return Ok(());
     }
     let pool = parse_pool(&a.pool)?;
     if a.count == 0 {
         bail!("--count must be at least 1");
     }
-    if a.out.exists() && std::fs::read_dir(&a.out).map(|mut d| d.next().is_some()).unwrap_or(true) {
-        bail!("{} exists and is not empty; choose a new --out directory", a.out.display());
+    if a.out.exists()
+        && std::fs::read_dir(&a.out)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(true)
+    {
+        bail!(
+            "{} exists and is not empty; choose a new --out directory",
+            a.out.display()
+        );
     }
     let s = hat_augment::write_variants(&a.harness, a.count, a.seed, pool, &a.out)?;
-    println!("wrote {} {} variants to {} (base {})", s.count, s.pool, s.out.display(), &s.base_hash[..s.base_hash.len().min(23)]);
+    println!(
+        "wrote {} {} variants to {} (base {})",
+        s.count,
+        s.pool,
+        s.out.display(),
+        &s.base_hash[..s.base_hash.len().min(23)]
+    );
     println!("variants using held-out parameters: {}", s.heldout_variants);
     for (family, n) in &s.families {
         println!("  {family:<16} changed {n} variant(s)");

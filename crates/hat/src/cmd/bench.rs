@@ -28,19 +28,49 @@ pub enum BenchCmd {
 
 pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
-        BenchCmd::Datagen { harness, tasks, variants, pool, repeats } => {
+        BenchCmd::Datagen {
+            harness,
+            tasks,
+            variants,
+            pool,
+            repeats,
+        } => {
             let pool = parse_pool(&pool)?;
-            let cfg = GenConfig { harness_dir: harness.clone(), variants, pool, tasks, seed: 7 };
+            let cfg = GenConfig {
+                harness_dir: harness.clone(),
+                variants,
+                pool,
+                tasks,
+                seed: 7,
+            };
             let states = gen::states(&harness, variants, pool, cfg.seed)?;
             let mut rates = Vec::new();
             for i in 0..repeats.max(1) {
                 let mut sink = std::io::sink();
-                let r = gen::generate(&cfg, &states, &mut Teacher::Oracle, &Default::default(), &mut sink, &mut |_, _| {})?;
-                println!("run {}: {} trajectories ({} rejected) in {:.3}s = {:.0}/min", i + 1, r.written, r.rejected, r.seconds, r.per_minute);
+                let r = gen::generate(
+                    &cfg,
+                    &states,
+                    &mut Teacher::Oracle,
+                    &Default::default(),
+                    &mut sink,
+                    &mut |_, _| {},
+                )?;
+                println!(
+                    "run {}: {} trajectories ({} rejected) in {:.3}s = {:.0}/min",
+                    i + 1,
+                    r.written,
+                    r.rejected,
+                    r.seconds,
+                    r.per_minute
+                );
                 rates.push(r.per_minute);
             }
             rates.sort_by(f64::total_cmp);
-            println!("median {:.0} scored trajectories/min on one thread ({} harness states)", rates[rates.len() / 2], states.len());
+            println!(
+                "median {:.0} scored trajectories/min on one thread ({} harness states)",
+                rates[rates.len() / 2],
+                states.len()
+            );
             Ok(())
         }
     }

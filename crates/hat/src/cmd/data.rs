@@ -23,7 +23,8 @@ pub enum DataCmd {
 
 #[derive(Args)]
 pub struct GenArgs {
-    #[arg(long)]
+    /// The base harness directory.
+    #[arg(long, default_value = "harnesses/livestream")]
     harness: PathBuf,
     /// Augmented harness states besides the base one.
     #[arg(long, default_value_t = 8)]
@@ -76,7 +77,10 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
         bail!("--tasks must be at least 1");
     }
     if a.out.exists() && !a.resume && !a.force {
-        bail!("{} exists; pass --resume to continue it or --force to replace it", a.out.display());
+        bail!(
+            "{} exists; pass --resume to continue it or --force to replace it",
+            a.out.display()
+        );
     }
     let mut teacher = match a.teacher.as_str() {
         "oracle" => Teacher::Oracle,
@@ -84,27 +88,61 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
             let (Some(base_url), Some(model)) = (a.base_url.clone(), a.model.clone()) else {
                 bail!("--teacher openai needs --base-url and --model (or HAT_TEACHER_BASE_URL / HAT_TEACHER_MODEL)");
             };
-            let cfg = OpenAiConfig { base_url, model: model.clone(), api_key_env: a.api_key_env.clone(), temperature: a.temperature, max_tokens: 512, timeout: Duration::from_secs(120) };
-            Teacher::Chat { name: format!("openai:{model}"), model: Box::new(OpenAiTeacher::new(cfg)?) }
+            let cfg = OpenAiConfig {
+                base_url,
+                model: model.clone(),
+                api_key_env: a.api_key_env.clone(),
+                temperature: a.temperature,
+                max_tokens: 512,
+                timeout: Duration::from_secs(120),
+            };
+            Teacher::Chat {
+                name: format!("openai:{model}"),
+                model: Box::new(OpenAiTeacher::new(cfg)?),
+            }
         }
         other => bail!("--teacher must be oracle or openai, not `{other}`"),
     };
-    let cfg = GenConfig { harness_dir: a.harness.clone(), variants: a.variants, pool, tasks: a.tasks, seed: a.seed };
+    let cfg = GenConfig {
+        harness_dir: a.harness.clone(),
+        variants: a.variants,
+        pool,
+        tasks: a.tasks,
+        seed: a.seed,
+    };
     let states = gen::states(&a.harness, a.variants, pool, a.seed)?;
-    let skip = if a.resume { gen::existing_keys(&a.out)? } else { Default::default() };
+    let skip = if a.resume {
+        gen::existing_keys(&a.out)?
+    } else {
+        Default::default()
+    };
     // A fresh file is written beside the target and renamed at the end, so an
     // interrupted run never leaves a torn dataset; --resume appends in place.
     let tmp = a.out.with_extension("jsonl.partial");
     let target = if a.resume { a.out.clone() } else { tmp.clone() };
-    let file = OpenOptions::new().create(true).append(a.resume).write(true).truncate(!a.resume).open(&target).with_context(|| format!("opening {}", target.display()))?;
+    let file = OpenOptions::new()
+        .create(true)
+        .append(a.resume)
+        .write(true)
+        .truncate(!a.resume)
+        .open(&target)
+        .with_context(|| format!("opening {}", target.display()))?;
     let mut out = BufWriter::new(file);
     let pb = crate::progress::bar(a.tasks as u64, "tasks");
-    let report = gen::generate(&cfg, &states, &mut teacher, &skip, &mut out, &mut |done, _| pb.set_position(done as u64))?;
+    let report = gen::generate(
+        &cfg,
+        &states,
+        &mut teacher,
+        &skip,
+        &mut out,
+        &mut |done, _| pb.set_position(done as u64),
+    )?;
     pb.finish_and_clear();
     out.flush()?;
     drop(out);
     if !a.resume {
-        std::fs::rename(&tmp, &a.out).with_context(|| format!("moving {} to {}", tmp.display(), a.out.display()))?;
+        std::fs::rename(&tmp, &a.out)
+            .with_context(|| format!("moving {} to {}", tmp.display(), a.out.display()))?;
     }
     println!(
         "wrote {} trajectories to {} over {} harness states ({} rejected, pass rate {:.1}%, {} already present) in {:.2}s: {:.0} trajectories/min",

@@ -41,7 +41,12 @@ pub fn load(dir: &PathBuf) -> Result<Harness> {
             for p in &problems {
                 eprintln!("{}/{p}", dir.display());
             }
-            bail!("{} has {} problem(s); fix them and run `hat harness check {}` again", dir.display(), problems.len(), dir.display())
+            bail!(
+                "{} has {} problem(s); fix them and run `hat harness check {}` again",
+                dir.display(),
+                problems.len(),
+                dir.display()
+            )
         }
         Err(e) => Err(e).with_context(|| format!("loading harness {}", dir.display())),
     }
@@ -54,20 +59,34 @@ pub fn run(cmd: HarnessCmd) -> Result<()> {
             println!("ok: {}", h.summary());
             Ok(())
         }
-        HarnessCmd::Render { dir, event, stream, seed, size } => {
+        HarnessCmd::Render {
+            dir,
+            event,
+            stream,
+            seed,
+            size,
+        } => {
             let h = load(&dir)?;
             let world = match &stream {
-                Some(p) => World::open(p).with_context(|| format!("opening stream store {}", p.display()))?,
+                Some(p) => World::open(p)
+                    .with_context(|| format!("opening stream store {}", p.display()))?,
                 None => World::generate(seed)?,
             };
             let event: Event = match &event {
                 Some(p) => {
-                    let text = std::fs::read_to_string(p).with_context(|| format!("reading event file {}", p.display()))?;
+                    let text = std::fs::read_to_string(p)
+                        .with_context(|| format!("reading event file {}", p.display()))?;
                     serde_json::from_str(&text).with_context(|| format!("{}: not an event; expected e.g. {{\"type\": \"comment\", \"viewer\": \"lily\", \"text\": \"hi\"}}", p.display()))?
                 }
-                None => Event::Comment { viewer: "lily_0921".into(), text: "is this in stock in M?".into() },
+                None => Event::Comment {
+                    viewer: "lily_0921".into(),
+                    text: "is this in stock in M?".into(),
+                },
             };
-            let on_stage = world.on_stage().map(|p| p.id.clone()).unwrap_or_else(|_| "P1".into());
+            let on_stage = world
+                .on_stage()
+                .map(|p| p.id.clone())
+                .unwrap_or_else(|_| "P1".into());
             let task = Task {
                 id: "render".into(),
                 kind: TaskKind::Chitchat,
@@ -84,9 +103,18 @@ pub fn run(cmd: HarnessCmd) -> Result<()> {
             let notes = h.inject_notes(event_kind(&event), &event_vars(&event));
             let turn = render_turn(&event_line(&event), &notes);
             if size {
-                println!("system {} chars, turn {} chars, products {}", system.chars().count(), turn.chars().count(), world.catalog().products.len());
+                println!(
+                    "system {} chars, turn {} chars, products {}",
+                    system.chars().count(),
+                    turn.chars().count(),
+                    world.catalog().products.len()
+                );
             } else {
-                println!("=== system ({} chars, harness {}) ===\n{system}\n\n=== user ===\n{turn}", system.chars().count(), h.short_hash());
+                println!(
+                    "=== system ({} chars, harness {}) ===\n{system}\n\n=== user ===\n{turn}",
+                    system.chars().count(),
+                    h.short_hash()
+                );
             }
             Ok(())
         }

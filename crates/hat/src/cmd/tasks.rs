@@ -39,10 +39,17 @@ pub fn run(cmd: TasksCmd) -> Result<()> {
             }
             Ok(())
         }
-        TasksCmd::Sample { split, count, seed, kind } => {
+        TasksCmd::Sample {
+            split,
+            count,
+            seed,
+            kind,
+        } => {
             let split = parse_split(&split)?;
             let kinds: Vec<TaskKind> = match kind {
-                Some(k) => vec![TaskKind::parse(&k).ok_or_else(|| anyhow!("unknown task type `{k}`; `hat tasks kinds` lists them"))?],
+                Some(k) => vec![TaskKind::parse(&k).ok_or_else(|| {
+                    anyhow!("unknown task type `{k}`; `hat tasks kinds` lists them")
+                })?],
                 None => TaskKind::ALL.to_vec(),
             };
             let mut worlds = WorldCache::default();

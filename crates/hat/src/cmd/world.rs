@@ -30,8 +30,13 @@ pub fn run(cmd: WorldCmd) -> Result<()> {
                 bail!("{} exists; pass --force to replace it", out.display());
             }
             let w = World::generate(seed)?;
-            w.save(&out).with_context(|| format!("writing {}", out.display()))?;
-            println!("wrote {} ({} products)", out.display(), w.catalog().products.len());
+            w.save(&out)
+                .with_context(|| format!("writing {}", out.display()))?;
+            println!(
+                "wrote {} ({} products)",
+                out.display(),
+                w.catalog().products.len()
+            );
             Ok(())
         }
         WorldCmd::Show { file } => {
