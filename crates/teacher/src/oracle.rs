@@ -50,7 +50,7 @@ pub fn trajectory(
                 .map(|g| {
                     harness
                         .call_for(g.op, &g.canonical())
-                        .ok_or_else(|| TeacherError::NoTool(g.op))
+                        .ok_or(TeacherError::NoTool(g.op))
                 })
                 .collect::<Result<_, _>>()?;
             messages.push(Message::assistant(harness.syntax.format_all(&written)));

@@ -1,6 +1,6 @@
 //! `hat harness check|render`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
@@ -34,7 +34,7 @@ pub enum HarnessCmd {
     },
 }
 
-pub fn load(dir: &PathBuf) -> Result<Harness> {
+pub fn load(dir: &Path) -> Result<Harness> {
     match Harness::load(dir) {
         Ok(h) => Ok(h),
         Err(HarnessError::Invalid(problems)) => {

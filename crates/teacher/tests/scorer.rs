@@ -1,0 +1,155 @@
+//! The scorer is hard to game and judges calls by what they bind to.
+
+use std::path::Path;
+
+use proptest::prelude::*;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde_json::Value;
+
+use hat_harness::{Harness, Role, ToolCall};
+use hat_tasks::{expect, score, Attempt, Split, TaskKind, TaskSet, WorldCache};
+use hat_teacher::oracle;
+
+fn production() -> Harness {
+    Harness::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream"))
+        .unwrap()
+}
+
+fn numbers_in(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Number(n) => out.push(n.to_string()),
+        Value::String(s) => out.extend(
+            s.split(|c: char| !c.is_ascii_digit() && c != '.')
+                .filter(|t| t.chars().any(|c| c.is_ascii_digit()))
+                .map(str::to_string),
+        ),
+        Value::Array(a) => a.iter().for_each(|x| numbers_in(x, out)),
+        Value::Object(o) => o.values().for_each(|x| numbers_in(x, out)),
+        _ => {}
+    }
+}
+
+/// A reply that recites every number the tools returned must not pass.
+#[test]
+fn reciting_every_number_fails_the_fact_check() {
+    let h = production();
+    let mut worlds = WorldCache::default();
+    let kinds = [
+        TaskKind::VariantStock,
+        TaskKind::FinalPrice,
+        TaskKind::ProductFact,
+        TaskKind::ShippingTime,
+    ];
+    let tasks = TaskSet::generate_kinds(Split::Test, 80, 3, &kinds, &mut worlds).unwrap();
+    let mut gamed_passes = Vec::new();
+    for t in &tasks {
+        let w = worlds.get(t.world_seed).unwrap();
+        let exp = expect(t, &h, w).unwrap();
+        let traj = oracle::trajectory(t, &h, w, &exp, &mut ChaCha8Rng::seed_from_u64(0)).unwrap();
+        let mut nums = Vec::new();
+        for m in traj.messages.iter().filter(|m| m.role == Role::Tool) {
+            numbers_in(&serde_json::from_str(&m.content).unwrap(), &mut nums);
+        }
+        // Also everything in the stream section of the prompt.
+        numbers_in(&Value::String(traj.messages[0].content.clone()), &mut nums);
+        let gamed = Attempt {
+            calls: traj.attempt.calls.clone(),
+            format_errors: vec![],
+            reply: format!("Here you go: {}", nums.join(", ")),
+        };
+        let s = score(&exp, &h, &gamed);
+        if s.component("facts").unwrap().pass {
+            gamed_passes.push(format!("{}: {}", t.id, gamed.reply));
+        }
+    }
+    assert!(
+        gamed_passes.is_empty(),
+        "{} gamed replies passed:\n{}",
+        gamed_passes.len(),
+        gamed_passes.join("\n")
+    );
+}
+
+#[test]
+fn wrong_arguments_unknown_tools_and_missing_calls_fail_with_reasons() {
+    let h = production();
+    let mut worlds = WorldCache::default();
+    let tasks =
+        TaskSet::generate_kinds(Split::Test, 5, 9, &[TaskKind::VariantStock], &mut worlds).unwrap();
+    let t = &tasks[0];
+    let w = worlds.get(t.world_seed).unwrap();
+    let exp = expect(t, &h, w).unwrap();
+    let good = oracle::trajectory(t, &h, w, &exp, &mut ChaCha8Rng::seed_from_u64(0))
+        .unwrap()
+        .attempt;
+    assert!(score(&exp, &h, &good).pass);
+
+    let mut wrong = good.clone();
+    wrong.calls[0].arguments["product_id"] = Value::String("P999".into());
+    let s = score(&exp, &h, &wrong);
+    assert!(
+        !s.component("arguments").unwrap().pass && s.reason().contains("product"),
+        "{}",
+        s.reason()
+    );
+
+    let mut unknown = good.clone();
+    unknown.calls.push(ToolCall {
+        name: "get_weather".into(),
+        arguments: serde_json::json!({}),
+    });
+    let s = score(&exp, &h, &unknown);
+    assert!(
+        !s.component("calls").unwrap().pass && s.reason().contains("unknown tool"),
+        "{}",
+        s.reason()
+    );
+
+    let none = Attempt {
+        calls: vec![],
+        ..good.clone()
+    };
+    let s = score(&exp, &h, &none);
+    assert!(s.reason().contains("did not call stock"), "{}", s.reason());
+
+    let empty = Attempt {
+        reply: String::new(),
+        ..good.clone()
+    };
+    assert!(!score(&exp, &h, &empty).component("format").unwrap().pass);
+
+    let claim = Attempt {
+        reply: format!("{} This is the best deal!", good.reply),
+        ..good
+    };
+    let s = score(&exp, &h, &claim);
+    assert!(
+        !s.component("constraints").unwrap().pass && s.reason().contains("best"),
+        "{}",
+        s.reason()
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+
+    /// HSA invariant as a property: for any variant seed (either pool) and any
+    /// task, the oracle's trajectory under that variant passes.
+    #[test]
+    fn oracle_passes_under_random_variants(seed in any::<u64>(), heldout in any::<bool>(), task_seed in 0u64..1000, kind in 0usize..19) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+        let base = hat_augment::load_spec(&dir).unwrap();
+        let pool = if heldout { hat_augment::Pool::Heldout } else { hat_augment::Pool::Train };
+        let v = hat_augment::augment(&base, seed, pool).unwrap();
+        let h = Harness::compile(v.spec, Some(dir)).unwrap();
+        let mut worlds = WorldCache::default();
+        let tasks = TaskSet::generate_kinds(Split::Train, 1, task_seed, &[TaskKind::ALL[kind]], &mut worlds).unwrap();
+        let t = &tasks[0];
+        let w = worlds.get(t.world_seed).unwrap();
+        let exp = expect(t, &h, w).unwrap();
+        let traj = oracle::trajectory(t, &h, w, &exp, &mut ChaCha8Rng::seed_from_u64(seed)).unwrap();
+        let s = score(&exp, &h, &traj.attempt);
+        prop_assert!(s.pass, "{} under {pool} {seed}: {} || {}", t.id, s.reason(), traj.attempt.reply);
+    }
+}
