@@ -355,3 +355,65 @@ fn invalid_arguments_are_usage_errors() {
         .code(2);
     hat().arg("frobnicate").assert().failure().code(2);
 }
+
+fn shared() -> PathBuf {
+    std::env::var_os("HAT_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
+}
+
+#[test]
+fn eval_ifeval_scores_a_standard_response_file() {
+    let d = tempfile::tempdir().unwrap();
+    // conformance.jsonl carries `prompt` and `response`: the standard response form.
+    let responses = shared().join("data/ifeval/conformance.jsonl");
+    let input = shared().join("data/ifeval/input_data.jsonl");
+    hat()
+        .args(["eval", "ifeval", "--responses"])
+        .arg(&responses)
+        .arg("--input")
+        .arg(&input)
+        .arg("--out")
+        .arg(d.path())
+        .assert()
+        .success();
+    let items = std::fs::read_to_string(d.path().join("items.jsonl")).unwrap();
+    assert_eq!(items.lines().count(), 541);
+    let first: serde_json::Value = serde_json::from_str(items.lines().next().unwrap()).unwrap();
+    assert!(
+        first["strict"].is_array()
+            && first["loose"].is_array()
+            && first["instruction_id_list"].is_array()
+    );
+    assert!(d.path().join("results.json").exists());
+    std::fs::write(d.path().join("bad.jsonl"), "{\"prompt\": 1}\n").unwrap();
+    fails_cleanly(
+        hat()
+            .args(["eval", "ifeval", "--responses"])
+            .arg(d.path().join("bad.jsonl"))
+            .arg("--input")
+            .arg(&input)
+            .arg("--out")
+            .arg(d.path().join("o")),
+    );
+}
+
+#[test]
+fn bench_datagen_reports_a_rate() {
+    hat()
+        .args([
+            "bench",
+            "datagen",
+            "--tasks",
+            "40",
+            "--variants",
+            "1",
+            "--repeats",
+            "1",
+            "--harness",
+        ])
+        .arg(production())
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("scored trajectories/min"));
+}

@@ -125,16 +125,15 @@ fn args_match(gold: &[GoldArg], made: &Map<String, Value>) -> Result<(), String>
         match made.get(&g.name) {
             None if g.must => return Err(format!("missing `{}`", g.name)),
             None => {}
-            Some(v) => {
-                if !g.accept.is_empty() && !g.accept.iter().any(|a| norm_eq(a, v)) {
-                    let want: Vec<String> = g.accept.iter().map(Value::to_string).collect();
-                    return Err(format!(
-                        "`{}` is {v}, expected {}",
-                        g.name,
-                        want.join(" or ")
-                    ));
-                }
+            Some(v) if !g.accept.is_empty() && !g.accept.iter().any(|a| norm_eq(a, v)) => {
+                let want: Vec<String> = g.accept.iter().map(Value::to_string).collect();
+                return Err(format!(
+                    "`{}` is {v}, expected {}",
+                    g.name,
+                    want.join(" or ")
+                ));
             }
+            Some(_) => {}
         }
     }
     for k in made.keys() {

@@ -24,10 +24,10 @@ pub struct WorldCache {
 
 impl WorldCache {
     pub fn get(&mut self, seed: u64) -> Result<&World, TaskError> {
-        if !self.worlds.contains_key(&seed) {
-            self.worlds.insert(seed, World::generate(seed)?);
+        match self.worlds.entry(seed) {
+            std::collections::btree_map::Entry::Occupied(e) => Ok(e.into_mut()),
+            std::collections::btree_map::Entry::Vacant(v) => Ok(v.insert(World::generate(seed)?)),
         }
-        Ok(&self.worlds[&seed])
     }
 }
 
