@@ -476,6 +476,9 @@ pub fn review_reply(
     log: &mut Vec<HookDecision>,
 ) -> ReplyReview {
     let mut reply = draft.trim().to_string();
+    // On the first attempt every hook that wants a retry says why, so the
+    // model hears all broken rules at once rather than one per retry.
+    let mut feedback: Vec<String> = Vec::new();
     for h in hooks.iter().filter(|h| h.event == EventKind::BeforeReply) {
         match &h.action {
             Action::Rewrite {
@@ -522,9 +525,7 @@ pub fn review_reply(
                             .as_deref()
                             .map(|d| format!(" Rule: {d}"))
                             .unwrap_or_default();
-                        return ReplyReview::Retry(format!(
-                            "Your reply breaks a rule ({why}).{rule_text} Write the reply again."
-                        ));
+                        feedback.push(format!("Your reply breaks a rule ({why}).{rule_text}"));
                     }
                     OnFail::Retry | OnFail::Rewrite => {
                         reply = rule.repair(&reply, vars);
@@ -561,9 +562,8 @@ pub fn review_reply(
                     CommandOutcome::Block(reason) => {
                         if attempt == 0 {
                             log.push(decision(h, &format!("blocked, retry: {reason}")));
-                            return ReplyReview::Retry(format!(
-                                "Your reply was blocked: {reason} Write the reply again."
-                            ));
+                            feedback.push(format!("Your reply was blocked: {reason}"));
+                            continue;
                         }
                         reply =
                             text::fill_vars(fallback.as_deref().unwrap_or(DEFAULT_FALLBACK), vars);
@@ -585,6 +585,9 @@ pub fn review_reply(
             }
             Action::Inject { .. } | Action::DropFields { .. } => {}
         }
+    }
+    if !feedback.is_empty() {
+        return ReplyReview::Retry(format!("{} Write the reply again.", feedback.join(" ")));
     }
     // One hook's repair can undo another's (a required phrase appended after
     // a sign-off): a last pass checks every rule together.

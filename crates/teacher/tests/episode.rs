@@ -1,0 +1,128 @@
+//! The episode loop with scripted models: a model that writes what the oracle
+//! writes passes; models that produce garbage are bounded and recorded.
+
+use std::path::Path;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use hat_harness::{Harness, Message, Role};
+use hat_tasks::{expect, score, Split, TaskKind, TaskSet, WorldCache};
+use hat_teacher::episode::{run, ChatModel, EpisodeConfig};
+use hat_teacher::{oracle, TeacherError};
+
+struct Script(Vec<String>, usize);
+
+impl ChatModel for Script {
+    fn complete(&mut self, _: &[Message]) -> Result<String, TeacherError> {
+        let out = self
+            .0
+            .get(self.1)
+            .cloned()
+            .unwrap_or_else(|| self.0.last().cloned().unwrap_or_default());
+        self.1 += 1;
+        Ok(out)
+    }
+}
+
+fn production() -> Harness {
+    Harness::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream"))
+        .unwrap()
+}
+
+#[test]
+fn replaying_the_oracle_through_the_loop_passes_every_kind() {
+    let h = production();
+    let mut worlds = WorldCache::default();
+    for t in TaskSet::generate(Split::Test, 38, 2, &mut worlds).unwrap() {
+        let w = worlds.get(t.world_seed).unwrap();
+        let exp = expect(&t, &h, w).unwrap();
+        let gold = oracle::trajectory(&t, &h, w, &exp, &mut ChaCha8Rng::seed_from_u64(0)).unwrap();
+        let n_prompt = 2 + t.history.len() * 2;
+        let outputs: Vec<String> = gold.messages[n_prompt - 1..]
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .map(|m| m.content.clone())
+            .collect();
+        let traj = run(&t, &h, w, &mut Script(outputs, 0), EpisodeConfig::default()).unwrap();
+        let s = score(&exp, &h, &traj.attempt);
+        assert!(
+            s.pass,
+            "{} [{}]: {} || {:?}",
+            t.id,
+            t.kind,
+            s.reason(),
+            traj.attempt
+        );
+    }
+}
+
+#[test]
+fn garbage_models_are_bounded_and_fail_with_reasons() {
+    let h = production();
+    let mut worlds = WorldCache::default();
+    let t = &TaskSet::generate_kinds(Split::Test, 1, 4, &[TaskKind::FinalPrice], &mut worlds)
+        .unwrap()[0];
+    let w = worlds.get(t.world_seed).unwrap();
+    let exp = expect(t, &h, w).unwrap();
+    let cases: Vec<(&str, Vec<String>)> = vec![
+        ("unparseable call", vec!["<tool_call>{\"name\": ".into()]),
+        ("unknown tool forever", vec!["<tool_call>{\"name\": \"teleport\", \"arguments\": {}}</tool_call>".into()]),
+        ("invalid arguments", vec!["<tool_call>{\"name\": \"quote_price\", \"arguments\": {\"product_id\": 7}}</tool_call>".into(), "It's cheap!".into()]),
+        ("endless text", vec!["la ".repeat(5000)]),
+        ("empty", vec![String::new()]),
+    ];
+    for (name, outputs) in cases {
+        let traj = run(t, &h, w, &mut Script(outputs, 0), EpisodeConfig::default()).unwrap();
+        let s = score(&exp, &h, &traj.attempt);
+        assert!(!s.pass, "{name} passed");
+        assert!(!s.reason().is_empty(), "{name}: no reason");
+        assert!(
+            traj.messages.len() <= 2 + 2 * 5 + 3 * 5,
+            "{name}: unbounded transcript"
+        );
+        assert!(
+            traj.attempt.reply.chars().count() <= 280,
+            "{name}: reply over the limit"
+        );
+    }
+}
+
+#[test]
+fn broken_rules_are_fed_back_together_once_then_handled_by_policy() {
+    let h = production();
+    let mut worlds = WorldCache::default();
+    let t =
+        &TaskSet::generate_kinds(Split::Test, 1, 4, &[TaskKind::Chitchat], &mut worlds).unwrap()[0];
+    let w = worlds.get(t.world_seed).unwrap();
+    let claim = "This serum is the best, it cures acne!".to_string();
+    let traj = run(
+        t,
+        &h,
+        w,
+        &mut Script(vec![claim.clone(), claim], 0),
+        EpisodeConfig::default(),
+    )
+    .unwrap();
+    let feedback: Vec<&Message> = traj
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::User && m.content.starts_with("[runtime]"))
+        .collect();
+    assert_eq!(feedback.len(), 1, "{:#?}", traj.messages);
+    assert!(
+        feedback[0].content.contains("best") && feedback[0].content.contains("medical"),
+        "{}",
+        feedback[0].content
+    );
+    assert!(
+        !hat_harness::text::contains_phrase(&traj.attempt.reply, "best"),
+        "{}",
+        traj.attempt.reply
+    );
+    assert!(
+        traj.hook_log.iter().any(|d| d.hook == "no-medical-claims"),
+        "{:?}",
+        traj.hook_log
+    );
+}
