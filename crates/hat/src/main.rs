@@ -36,9 +36,8 @@ enum Command {
     /// Generate or summarise trajectory datasets.
     #[command(subcommand)]
     Data(cmd::data::DataCmd),
-    /// Evaluate responses (IFEval scoring without a model).
-    #[command(subcommand)]
-    Eval(cmd::eval::EvalCmd),
+    /// Run the evaluation suites (lsqa, hvqa, ifeval), score IFEval responses, compare runs.
+    Eval(cmd::eval::EvalArgs),
     /// Measure speed.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCmd),

@@ -417,3 +417,104 @@ fn bench_datagen_reports_a_rate() {
         .success()
         .stdout(predicate::str::contains("scored trajectories/min"));
 }
+
+#[test]
+fn eval_runs_the_oracle_resumes_and_compares() {
+    let d = tempfile::tempdir().unwrap();
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    hat()
+        .args([
+            "eval",
+            "--model",
+            "oracle",
+            "--suite",
+            "lsqa,hvqa",
+            "--limit",
+            "12",
+            "--harness",
+        ])
+        .arg(production())
+        .arg("--out")
+        .arg(&a)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("100.0%"));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(a.join("lsqa/results.json")).unwrap())
+            .unwrap();
+    assert_eq!(r["score"], 100.0);
+    assert!(
+        r["by_task_type"].is_object()
+            && r["components"]["facts"].is_object()
+            && r["harness_hashes"].is_array()
+    );
+    fails_cleanly(
+        hat()
+            .args([
+                "eval",
+                "--model",
+                "oracle",
+                "--suite",
+                "lsqa",
+                "--limit",
+                "12",
+                "--harness",
+            ])
+            .arg(production())
+            .arg("--out")
+            .arg(&a),
+    )
+    .stderr(predicate::str::contains("--resume"));
+    hat()
+        .args([
+            "eval",
+            "--model",
+            "oracle",
+            "--suite",
+            "lsqa",
+            "--limit",
+            "20",
+            "--resume",
+            "--harness",
+        ])
+        .arg(production())
+        .arg("--out")
+        .arg(&a)
+        .assert()
+        .success();
+    hat()
+        .args([
+            "eval",
+            "--model",
+            "oracle",
+            "--suite",
+            "lsqa",
+            "--limit",
+            "5",
+            "--harness",
+        ])
+        .arg(production())
+        .arg("--out")
+        .arg(&b)
+        .assert()
+        .success();
+    hat()
+        .args(["eval", "compare"])
+        .arg(&a)
+        .arg(&b)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("lsqa.score"));
+    fails_cleanly(
+        hat()
+            .args(["eval", "--model", "gpt-17", "--out"])
+            .arg(d.path().join("c")),
+    )
+    .stderr(predicate::str::contains("unknown --model"));
+    fails_cleanly(
+        hat()
+            .args(["eval", "--model", "oracle", "--suite", "mmlu", "--out"])
+            .arg(d.path().join("c")),
+    )
+    .stderr(predicate::str::contains("unknown suite"));
+}

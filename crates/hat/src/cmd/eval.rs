@@ -1,39 +1,93 @@
-//! `hat eval ifeval`: score an existing IFEval response file.
+//! `hat eval`: run suites against a model, score IFEval responses, compare runs.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use anyhow::{Context, Result};
-use clap::Subcommand;
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use hat_eval::{Backend, EvalConfig, ModelIdentity, Suite};
+use hat_teacher::episode::EpisodeConfig;
+use hat_teacher::openai::{OpenAiConfig, OpenAiTeacher};
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct EvalArgs {
+    #[command(subcommand)]
+    cmd: Option<EvalCmd>,
+    #[command(flatten)]
+    run: RunArgs,
+}
 
 #[derive(Subcommand)]
 pub enum EvalCmd {
-    /// Score IFEval responses (one JSON object per line with `prompt` and `response`).
+    /// Score IFEval responses (one JSON object per line with `prompt` and `response`) without a model.
     Ifeval {
         #[arg(long)]
         responses: PathBuf,
         #[arg(long)]
         out: PathBuf,
-        /// The IFEval prompts; default: ../shared/data/ifeval/input_data.jsonl beside the repo, or $HAT_SHARED/data/ifeval/input_data.jsonl.
+        /// The IFEval prompts; default: $HAT_SHARED/data/ifeval/input_data.jsonl, else ../shared/... beside the repo.
         #[arg(long)]
         input: Option<PathBuf>,
     },
+    /// Print the results of several `hat eval` runs side by side, with deltas against the first.
+    Compare {
+        #[arg(required = true, num_args = 2..)]
+        runs: Vec<PathBuf>,
+    },
 }
 
-fn default_input() -> PathBuf {
+#[derive(Args)]
+pub struct RunArgs {
+    /// `oracle` (the gold teacher), or `openai:<model name>` with --base-url (any OpenAI-compatible endpoint).
+    #[arg(long)]
+    model: Option<String>,
+    /// Endpoint for `openai:` models, e.g. http://127.0.0.1:8000/v1.
+    #[arg(long, env = "HAT_BASE_URL")]
+    base_url: Option<String>,
+    /// Environment variable holding the endpoint's API key.
+    #[arg(long)]
+    api_key_env: Option<String>,
+    /// Comma-separated suites: lsqa, hvqa, ifeval.
+    #[arg(long, default_value = "lsqa,hvqa,ifeval")]
+    suite: String,
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Only the first N items of each suite.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Continue an interrupted run in --out.
+    #[arg(long)]
+    resume: bool,
+    #[arg(long, default_value = "harnesses/livestream")]
+    harness: PathBuf,
+    #[arg(long)]
+    ifeval_input: Option<PathBuf>,
+    /// Sampling temperature (0 = greedy).
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f64,
+    /// Token limit of one model turn.
+    #[arg(long, default_value_t = 256)]
+    max_tokens: u32,
+}
+
+fn default_ifeval_input() -> PathBuf {
     let shared = std::env::var_os("HAT_SHARED")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("../shared"));
     shared.join("data/ifeval/input_data.jsonl")
 }
 
-pub fn run(cmd: EvalCmd) -> Result<()> {
-    match cmd {
-        EvalCmd::Ifeval {
+pub fn run(a: EvalArgs) -> Result<()> {
+    match a.cmd {
+        Some(EvalCmd::Ifeval {
             responses,
             out,
             input,
-        } => {
-            let input = input.unwrap_or_else(default_input);
+        }) => {
+            let input = input.unwrap_or_else(default_ifeval_input);
             let inputs = hat_ifeval::read_inputs(&input).with_context(|| {
                 format!("reading IFEval prompts {} (pass --input)", input.display())
             })?;
@@ -48,5 +102,122 @@ pub fn run(cmd: EvalCmd) -> Result<()> {
             );
             Ok(())
         }
+        Some(EvalCmd::Compare { runs }) => compare(&runs),
+        None => run_suites(a.run),
     }
+}
+
+fn backend(r: &RunArgs) -> Result<Backend> {
+    let Some(model) = r.model.as_deref() else {
+        bail!("--model is required: oracle, or openai:<name> with --base-url")
+    };
+    if model == "oracle" {
+        return Ok(Backend::Oracle);
+    }
+    if let Some(name) = model.strip_prefix("openai:") {
+        let Some(base_url) = r.base_url.clone() else {
+            bail!("--model {model} needs --base-url (or HAT_BASE_URL)")
+        };
+        let decoding = json!({"temperature": r.temperature, "max_tokens": r.max_tokens});
+        let identity = ModelIdentity {
+            name: model.to_string(),
+            hash: format!("endpoint:{base_url}"),
+            decoding,
+        };
+        let cfg = OpenAiConfig {
+            base_url,
+            model: name.to_string(),
+            api_key_env: r.api_key_env.clone(),
+            temperature: r.temperature,
+            max_tokens: r.max_tokens,
+            timeout: Duration::from_secs(300),
+        };
+        return Ok(Backend::Chat {
+            identity,
+            model: Box::new(OpenAiTeacher::new(cfg)?),
+        });
+    }
+    bail!("unknown --model `{model}`: use oracle, or openai:<name> with --base-url")
+}
+
+fn run_suites(r: RunArgs) -> Result<()> {
+    let suites = Suite::parse_list(&r.suite)?;
+    let Some(out) = r.out.clone() else {
+        bail!("--out DIR is required")
+    };
+    let mut backend = backend(&r)?;
+    let cfg = EvalConfig {
+        harness_dir: r.harness.clone(),
+        out_dir: out.clone(),
+        limit: r.limit,
+        resume: r.resume,
+        ifeval_input: r.ifeval_input.clone().unwrap_or_else(default_ifeval_input),
+        episode: EpisodeConfig::default(),
+    };
+    let mut rows = Vec::new();
+    for s in suites {
+        let pb = crate::progress::bar(0, s.as_str());
+        let mut progress = |done: usize, total: usize| {
+            pb.set_length(total as u64);
+            pb.set_position(done as u64);
+        };
+        let summary = match s {
+            Suite::Ifeval => hat_eval::run_ifeval(&cfg, &mut backend, &mut progress),
+            agent => hat_eval::run_agent(agent, &cfg, &mut backend, &mut progress),
+        }
+        .with_context(|| format!("suite {}", s.as_str()))?;
+        pb.finish_and_clear();
+        rows.push(summary);
+    }
+    println!("{:<8} {:>8}  {:>9}  wall", "suite", "score", "items");
+    for s in &rows {
+        let items = s.detail["total"]
+            .as_u64()
+            .or_else(|| s.detail["prompts"].as_u64())
+            .unwrap_or(0);
+        println!(
+            "{:<8} {:>7.1}%  {:>9}  {:.0}s",
+            s.suite.as_str(),
+            s.headline,
+            items,
+            s.detail["wall_seconds"].as_f64().unwrap_or(0.0)
+        );
+    }
+    println!(
+        "results in {}/<suite>/results.json and items.jsonl",
+        out.display()
+    );
+    Ok(())
+}
+
+fn compare(runs: &[PathBuf]) -> Result<()> {
+    let loaded: Vec<(String, _)> = runs
+        .iter()
+        .map(|p| Ok((p.display().to_string(), hat_eval::load_results(p)?)))
+        .collect::<Result<_>>()?;
+    let rows = hat_eval::compare(&loaded);
+    print!("{:<34}", "metric");
+    for (i, (name, _)) in loaded.iter().enumerate() {
+        let label = if i == 0 {
+            name.clone()
+        } else {
+            format!("{name} (Δ)")
+        };
+        print!(" {label:>22}");
+    }
+    println!();
+    for (metric, vals) in rows {
+        print!("{metric:<34}");
+        let base = vals.first().copied().flatten();
+        for (i, v) in vals.iter().enumerate() {
+            let cell = match (v, base) {
+                (None, _) => "-".to_string(),
+                (Some(x), Some(b)) if i > 0 => format!("{x:.1} ({:+.1})", x - b),
+                (Some(x), _) => format!("{x:.1}"),
+            };
+            print!(" {cell:>22}");
+        }
+        println!();
+    }
+    Ok(())
 }

@@ -1,0 +1,434 @@
+//! Running suites: items are evaluated one by one and appended to
+//! `items.jsonl` as they finish, so an interrupted run resumes where it
+//! stopped; `results.json` is always computed from `items.jsonl`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::OpenOptions;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use hat_harness::{Message, Role};
+use hat_tasks::{expect, score, WorldCache};
+use hat_teacher::episode::{self, ChatModel, EpisodeConfig};
+use hat_teacher::oracle;
+
+use crate::suite::{self, AgentSuite, Suite};
+use crate::EvalError;
+
+/// Who is being evaluated, as recorded in every results file.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelIdentity {
+    pub name: String,
+    /// A hash of the weights, or of the endpoint and model name.
+    pub hash: String,
+    pub decoding: Value,
+}
+
+pub enum Backend {
+    /// The gold teacher: must score 100 on the agent suites.
+    Oracle,
+    Chat {
+        identity: ModelIdentity,
+        model: Box<dyn ChatModel>,
+    },
+}
+
+impl Backend {
+    pub fn identity(&self) -> ModelIdentity {
+        match self {
+            Backend::Oracle => ModelIdentity {
+                name: "oracle".into(),
+                hash: "-".into(),
+                decoding: json!(null),
+            },
+            Backend::Chat { identity, .. } => identity.clone(),
+        }
+    }
+}
+
+pub struct EvalConfig {
+    pub harness_dir: PathBuf,
+    pub out_dir: PathBuf,
+    /// Evaluate only the first N items of each suite.
+    pub limit: Option<usize>,
+    pub resume: bool,
+    pub ifeval_input: PathBuf,
+    pub episode: EpisodeConfig,
+}
+
+/// Headline figures of one suite.
+#[derive(Debug, Clone, Serialize)]
+pub struct SuiteSummary {
+    pub suite: Suite,
+    pub headline: f64,
+    pub detail: Value,
+}
+
+fn read_ids(path: &Path) -> Result<HashSet<String>, EvalError> {
+    let mut ids = HashSet::new();
+    let Ok(f) = std::fs::File::open(path) else {
+        return Ok(ids);
+    };
+    for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
+        let line = line.map_err(|e| EvalError::io(path, e))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: Value = serde_json::from_str(&line).map_err(|e| EvalError::Parse {
+            file: path.display().to_string(),
+            line: i + 1,
+            message: e.to_string(),
+        })?;
+        if let Some(id) = v["id"].as_str() {
+            ids.insert(id.to_string());
+        }
+    }
+    Ok(ids)
+}
+
+fn open_items(dir: &Path, resume: bool) -> Result<(std::fs::File, HashSet<String>), EvalError> {
+    std::fs::create_dir_all(dir).map_err(|e| EvalError::io(dir, e))?;
+    let path = dir.join("items.jsonl");
+    if path.exists() && !resume {
+        return Err(EvalError::Usage(format!(
+            "{} exists; pass --resume to continue that run or choose another --out",
+            path.display()
+        )));
+    }
+    let done = if resume {
+        read_ids(&path)?
+    } else {
+        HashSet::new()
+    };
+    let f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| EvalError::io(&path, e))?;
+    Ok((f, done))
+}
+
+/// Runs an agent suite (lsqa or hvqa).
+pub fn run_agent(
+    which: Suite,
+    cfg: &EvalConfig,
+    backend: &mut Backend,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<SuiteSummary, EvalError> {
+    let started = Instant::now();
+    let mut worlds = WorldCache::default();
+    let AgentSuite { states, mut items } = match which {
+        Suite::Lsqa => suite::lsqa(&cfg.harness_dir, &mut worlds)?,
+        Suite::Hvqa => suite::hvqa(&cfg.harness_dir, &mut worlds)?,
+        Suite::Ifeval => return Err(EvalError::Usage("ifeval is not an agent suite".into())),
+    };
+    if let Some(n) = cfg.limit {
+        items.truncate(n);
+    }
+    let dir = cfg.out_dir.join(which.as_str());
+    let (mut file, done) = open_items(&dir, cfg.resume)?;
+    let total = items.len();
+    for (i, item) in items.iter().enumerate() {
+        progress(i, total);
+        let h = &states[item.state];
+        let id = format!("{}@{}", item.task.id, &h.hash[7..19]);
+        if done.contains(&id) {
+            continue;
+        }
+        let world = worlds.get(item.task.world_seed)?;
+        let exp = expect(&item.task, h, world)?;
+        let t0 = Instant::now();
+        let traj = match backend {
+            Backend::Oracle => oracle::trajectory(
+                &item.task,
+                h,
+                world,
+                &exp,
+                &mut ChaCha8Rng::seed_from_u64(i as u64),
+            )?,
+            Backend::Chat { model, .. } => {
+                episode::run(&item.task, h, world, model.as_mut(), cfg.episode)?
+            }
+        };
+        let seconds = t0.elapsed().as_secs_f64();
+        let s = score(&exp, h, &traj.attempt);
+        let n_prompt = 2 + item.task.history.len() * 2;
+        let components: Map<String, Value> = s
+            .components
+            .iter()
+            .map(|c| (c.name.to_string(), Value::Bool(c.pass)))
+            .collect();
+        let line = json!({
+            "id": id,
+            "task_id": item.task.id,
+            "task_type": item.task.kind,
+            "lang": item.task.lang,
+            "harness_hash": h.hash,
+            "input": traj.messages.get(n_prompt - 1).map(|m| m.content.clone()),
+            "output": traj.messages.iter().skip(n_prompt).collect::<Vec<&Message>>(),
+            "calls": traj.attempt.calls,
+            "reply": traj.attempt.reply,
+            "pass": s.pass,
+            "components": components,
+            "reason": s.reason(),
+            "hooks": traj.hook_log,
+            "seconds": seconds,
+        });
+        writeln!(file, "{line}").map_err(|e| EvalError::io(&dir, e))?;
+    }
+    progress(total, total);
+    let hashes: Vec<&str> = states.iter().map(|h| h.hash.as_str()).collect();
+    summarise_agent(
+        which,
+        &dir,
+        backend.identity(),
+        &hashes,
+        started.elapsed().as_secs_f64(),
+    )
+}
+
+#[derive(Default, Serialize)]
+struct Tally {
+    passed: usize,
+    total: usize,
+    percent: f64,
+}
+
+impl Tally {
+    fn add(&mut self, ok: bool) {
+        self.total += 1;
+        self.passed += usize::from(ok);
+        self.percent = 100.0 * self.passed as f64 / self.total as f64;
+    }
+}
+
+/// Computes `results.json` from `items.jsonl`.
+fn summarise_agent(
+    which: Suite,
+    dir: &Path,
+    model: ModelIdentity,
+    hashes: &[&str],
+    wall: f64,
+) -> Result<SuiteSummary, EvalError> {
+    let path = dir.join("items.jsonl");
+    let text = std::fs::read_to_string(&path).map_err(|e| EvalError::io(&path, e))?;
+    let mut overall = Tally::default();
+    let mut comps: BTreeMap<String, Tally> = BTreeMap::new();
+    let mut by_type: BTreeMap<String, Tally> = BTreeMap::new();
+    let mut item_seconds = 0.0;
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let v: Value = serde_json::from_str(line).map_err(|e| EvalError::Parse {
+            file: path.display().to_string(),
+            line: i + 1,
+            message: e.to_string(),
+        })?;
+        let ok = v["pass"].as_bool().unwrap_or(false);
+        overall.add(ok);
+        by_type
+            .entry(v["task_type"].as_str().unwrap_or("?").to_string())
+            .or_default()
+            .add(ok);
+        for (k, c) in v["components"].as_object().into_iter().flatten() {
+            comps
+                .entry(k.clone())
+                .or_default()
+                .add(c.as_bool().unwrap_or(false));
+        }
+        item_seconds += v["seconds"].as_f64().unwrap_or(0.0);
+    }
+    let detail = json!({
+        "suite": which,
+        "score": overall.percent,
+        "passed": overall.passed,
+        "total": overall.total,
+        "components": comps,
+        "by_task_type": by_type,
+        "model": model,
+        "harness_hashes": hashes,
+        "wall_seconds": wall,
+        "model_seconds": item_seconds,
+    });
+    write_json(&dir.join("results.json"), &detail)?;
+    Ok(SuiteSummary {
+        suite: which,
+        headline: overall.percent,
+        detail,
+    })
+}
+
+fn write_json(path: &Path, v: &Value) -> Result<(), EvalError> {
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(v).unwrap_or_default())
+        .map_err(|e| EvalError::io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| EvalError::io(path, e))
+}
+
+/// Runs IFEval: generate a response per prompt (appended to `responses.jsonl`
+/// in the standard form), then score strict and loose.
+pub fn run_ifeval(
+    cfg: &EvalConfig,
+    backend: &mut Backend,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<SuiteSummary, EvalError> {
+    let started = Instant::now();
+    let Backend::Chat { model, identity } = backend else {
+        return Err(EvalError::Usage("the oracle writes no IFEval responses; evaluate a model or score a response file with `hat eval ifeval`".into()));
+    };
+    let mut inputs = hat_ifeval::read_inputs(&cfg.ifeval_input)?;
+    if let Some(n) = cfg.limit {
+        inputs.truncate(n);
+    }
+    let dir = cfg.out_dir.join("ifeval");
+    std::fs::create_dir_all(&dir).map_err(|e| EvalError::io(&dir, e))?;
+    let resp_path = dir.join("responses.jsonl");
+    if resp_path.exists() && !cfg.resume {
+        return Err(EvalError::Usage(format!(
+            "{} exists; pass --resume to continue that run or choose another --out",
+            resp_path.display()
+        )));
+    }
+    let mut have: HashMap<String, String> = if resp_path.exists() {
+        hat_ifeval::read_responses(&resp_path)?
+    } else {
+        HashMap::new()
+    };
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&resp_path)
+        .map_err(|e| EvalError::io(&resp_path, e))?;
+    for (i, rec) in inputs.iter().enumerate() {
+        progress(i, inputs.len());
+        if have.contains_key(&rec.prompt) {
+            continue;
+        }
+        let response = model.complete(&[Message {
+            role: Role::User,
+            content: rec.prompt.clone(),
+            name: None,
+        }])?;
+        writeln!(
+            file,
+            "{}",
+            json!({"prompt": rec.prompt, "response": response})
+        )
+        .map_err(|e| EvalError::io(&resp_path, e))?;
+        have.insert(rec.prompt.clone(), response);
+    }
+    progress(inputs.len(), inputs.len());
+    let report = hat_ifeval::score_responses(&inputs, &have)?;
+    hat_ifeval::write_outputs(&report, &dir)?;
+    let mut results: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("results.json")).map_err(|e| EvalError::io(&dir, e))?,
+    )
+    .unwrap_or(json!({}));
+    let acc = |t: hat_ifeval::Tally| 100.0 * t.accuracy();
+    let strict_avg = (acc(report.strict.prompt_level) + acc(report.strict.instruction_level)) / 2.0;
+    let loose_avg = (acc(report.loose.prompt_level) + acc(report.loose.instruction_level)) / 2.0;
+    if let Some(o) = results.as_object_mut() {
+        o.insert("suite".into(), json!("ifeval"));
+        o.insert("score".into(), json!(strict_avg));
+        o.insert("average_strict".into(), json!(strict_avg));
+        o.insert("average_loose".into(), json!(loose_avg));
+        o.insert(
+            "model".into(),
+            serde_json::to_value(&*identity).unwrap_or_default(),
+        );
+        o.insert(
+            "wall_seconds".into(),
+            json!(started.elapsed().as_secs_f64()),
+        );
+    }
+    write_json(&dir.join("results.json"), &results)?;
+    Ok(SuiteSummary {
+        suite: Suite::Ifeval,
+        headline: strict_avg,
+        detail: results,
+    })
+}
+
+/// Reads `<dir>/<suite>/results.json` for every suite present.
+pub fn load_results(dir: &Path) -> Result<BTreeMap<String, Value>, EvalError> {
+    let mut out = BTreeMap::new();
+    for s in Suite::ALL {
+        let p = dir.join(s.as_str()).join("results.json");
+        if p.exists() {
+            let text = std::fs::read_to_string(&p).map_err(|e| EvalError::io(&p, e))?;
+            let v = serde_json::from_str(&text).map_err(|e| EvalError::Parse {
+                file: p.display().to_string(),
+                line: 1,
+                message: e.to_string(),
+            })?;
+            out.insert(s.as_str().to_string(), v);
+        }
+    }
+    if out.is_empty() {
+        return Err(EvalError::Usage(format!(
+            "{} holds no <suite>/results.json; pass the --out folder of a `hat eval` run",
+            dir.display()
+        )));
+    }
+    Ok(out)
+}
+
+/// Rows of a side-by-side comparison: metric, then one value per run.
+pub fn compare(runs: &[(String, BTreeMap<String, Value>)]) -> Vec<(String, Vec<Option<f64>>)> {
+    let mut metrics: Vec<String> = Vec::new();
+    let mut push = |m: String| {
+        if !metrics.contains(&m) {
+            metrics.push(m)
+        }
+    };
+    for (_, r) in runs {
+        for (suite, v) in r {
+            push(format!("{suite}.score"));
+            if suite == "ifeval" {
+                push("ifeval.average_loose".into());
+            }
+            for k in v["components"]
+                .as_object()
+                .into_iter()
+                .flat_map(|o| o.keys())
+            {
+                push(format!("{suite}.{k}"));
+            }
+            for k in v["by_task_type"]
+                .as_object()
+                .into_iter()
+                .flat_map(|o| o.keys())
+            {
+                push(format!("{suite}.type.{k}"));
+            }
+        }
+    }
+    metrics
+        .into_iter()
+        .map(|m| {
+            let vals = runs
+                .iter()
+                .map(|(_, r)| {
+                    let (suite, rest) = m.split_once('.')?;
+                    let v = r.get(suite)?;
+                    if let Some(t) = rest.strip_prefix("type.") {
+                        v["by_task_type"][t]["percent"].as_f64()
+                    } else if rest == "score" || rest == "average_loose" {
+                        v[rest].as_f64()
+                    } else {
+                        v["components"][rest]["percent"].as_f64()
+                    }
+                })
+                .collect();
+            (m, vals)
+        })
+        .collect()
+}

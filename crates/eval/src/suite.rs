@@ -1,0 +1,107 @@
+//! The suites and the fixed items they hold.
+//!
+//! Items are a pure function of the suite definition (seeds are constants),
+//! so every model is judged on the same items and a resumed run continues
+//! exactly where it stopped.
+
+use std::path::Path;
+
+use hat_augment::Pool;
+use hat_harness::Harness;
+use hat_tasks::task::splitmix64;
+use hat_tasks::{Split, Task, TaskKind, TaskSet, WorldCache};
+
+use crate::EvalError;
+
+/// The seed every suite's items derive from.
+pub const EVAL_SEED: u64 = 20_261_129;
+/// Live-Stream QA: tasks per type (19 types).
+pub const LSQA_PER_KIND: usize = 16;
+/// Harness-Variant QA: held-out harness states, and tasks under each.
+pub const HVQA_VARIANTS: usize = 20;
+pub const HVQA_PER_VARIANT: usize = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Suite {
+    Lsqa,
+    Hvqa,
+    Ifeval,
+}
+
+impl Suite {
+    pub const ALL: [Suite; 3] = [Suite::Lsqa, Suite::Hvqa, Suite::Ifeval];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Suite::Lsqa => "lsqa",
+            Suite::Hvqa => "hvqa",
+            Suite::Ifeval => "ifeval",
+        }
+    }
+    pub fn parse_list(s: &str) -> Result<Vec<Suite>, EvalError> {
+        s.split(',')
+            .map(|x| match x.trim() {
+                "lsqa" => Ok(Suite::Lsqa),
+                "hvqa" => Ok(Suite::Hvqa),
+                "ifeval" => Ok(Suite::Ifeval),
+                o => Err(EvalError::Usage(format!(
+                    "unknown suite `{o}` (suites: lsqa, hvqa, ifeval)"
+                ))),
+            })
+            .collect()
+    }
+}
+
+/// One agent item: a test task under one harness state.
+pub struct AgentItem {
+    pub task: Task,
+    /// Index into the suite's harness states.
+    pub state: usize,
+}
+
+/// The harness states and items of an agent suite.
+pub struct AgentSuite {
+    pub states: Vec<Harness>,
+    pub items: Vec<AgentItem>,
+}
+
+pub fn lsqa(harness_dir: &Path, worlds: &mut WorldCache) -> Result<AgentSuite, EvalError> {
+    let h = Harness::load(harness_dir)?;
+    let tasks = TaskSet::generate(
+        Split::Test,
+        LSQA_PER_KIND * TaskKind::ALL.len(),
+        EVAL_SEED,
+        worlds,
+    )?;
+    Ok(AgentSuite {
+        states: vec![h],
+        items: tasks
+            .into_iter()
+            .map(|task| AgentItem { task, state: 0 })
+            .collect(),
+    })
+}
+
+pub fn hvqa(harness_dir: &Path, worlds: &mut WorldCache) -> Result<AgentSuite, EvalError> {
+    let base = hat_augment::load_spec(harness_dir)?;
+    let mut states = Vec::with_capacity(HVQA_VARIANTS);
+    for s in hat_augment::variant_seeds(splitmix64(EVAL_SEED), HVQA_VARIANTS) {
+        let v = hat_augment::augment(&base, s, Pool::Heldout)?;
+        states.push(Harness::compile(v.spec, Some(harness_dir.to_path_buf()))?);
+    }
+    let tasks = TaskSet::generate(
+        Split::Test,
+        HVQA_VARIANTS * HVQA_PER_VARIANT,
+        splitmix64(EVAL_SEED ^ 0x4856),
+        worlds,
+    )?;
+    let items = tasks
+        .into_iter()
+        .enumerate()
+        .map(|(i, task)| AgentItem {
+            task,
+            state: i % HVQA_VARIANTS,
+        })
+        .collect();
+    Ok(AgentSuite { states, items })
+}
