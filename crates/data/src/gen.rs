@@ -170,9 +170,13 @@ pub fn generate(
                 let mut rng = ChaCha8Rng::seed_from_u64(splitmix64(cfg.seed ^ i as u64));
                 oracle::trajectory(task, h, world, &exp, &mut rng)?
             }
-            Teacher::Chat { model, .. } => {
-                episode::run(task, h, world, model.as_mut(), EpisodeConfig::default())?
-            }
+            Teacher::Chat { model, .. } => episode::run(
+                &task.scene(),
+                h,
+                world,
+                model.as_mut(),
+                EpisodeConfig::default(),
+            )?,
         };
         let s = score(&exp, h, &traj.attempt);
         if !s.pass {

@@ -153,7 +153,7 @@ pub fn run_agent(
                 &mut ChaCha8Rng::seed_from_u64(i as u64),
             )?,
             Backend::Chat { model, .. } => {
-                episode::run(&item.task, h, world, model.as_mut(), cfg.episode)?
+                episode::run(&item.task.scene(), h, world, model.as_mut(), cfg.episode)?
             }
         };
         let seconds = t0.elapsed().as_secs_f64();

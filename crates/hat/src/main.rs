@@ -30,6 +30,8 @@ enum Command {
     World(cmd::world::WorldCmd),
     /// Write augmented harness states (Harness-State Augmentation).
     Augment(cmd::augment::AugmentArgs),
+    /// Run one live turn: a viewer's comment through the agent loop.
+    Run(cmd::run::RunArgs),
     /// Sample tasks of a split.
     #[command(subcommand)]
     Tasks(cmd::tasks::TasksCmd),
@@ -60,6 +62,7 @@ fn main() {
         Command::Harness(c) => cmd::harness::run(c),
         Command::World(c) => cmd::world::run(c),
         Command::Augment(a) => cmd::augment::run(a),
+        Command::Run(a) => cmd::run::run(a),
         Command::Tasks(c) => cmd::tasks::run(c),
         Command::Data(c) => cmd::data::run(c),
         Command::Eval(c) => cmd::eval::run(c),

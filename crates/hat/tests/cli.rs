@@ -518,3 +518,84 @@ fn eval_runs_the_oracle_resumes_and_compares() {
     )
     .stderr(predicate::str::contains("unknown suite"));
 }
+
+/// A loopback OpenAI-compatible server that answers with canned completions.
+fn fake_endpoint(answers: Vec<&'static str>) -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for a in answers {
+            let Ok((mut s, _)) = listener.accept() else {
+                return;
+            };
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut len = 0;
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap();
+                }
+            }
+            let mut body = vec![0; len];
+            r.read_exact(&mut body).unwrap();
+            let resp =
+                serde_json::json!({"choices": [{"message": {"role": "assistant", "content": a}}]})
+                    .to_string();
+            write!(s, "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{resp}", resp.len()).unwrap();
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
+#[test]
+fn run_drives_one_turn_through_an_endpoint() {
+    let url = fake_endpoint(vec![
+        r#"<tool_call>{"name": "get_product", "arguments": {"product_id": "P1"}}</tool_call>"#,
+        "It is the best one!",
+        "Here are the details, tap the link!",
+    ]);
+    hat()
+        .args([
+            "run",
+            "--model",
+            "openai:test",
+            "--base-url",
+            &url,
+            "--comment",
+            "what is P1 made of?",
+            "--viewer",
+            "lily",
+            "--harness",
+        ])
+        .arg(production())
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("--- Tool (get_product)")
+                .and(predicate::str::contains("cost_price").not())
+                .and(predicate::str::contains("[hook no-absolute-claims] retry"))
+                .and(
+                    predicate::str::contains("=== reply")
+                        .and(predicate::str::contains("Here are the details")),
+                ),
+        );
+    fails_cleanly(
+        hat()
+            .args([
+                "run",
+                "--model",
+                "openai:test",
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--comment",
+                "hi",
+                "--harness",
+            ])
+            .arg(production()),
+    )
+    .stderr(predicate::str::contains("127.0.0.1:9"));
+}

@@ -7,14 +7,39 @@ use hat_harness::render::render_turn;
 use hat_harness::{Backend, Harness, HarnessError, Message, Op};
 use hat_world::World;
 
-use crate::task::{event_kind, event_line, event_vars, Task};
+use crate::task::{event_kind, event_line, event_vars, Task, Turn};
+use hat_world::Event;
 
-/// The stream state the prompt shows for a task: the world's state with the
-/// task's product on stage and its recent activity.
-pub fn stream_value(task: &Task, world: &World) -> Value {
+/// What the host faces at one turn: an event in a stream, with what came before.
+/// A task is a scene plus gold; `hat run` and serving build scenes directly.
+#[derive(Debug, Clone, Copy)]
+pub struct Scene<'a> {
+    pub id: &'a str,
+    pub event: &'a Event,
+    /// Product id on stage.
+    pub on_stage: &'a str,
+    pub history: &'a [Turn],
+    pub recent: &'a [String],
+}
+
+impl Task {
+    pub fn scene(&self) -> Scene<'_> {
+        Scene {
+            id: &self.id,
+            event: &self.event,
+            on_stage: &self.on_stage,
+            history: &self.history,
+            recent: &self.recent,
+        }
+    }
+}
+
+/// The stream state the prompt shows for a scene: the world's state with the
+/// scene's product on stage and its recent activity.
+pub fn stream_value(task: &Scene, world: &World) -> Value {
     let mut v = serde_json::to_value(world.stream_state()).unwrap_or_else(|_| json!({}));
     let cat = world.catalog();
-    if let (Some(p), Some(obj)) = (cat.product(&task.on_stage), v.as_object_mut()) {
+    if let (Some(p), Some(obj)) = (cat.product(task.on_stage), v.as_object_mut()) {
         obj.insert(
             "on_stage".into(),
             json!({"id": p.id, "title": p.title, "link": p.link, "price": p.price.as_f64()}),
@@ -25,17 +50,21 @@ pub fn stream_value(task: &Task, world: &World) -> Value {
     v
 }
 
-/// System, history and user messages for `task` under `harness`.
-pub fn prompt(task: &Task, harness: &Harness, world: &World) -> Result<Vec<Message>, HarnessError> {
+/// System, history and user messages for a scene under `harness`.
+pub fn prompt(
+    task: &Scene,
+    harness: &Harness,
+    world: &World,
+) -> Result<Vec<Message>, HarnessError> {
     let system = harness.render_system(&stream_value(task, world))?;
     let mut msgs = Vec::with_capacity(2 + task.history.len() * 2);
     msgs.push(Message::system(system));
-    for t in &task.history {
+    for t in task.history {
         msgs.push(Message::user(t.user.clone()));
         msgs.push(Message::assistant(t.assistant.clone()));
     }
-    let notes = harness.inject_notes(event_kind(&task.event), &event_vars(&task.event));
-    msgs.push(Message::user(render_turn(&event_line(&task.event), &notes)));
+    let notes = harness.inject_notes(event_kind(task.event), &event_vars(task.event));
+    msgs.push(Message::user(render_turn(&event_line(task.event), &notes)));
     Ok(msgs)
 }
 

@@ -5,9 +5,9 @@
 //! arguments, endless tool rounds) is bounded and recorded, never a crash.
 
 use hat_harness::{Harness, HookDecision, Message, ReplyReview};
-use hat_tasks::episode::{prompt, StoreBackend};
+use hat_tasks::episode::{prompt, Scene, StoreBackend};
 use hat_tasks::task::{event_kind, event_vars};
-use hat_tasks::{Attempt, Task};
+use hat_tasks::Attempt;
 use hat_world::World;
 
 use crate::{TeacherError, Trajectory};
@@ -29,21 +29,21 @@ impl Default for EpisodeConfig {
     }
 }
 
-/// Runs one task to the end with `model` and returns what happened.
+/// Runs one scene (a task's, or a live event's) to the end with `model`.
 pub fn run(
-    task: &Task,
+    task: &Scene,
     harness: &Harness,
     world: &World,
     model: &mut dyn ChatModel,
     cfg: EpisodeConfig,
 ) -> Result<Trajectory, TeacherError> {
     let mut messages = prompt(task, harness, world)?;
-    let vars = event_vars(&task.event);
+    let vars = event_vars(task.event);
     let mut log: Vec<HookDecision> = Vec::new();
     let mut attempt = Attempt::default();
     let outcome = harness.on_event(
-        event_kind(&task.event),
-        &serde_json::to_value(&task.event).unwrap_or_default(),
+        event_kind(task.event),
+        &serde_json::to_value(task.event).unwrap_or_default(),
         &vars,
         &mut log,
     );
@@ -52,7 +52,7 @@ pub fn run(
             .format_errors
             .push(format!("event blocked by a hook: {reason}"));
         return Ok(Trajectory {
-            task_id: task.id.clone(),
+            task_id: task.id.to_string(),
             messages,
             attempt,
             hook_log: log,
@@ -114,7 +114,7 @@ pub fn run(
         .map_err(|e| TeacherError::World(e.to_string()))?;
     result?;
     Ok(Trajectory {
-        task_id: task.id.clone(),
+        task_id: task.id.to_string(),
         messages,
         attempt,
         hook_log: log,

@@ -35,7 +35,7 @@ pub fn trajectory(
     exp: &Expectations,
     rng: &mut ChaCha8Rng,
 ) -> Result<Trajectory, TeacherError> {
-    let mut messages = prompt(task, harness, world)?;
+    let mut messages = prompt(&task.scene(), harness, world)?;
     let mut calls = Vec::new();
     let mut results: Vec<(Op, Value)> = Vec::new();
     let mut log: Vec<HookDecision> = Vec::new();

@@ -44,7 +44,14 @@ fn replaying_the_oracle_through_the_loop_passes_every_kind() {
             .filter(|m| m.role == Role::Assistant)
             .map(|m| m.content.clone())
             .collect();
-        let traj = run(&t, &h, w, &mut Script(outputs, 0), EpisodeConfig::default()).unwrap();
+        let traj = run(
+            &t.scene(),
+            &h,
+            w,
+            &mut Script(outputs, 0),
+            EpisodeConfig::default(),
+        )
+        .unwrap();
         let s = score(&exp, &h, &traj.attempt);
         assert!(
             s.pass,
@@ -73,7 +80,14 @@ fn garbage_models_are_bounded_and_fail_with_reasons() {
         ("empty", vec![String::new()]),
     ];
     for (name, outputs) in cases {
-        let traj = run(t, &h, w, &mut Script(outputs, 0), EpisodeConfig::default()).unwrap();
+        let traj = run(
+            &t.scene(),
+            &h,
+            w,
+            &mut Script(outputs, 0),
+            EpisodeConfig::default(),
+        )
+        .unwrap();
         let s = score(&exp, &h, &traj.attempt);
         assert!(!s.pass, "{name} passed");
         assert!(!s.reason().is_empty(), "{name}: no reason");
@@ -97,7 +111,7 @@ fn broken_rules_are_fed_back_together_once_then_handled_by_policy() {
     let w = worlds.get(t.world_seed).unwrap();
     let claim = "This serum is the best, it cures acne!".to_string();
     let traj = run(
-        t,
+        &t.scene(),
         &h,
         w,
         &mut Script(vec![claim.clone(), claim], 0),

@@ -1,15 +1,14 @@
 //! `hat eval`: run suites against a model, score IFEval responses, compare runs.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use serde_json::json;
 
-use hat_eval::{Backend, EvalConfig, ModelIdentity, Suite};
+use hat_eval::{Backend, EvalConfig, Suite};
 use hat_teacher::episode::EpisodeConfig;
-use hat_teacher::openai::{OpenAiConfig, OpenAiTeacher};
+
+use crate::cmd::backend::{chat_model, ModelArgs};
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -41,15 +40,9 @@ pub enum EvalCmd {
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// `oracle` (the gold teacher), or `openai:<model name>` with --base-url (any OpenAI-compatible endpoint).
-    #[arg(long)]
-    model: Option<String>,
-    /// Endpoint for `openai:` models, e.g. http://127.0.0.1:8000/v1.
-    #[arg(long, env = "HAT_BASE_URL")]
-    base_url: Option<String>,
-    /// Environment variable holding the endpoint's API key.
-    #[arg(long)]
-    api_key_env: Option<String>,
+    /// Also accepts `oracle` (the gold teacher) for the agent suites.
+    #[command(flatten)]
+    model: ModelArgs,
     /// Comma-separated suites: lsqa, hvqa, ifeval.
     #[arg(long, default_value = "lsqa,hvqa,ifeval")]
     suite: String,
@@ -65,12 +58,6 @@ pub struct RunArgs {
     harness: PathBuf,
     #[arg(long)]
     ifeval_input: Option<PathBuf>,
-    /// Sampling temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.0)]
-    temperature: f64,
-    /// Token limit of one model turn.
-    #[arg(long, default_value_t = 256)]
-    max_tokens: u32,
 }
 
 fn default_ifeval_input() -> PathBuf {
@@ -108,36 +95,11 @@ pub fn run(a: EvalArgs) -> Result<()> {
 }
 
 fn backend(r: &RunArgs) -> Result<Backend> {
-    let Some(model) = r.model.as_deref() else {
-        bail!("--model is required: oracle, or openai:<name> with --base-url")
-    };
-    if model == "oracle" {
+    if r.model.model.as_deref() == Some("oracle") {
         return Ok(Backend::Oracle);
     }
-    if let Some(name) = model.strip_prefix("openai:") {
-        let Some(base_url) = r.base_url.clone() else {
-            bail!("--model {model} needs --base-url (or HAT_BASE_URL)")
-        };
-        let decoding = json!({"temperature": r.temperature, "max_tokens": r.max_tokens});
-        let identity = ModelIdentity {
-            name: model.to_string(),
-            hash: format!("endpoint:{base_url}"),
-            decoding,
-        };
-        let cfg = OpenAiConfig {
-            base_url,
-            model: name.to_string(),
-            api_key_env: r.api_key_env.clone(),
-            temperature: r.temperature,
-            max_tokens: r.max_tokens,
-            timeout: Duration::from_secs(300),
-        };
-        return Ok(Backend::Chat {
-            identity,
-            model: Box::new(OpenAiTeacher::new(cfg)?),
-        });
-    }
-    bail!("unknown --model `{model}`: use oracle, or openai:<name> with --base-url")
+    let (identity, model) = chat_model(&r.model)?;
+    Ok(Backend::Chat { identity, model })
 }
 
 fn run_suites(r: RunArgs) -> Result<()> {

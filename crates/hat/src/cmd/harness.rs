@@ -7,9 +7,8 @@ use clap::Subcommand;
 
 use hat_harness::render::render_turn;
 use hat_harness::{Harness, HarnessError};
-use hat_tasks::episode::stream_value;
+use hat_tasks::episode::{stream_value, Scene};
 use hat_tasks::task::{event_kind, event_line, event_vars};
-use hat_tasks::{Intent, Split, Task, TaskKind};
 use hat_world::{Event, World};
 
 #[derive(Subcommand)]
@@ -87,19 +86,14 @@ pub fn run(cmd: HarnessCmd) -> Result<()> {
                 .on_stage()
                 .map(|p| p.id.clone())
                 .unwrap_or_else(|_| "P1".into());
-            let task = Task {
-                id: "render".into(),
-                kind: TaskKind::Chitchat,
-                split: Split::Test,
-                world_seed: seed,
-                on_stage,
-                lang: "en".into(),
-                event: event.clone(),
-                history: vec![],
-                recent: vec![],
-                intent: Intent::Chitchat,
+            let scene = Scene {
+                id: "render",
+                event: &event,
+                on_stage: &on_stage,
+                history: &[],
+                recent: &[],
             };
-            let system = h.render_system(&stream_value(&task, &world))?;
+            let system = h.render_system(&stream_value(&scene, &world))?;
             let notes = h.inject_notes(event_kind(&event), &event_vars(&event));
             let turn = render_turn(&event_line(&event), &notes);
             if size {

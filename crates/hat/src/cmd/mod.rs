@@ -1,8 +1,10 @@
 //! One module per subcommand.
 pub mod augment;
+pub mod backend;
 pub mod bench;
 pub mod data;
 pub mod eval;
 pub mod harness;
+pub mod run;
 pub mod tasks;
 pub mod world;

@@ -1,0 +1,79 @@
+//! `hat run`: one live turn — a viewer's comment through the agent loop.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use hat_tasks::episode::Scene;
+use hat_teacher::episode::{self, EpisodeConfig};
+use hat_world::{Event, World};
+
+use crate::cmd::backend::{chat_model, ModelArgs};
+
+#[derive(Args)]
+pub struct RunArgs {
+    #[arg(long, default_value = "harnesses/livestream")]
+    harness: PathBuf,
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The viewer's comment.
+    #[arg(long)]
+    comment: String,
+    #[arg(long, default_value = "viewer")]
+    viewer: String,
+    /// The stream's store (from `hat world gen`); default: a generated world.
+    #[arg(long)]
+    stream: Option<PathBuf>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+pub fn run(a: RunArgs) -> Result<()> {
+    let h = crate::cmd::harness::load(&a.harness)?;
+    let world = match &a.stream {
+        Some(p) => World::open(p).with_context(|| format!("opening {}", p.display()))?,
+        None => World::generate(a.seed)?,
+    };
+    let (identity, mut model) = chat_model(&a.model)?;
+    let event = Event::Comment {
+        viewer: a.viewer.clone(),
+        text: a.comment.clone(),
+    };
+    let on_stage = world.on_stage().map(|p| p.id.clone())?;
+    let scene = Scene {
+        id: "run",
+        event: &event,
+        on_stage: &on_stage,
+        history: &[],
+        recent: &[],
+    };
+    let t0 = Instant::now();
+    let traj = episode::run(&scene, &h, &world, model.as_mut(), EpisodeConfig::default())?;
+    let latency = t0.elapsed();
+    println!("model {} · harness {}", identity.name, h.short_hash());
+    for m in traj.messages.iter().skip(1) {
+        println!(
+            "--- {:?}{}\n{}",
+            m.role,
+            m.name
+                .as_deref()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default(),
+            m.content
+        );
+    }
+    for d in &traj.hook_log {
+        println!("[hook {}] {}", d.hook, d.outcome);
+    }
+    for e in &traj.attempt.format_errors {
+        println!("[error] {e}");
+    }
+    println!(
+        "=== reply ({:.2}s) ===\n{}",
+        latency.as_secs_f64(),
+        traj.attempt.reply
+    );
+    Ok(())
+}
