@@ -60,6 +60,8 @@ pub struct EvalConfig {
     pub resume: bool,
     pub ifeval_input: PathBuf,
     pub episode: EpisodeConfig,
+    /// Episodes decoded together (each on its own world).
+    pub batch: usize,
 }
 
 /// Headline figures of one suite.
@@ -134,53 +136,100 @@ pub fn run_agent(
     let dir = cfg.out_dir.join(which.as_str());
     let (mut file, done) = open_items(&dir, cfg.resume)?;
     let total = items.len();
-    for (i, item) in items.iter().enumerate() {
-        progress(i, total);
-        let h = &states[item.state];
-        let id = format!("{}@{}", item.task.id, &h.hash[7..19]);
-        if done.contains(&id) {
-            continue;
+    for item in &items {
+        worlds.get(item.task.world_seed)?;
+    }
+    let id_of =
+        |item: &suite::AgentItem| format!("{}@{}", item.task.id, &states[item.state].hash[7..19]);
+    let todo: Vec<(usize, &suite::AgentItem)> = items
+        .iter()
+        .enumerate()
+        .filter(|(_, it)| !done.contains(&id_of(it)))
+        .collect();
+    let mut finished = total - todo.len();
+    // Greedy batches of episodes on distinct worlds (tool calls run in world episodes).
+    let mut batches: Vec<Vec<(usize, &suite::AgentItem)>> = Vec::new();
+    for (i, it) in todo {
+        let fits = batches.last().is_some_and(|b| {
+            b.len() < cfg.batch.max(1)
+                && !b
+                    .iter()
+                    .any(|(_, x)| x.task.world_seed == it.task.world_seed)
+        });
+        if fits {
+            batches.last_mut().expect("checked").push((i, it));
+        } else {
+            batches.push(vec![(i, it)]);
         }
-        let world = worlds.get(item.task.world_seed)?;
-        let exp = expect(&item.task, h, world)?;
+    }
+    for batch in batches {
+        progress(finished, total);
         let t0 = Instant::now();
-        let traj = match backend {
-            Backend::Oracle => oracle::trajectory(
-                &item.task,
-                h,
-                world,
-                &exp,
-                &mut ChaCha8Rng::seed_from_u64(i as u64),
-            )?,
+        let trajs = match backend {
+            Backend::Oracle => batch
+                .iter()
+                .map(|(i, it)| {
+                    let (h, w) = (
+                        &states[it.state],
+                        worlds.peek(it.task.world_seed).expect("built above"),
+                    );
+                    let exp = expect(&it.task, h, w)?;
+                    Ok(oracle::trajectory(
+                        &it.task,
+                        h,
+                        w,
+                        &exp,
+                        &mut ChaCha8Rng::seed_from_u64(*i as u64),
+                    )?)
+                })
+                .collect::<Result<Vec<_>, EvalError>>()?,
             Backend::Chat { model, .. } => {
-                episode::run(&item.task.scene(), h, world, model.as_mut(), cfg.episode)?
+                let eps = batch
+                    .iter()
+                    .map(|(_, it)| {
+                        episode::Episode::start(
+                            it.task.scene(),
+                            &states[it.state],
+                            worlds.peek(it.task.world_seed).expect("built above"),
+                            cfg.episode,
+                        )
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                episode::run_batch(eps, model.as_mut())?
             }
         };
-        let seconds = t0.elapsed().as_secs_f64();
-        let s = score(&exp, h, &traj.attempt);
-        let n_prompt = 2 + item.task.history.len() * 2;
-        let components: Map<String, Value> = s
-            .components
-            .iter()
-            .map(|c| (c.name.to_string(), Value::Bool(c.pass)))
-            .collect();
-        let line = json!({
-            "id": id,
-            "task_id": item.task.id,
-            "task_type": item.task.kind,
-            "lang": item.task.lang,
-            "harness_hash": h.hash,
-            "input": traj.messages.get(n_prompt - 1).map(|m| m.content.clone()),
-            "output": traj.messages.iter().skip(n_prompt).collect::<Vec<&Message>>(),
-            "calls": traj.attempt.calls,
-            "reply": traj.attempt.reply,
-            "pass": s.pass,
-            "components": components,
-            "reason": s.reason(),
-            "hooks": traj.hook_log,
-            "seconds": seconds,
-        });
-        writeln!(file, "{line}").map_err(|e| EvalError::io(&dir, e))?;
+        // Model time of a batch is shared by its episodes.
+        let seconds = t0.elapsed().as_secs_f64() / batch.len() as f64;
+        for ((_, item), traj) in batch.iter().zip(trajs) {
+            let h = &states[item.state];
+            let world = worlds.peek(item.task.world_seed).expect("built above");
+            let exp = expect(&item.task, h, world)?;
+            let s = score(&exp, h, &traj.attempt);
+            let n_prompt = 2 + item.task.history.len() * 2;
+            let components: Map<String, Value> = s
+                .components
+                .iter()
+                .map(|c| (c.name.to_string(), Value::Bool(c.pass)))
+                .collect();
+            let line = json!({
+                "id": id_of(item),
+                "task_id": item.task.id,
+                "task_type": item.task.kind,
+                "lang": item.task.lang,
+                "harness_hash": h.hash,
+                "input": traj.messages.get(n_prompt - 1).map(|m| m.content.clone()),
+                "output": traj.messages.iter().skip(n_prompt).collect::<Vec<&Message>>(),
+                "calls": traj.attempt.calls,
+                "reply": traj.attempt.reply,
+                "pass": s.pass,
+                "components": components,
+                "reason": s.reason(),
+                "hooks": traj.hook_log,
+                "seconds": seconds,
+            });
+            writeln!(file, "{line}").map_err(|e| EvalError::io(&dir, e))?;
+        }
+        finished += batch.len();
     }
     progress(total, total);
     let hashes: Vec<&str> = states.iter().map(|h| h.hash.as_str()).collect();

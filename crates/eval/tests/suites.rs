@@ -16,6 +16,7 @@ fn cfg(out: &Path, limit: Option<usize>, resume: bool) -> EvalConfig {
         resume,
         ifeval_input: PathBuf::from("unused"),
         episode: EpisodeConfig::default(),
+        batch: 8,
     }
 }
 

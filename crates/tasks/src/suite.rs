@@ -23,6 +23,11 @@ pub struct WorldCache {
 }
 
 impl WorldCache {
+    /// A world already built by [`WorldCache::get`].
+    pub fn peek(&self, seed: u64) -> Option<&World> {
+        self.worlds.get(&seed)
+    }
+
     pub fn get(&mut self, seed: u64) -> Result<&World, TaskError> {
         match self.worlds.entry(seed) {
             std::collections::btree_map::Entry::Occupied(e) => Ok(e.into_mut()),

@@ -1,20 +1,30 @@
 //! The episode loop: prompt -> generate -> parse calls -> validate -> dispatch
 //! -> hooks -> feed results back -> reply -> reply hooks (retry with feedback).
 //!
-//! Every failure a model can produce (unparseable calls, unknown tools, bad
-//! arguments, endless tool rounds) is bounded and recorded, never a crash.
+//! It is a state machine ([`Episode`]): the caller asks for the next prompt,
+//! generates, and feeds the output back. [`run`] drives one episode;
+//! [`run_batch`] drives many in lockstep so a model can decode them as one
+//! batch. Every failure a model can produce (unparseable calls, unknown
+//! tools, bad arguments, endless tool rounds) is bounded and recorded,
+//! never a crash.
 
 use hat_harness::{Harness, HookDecision, Message, ReplyReview};
 use hat_tasks::episode::{prompt, Scene, StoreBackend};
 use hat_tasks::task::{event_kind, event_vars};
 use hat_tasks::Attempt;
 use hat_world::World;
+use serde_json::Value;
 
 use crate::{TeacherError, Trajectory};
 
 /// Anything that continues a chat: a remote endpoint, the embedded model, a script.
 pub trait ChatModel {
     fn complete(&mut self, messages: &[Message]) -> Result<String, TeacherError>;
+
+    /// Continues several chats; models that decode in batches override this.
+    fn complete_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<String>, TeacherError> {
+        chats.iter().map(|m| self.complete(m)).collect()
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -29,94 +39,197 @@ impl Default for EpisodeConfig {
     }
 }
 
+/// One episode in progress. Mutating tool calls run inside a world episode
+/// that is rolled back when the episode ends, so episodes on one world must
+/// run one after another (see [`run_batch`]).
+pub struct Episode<'a> {
+    scene: Scene<'a>,
+    harness: &'a Harness,
+    world: &'a World,
+    cfg: EpisodeConfig,
+    vars: Value,
+    messages: Vec<Message>,
+    attempt: Attempt,
+    log: Vec<HookDecision>,
+    turns: usize,
+    retries: usize,
+    open: bool,
+    done: bool,
+}
+
+impl<'a> Episode<'a> {
+    pub fn start(
+        scene: Scene<'a>,
+        harness: &'a Harness,
+        world: &'a World,
+        cfg: EpisodeConfig,
+    ) -> Result<Episode<'a>, TeacherError> {
+        let messages = prompt(&scene, harness, world)?;
+        let vars = event_vars(scene.event);
+        let mut ep = Episode {
+            scene,
+            harness,
+            world,
+            cfg,
+            vars,
+            messages,
+            attempt: Attempt::default(),
+            log: Vec::new(),
+            turns: 0,
+            retries: 0,
+            open: false,
+            done: false,
+        };
+        let event = serde_json::to_value(scene.event).unwrap_or_default();
+        let outcome = harness.on_event(event_kind(scene.event), &event, &ep.vars, &mut ep.log);
+        if let Some(reason) = outcome.blocked {
+            ep.attempt
+                .format_errors
+                .push(format!("event blocked by a hook: {reason}"));
+            ep.done = true;
+            return Ok(ep);
+        }
+        world
+            .begin_episode()
+            .map_err(|e| TeacherError::World(e.to_string()))?;
+        ep.open = true;
+        Ok(ep)
+    }
+
+    /// The conversation to continue, or `None` when the episode is over.
+    pub fn prompt(&self) -> Option<&[Message]> {
+        (!self.done).then_some(self.messages.as_slice())
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Feeds one model output and advances the episode.
+    pub fn feed(&mut self, out: String) -> Result<(), TeacherError> {
+        if self.done {
+            return Ok(());
+        }
+        let turn = self.turns;
+        self.turns += 1;
+        self.messages.push(Message::assistant(out.clone()));
+        match self.harness.syntax.parse(&out) {
+            Err(e) => {
+                self.attempt.format_errors.push(format!("turn {turn}: {e}"));
+                self.messages.push(Message::user(format!("[runtime] Your tool call could not be parsed: {e}. Write it again in the required format, or reply to the viewer.")));
+            }
+            Ok(parsed) if !parsed.calls.is_empty() => {
+                let max = self.harness.max_calls();
+                if parsed.calls.len() > max {
+                    self.attempt.format_errors.push(format!(
+                        "turn {turn}: {} calls, at most {max} allowed",
+                        parsed.calls.len()
+                    ));
+                }
+                let backend = StoreBackend(self.world);
+                for c in parsed.calls.into_iter().take(max) {
+                    let d = self.harness.dispatch(&c, &backend, &mut self.log);
+                    self.messages
+                        .push(Message::tool(c.name.clone(), d.result.to_string()));
+                    self.attempt.calls.push(c);
+                }
+            }
+            Ok(parsed) => match self.harness.review_reply(
+                &parsed.text,
+                &self.vars,
+                self.retries,
+                &mut self.log,
+            ) {
+                ReplyReview::Retry(feedback) => {
+                    self.retries += 1;
+                    self.messages
+                        .push(Message::user(format!("[runtime] {feedback}")));
+                }
+                ReplyReview::Accept(reply) => {
+                    if let Some(last) = self.messages.last_mut() {
+                        last.content = reply.clone();
+                    }
+                    self.attempt.reply = reply;
+                    return self.close();
+                }
+            },
+        }
+        if self.turns >= self.cfg.max_turns {
+            self.attempt
+                .format_errors
+                .push(format!("no reply after {} model turns", self.cfg.max_turns));
+            return self.close();
+        }
+        Ok(())
+    }
+
+    fn close(&mut self) -> Result<(), TeacherError> {
+        self.done = true;
+        if self.open {
+            self.open = false;
+            self.world
+                .end_episode()
+                .map_err(|e| TeacherError::World(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    pub fn finish(mut self) -> Result<Trajectory, TeacherError> {
+        self.close()?;
+        Ok(Trajectory {
+            task_id: self.scene.id.to_string(),
+            messages: std::mem::take(&mut self.messages),
+            attempt: std::mem::take(&mut self.attempt),
+            hook_log: std::mem::take(&mut self.log),
+        })
+    }
+}
+
+impl Drop for Episode<'_> {
+    fn drop(&mut self) {
+        // An episode abandoned on an error must not leave its changes in the world.
+        if self.open {
+            let _ = self.world.end_episode();
+        }
+    }
+}
+
 /// Runs one scene (a task's, or a live event's) to the end with `model`.
 pub fn run(
-    task: &Scene,
+    scene: &Scene,
     harness: &Harness,
     world: &World,
     model: &mut dyn ChatModel,
     cfg: EpisodeConfig,
 ) -> Result<Trajectory, TeacherError> {
-    let mut messages = prompt(task, harness, world)?;
-    let vars = event_vars(task.event);
-    let mut log: Vec<HookDecision> = Vec::new();
-    let mut attempt = Attempt::default();
-    let outcome = harness.on_event(
-        event_kind(task.event),
-        &serde_json::to_value(task.event).unwrap_or_default(),
-        &vars,
-        &mut log,
-    );
-    if let Some(reason) = outcome.blocked {
-        attempt
-            .format_errors
-            .push(format!("event blocked by a hook: {reason}"));
-        return Ok(Trajectory {
-            task_id: task.id.to_string(),
-            messages,
-            attempt,
-            hook_log: log,
-        });
+    let mut ep = Episode::start(*scene, harness, world, cfg)?;
+    while let Some(p) = ep.prompt() {
+        let out = model.complete(p)?;
+        ep.feed(out)?;
     }
-    world
-        .begin_episode()
-        .map_err(|e| TeacherError::World(e.to_string()))?;
-    let backend = StoreBackend(world);
-    let mut retries = 0;
-    let result = (|| -> Result<(), TeacherError> {
-        for turn in 0..cfg.max_turns {
-            let out = model.complete(&messages)?;
-            messages.push(Message::assistant(out.clone()));
-            let parsed = match harness.syntax.parse(&out) {
-                Ok(p) => p,
-                Err(e) => {
-                    attempt.format_errors.push(format!("turn {turn}: {e}"));
-                    messages.push(Message::user(format!("[runtime] Your tool call could not be parsed: {e}. Write it again in the required format, or reply to the viewer.")));
-                    continue;
-                }
-            };
-            if !parsed.calls.is_empty() {
-                let max = harness.max_calls();
-                if parsed.calls.len() > max {
-                    attempt.format_errors.push(format!(
-                        "turn {turn}: {} calls, at most {max} allowed",
-                        parsed.calls.len()
-                    ));
-                }
-                for c in parsed.calls.into_iter().take(max) {
-                    let d = harness.dispatch(&c, &backend, &mut log);
-                    messages.push(Message::tool(c.name.clone(), d.result.to_string()));
-                    attempt.calls.push(c);
-                }
-                continue;
-            }
-            match harness.review_reply(&parsed.text, &vars, retries, &mut log) {
-                ReplyReview::Retry(feedback) => {
-                    retries += 1;
-                    messages.push(Message::user(format!("[runtime] {feedback}")));
-                }
-                ReplyReview::Accept(reply) => {
-                    if let Some(last) = messages.last_mut() {
-                        last.content = reply.clone();
-                    }
-                    attempt.reply = reply;
-                    return Ok(());
-                }
-            }
+    ep.finish()
+}
+
+/// Runs several episodes in lockstep: each step sends every unfinished
+/// episode's prompt to the model as one batch. The episodes must use
+/// distinct worlds (their tool calls run in world episodes).
+pub fn run_batch(
+    episodes: Vec<Episode<'_>>,
+    model: &mut dyn ChatModel,
+) -> Result<Vec<Trajectory>, TeacherError> {
+    let mut eps = episodes;
+    loop {
+        let live: Vec<usize> = (0..eps.len()).filter(|&i| !eps[i].is_done()).collect();
+        if live.is_empty() {
+            break;
         }
-        attempt
-            .format_errors
-            .push(format!("no reply after {} model turns", cfg.max_turns));
-        Ok(())
-    })();
-    world
-        .end_episode()
-        .map_err(|e| TeacherError::World(e.to_string()))?;
-    result?;
-    Ok(Trajectory {
-        task_id: task.id.to_string(),
-        messages,
-        attempt,
-        hook_log: log,
-    })
+        let outs = {
+            let chats: Vec<&[Message]> = live.iter().filter_map(|&i| eps[i].prompt()).collect();
+            model.complete_batch(&chats)?
+        };
+        for (i, out) in live.into_iter().zip(outs) {
+            eps[i].feed(out)?;
+        }
+    }
+    eps.into_iter().map(Episode::finish).collect()
 }

@@ -140,3 +140,80 @@ fn broken_rules_are_fed_back_together_once_then_handled_by_policy() {
         traj.hook_log
     );
 }
+
+/// Answers each conversation from its own script, found by the event turn.
+struct Scripts(std::collections::HashMap<String, Vec<String>>, usize);
+
+impl ChatModel for Scripts {
+    fn complete(&mut self, m: &[Message]) -> Result<String, TeacherError> {
+        let key = m
+            .iter()
+            .filter(|x| x.role == Role::User)
+            .find(|x| x.content.starts_with('['))
+            .map(|x| x.content.clone())
+            .unwrap_or_default();
+        let turn = m
+            .iter()
+            .rev()
+            .take_while(|x| !(x.role == Role::User && x.content == key))
+            .filter(|x| x.role == Role::Assistant)
+            .count();
+        Ok(self
+            .0
+            .get(&key)
+            .and_then(|s| s.get(turn))
+            .cloned()
+            .unwrap_or_default())
+    }
+    fn complete_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<String>, TeacherError> {
+        self.1 = self.1.max(chats.len());
+        chats.iter().map(|m| self.complete(m)).collect()
+    }
+}
+
+#[test]
+fn lockstep_batches_give_the_same_results_as_one_by_one() {
+    use hat_teacher::episode::{run_batch, Episode};
+    let h = production();
+    let mut worlds = WorldCache::default();
+    // 8 tasks on 8 distinct worlds (tasks rotate over worlds).
+    let tasks = TaskSet::generate(Split::Test, 320, 6, &mut worlds).unwrap();
+    let picked: Vec<_> = tasks.iter().take(8).collect();
+    let mut scripts = std::collections::HashMap::new();
+    for t in &picked {
+        let w = worlds.get(t.world_seed).unwrap();
+        let exp = expect(t, &h, w).unwrap();
+        let gold = oracle::trajectory(t, &h, w, &exp, &mut ChaCha8Rng::seed_from_u64(0)).unwrap();
+        let n_prompt = 2 + t.history.len() * 2;
+        let outs: Vec<String> = gold.messages[n_prompt - 1..]
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .map(|m| m.content.clone())
+            .collect();
+        scripts.insert(gold.messages[n_prompt - 1].content.clone(), outs);
+    }
+    for t in &picked {
+        worlds.get(t.world_seed).unwrap();
+    }
+    let mut model = Scripts(scripts, 0);
+    let eps: Vec<Episode> = picked
+        .iter()
+        .map(|t| {
+            Episode::start(
+                t.scene(),
+                &h,
+                worlds.peek(t.world_seed).unwrap(),
+                EpisodeConfig::default(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let trajs = run_batch(eps, &mut model).unwrap();
+    assert_eq!(model.1, 8, "all eight episodes decoded as one batch");
+    for (t, traj) in picked.iter().zip(&trajs) {
+        let w = worlds.peek(t.world_seed).unwrap();
+        let exp = expect(t, &h, w).unwrap();
+        let s = score(&exp, &h, &traj.attempt);
+        assert!(s.pass, "{} [{}]: {}", t.id, t.kind, s.reason());
+    }
+}

@@ -58,6 +58,9 @@ pub struct RunArgs {
     harness: PathBuf,
     #[arg(long)]
     ifeval_input: Option<PathBuf>,
+    /// Episodes decoded together as one batch.
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
 }
 
 fn default_ifeval_input() -> PathBuf {
@@ -115,6 +118,7 @@ fn run_suites(r: RunArgs) -> Result<()> {
         resume: r.resume,
         ifeval_input: r.ifeval_input.clone().unwrap_or_else(default_ifeval_input),
         episode: EpisodeConfig::default(),
+        batch: r.batch,
     };
     let mut rows = Vec::new();
     for s in suites {
