@@ -12,7 +12,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WorldError {
-    #[error("no world file at {path}; create one with `hat world generate` or World::save")]
+    #[error("no world file at {path}; create one with `hat world gen --seed S --out FILE`")]
     NotFound { path: PathBuf },
 
     #[error("{path} is not a SQLite database; pass a .sqlite file written by World::save")]

@@ -63,7 +63,7 @@ pub struct GenArgs {
 pub fn run(cmd: DataCmd) -> Result<()> {
     match cmd {
         DataCmd::Stats { file } => {
-            let s = Stats::of_file(&file).with_context(|| format!("reading {}", file.display()))?;
+            let s = Stats::of_file(&file)?;
             print!("{s}");
             Ok(())
         }

@@ -29,6 +29,15 @@ pub fn run(cmd: WorldCmd) -> Result<()> {
             if out.exists() && !force {
                 bail!("{} exists; pass --force to replace it", out.display());
             }
+            if let Some(parent) = out
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty() && !p.exists())
+            {
+                bail!(
+                    "directory {} does not exist; create it first",
+                    parent.display()
+                );
+            }
             let w = World::generate(seed)?;
             w.save(&out)
                 .with_context(|| format!("writing {}", out.display()))?;
