@@ -154,16 +154,7 @@ fn add_distractors(spec: &mut HarnessSpec, rng: &mut ChaCha8Rng, pool: Pool) -> 
     for d in &free[..n] {
         spec.tools.push(distractor_tool(d));
     }
-    if added.is_empty() {
-        return Vec::new();
-    }
-    vec![Applied::new(
-        F,
-        "distractor_tools",
-        json!({"tools": added}),
-        true,
-        pool,
-    )]
+    changed(&added, "distractor_tools", "tools", true, pool)
 }
 
 fn rename_tools(spec: &mut HarnessSpec, rng: &mut ChaCha8Rng, pool: Pool) -> Vec<Applied> {
@@ -524,16 +515,7 @@ fn nest(spec: &mut HarnessSpec, rng: &mut ChaCha8Rng, pool: Pool) -> Vec<Applied
         });
         changes.push(json!({"tool": tool.name, "container": container, "params": moved}));
     }
-    if changes.is_empty() {
-        return Vec::new();
-    }
-    vec![Applied::new(
-        F,
-        "nest_params",
-        json!({"changes": changes}),
-        true,
-        pool,
-    )]
+    changed(&changes, "nest_params", "changes", true, pool)
 }
 
 fn flatten(spec: &mut HarnessSpec, rng: &mut ChaCha8Rng, pool: Pool) -> Vec<Applied> {
@@ -603,16 +585,7 @@ fn flatten(spec: &mut HarnessSpec, rng: &mut ChaCha8Rng, pool: Pool) -> Vec<Appl
             changes.push(json!({"tool": tool.name, "container": c}));
         }
     }
-    if changes.is_empty() {
-        return Vec::new();
-    }
-    vec![Applied::new(
-        F,
-        "flatten_params",
-        json!({"changes": changes}),
-        false,
-        pool,
-    )]
+    changed(&changes, "flatten_params", "changes", false, pool)
 }
 
 fn reorder(spec: &mut HarnessSpec, rng: &mut ChaCha8Rng, pool: Pool) -> Vec<Applied> {
@@ -633,16 +606,7 @@ fn reorder(spec: &mut HarnessSpec, rng: &mut ChaCha8Rng, pool: Pool) -> Vec<Appl
             touched.push(tool.name.clone());
         }
     }
-    if touched.is_empty() {
-        return Vec::new();
-    }
-    vec![Applied::new(
-        F,
-        "reorder_properties",
-        json!({"tools": touched}),
-        false,
-        pool,
-    )]
+    changed(&touched, "reorder_properties", "tools", false, pool)
 }
 
 fn add_optional(spec: &mut HarnessSpec, rng: &mut ChaCha8Rng, pool: Pool) -> Vec<Applied> {
@@ -687,16 +651,7 @@ fn describe(spec: &mut HarnessSpec, rng: &mut ChaCha8Rng, pool: Pool) -> Vec<App
             touched.push(tool.name.clone());
         }
     }
-    if touched.is_empty() {
-        return Vec::new();
-    }
-    vec![Applied::new(
-        F,
-        "rewrite_descriptions",
-        json!({"tools": touched}),
-        true,
-        pool,
-    )]
+    changed(&touched, "rewrite_descriptions", "tools", true, pool)
 }
 
 impl Transform for ToolSchemas {
@@ -727,6 +682,26 @@ impl Transform for ToolSchemas {
         }
         out
     }
+}
+
+/// One `Applied` record for the changes a transform made, or none when it changed nothing.
+fn changed<T: serde::Serialize>(
+    changes: &[T],
+    name: &str,
+    key: &str,
+    heldout: bool,
+    pool: Pool,
+) -> Vec<Applied> {
+    if changes.is_empty() {
+        return Vec::new();
+    }
+    vec![Applied::new(
+        F,
+        name,
+        json!({ key: changes }),
+        heldout,
+        pool,
+    )]
 }
 
 #[cfg(test)]
