@@ -62,6 +62,8 @@ pub struct EvalConfig {
     pub episode: EpisodeConfig,
     /// Episodes decoded together (each on its own world).
     pub batch: usize,
+    /// Token limit of one IFEval answer.
+    pub ifeval_max_tokens: u32,
 }
 
 /// Headline figures of one suite.
@@ -356,23 +358,36 @@ pub fn run_ifeval(
         .append(true)
         .open(&resp_path)
         .map_err(|e| EvalError::io(&resp_path, e))?;
-    for (i, rec) in inputs.iter().enumerate() {
-        progress(i, inputs.len());
-        if have.contains_key(&rec.prompt) {
-            continue;
+    model.set_max_tokens(cfg.ifeval_max_tokens);
+    let todo: Vec<&hat_ifeval::InputRecord> = inputs
+        .iter()
+        .filter(|r| !have.contains_key(&r.prompt))
+        .collect();
+    let mut finished = inputs.len() - todo.len();
+    for chunk in todo.chunks(cfg.batch.max(1)) {
+        progress(finished, inputs.len());
+        let chats: Vec<Vec<Message>> = chunk
+            .iter()
+            .map(|r| {
+                vec![Message {
+                    role: Role::User,
+                    content: r.prompt.clone(),
+                    name: None,
+                }]
+            })
+            .collect();
+        let refs: Vec<&[Message]> = chats.iter().map(Vec::as_slice).collect();
+        let outs = model.complete_batch(&refs)?;
+        for (rec, response) in chunk.iter().zip(outs) {
+            writeln!(
+                file,
+                "{}",
+                json!({"prompt": rec.prompt, "response": response})
+            )
+            .map_err(|e| EvalError::io(&resp_path, e))?;
+            have.insert(rec.prompt.clone(), response);
         }
-        let response = model.complete(&[Message {
-            role: Role::User,
-            content: rec.prompt.clone(),
-            name: None,
-        }])?;
-        writeln!(
-            file,
-            "{}",
-            json!({"prompt": rec.prompt, "response": response})
-        )
-        .map_err(|e| EvalError::io(&resp_path, e))?;
-        have.insert(rec.prompt.clone(), response);
+        finished += chunk.len();
     }
     progress(inputs.len(), inputs.len());
     let report = hat_ifeval::score_responses(&inputs, &have)?;

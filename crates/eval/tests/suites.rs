@@ -17,6 +17,7 @@ fn cfg(out: &Path, limit: Option<usize>, resume: bool) -> EvalConfig {
         ifeval_input: PathBuf::from("unused"),
         episode: EpisodeConfig::default(),
         batch: 8,
+        ifeval_max_tokens: 1024,
     }
 }
 
@@ -86,4 +87,68 @@ fn runs_resume_and_refuse_to_overwrite() {
         .lines()
         .count();
     assert_eq!(lines, 25, "the first 10 items were not redone");
+}
+
+struct Lowercase(usize);
+
+impl hat_teacher::episode::ChatModel for Lowercase {
+    fn complete(
+        &mut self,
+        m: &[hat_harness::Message],
+    ) -> Result<String, hat_teacher::TeacherError> {
+        self.0 += 1;
+        Ok(m.last()
+            .map(|x| x.content.to_lowercase())
+            .unwrap_or_default())
+    }
+}
+
+fn shared() -> PathBuf {
+    std::env::var_os("HAT_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
+}
+
+#[test]
+fn ifeval_with_a_model_writes_standard_responses_and_resumes() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = cfg(d.path(), Some(12), false);
+    c.ifeval_input = shared().join("data/ifeval/input_data.jsonl");
+    let identity = hat_eval::ModelIdentity {
+        name: "lowercase".into(),
+        hash: "-".into(),
+        decoding: serde_json::json!({}),
+    };
+    let mut b = Backend::Chat {
+        identity: identity.clone(),
+        model: Box::new(Lowercase(0)),
+    };
+    let r = hat_eval::run_ifeval(&c, &mut b, &mut |_, _| {}).unwrap();
+    assert_eq!(r.detail["prompts"], 12);
+    assert!(r.detail["model"]["name"] == "lowercase" && r.detail["average_loose"].is_number());
+    let lines = std::fs::read_to_string(d.path().join("ifeval/responses.jsonl")).unwrap();
+    let first: serde_json::Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+    assert!(first["prompt"].is_string() && first["response"].is_string());
+    // Resuming with a larger limit asks the model only for the new prompts.
+    c.limit = Some(20);
+    c.resume = true;
+    let mut b = Backend::Chat {
+        identity,
+        model: Box::new(Lowercase(0)),
+    };
+    hat_eval::run_ifeval(&c, &mut b, &mut |_, _| {}).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("ifeval/responses.jsonl"))
+            .unwrap()
+            .lines()
+            .count(),
+        20
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("ifeval/items.jsonl"))
+            .unwrap()
+            .lines()
+            .count(),
+        20
+    );
 }

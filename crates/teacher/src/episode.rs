@@ -21,6 +21,9 @@ use crate::{TeacherError, Trajectory};
 pub trait ChatModel {
     fn complete(&mut self, messages: &[Message]) -> Result<String, TeacherError>;
 
+    /// Sets the token limit of one answer (IFEval answers need more than an agent turn).
+    fn set_max_tokens(&mut self, _max: u32) {}
+
     /// Continues several chats; models that decode in batches override this.
     fn complete_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<String>, TeacherError> {
         chats.iter().map(|m| self.complete(m)).collect()

@@ -67,6 +67,10 @@ pub fn wire_messages(messages: &[Message]) -> Value {
 }
 
 impl ChatModel for OpenAiTeacher {
+    fn set_max_tokens(&mut self, max: u32) {
+        self.cfg.max_tokens = max;
+    }
+
     fn complete(&mut self, messages: &[Message]) -> Result<String, TeacherError> {
         let url = self.url();
         let body = json!({

@@ -58,6 +58,9 @@ pub struct RunArgs {
     harness: PathBuf,
     #[arg(long)]
     ifeval_input: Option<PathBuf>,
+    /// Token limit of one IFEval answer (agent turns use --max-tokens).
+    #[arg(long, default_value_t = 1024)]
+    ifeval_max_tokens: u32,
     /// Episodes decoded together as one batch.
     #[arg(long, default_value_t = 8)]
     batch: usize,
@@ -119,6 +122,7 @@ fn run_suites(r: RunArgs) -> Result<()> {
         ifeval_input: r.ifeval_input.clone().unwrap_or_else(default_ifeval_input),
         episode: EpisodeConfig::default(),
         batch: r.batch,
+        ifeval_max_tokens: r.ifeval_max_tokens,
     };
     let mut rows = Vec::new();
     for s in suites {
