@@ -117,7 +117,10 @@ impl ModelConfig {
         };
         let hidden = u("hidden_size")?;
         let heads = u("num_attention_heads")?;
-        let rope_scaling = match v.get("rope_scaling") {
+        // transformers >= 5 moved rope settings into `rope_parameters`
+        let rope = v.get("rope_parameters").filter(|r| r.is_object()).or(v.get("rope_scaling"));
+        let rope_theta = v["rope_theta"].as_f64().or(rope.and_then(|r| r["rope_theta"].as_f64())).unwrap_or(10000.0);
+        let rope_scaling = match rope {
             Some(s) if s["rope_type"].as_str() == Some("llama3") || s["type"].as_str() == Some("llama3") => {
                 Some(Llama3RopeScaling {
                     factor: s["factor"].as_f64().unwrap_or(1.0) as f32,
@@ -139,7 +142,7 @@ impl ModelConfig {
             num_kv_heads: v["num_key_value_heads"].as_u64().map(|x| x as usize).unwrap_or(heads),
             head_dim: v["head_dim"].as_u64().map(|x| x as usize).unwrap_or(hidden / heads),
             rms_eps: v["rms_norm_eps"].as_f64().unwrap_or(1e-6),
-            rope_theta: v["rope_theta"].as_f64().unwrap_or(10000.0) as f32,
+            rope_theta: rope_theta as f32,
             rope_layout: RopeLayout::HalfSplit,
             rope_scaling,
             rope_freq_factors: None,
