@@ -198,7 +198,16 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
     let path = model_path(a.model.clone());
     let lens: Vec<usize> = a.prompt_lens.split(',').map(|s| s.trim().parse()).collect::<Result<_, _>>()?;
     let formats: Vec<WeightFormat> = a.formats.split(',').map(|s| s.trim().parse()).collect::<Result<_, _>>()?;
-    println!("model {} | threads {} | reps {} | decode {} tok | batch {}", path.display(), a.threads, a.reps, a.decode_tokens, a.batch);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "model {} | threads {} | reps {} | decode {} tok | batch {} | loadavg {}",
+        path.display(),
+        a.threads,
+        a.reps,
+        a.decode_tokens,
+        a.batch,
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    );
     let mut header = String::from("| engine | format |");
     for l in &lens {
         header.push_str(&format!(" pp{l} tok/s |"));

@@ -34,6 +34,61 @@ impl Linear {
         let qmm = weight.qmatmul();
         Self { weight, qmm, bias }
     }
+    /// Stacks several linears with the same input into one (outputs concatenated), so one
+    /// matmul replaces several. `None` when the weights cannot be stacked.
+    pub fn fuse(parts: &[&Linear]) -> Result<Option<Linear>> {
+        use candle_core::quantized::{QStorage, QTensor};
+        let first = match parts.first() {
+            Some(f) => f,
+            None => return Ok(None),
+        };
+        let weight = match &first.weight {
+            LinearWeight::Quant(q0) => {
+                let mut bytes = Vec::new();
+                let mut rows = 0;
+                let cols = q0.shape().dims()[1];
+                for p in parts {
+                    match &p.weight {
+                        LinearWeight::Quant(q) if q.dtype() == q0.dtype() && q.shape().dims()[1] == cols => {
+                            bytes.extend_from_slice(&q.data()?);
+                            rows += q.shape().dims()[0];
+                        }
+                        _ => return Ok(None),
+                    }
+                }
+                let storage = QStorage::from_data(std::borrow::Cow::Owned(bytes), &q0.device(), q0.dtype())?;
+                LinearWeight::Quant(std::sync::Arc::new(QTensor::new(storage, (rows, cols))?))
+            }
+            LinearWeight::Dense(w0) => {
+                let mut ws = Vec::new();
+                for p in parts {
+                    match &p.weight {
+                        LinearWeight::Dense(w) if w.dtype() == w0.dtype() => ws.push(w.clone()),
+                        _ => return Ok(None),
+                    }
+                }
+                LinearWeight::Dense(Tensor::cat(&ws, 0)?)
+            }
+        };
+        let bias = if parts.iter().any(|p| p.bias.is_some()) {
+            let mut bs = Vec::new();
+            for p in parts {
+                let out = match &p.weight {
+                    LinearWeight::Quant(q) => q.shape().dims()[0],
+                    LinearWeight::Dense(w) => w.dim(0)?,
+                };
+                bs.push(match &p.bias {
+                    Some(b) => b.clone(),
+                    None => Tensor::zeros(out, DType::F32, &candle_core::Device::Cpu)?,
+                });
+            }
+            Some(Tensor::cat(&bs, 0)?)
+        } else {
+            None
+        };
+        Ok(Some(Linear::new(weight, bias)))
+    }
+
     /// The weight.
     pub fn weight(&self) -> &LinearWeight {
         &self.weight
@@ -229,12 +284,64 @@ impl KvCache {
     }
 }
 
+/// The q, k, v projections: separate (training) or stacked into one matmul (inference).
+#[derive(Debug, Clone)]
+pub enum Qkv {
+    Separate { q: Linear, k: Linear, v: Linear },
+    Fused(Linear),
+}
+
+impl Qkv {
+    /// Stacks the projections when possible.
+    pub fn fuse(self) -> Result<Self> {
+        Ok(match &self {
+            Self::Separate { q, k, v } => match Linear::fuse(&[q, k, v])? {
+                Some(f) => Self::Fused(f),
+                None => self,
+            },
+            Self::Fused(_) => self,
+        })
+    }
+    /// The linears held.
+    pub fn linears(&self) -> Vec<&Linear> {
+        match self {
+            Self::Separate { q, k, v } => vec![q, k, v],
+            Self::Fused(f) => vec![f],
+        }
+    }
+}
+
+/// The gate and up projections: separate or stacked.
+#[derive(Debug, Clone)]
+pub enum GateUp {
+    Separate { gate: Linear, up: Linear },
+    Fused(Linear),
+}
+
+impl GateUp {
+    /// Stacks the projections when possible.
+    pub fn fuse(self) -> Result<Self> {
+        Ok(match &self {
+            Self::Separate { gate, up } => match Linear::fuse(&[gate, up])? {
+                Some(f) => Self::Fused(f),
+                None => self,
+            },
+            Self::Fused(_) => self,
+        })
+    }
+    /// The linears held.
+    pub fn linears(&self) -> Vec<&Linear> {
+        match self {
+            Self::Separate { gate, up } => vec![gate, up],
+            Self::Fused(f) => vec![f],
+        }
+    }
+}
+
 /// Grouped-query self-attention.
 #[derive(Debug, Clone)]
 pub struct Attention {
-    pub q: Linear,
-    pub k: Linear,
-    pub v: Linear,
+    pub qkv: Qkv,
     pub o: Linear,
     pub num_heads: usize,
     pub num_kv_heads: usize,
@@ -262,9 +369,16 @@ impl Attention {
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let (h, kvh, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
-        let q = self.q.forward(x)?.reshape((b, t, h, hd))?.transpose(1, 2)?;
-        let k = self.k.forward(x)?.reshape((b, t, kvh, hd))?.transpose(1, 2)?;
-        let v = self.v.forward(x)?.reshape((b, t, kvh, hd))?.transpose(1, 2)?.contiguous()?;
+        let (q, k, v) = match &self.qkv {
+            Qkv::Fused(qkv) => {
+                let y = qkv.forward(x)?;
+                (y.narrow(2, 0, h * hd)?, y.narrow(2, h * hd, kvh * hd)?, y.narrow(2, (h + kvh) * hd, kvh * hd)?)
+            }
+            Qkv::Separate { q, k, v } => (q.forward(x)?, k.forward(x)?, v.forward(x)?),
+        };
+        let q = q.reshape((b, t, h, hd))?.transpose(1, 2)?;
+        let k = k.reshape((b, t, kvh, hd))?.transpose(1, 2)?;
+        let v = v.reshape((b, t, kvh, hd))?.transpose(1, 2)?.contiguous()?;
         let q = rotary.apply(&q, &cos_sin.0, &cos_sin.1, mode)?;
         let k = rotary.apply(&k, &cos_sin.0, &cos_sin.1, mode)?;
         let (k, v) = cache.append(&k, &v)?;
@@ -301,16 +415,21 @@ impl Attention {
 /// SwiGLU feed-forward.
 #[derive(Debug, Clone)]
 pub struct Mlp {
-    pub gate: Linear,
-    pub up: Linear,
+    pub gate_up: GateUp,
     pub down: Linear,
 }
 
 impl Mlp {
     /// `down(silu(gate(x)) * up(x))`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let g = self.gate.forward(x)?;
-        let u = self.up.forward(x)?;
+        let (g, u) = match &self.gate_up {
+            GateUp::Fused(gu) => {
+                let y = gu.forward(x)?;
+                let i = y.dim(2)? / 2;
+                (y.narrow(2, 0, i)?, y.narrow(2, i, i)?)
+            }
+            GateUp::Separate { gate, up } => (gate.forward(x)?, up.forward(x)?),
+        };
         let a = (candle_nn::ops::silu(&g)? * u)?;
         self.down.forward(&a)
     }
@@ -326,6 +445,14 @@ pub struct Block {
 }
 
 impl Block {
+    /// All linear layers of the block.
+    pub fn linears(&self) -> Vec<&Linear> {
+        let mut v = self.attn.qkv.linears();
+        v.push(&self.attn.o);
+        v.extend(self.mlp.gate_up.linears());
+        v.push(&self.mlp.down);
+        v
+    }
     /// Residual attention then residual MLP.
     pub fn forward(
         &self,

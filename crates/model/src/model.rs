@@ -5,7 +5,7 @@ use candle_core::{DType, Device, Tensor, Var};
 
 use crate::config::{Architecture, ModelConfig};
 use crate::error::{Error, Result};
-use crate::layers::{Attention, Block, Embedding, KvCache, Linear, Mlp, OpMode, RmsNorm, Rotary};
+use crate::layers::{Attention, Block, Embedding, GateUp, KvCache, Linear, Mlp, OpMode, Qkv, RmsNorm, Rotary};
 use crate::weights::{LinearWeight, RawTensor, WeightFormat, WeightMap};
 
 /// How to materialise weights.
@@ -180,20 +180,29 @@ impl Transformer {
         let mut blocks = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
             let p = format!("blk.{i}");
-            let attn = Attention {
-                q: b.linear(&format!("{p}.attn_q"), wiring.qkv_bias)?,
-                k: b.linear(&format!("{p}.attn_k"), wiring.qkv_bias)?,
-                v: b.linear(&format!("{p}.attn_v"), wiring.qkv_bias)?,
+            let mut attn = Attention {
+                qkv: Qkv::Separate {
+                    q: b.linear(&format!("{p}.attn_q"), wiring.qkv_bias)?,
+                    k: b.linear(&format!("{p}.attn_k"), wiring.qkv_bias)?,
+                    v: b.linear(&format!("{p}.attn_v"), wiring.qkv_bias)?,
+                },
                 o: b.linear(&format!("{p}.attn_output"), false)?,
                 num_heads: cfg.num_heads,
                 num_kv_heads: cfg.num_kv_heads,
                 head_dim: cfg.head_dim,
             };
-            let mlp = Mlp {
-                gate: b.linear(&format!("{p}.ffn_gate"), false)?,
-                up: b.linear(&format!("{p}.ffn_up"), false)?,
+            let mut mlp = Mlp {
+                gate_up: GateUp::Separate {
+                    gate: b.linear(&format!("{p}.ffn_gate"), false)?,
+                    up: b.linear(&format!("{p}.ffn_up"), false)?,
+                },
                 down: b.linear(&format!("{p}.ffn_down"), false)?,
             };
+            if !opts.trainable {
+                // one matmul instead of three (q,k,v) and two (gate,up) per layer
+                attn.qkv = attn.qkv.fuse()?;
+                mlp.gate_up = mlp.gate_up.fuse()?;
+            }
             blocks.push(Block {
                 attn_norm: RmsNorm::new(b.f32(&format!("{p}.attn_norm.weight"))?, cfg.rms_eps),
                 attn,
@@ -246,7 +255,7 @@ impl Transformer {
         let mut m = std::collections::BTreeMap::new();
         let mut add = |l: &Linear| *m.entry(l.weight().format_name()).or_insert(0) += 1;
         for b in &self.blocks {
-            for l in [&b.attn.q, &b.attn.k, &b.attn.v, &b.attn.o, &b.mlp.gate, &b.mlp.up, &b.mlp.down] {
+            for l in b.linears() {
                 add(l);
             }
         }
@@ -257,7 +266,7 @@ impl Transformer {
     pub fn weight_bytes(&self) -> usize {
         let mut n = self.embed.table().elem_count() * 4;
         for b in &self.blocks {
-            for l in [&b.attn.q, &b.attn.k, &b.attn.v, &b.attn.o, &b.mlp.gate, &b.mlp.up, &b.mlp.down] {
+            for l in b.linears() {
                 n += l.weight().storage_bytes();
             }
         }

@@ -141,3 +141,30 @@ fn unsupported_architecture_is_reported() {
     let err = hat_model::load(dir.path(), LoadOptions::default()).unwrap_err();
     assert!(matches!(err, Error::UnsupportedArchitecture(ref a) if a == "mamba"), "{err}");
 }
+
+fn rss_kib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[test]
+fn no_leak_across_many_requests() {
+    let e = expected("llama");
+    let eng = eng();
+    let req = GenerateRequest { cache_prefix_len: Some(5), ..GenerateRequest::new(e.ids.clone(), 12) };
+    for _ in 0..20 {
+        eng.generate(&req, None).unwrap();
+    }
+    let Some(before) = rss_kib() else {
+        eprintln!("skipping RSS check: /proc/self/status unavailable");
+        return;
+    };
+    for _ in 0..200 {
+        eng.generate(&req, None).unwrap();
+        eng.generate_batch(&[req.clone(), req.clone()]).unwrap();
+    }
+    let after = rss_kib().unwrap();
+    // 600 requests on a 0.3 MB model: anything kept per request would show up here
+    assert!(after < before + 16 * 1024, "RSS grew from {before} KiB to {after} KiB");
+    assert_eq!(eng.prefix_cache_stats().0, 1);
+}
