@@ -57,7 +57,9 @@ def greedy(prompt, n):
         capture_output=True, check=True,
     ).stdout.decode("utf-8", "replace")
     assert out.startswith(prompt), out[:200]
-    return out[len(prompt):]
+    out = out[len(prompt):]
+    # llama-simple prints a final newline after generation
+    return out[:-1] if out.endswith("\n") else out
 
 
 ref = {
