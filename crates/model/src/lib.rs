@@ -12,6 +12,7 @@ pub mod fetch;
 pub mod generate;
 pub mod gguf;
 pub mod hf;
+pub mod kernels;
 pub mod layers;
 pub mod llama;
 pub mod loader;

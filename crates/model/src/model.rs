@@ -203,14 +203,22 @@ impl Transformer {
                 attn.qkv = attn.qkv.fuse()?;
                 mlp.gate_up = mlp.gate_up.fuse()?;
             }
-            blocks.push(Block {
+            let mut block = Block {
                 attn_norm: RmsNorm::new(b.f32(&format!("{p}.attn_norm.weight"))?, cfg.rms_eps),
                 attn,
                 ffn_norm: RmsNorm::new(b.f32(&format!("{p}.ffn_norm.weight"))?, cfg.rms_eps),
                 mlp,
-            });
+            };
+            if !opts.trainable {
+                block.pack_for_cpu();
+            }
+            blocks.push(block);
         }
         let norm = RmsNorm::new(b.f32("output_norm.weight")?, cfg.rms_eps);
+        let mut lm_head = lm_head;
+        if !opts.trainable {
+            lm_head.pack_for_cpu();
+        }
         let vars = b.vars;
         let rotary = Rotary::new(&cfg.inv_freqs(), cfg.max_position, cfg.rope_layout, device)?;
         Ok(Self {

@@ -87,6 +87,8 @@ pub enum LinearWeight {
     Quant(Arc<QTensor>),
     /// Dense matrix `(out, in)` in f32, f16 or bf16.
     Dense(Tensor),
+    /// Q4_0 repacked for the AVX-512 VNNI kernel ([`crate::kernels`]).
+    PackedQ4_0(Arc<crate::kernels::Q4_0Packed>),
 }
 
 impl LinearWeight {
@@ -131,6 +133,7 @@ impl LinearWeight {
         match self {
             Self::Quant(q) => format!("{:?}", q.dtype()).to_lowercase(),
             Self::Dense(t) => format!("{:?}", t.dtype()).to_lowercase(),
+            Self::PackedQ4_0(_) => "q4_0".into(),
         }
     }
 
@@ -139,6 +142,29 @@ impl LinearWeight {
         match self {
             Self::Quant(q) => q.storage_size_in_bytes(),
             Self::Dense(t) => t.elem_count() * t.dtype().size_in_bytes(),
+            Self::PackedQ4_0(p) => p.storage_bytes(),
+        }
+    }
+
+    /// Output features.
+    pub fn out_features(&self) -> Result<usize> {
+        Ok(match self {
+            Self::Quant(q) => q.shape().dims()[0],
+            Self::Dense(t) => t.dim(0)?,
+            Self::PackedQ4_0(p) => p.rows(),
+        })
+    }
+
+    /// Repacks Q4_0 for the SIMD kernel when the CPU supports it.
+    pub fn packed_for_cpu(self) -> Self {
+        match &self {
+            Self::Quant(q) if q.dtype() == GgmlDType::Q4_0 && crate::kernels::available() => {
+                match crate::kernels::Q4_0Packed::from_qtensor(q) {
+                    Some(p) => Self::PackedQ4_0(Arc::new(p)),
+                    None => self,
+                }
+            }
+            _ => self,
         }
     }
 
@@ -146,7 +172,7 @@ impl LinearWeight {
     pub fn qmatmul(&self) -> Option<QMatMul> {
         match self {
             Self::Quant(q) => Some(QMatMul::QTensor(q.clone())),
-            Self::Dense(_) => None,
+            Self::Dense(_) | Self::PackedQ4_0(_) => None,
         }
     }
 }
@@ -206,6 +232,7 @@ mod tests {
             let back = match &w {
                 LinearWeight::Quant(q) => q.dequantize(&dev).unwrap(),
                 LinearWeight::Dense(d) => d.to_dtype(DType::F32).unwrap(),
+                LinearWeight::PackedQ4_0(_) => unreachable!(),
             };
             let err: f32 = (back - &t).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap();
             assert!(err < 0.5, "{f}: {err}");
