@@ -10,6 +10,9 @@
 
 use candle_core::quantized::{GgmlDType, QTensor};
 
+/// Activation rows processed per pass over a weight row range.
+const X_BLOCK: usize = 64;
+
 /// Q4_0 weights repacked for the kernel.
 #[derive(Debug)]
 pub struct Q4_0Packed {
@@ -133,16 +136,46 @@ impl Q4_0Packed {
         let qx: Vec<QuantX> = (0..m).map(|i| quantize_x(&x[i * self.cols..(i + 1) * self.cols], self.nb)).collect();
         let out_ptr = out.as_mut_ptr() as usize;
         let rows = self.rows;
+        // SAFETY (all unsafe below): `available()` was checked by the caller, and every
+        // (i, r) element of `out` is written by exactly one work item.
+        let groups = rows / 4;
+        let write = |i: usize, r: usize, v: f32| unsafe { *(out_ptr as *mut f32).add(i * rows + r) = v };
         let work = |range: std::ops::Range<usize>| {
-            for r in range {
-                for (i, q) in qx.iter().enumerate() {
-                    // SAFETY: `available()` was checked by the caller; each (i, r) is written once.
-                    let v = unsafe { self.row_dot(r, q) };
-                    unsafe { *(out_ptr as *mut f32).add(i * rows + r) = v };
+            // items are groups of 4 weight rows (plus one item for the leftover rows);
+            // activation rows in L2-sized blocks; 4x4 register tiles
+            for xb in (0..m).step_by(X_BLOCK) {
+                let xe = (xb + X_BLOCK).min(m);
+                for g in range.clone() {
+                    if g == groups {
+                        for r in groups * 4..rows {
+                            for i in xb..xe {
+                                write(i, r, unsafe { self.row_dot(r, &qx[i]) });
+                            }
+                        }
+                        continue;
+                    }
+                    let r = g * 4;
+                    let mut i = xb;
+                    while i + 4 <= xe {
+                        let v = unsafe { self.tile4x4(r, [&qx[i], &qx[i + 1], &qx[i + 2], &qx[i + 3]]) };
+                        for (wr, col) in v.iter().enumerate() {
+                            for (j, v) in col.iter().enumerate() {
+                                write(i + j, r + wr, *v);
+                            }
+                        }
+                        i += 4;
+                    }
+                    while i < xe {
+                        for wr in 0..4 {
+                            write(i, r + wr, unsafe { self.row_dot(r + wr, &qx[i]) });
+                        }
+                        i += 1;
+                    }
                 }
             }
         };
-        candle_core::utils::barrier_pool().execute_chunked(self.rows, work);
+        let items = groups + usize::from(rows % 4 != 0);
+        candle_core::utils::barrier_pool().execute_chunked(items, work);
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -174,6 +207,55 @@ impl Q4_0Packed {
         _mm512_reduce_add_ps(acc) - corr
     }
 
+    /// Dot products of weight rows `r..r+4` with 4 activation rows: `out[weight][act]`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn tile4x4(&self, r: usize, x: [&QuantX; 4]) -> [[f32; 4]; 4] {
+        use std::arch::x86_64::*;
+        let nb = self.nb;
+        let mask = _mm256_set1_epi8(0x0f);
+        let idx = _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);
+        let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+        for p in 0..nb / 2 {
+            let mut wv = [_mm512_setzero_si512(); 4];
+            let mut dwp = [_mm512_setzero_ps(); 4];
+            for k in 0..4 {
+                let qs = self.qs.as_ptr().add((r + k) * nb * 16 + p * 32);
+                let w = _mm256_loadu_si256(qs as *const __m256i);
+                let lo = _mm256_and_si256(w, mask);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
+                wv[k] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+                let d = self.d.as_ptr().add((r + k) * nb + 2 * p);
+                dwp[k] = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(d as *const f64))));
+            }
+            for j in 0..4 {
+                let xv = _mm512_loadu_si512(x[j].q.as_ptr().add(p * 64) as *const __m512i);
+                let dx = _mm512_loadu_ps(x[j].dpat.as_ptr().add(p * 16));
+                for k in 0..4 {
+                    let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[k], xv);
+                    acc[k][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dwp[k], dx), acc[k][j]);
+                }
+            }
+        }
+        let mut out = [[0f32; 4]; 4];
+        for k in 0..4 {
+            let d = self.d.as_ptr().add((r + k) * nb);
+            for j in 0..4 {
+                let mut corr = 0f32;
+                for b in 0..nb {
+                    corr += *d.add(b) * x[j].corr[b];
+                }
+                out[k][j] = _mm512_reduce_add_ps(acc[k][j]) - corr;
+            }
+        }
+        out
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    unsafe fn tile4x4(&self, _r: usize, _x: [&QuantX; 4]) -> [[f32; 4]; 4] {
+        unreachable!("kernels::available() is false off x86_64")
+    }
+
     #[cfg(not(target_arch = "x86_64"))]
     unsafe fn row_dot(&self, _r: usize, _x: &QuantX) -> f32 {
         unreachable!("kernels::available() is false off x86_64")
@@ -192,14 +274,14 @@ mod tests {
             return;
         }
         let dev = Device::Cpu;
-        let w = Tensor::randn(0f32, 1.0, (70, 192), &dev).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (70, 192), &dev).unwrap(); // 70 rows: 17 tiles + 2 leftovers
         let q = QTensor::quantize(&w, GgmlDType::Q4_0).unwrap();
         let p = Q4_0Packed::from_qtensor(&q).unwrap();
         let wd = q.dequantize(&dev).unwrap();
         assert_eq!(p.dequantize(), wd.flatten_all().unwrap().to_vec1::<f32>().unwrap());
-        let x = Tensor::randn(0f32, 1.0, (3, 192), &dev).unwrap();
+        let x = Tensor::randn(0f32, 1.0, (71, 192), &dev).unwrap();
         let want = x.matmul(&wd.t().unwrap()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        let mut got = vec![0f32; 3 * 70];
+        let mut got = vec![0f32; 71 * 70];
         p.matmul(&x.flatten_all().unwrap().to_vec1::<f32>().unwrap(), &mut got);
         let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
         for (a, b) in got.iter().zip(&want) {

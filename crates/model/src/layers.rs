@@ -118,15 +118,10 @@ impl Linear {
             (None, LinearWeight::PackedQ4_0(p)) => {
                 let mut out = x.dims().to_vec();
                 *out.last_mut().unwrap_or(&mut 0) = p.rows();
-                if rows >= DENSE_PREFILL_MIN_ROWS {
-                    let w = Tensor::from_vec(p.dequantize(), (p.rows(), p.cols()), x.device())?;
-                    x.reshape((rows, inner))?.matmul(&w.t()?)?.reshape(out)?
-                } else {
-                    let xv = x.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-                    let mut y = vec![0f32; rows * p.rows()];
-                    p.matmul(&xv, &mut y);
-                    Tensor::from_vec(y, out, x.device())?
-                }
+                let xv = x.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+                let mut y = vec![0f32; rows * p.rows()];
+                p.matmul(&xv, &mut y);
+                Tensor::from_vec(y, out, x.device())?
             }
             (None, LinearWeight::Dense(w)) => {
                 let dims = x.dims().to_vec();
