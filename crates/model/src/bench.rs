@@ -70,7 +70,8 @@ pub struct BenchRow {
 }
 
 fn prompt_tokens(engine: &Engine, n: usize) -> anyhow::Result<Vec<u32>> {
-    let text = "Live shopping stream: the host shows a red jacket, size M, price 49.99, and asks viewers \
+    let text =
+        "Live shopping stream: the host shows a red jacket, size M, price 49.99, and asks viewers \
                 for questions about delivery, returns and colours. ";
     let base = engine.tokenizer.encode(text, false)?;
     Ok(base.iter().copied().cycle().take(n).collect())
@@ -96,13 +97,20 @@ fn time_decode(engine: &Engine, batch: usize, n: usize) -> anyhow::Result<f64> {
     let mut ids = start;
     for _ in 0..n {
         let logits = m.forward(&ids, &mut cache, true)?;
-        ids = logits.squeeze(1)?.argmax(candle_core::D::Minus1)?.unsqueeze(1)?;
+        ids = logits
+            .squeeze(1)?
+            .argmax(candle_core::D::Minus1)?
+            .unsqueeze(1)?;
     }
     Ok((batch * n) as f64 / t.elapsed().as_secs_f64())
 }
 
 /// Measures one format.
-pub fn bench_engine(engine: &Engine, a: &BenchGenerateArgs, lens: &[usize]) -> anyhow::Result<BenchRow> {
+pub fn bench_engine(
+    engine: &Engine,
+    a: &BenchGenerateArgs,
+    lens: &[usize],
+) -> anyhow::Result<BenchRow> {
     let reps = a.reps.max(1);
     let mut row = BenchRow::default();
     // warm up
@@ -127,7 +135,10 @@ pub fn bench_engine(engine: &Engine, a: &BenchGenerateArgs, lens: &[usize]) -> a
     let prefix = prompt_tokens(engine, a.prefix_len)?;
     let mut prompt = prefix.clone();
     prompt.extend(engine.tokenizer.encode(" Is it waterproof?", false)?);
-    let req = GenerateRequest { cache_prefix_len: Some(prefix.len()), ..GenerateRequest::new(prompt.clone(), 1) };
+    let req = GenerateRequest {
+        cache_prefix_len: Some(prefix.len()),
+        ..GenerateRequest::new(prompt.clone(), 1)
+    };
     engine.generate(&req, None)?; // fills the cache
     let mut cached = 0.0;
     for _ in 0..reps {
@@ -147,21 +158,47 @@ pub fn bench_engine(engine: &Engine, a: &BenchGenerateArgs, lens: &[usize]) -> a
 }
 
 /// llama-bench's figures: (test name, tokens/s).
-pub fn run_llama_bench(bin: &Path, model: &Path, threads: usize, lens: &[usize], n_gen: usize, reps: usize) -> anyhow::Result<Vec<(String, f64)>> {
+pub fn run_llama_bench(
+    bin: &Path,
+    model: &Path,
+    threads: usize,
+    lens: &[usize],
+    n_gen: usize,
+    reps: usize,
+) -> anyhow::Result<Vec<(String, f64)>> {
     let p: Vec<String> = lens.iter().map(|l| l.to_string()).collect();
     let out = Command::new(bin.join("llama-bench"))
         .arg("-m")
         .arg(model)
-        .args(["-t", &threads.to_string(), "-p", &p.join(","), "-n", &n_gen.to_string(), "-r", &reps.to_string(), "-o", "json"])
+        .args([
+            "-t",
+            &threads.to_string(),
+            "-p",
+            &p.join(","),
+            "-n",
+            &n_gen.to_string(),
+            "-r",
+            &reps.to_string(),
+            "-o",
+            "json",
+        ])
         .output()
         .with_context(|| format!("running {}", bin.join("llama-bench").display()))?;
-    anyhow::ensure!(out.status.success(), "llama-bench failed: {}", String::from_utf8_lossy(&out.stderr));
+    anyhow::ensure!(
+        out.status.success(),
+        "llama-bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     let mut res = Vec::new();
     for t in v.as_array().into_iter().flatten() {
         let np = t["n_prompt"].as_u64().unwrap_or(0);
         let ng = t["n_gen"].as_u64().unwrap_or(0);
-        let name = if ng > 0 { format!("tg{ng}") } else { format!("pp{np}") };
+        let name = if ng > 0 {
+            format!("tg{ng}")
+        } else {
+            format!("pp{np}")
+        };
         res.push((name, t["avg_ts"].as_f64().unwrap_or(0.0)));
     }
     Ok(res)
@@ -178,7 +215,10 @@ fn quantized_copy(bin: &Path, model: &Path, fmt: WeightFormat) -> anyhow::Result
     };
     let dir = hat_home().join("bench");
     std::fs::create_dir_all(&dir)?;
-    let stem = model.file_stem().and_then(|s| s.to_str()).unwrap_or("model");
+    let stem = model
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("model");
     let out = dir.join(format!("{stem}.{ty}.gguf"));
     if out.exists() {
         return Ok(Some(out));
@@ -187,8 +227,17 @@ fn quantized_copy(bin: &Path, model: &Path, fmt: WeightFormat) -> anyhow::Result
     if !q.exists() {
         return Ok(None);
     }
-    let st = Command::new(q).arg("--allow-requantize").arg(model).arg(&out).arg(ty).output()?;
-    anyhow::ensure!(st.status.success(), "llama-quantize failed: {}", String::from_utf8_lossy(&st.stderr));
+    let st = Command::new(q)
+        .arg("--allow-requantize")
+        .arg(model)
+        .arg(&out)
+        .arg(ty)
+        .output()?;
+    anyhow::ensure!(
+        st.status.success(),
+        "llama-quantize failed: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
     Ok(Some(out))
 }
 
@@ -196,8 +245,16 @@ fn quantized_copy(bin: &Path, model: &Path, fmt: WeightFormat) -> anyhow::Result
 pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
     set_threads(a.threads);
     let path = model_path(a.model.clone());
-    let lens: Vec<usize> = a.prompt_lens.split(',').map(|s| s.trim().parse()).collect::<Result<_, _>>()?;
-    let formats: Vec<WeightFormat> = a.formats.split(',').map(|s| s.trim().parse()).collect::<Result<_, _>>()?;
+    let lens: Vec<usize> = a
+        .prompt_lens
+        .split(',')
+        .map(|s| s.trim().parse())
+        .collect::<Result<_, _>>()?;
+    let formats: Vec<WeightFormat> = a
+        .formats
+        .split(',')
+        .map(|s| s.trim().parse())
+        .collect::<Result<_, _>>()?;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "model {} | threads {} | reps {} | decode {} tok | batch {} | loadavg {}",
@@ -206,22 +263,47 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
         a.reps,
         a.decode_tokens,
         a.batch,
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     let mut header = String::from("| engine | format |");
     for l in &lens {
         header.push_str(&format!(" pp{l} tok/s |"));
     }
-    header.push_str(&format!(" tg b1 tok/s | tg b{} tok/s | {}-tok prefix cached / uncached ms | peak MiB |", a.batch, a.prefix_len));
+    header.push_str(&format!(
+        " tg b1 tok/s | tg b{} tok/s | {}-tok prefix cached / uncached ms | peak MiB |",
+        a.batch, a.prefix_len
+    ));
     println!("{header}");
     println!("|{}", "---|".repeat(header.matches('|').count() - 1));
-    let bin = a.llama_cpp_bin.clone().unwrap_or_else(|| hat_home().join("llama.cpp").join("bin"));
+    let bin = a
+        .llama_cpp_bin
+        .clone()
+        .unwrap_or_else(|| hat_home().join("llama.cpp").join("bin"));
     for fmt in formats {
         // reset the peak-RSS counter so each format reports its own peak
         let _ = std::fs::write("/proc/self/clear_refs", "5");
-        let engine = Engine::load(&path, LoadOptions { format: fmt, trainable: false })?;
+        let engine = Engine::load(
+            &path,
+            LoadOptions {
+                format: fmt,
+                trainable: false,
+            },
+        )?;
         let r = bench_engine(&engine, &a, &lens)?;
-        let shown = if fmt == WeightFormat::Original { engine.model.linear_formats().keys().cloned().collect::<Vec<_>>().join("+") } else { fmt.to_string() };
+        let shown = if fmt == WeightFormat::Original {
+            engine
+                .model
+                .linear_formats()
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("+")
+        } else {
+            fmt.to_string()
+        };
         let mut line = format!("| hat | {shown} |");
         for (_, v) in &r.prefill {
             line.push_str(&format!(" {v:.1} |"));
@@ -235,15 +317,30 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
         if a.llama_cpp {
             match quantized_copy(&bin, &path, fmt)? {
                 Some(file) => {
-                    let l = run_llama_bench(&bin, &file, a.threads, &lens, a.decode_tokens, a.reps.max(2))?;
+                    let l = run_llama_bench(
+                        &bin,
+                        &file,
+                        a.threads,
+                        &lens,
+                        a.decode_tokens,
+                        a.reps.max(2),
+                    )?;
                     let mut line = format!("| llama.cpp | {shown} |");
                     let mut ratios = String::from("| ratio hat/llama.cpp | |");
                     for (n, v) in &r.prefill {
-                        let lv = l.iter().find(|(k, _)| *k == format!("pp{n}")).map(|x| x.1).unwrap_or(f64::NAN);
+                        let lv = l
+                            .iter()
+                            .find(|(k, _)| *k == format!("pp{n}"))
+                            .map(|x| x.1)
+                            .unwrap_or(f64::NAN);
                         line.push_str(&format!(" {lv:.1} |"));
                         ratios.push_str(&format!(" {:.2}x |", v / lv));
                     }
-                    let tg = l.iter().find(|(k, _)| k.starts_with("tg")).map(|x| x.1).unwrap_or(f64::NAN);
+                    let tg = l
+                        .iter()
+                        .find(|(k, _)| k.starts_with("tg"))
+                        .map(|x| x.1)
+                        .unwrap_or(f64::NAN);
                     line.push_str(&format!(" {tg:.1} | - | - | - |"));
                     ratios.push_str(&format!(" {:.2}x | | | |", r.decode_b1 / tg));
                     println!("{line}");

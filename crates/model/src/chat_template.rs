@@ -59,9 +59,13 @@ fn py_json(v: &serde_json::Value, indent: Option<usize>, level: usize, out: &mut
     }
 }
 
-fn tojson(v: Value, kwargs: minijinja::value::Kwargs) -> std::result::Result<Value, minijinja::Error> {
+fn tojson(
+    v: Value,
+    kwargs: minijinja::value::Kwargs,
+) -> std::result::Result<Value, minijinja::Error> {
     let indent: Option<usize> = kwargs.get("indent")?;
-    let j = serde_json::to_value(&v).map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
+    let j = serde_json::to_value(&v)
+        .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
     let mut out = String::new();
     py_json(&j, indent, 0, &mut out);
     Ok(Value::from_safe_string(out))
@@ -88,8 +92,20 @@ fn strftime_now(fmt: String) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    const MONTHS: [&str; 12] =
-        ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
     let month = MONTHS[(m - 1) as usize];
     fmt.replace("%d", &format!("{d:02}"))
         .replace("%m", &format!("{m:02}"))
@@ -119,13 +135,21 @@ impl ChatTemplate {
         env.add_filter("tojson", tojson);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned("chat", source.to_string()).map_err(|e| Error::ChatTemplate(e.to_string()))?;
-        Ok(Self { env, bos: bos.to_string(), eos: eos.to_string() })
+        env.add_template_owned("chat", source.to_string())
+            .map_err(|e| Error::ChatTemplate(e.to_string()))?;
+        Ok(Self {
+            env,
+            bos: bos.to_string(),
+            eos: eos.to_string(),
+        })
     }
 
     /// Renders messages (and optional tools) like `apply_chat_template(tokenize=False)`.
     pub fn render(&self, input: &ChatInput) -> Result<String> {
-        let tmpl = self.env.get_template("chat").map_err(|e| Error::ChatTemplate(e.to_string()))?;
+        let tmpl = self
+            .env
+            .get_template("chat")
+            .map_err(|e| Error::ChatTemplate(e.to_string()))?;
         let ctx = minijinja::context! {
             messages => Value::from_serialize(&input.messages),
             tools => input.tools.as_ref().map(Value::from_serialize),
@@ -149,19 +173,33 @@ impl ChatTemplate {
 pub fn parse_chat_file(text: &str) -> Result<ChatInput> {
     let v: serde_json::Value = serde_json::from_str(text)?;
     match v {
-        serde_json::Value::Array(messages) => Ok(ChatInput { messages, tools: None, add_generation_prompt: true }),
+        serde_json::Value::Array(messages) => Ok(ChatInput {
+            messages,
+            tools: None,
+            add_generation_prompt: true,
+        }),
         serde_json::Value::Object(mut o) => {
             let messages = match o.remove("messages") {
                 Some(serde_json::Value::Array(m)) => m,
-                _ => return Err(Error::InvalidArgument("chat file needs a `messages` array".into())),
+                _ => {
+                    return Err(Error::InvalidArgument(
+                        "chat file needs a `messages` array".into(),
+                    ))
+                }
             };
             let tools = match o.remove("tools") {
                 Some(serde_json::Value::Array(t)) => Some(t),
                 _ => None,
             };
-            Ok(ChatInput { messages, tools, add_generation_prompt: true })
+            Ok(ChatInput {
+                messages,
+                tools,
+                add_generation_prompt: true,
+            })
         }
-        _ => Err(Error::InvalidArgument("chat file must be a JSON array or object".into())),
+        _ => Err(Error::InvalidArgument(
+            "chat file must be a JSON array or object".into(),
+        )),
     }
 }
 
@@ -195,14 +233,22 @@ mod tests {
         let out = t
             .render(&ChatInput {
                 messages: vec![json!({"role": "user", "content": "  héllo "})],
-                tools: Some(vec![json!({"name": "buy", "parameters": {"sku": "x", "n": [1, 2]}})]),
+                tools: Some(vec![
+                    json!({"name": "buy", "parameters": {"sku": "x", "n": [1, 2]}}),
+                ]),
                 add_generation_prompt: false,
             })
             .unwrap();
-        assert_eq!(out, "{\"name\": \"buy\", \"parameters\": {\"sku\": \"x\", \"n\": [1, 2]}}\nHÉLLO");
+        assert_eq!(
+            out,
+            "{\"name\": \"buy\", \"parameters\": {\"sku\": \"x\", \"n\": [1, 2]}}\nHÉLLO"
+        );
         let err = t
             .render(&ChatInput {
-                messages: vec![json!({"role": "user", "content": "a"}), json!({"role": "user", "content": "b"})],
+                messages: vec![
+                    json!({"role": "user", "content": "a"}),
+                    json!({"role": "user", "content": "b"}),
+                ],
                 ..Default::default()
             })
             .unwrap_err();
@@ -211,7 +257,13 @@ mod tests {
 
     #[test]
     fn chat_file_forms() {
-        assert_eq!(parse_chat_file(r#"[{"role":"user","content":"x"}]"#).unwrap().messages.len(), 1);
+        assert_eq!(
+            parse_chat_file(r#"[{"role":"user","content":"x"}]"#)
+                .unwrap()
+                .messages
+                .len(),
+            1
+        );
         assert!(parse_chat_file(r#"{"tools": []}"#).is_err());
     }
 }

@@ -75,7 +75,11 @@ pub fn run_model(cmd: ModelCommand) -> anyhow::Result<()> {
             let c = &info.config;
             println!("source:        {}", info.source);
             println!("architecture:  {}", c.arch.name());
-            println!("parameters:    {} ({:.1}M)", info.parameters, info.parameters as f64 / 1e6);
+            println!(
+                "parameters:    {} ({:.1}M)",
+                info.parameters,
+                info.parameters as f64 / 1e6
+            );
             println!(
                 "shape:         layers={} hidden={} ffn={} heads={} kv_heads={} head_dim={} vocab={} ctx={}",
                 c.num_layers,
@@ -91,7 +95,11 @@ pub fn run_model(cmd: ModelCommand) -> anyhow::Result<()> {
                 "rope:          theta={} layout={:?} tied_embeddings={} qkv_bias={}",
                 c.rope_theta, c.rope_layout, c.tie_embeddings, c.attn_bias
             );
-            let f: Vec<String> = info.tensor_formats.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+            let f: Vec<String> = info
+                .tensor_formats
+                .iter()
+                .map(|(k, v)| format!("{k}:{v}"))
+                .collect();
             println!("tensors:       {}", f.join(" "));
             println!(
                 "tokenizer:     byte-level BPE, vocab={} pre={} specials={} bos={:?} eos={:?} add_bos={}",
@@ -102,8 +110,11 @@ pub fn run_model(cmd: ModelCommand) -> anyhow::Result<()> {
                 tok.eos(),
                 tok.add_bos()
             );
-            let eog: Vec<String> =
-                tok.eog_tokens().iter().map(|&t| format!("{t}={}", tok.token_str(t).unwrap_or("?"))).collect();
+            let eog: Vec<String> = tok
+                .eog_tokens()
+                .iter()
+                .map(|&t| format!("{t}={}", tok.token_str(t).unwrap_or("?")))
+                .collect();
             println!("stop tokens:   {}", eog.join(" "));
             match &info.chat_template {
                 Some(t) => println!("chat template:\n{t}"),
@@ -123,7 +134,9 @@ pub fn run_model(cmd: ModelCommand) -> anyhow::Result<()> {
 pub fn set_threads(n: usize) {
     if n > 0 {
         std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-        let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global();
     }
 }
 
@@ -175,8 +188,14 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
     let format: WeightFormat = a.format.parse()?;
     let path = model_path(a.model.clone());
     let t = Instant::now();
-    let engine = Engine::load(&path, LoadOptions { format, trainable: false })
-        .with_context(|| format!("loading {}", path.display()))?;
+    let engine = Engine::load(
+        &path,
+        LoadOptions {
+            format,
+            trainable: false,
+        },
+    )
+    .with_context(|| format!("loading {}", path.display()))?;
     let load_s = t.elapsed().as_secs_f64();
     let text = if let Some(p) = &a.prompt {
         p.clone()
@@ -216,7 +235,10 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
     let r = engine.generate(&req, Some(&mut cb))?;
     println!();
     if a.json {
-        println!("{}", serde_json::json!({"tokens": r.tokens, "logprobs": r.logprobs, "finish": format!("{:?}", r.finish)}));
+        println!(
+            "{}",
+            serde_json::json!({"tokens": r.tokens, "logprobs": r.logprobs, "finish": format!("{:?}", r.finish)})
+        );
     }
     let n = r.tokens.len();
     eprintln!(

@@ -89,7 +89,8 @@ impl ModelConfig {
                 } else if wl > low_wl {
                     *x /= s.factor;
                 } else {
-                    let smooth = (old / wl - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+                    let smooth =
+                        (old / wl - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
                     *x = (1.0 - smooth) * *x / s.factor + smooth * *x;
                 }
             }
@@ -113,20 +114,33 @@ impl ModelConfig {
         let model_type = v["model_type"].as_str().unwrap_or_default();
         let arch = Architecture::parse(model_type)?;
         let u = |k: &str| -> Result<usize> {
-            v[k].as_u64().map(|x| x as usize).ok_or_else(|| Error::Missing(format!("config.json key `{k}`")))
+            v[k].as_u64()
+                .map(|x| x as usize)
+                .ok_or_else(|| Error::Missing(format!("config.json key `{k}`")))
         };
         let hidden = u("hidden_size")?;
         let heads = u("num_attention_heads")?;
         // transformers >= 5 moved rope settings into `rope_parameters`
-        let rope = v.get("rope_parameters").filter(|r| r.is_object()).or(v.get("rope_scaling"));
-        let rope_theta = v["rope_theta"].as_f64().or(rope.and_then(|r| r["rope_theta"].as_f64())).unwrap_or(10000.0);
+        let rope = v
+            .get("rope_parameters")
+            .filter(|r| r.is_object())
+            .or(v.get("rope_scaling"));
+        let rope_theta = v["rope_theta"]
+            .as_f64()
+            .or(rope.and_then(|r| r["rope_theta"].as_f64()))
+            .unwrap_or(10000.0);
         let rope_scaling = match rope {
-            Some(s) if s["rope_type"].as_str() == Some("llama3") || s["type"].as_str() == Some("llama3") => {
+            Some(s)
+                if s["rope_type"].as_str() == Some("llama3")
+                    || s["type"].as_str() == Some("llama3") =>
+            {
                 Some(Llama3RopeScaling {
                     factor: s["factor"].as_f64().unwrap_or(1.0) as f32,
                     low_freq_factor: s["low_freq_factor"].as_f64().unwrap_or(1.0) as f32,
                     high_freq_factor: s["high_freq_factor"].as_f64().unwrap_or(4.0) as f32,
-                    original_max_position_embeddings: s["original_max_position_embeddings"].as_u64().unwrap_or(8192)
+                    original_max_position_embeddings: s["original_max_position_embeddings"]
+                        .as_u64()
+                        .unwrap_or(8192)
                         as usize,
                 })
             }
@@ -139,8 +153,14 @@ impl ModelConfig {
             intermediate_size: u("intermediate_size")?,
             num_layers: u("num_hidden_layers")?,
             num_heads: heads,
-            num_kv_heads: v["num_key_value_heads"].as_u64().map(|x| x as usize).unwrap_or(heads),
-            head_dim: v["head_dim"].as_u64().map(|x| x as usize).unwrap_or(hidden / heads),
+            num_kv_heads: v["num_key_value_heads"]
+                .as_u64()
+                .map(|x| x as usize)
+                .unwrap_or(heads),
+            head_dim: v["head_dim"]
+                .as_u64()
+                .map(|x| x as usize)
+                .unwrap_or(hidden / heads),
             rms_eps: v["rms_norm_eps"].as_f64().unwrap_or(1e-6),
             rope_theta: rope_theta as f32,
             rope_layout: RopeLayout::HalfSplit,
@@ -172,6 +192,9 @@ mod tests {
         assert_eq!(c.inv_freqs().len(), 2);
         assert!(c.parameter_count() > 1600);
         let bad = serde_json::json!({"model_type": "gpt_neox"});
-        assert!(matches!(ModelConfig::from_hf_json(&bad), Err(Error::UnsupportedArchitecture(_))));
+        assert!(matches!(
+            ModelConfig::from_hf_json(&bad),
+            Err(Error::UnsupportedArchitecture(_))
+        ));
     }
 }

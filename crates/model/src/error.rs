@@ -20,7 +20,11 @@ pub enum Error {
     Missing(String),
     /// The prompt does not fit in the context window.
     #[error("prompt of {prompt} tokens plus {max_new_tokens} new tokens exceeds the context length {context}")]
-    ContextOverflow { prompt: usize, max_new_tokens: usize, context: usize },
+    ContextOverflow {
+        prompt: usize,
+        max_new_tokens: usize,
+        context: usize,
+    },
     /// A sampling parameter is out of range.
     #[error("invalid sampling parameter: {0}")]
     InvalidSampling(String),
@@ -38,7 +42,11 @@ pub enum Error {
     Fetch(String),
     /// A downloaded file does not have the expected hash.
     #[error("checksum mismatch for {path}: expected sha256 {expected}, got {actual}")]
-    Checksum { path: PathBuf, expected: String, actual: String },
+    Checksum {
+        path: PathBuf,
+        expected: String,
+        actual: String,
+    },
     /// Tensor library error.
     #[error("tensor: {0}")]
     Candle(#[from] candle_core::Error),

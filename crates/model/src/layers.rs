@@ -52,14 +52,17 @@ impl Linear {
                 let cols = q0.shape().dims()[1];
                 for p in parts {
                     match &p.weight {
-                        LinearWeight::Quant(q) if q.dtype() == q0.dtype() && q.shape().dims()[1] == cols => {
+                        LinearWeight::Quant(q)
+                            if q.dtype() == q0.dtype() && q.shape().dims()[1] == cols =>
+                        {
                             bytes.extend_from_slice(&q.data()?);
                             rows += q.shape().dims()[0];
                         }
                         _ => return Ok(None),
                     }
                 }
-                let storage = QStorage::from_data(std::borrow::Cow::Owned(bytes), &q0.device(), q0.dtype())?;
+                let storage =
+                    QStorage::from_data(std::borrow::Cow::Owned(bytes), &q0.device(), q0.dtype())?;
                 LinearWeight::Quant(std::sync::Arc::new(QTensor::new(storage, (rows, cols))?))
             }
             LinearWeight::PackedQ4_0(_) => return Ok(None),
@@ -92,7 +95,12 @@ impl Linear {
 
     /// Switches Q4_0 weights to the SIMD kernel's layout when the CPU supports it.
     pub fn pack_for_cpu(&mut self) {
-        let w = std::mem::replace(&mut self.weight, LinearWeight::Dense(Tensor::zeros(0, DType::F32, &candle_core::Device::Cpu).expect("empty tensor")));
+        let w = std::mem::replace(
+            &mut self.weight,
+            LinearWeight::Dense(
+                Tensor::zeros(0, DType::F32, &candle_core::Device::Cpu).expect("empty tensor"),
+            ),
+        );
         self.weight = w.packed_for_cpu();
         self.qmm = self.weight.qmatmul();
     }
@@ -108,7 +116,9 @@ impl Linear {
         let y = match (&self.qmm, &self.weight) {
             // Prefill: dequantise the block to f32 once and use the f32 GEMM, which is several
             // times faster than candle's row-by-row quantised dot products for many rows.
-            (Some(_), LinearWeight::Quant(q)) if rows >= DENSE_PREFILL_MIN_ROWS && x.dtype() == DType::F32 => {
+            (Some(_), LinearWeight::Quant(q))
+                if rows >= DENSE_PREFILL_MIN_ROWS && x.dtype() == DType::F32 =>
+            {
                 let w = q.dequantize(x.device())?;
                 let mut out = x.dims().to_vec();
                 *out.last_mut().unwrap_or(&mut 0) = w.dim(0)?;
@@ -129,7 +139,9 @@ impl Linear {
                 let y = if w.dtype() == x.dtype() {
                     x2.matmul(&w.t()?)?
                 } else {
-                    x2.to_dtype(w.dtype())?.matmul(&w.t()?)?.to_dtype(x.dtype())?
+                    x2.to_dtype(w.dtype())?
+                        .matmul(&w.t()?)?
+                        .to_dtype(x.dtype())?
                 };
                 let mut out = dims;
                 *out.last_mut().unwrap_or(&mut 0) = w.dim(0)?;
@@ -186,7 +198,11 @@ impl RmsNorm {
             let inv = (ms + self.eps)?.sqrt()?.recip()?;
             Ok(x.broadcast_mul(&inv)?.broadcast_mul(&self.weight)?)
         } else {
-            Ok(candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps as f32)?)
+            Ok(candle_nn::ops::rms_norm(
+                &x.contiguous()?,
+                &self.weight,
+                self.eps as f32,
+            )?)
         }
     }
 }
@@ -201,12 +217,23 @@ pub struct Rotary {
 
 impl Rotary {
     /// Tables for positions `0..max_pos` from inverse frequencies.
-    pub fn new(inv_freqs: &[f32], max_pos: usize, layout: RopeLayout, dev: &candle_core::Device) -> Result<Self> {
+    pub fn new(
+        inv_freqs: &[f32],
+        max_pos: usize,
+        layout: RopeLayout,
+        dev: &candle_core::Device,
+    ) -> Result<Self> {
         let half = inv_freqs.len();
         let inv = Tensor::from_slice(inv_freqs, (1, half), dev)?;
-        let pos = Tensor::arange(0u32, max_pos as u32, dev)?.to_dtype(DType::F32)?.reshape((max_pos, 1))?;
+        let pos = Tensor::arange(0u32, max_pos as u32, dev)?
+            .to_dtype(DType::F32)?
+            .reshape((max_pos, 1))?;
         let freqs = pos.broadcast_mul(&inv)?;
-        Ok(Self { cos: freqs.cos()?, sin: freqs.sin()?, layout })
+        Ok(Self {
+            cos: freqs.cos()?,
+            sin: freqs.sin()?,
+            layout,
+        })
     }
 
     /// Maximum position covered.
@@ -296,7 +323,11 @@ impl KvCache {
     }
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        [&self.k, &self.v].iter().filter_map(|t| t.as_ref()).map(|t| t.elem_count() * t.dtype().size_in_bytes()).sum()
+        [&self.k, &self.v]
+            .iter()
+            .filter_map(|t| t.as_ref())
+            .map(|t| t.elem_count() * t.dtype().size_in_bytes())
+            .sum()
     }
     /// Keys and values.
     pub fn tensors(&self) -> Option<(&Tensor, &Tensor)> {
@@ -304,7 +335,10 @@ impl KvCache {
     }
     /// Builds from tensors.
     pub fn from_tensors(k: Tensor, v: Tensor) -> Self {
-        Self { k: Some(k), v: Some(v) }
+        Self {
+            k: Some(k),
+            v: Some(v),
+        }
     }
 }
 
@@ -377,7 +411,9 @@ fn repeat_kv(x: Tensor, n_rep: usize) -> Result<Tensor> {
         return Ok(x);
     }
     let (b, kvh, t, d) = x.dims4()?;
-    Ok(x.unsqueeze(2)?.broadcast_as((b, kvh, n_rep, t, d))?.reshape((b, kvh * n_rep, t, d))?)
+    Ok(x.unsqueeze(2)?
+        .broadcast_as((b, kvh, n_rep, t, d))?
+        .reshape((b, kvh * n_rep, t, d))?)
 }
 
 impl Attention {
@@ -396,7 +432,11 @@ impl Attention {
         let (q, k, v) = match &self.qkv {
             Qkv::Fused(qkv) => {
                 let y = qkv.forward(x)?;
-                (y.narrow(2, 0, h * hd)?, y.narrow(2, h * hd, kvh * hd)?, y.narrow(2, (h + kvh) * hd, kvh * hd)?)
+                (
+                    y.narrow(2, 0, h * hd)?,
+                    y.narrow(2, h * hd, kvh * hd)?,
+                    y.narrow(2, (h + kvh) * hd, kvh * hd)?,
+                )
             }
             Qkv::Separate { q, k, v } => (q.forward(x)?, k.forward(x)?, v.forward(x)?),
         };
@@ -500,7 +540,14 @@ impl Block {
         cache: &mut KvCache,
         mode: OpMode,
     ) -> Result<Tensor> {
-        let h = self.attn.forward(&self.attn_norm.forward(x, mode)?, rotary, cos_sin, mask, cache, mode)?;
+        let h = self.attn.forward(
+            &self.attn_norm.forward(x, mode)?,
+            rotary,
+            cos_sin,
+            mask,
+            cache,
+            mode,
+        )?;
         let x = (x + h)?;
         let h = self.mlp.forward(&self.ffn_norm.forward(&x, mode)?)?;
         Ok((x + h)?)
@@ -513,29 +560,84 @@ mod tests {
     use candle_core::Device;
 
     fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar().unwrap()
+        (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar()
+            .unwrap()
     }
 
     #[test]
     fn fast_and_differentiable_paths_agree() {
         let dev = Device::Cpu;
         let x = Tensor::randn(0f32, 1.0, (2, 3, 5, 8), &dev).unwrap();
-        let inv: Vec<f32> = (0..4).map(|i| 1.0 / 10000f32.powf(i as f32 / 4.0)).collect();
+        let inv: Vec<f32> = (0..4)
+            .map(|i| 1.0 / 10000f32.powf(i as f32 / 4.0))
+            .collect();
         let pos = Tensor::new(&[[0u32, 1, 2, 3, 4], [3, 4, 5, 6, 7]], &dev).unwrap();
         for layout in [RopeLayout::Interleaved, RopeLayout::HalfSplit] {
             let r = Rotary::new(&inv, 16, layout, &dev).unwrap();
             let cs = r.tables(&pos).unwrap();
-            let fast = r.apply(&x, &cs.0, &cs.1, OpMode { differentiable: false }).unwrap();
-            let slow = r.apply(&x, &cs.0, &cs.1, OpMode { differentiable: true }).unwrap();
+            let fast = r
+                .apply(
+                    &x,
+                    &cs.0,
+                    &cs.1,
+                    OpMode {
+                        differentiable: false,
+                    },
+                )
+                .unwrap();
+            let slow = r
+                .apply(
+                    &x,
+                    &cs.0,
+                    &cs.1,
+                    OpMode {
+                        differentiable: true,
+                    },
+                )
+                .unwrap();
             assert!(max_diff(&fast, &slow) < 1e-5);
         }
         let w = Tensor::randn(0f32, 1.0, 8, &dev).unwrap();
         let n = RmsNorm::new(w, 1e-5);
-        let a = n.forward(&x, OpMode { differentiable: false }).unwrap();
-        let b = n.forward(&x, OpMode { differentiable: true }).unwrap();
+        let a = n
+            .forward(
+                &x,
+                OpMode {
+                    differentiable: false,
+                },
+            )
+            .unwrap();
+        let b = n
+            .forward(
+                &x,
+                OpMode {
+                    differentiable: true,
+                },
+            )
+            .unwrap();
         assert!(max_diff(&a, &b) < 1e-5);
-        let a = softmax_last(&x, OpMode { differentiable: false }).unwrap();
-        let b = softmax_last(&x, OpMode { differentiable: true }).unwrap();
+        let a = softmax_last(
+            &x,
+            OpMode {
+                differentiable: false,
+            },
+        )
+        .unwrap();
+        let b = softmax_last(
+            &x,
+            OpMode {
+                differentiable: true,
+            },
+        )
+        .unwrap();
         assert!(max_diff(&a, &b) < 1e-6);
     }
 

@@ -7,5 +7,7 @@ use crate::model::Wiring;
 
 /// Wiring of the shared layers for llama.
 pub fn wiring(cfg: &ModelConfig) -> Wiring {
-    Wiring { qkv_bias: cfg.attn_bias }
+    Wiring {
+        qkv_bias: cfg.attn_bias,
+    }
 }

@@ -79,7 +79,12 @@ pub fn load(path: &Path, opts: LoadOptions) -> Result<Loaded> {
         GgufFile::open(path)?.load_tensors(&device)?
     };
     let model = Transformer::load(info.config.clone(), &mut weights, opts, &device)?;
-    Ok(Loaded { model, tokenizer, chat_template: info.chat_template.clone(), info })
+    Ok(Loaded {
+        model,
+        tokenizer,
+        chat_template: info.chat_template.clone(),
+        info,
+    })
 }
 
 /// Loads only the tokenizer.

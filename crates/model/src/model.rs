@@ -5,7 +5,9 @@ use candle_core::{DType, Device, Tensor, Var};
 
 use crate::config::{Architecture, ModelConfig};
 use crate::error::{Error, Result};
-use crate::layers::{Attention, Block, Embedding, GateUp, KvCache, Linear, Mlp, OpMode, Qkv, RmsNorm, Rotary};
+use crate::layers::{
+    Attention, Block, Embedding, GateUp, KvCache, Linear, Mlp, OpMode, Qkv, RmsNorm, Rotary,
+};
 use crate::weights::{LinearWeight, RawTensor, WeightFormat, WeightMap};
 
 /// How to materialise weights.
@@ -34,15 +36,24 @@ pub struct Cache {
 impl Cache {
     /// Empty cache for `batch` rows without padding.
     pub fn new(num_layers: usize, batch: usize) -> Self {
-        Self { layers: vec![KvCache::default(); num_layers], pads: vec![0; batch] }
+        Self {
+            layers: vec![KvCache::default(); num_layers],
+            pads: vec![0; batch],
+        }
     }
     /// Empty cache whose rows start with `pads[r]` left-padding tokens.
     pub fn with_left_padding(num_layers: usize, pads: Vec<usize>) -> Self {
-        Self { layers: vec![KvCache::default(); num_layers], pads }
+        Self {
+            layers: vec![KvCache::default(); num_layers],
+            pads,
+        }
     }
     /// Single-row cache from layer states.
     pub fn from_layers(layers: Vec<KvCache>) -> Self {
-        Self { layers, pads: vec![0] }
+        Self {
+            layers,
+            pads: vec![0],
+        }
     }
     /// Tokens held (including padding).
     pub fn len(&self) -> usize {
@@ -75,7 +86,9 @@ impl Cache {
         let mut pads = Vec::with_capacity(rows.len());
         for r in rows {
             if r.batch() != 1 {
-                return Err(Error::InvalidArgument("Cache::stack takes single-row caches".into()));
+                return Err(Error::InvalidArgument(
+                    "Cache::stack takes single-row caches".into(),
+                ));
             }
             pads.push(max_len - r.len() + r.pads[0]);
         }
@@ -84,7 +97,9 @@ impl Cache {
             let mut ks = Vec::new();
             let mut vs = Vec::new();
             for r in rows {
-                let (k, v) = r.layers[l].tensors().ok_or_else(|| Error::InvalidArgument("empty cache row".into()))?;
+                let (k, v) = r.layers[l]
+                    .tensors()
+                    .ok_or_else(|| Error::InvalidArgument("empty cache row".into()))?;
                 let missing = max_len - r.len();
                 if missing > 0 {
                     let (b, h, _, d) = k.dims4()?;
@@ -96,7 +111,10 @@ impl Cache {
                     vs.push(v.clone());
                 }
             }
-            layers.push(KvCache::from_tensors(Tensor::cat(&ks, 0)?, Tensor::cat(&vs, 0)?));
+            layers.push(KvCache::from_tensors(
+                Tensor::cat(&ks, 0)?,
+                Tensor::cat(&vs, 0)?,
+            ));
         }
         Ok(Cache { layers, pads })
     }
@@ -154,14 +172,23 @@ impl Builder<'_> {
     }
     fn linear(&mut self, prefix: &str, bias: bool) -> Result<Linear> {
         let raw = self.w.require(&format!("{prefix}.weight"))?;
-        let b = if bias { Some(self.f32(&format!("{prefix}.bias"))?) } else { self.opt_f32(&format!("{prefix}.bias"))? };
+        let b = if bias {
+            Some(self.f32(&format!("{prefix}.bias"))?)
+        } else {
+            self.opt_f32(&format!("{prefix}.bias"))?
+        };
         self.linear_raw(&format!("{prefix}.weight"), raw, b)
     }
 }
 
 impl Transformer {
     /// Builds the model from GGUF-named tensors.
-    pub fn load(mut cfg: ModelConfig, weights: &mut WeightMap, opts: LoadOptions, device: &Device) -> Result<Self> {
+    pub fn load(
+        mut cfg: ModelConfig,
+        weights: &mut WeightMap,
+        opts: LoadOptions,
+        device: &Device,
+    ) -> Result<Self> {
         let wiring = match cfg.arch {
             Architecture::Llama => crate::llama::wiring(&cfg),
             Architecture::Qwen2 => crate::qwen2::wiring(&cfg),
@@ -169,9 +196,17 @@ impl Transformer {
         if let Some(raw) = weights.take("rope_freqs.weight") {
             cfg.rope_freq_factors = Some(raw.to_f32(device)?.flatten_all()?.to_vec1::<f32>()?);
         }
-        let mut b = Builder { w: weights, opts, dev: device, vars: Vec::new() };
+        let mut b = Builder {
+            w: weights,
+            opts,
+            dev: device,
+            vars: Vec::new(),
+        };
         let emb_raw = b.w.require("token_embd.weight")?;
-        let emb_table = b.dense("token_embd.weight", RawTensor::Dense(emb_raw.to_f32(device)?))?;
+        let emb_table = b.dense(
+            "token_embd.weight",
+            RawTensor::Dense(emb_raw.to_f32(device)?),
+        )?;
         let lm_head = match b.w.take("output.weight") {
             Some(raw) => b.linear_raw("output.weight", raw, None)?,
             None if opts.trainable => Linear::new(LinearWeight::Dense(emb_table.clone()), None),
@@ -228,7 +263,9 @@ impl Transformer {
             norm,
             lm_head,
             rotary,
-            mode: OpMode { differentiable: opts.trainable },
+            mode: OpMode {
+                differentiable: opts.trainable,
+            },
             vars,
             device: device.clone(),
         })
@@ -286,12 +323,19 @@ impl Transformer {
     pub fn forward(&self, ids: &Tensor, cache: &mut Cache, last_only: bool) -> Result<Tensor> {
         let (b, t) = ids.dims2()?;
         if b != cache.batch() {
-            return Err(Error::InvalidArgument(format!("batch {b} does not match cache batch {}", cache.batch())));
+            return Err(Error::InvalidArgument(format!(
+                "batch {b} does not match cache batch {}",
+                cache.batch()
+            )));
         }
         let past = cache.len();
         let total = past + t;
         if total > self.max_positions() {
-            return Err(Error::ContextOverflow { prompt: total, max_new_tokens: 0, context: self.max_positions() });
+            return Err(Error::ContextOverflow {
+                prompt: total,
+                max_new_tokens: 0,
+                context: self.max_positions(),
+            });
         }
         let pads = cache.pads().to_vec();
         let mut pos = Vec::with_capacity(b * t);
@@ -327,6 +371,10 @@ impl Transformer {
         let x = if last_only { x.narrow(1, t - 1, 1)? } else { x };
         let x = self.norm.forward(&x, self.mode)?;
         let logits = self.lm_head.forward(&x)?;
-        Ok(if logits.dtype() == DType::F32 { logits } else { logits.to_dtype(DType::F32)? })
+        Ok(if logits.dtype() == DType::F32 {
+            logits
+        } else {
+            logits.to_dtype(DType::F32)?
+        })
     }
 }

@@ -38,7 +38,14 @@ pub struct PrefixCache {
 impl PrefixCache {
     /// Cache holding at most `capacity_bytes` of KV tensors.
     pub fn new(capacity_bytes: usize) -> Self {
-        Self { capacity: capacity_bytes, used: 0, clock: 0, entries: Vec::new(), hits: 0, misses: 0 }
+        Self {
+            capacity: capacity_bytes,
+            used: 0,
+            clock: 0,
+            entries: Vec::new(),
+            hits: 0,
+            misses: 0,
+        }
     }
     /// Bytes held.
     pub fn used_bytes(&self) -> usize {
@@ -74,7 +81,11 @@ impl PrefixCache {
             Some(e) => {
                 e.last_used = self.clock;
                 self.hits += 1;
-                Some(PrefixHit { len: e.tokens.len(), cache: e.cache.clone(), last_logits: e.last_logits.clone() })
+                Some(PrefixHit {
+                    len: e.tokens.len(),
+                    cache: e.cache.clone(),
+                    last_logits: e.last_logits.clone(),
+                })
             }
             None => {
                 self.misses += 1;
@@ -95,7 +106,13 @@ impl PrefixCache {
             self.used -= e.bytes;
         }
         while self.used + bytes > self.capacity {
-            let Some(i) = self.entries.iter().enumerate().min_by_key(|(_, e)| e.last_used).map(|(i, _)| i) else {
+            let Some(i) = self
+                .entries
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(i, _)| i)
+            else {
                 break;
             };
             let e = self.entries.remove(i);
@@ -103,7 +120,13 @@ impl PrefixCache {
         }
         self.clock += 1;
         self.used += bytes;
-        self.entries.push(Entry { tokens, cache, last_logits, bytes, last_used: self.clock });
+        self.entries.push(Entry {
+            tokens,
+            cache,
+            last_logits,
+            bytes,
+            last_used: self.clock,
+        });
     }
 }
 

@@ -21,7 +21,13 @@ pub struct SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        Self { temperature: 0.0, top_k: 0, top_p: 1.0, repetition_penalty: 1.0, seed: 0 }
+        Self {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            repetition_penalty: 1.0,
+            seed: 0,
+        }
     }
 }
 
@@ -33,10 +39,16 @@ impl SamplingParams {
     /// Checks ranges.
     pub fn validate(&self) -> Result<()> {
         if !self.temperature.is_finite() || self.temperature < 0.0 {
-            return Err(Error::InvalidSampling(format!("temperature must be >= 0, got {}", self.temperature)));
+            return Err(Error::InvalidSampling(format!(
+                "temperature must be >= 0, got {}",
+                self.temperature
+            )));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(Error::InvalidSampling(format!("top_p must be in (0, 1], got {}", self.top_p)));
+            return Err(Error::InvalidSampling(format!(
+                "top_p must be in (0, 1], got {}",
+                self.top_p
+            )));
         }
         if !self.repetition_penalty.is_finite() || self.repetition_penalty <= 0.0 {
             return Err(Error::InvalidSampling(format!(
@@ -58,7 +70,12 @@ pub struct Sampler {
 /// Log-softmax of one logit row at `token`.
 pub fn logprob(logits: &[f32], token: u32) -> f32 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let lse = logits.iter().map(|&x| ((x - max) as f64).exp()).sum::<f64>().ln() as f32 + max;
+    let lse = logits
+        .iter()
+        .map(|&x| ((x - max) as f64).exp())
+        .sum::<f64>()
+        .ln() as f32
+        + max;
     logits[token as usize] - lse
 }
 
@@ -79,7 +96,11 @@ impl Sampler {
             for &t in seen {
                 if done.insert(t) {
                     if let Some(x) = l.get_mut(t as usize) {
-                        *x = if *x > 0.0 { *x / p.repetition_penalty } else { *x * p.repetition_penalty };
+                        *x = if *x > 0.0 {
+                            *x / p.repetition_penalty
+                        } else {
+                            *x * p.repetition_penalty
+                        };
                     }
                 }
             }
@@ -93,7 +114,10 @@ impl Sampler {
             idx.truncate(p.top_k);
         }
         let max = l[idx[0]];
-        let mut probs: Vec<f64> = idx.iter().map(|&i| (((l[i] - max) / p.temperature) as f64).exp()).collect();
+        let mut probs: Vec<f64> = idx
+            .iter()
+            .map(|&i| (((l[i] - max) / p.temperature) as f64).exp())
+            .collect();
         let sum: f64 = probs.iter().sum();
         probs.iter_mut().for_each(|x| *x /= sum);
         if p.top_p < 1.0 {
@@ -142,13 +166,29 @@ mod tests {
     fn greedy_and_validation() {
         let mut s = Sampler::new(SamplingParams::greedy()).unwrap();
         assert_eq!(s.sample(&[0.1, 3.0, 2.0], &[]), 1);
-        let mut s = Sampler::new(SamplingParams { repetition_penalty: 10.0, ..Default::default() }).unwrap();
+        let mut s = Sampler::new(SamplingParams {
+            repetition_penalty: 10.0,
+            ..Default::default()
+        })
+        .unwrap();
         assert_eq!(s.sample(&[0.1, 3.0, 2.0], &[1]), 2);
         for bad in [
-            SamplingParams { temperature: -1.0, ..Default::default() },
-            SamplingParams { top_p: 0.0, ..Default::default() },
-            SamplingParams { top_p: 1.5, ..Default::default() },
-            SamplingParams { repetition_penalty: 0.0, ..Default::default() },
+            SamplingParams {
+                temperature: -1.0,
+                ..Default::default()
+            },
+            SamplingParams {
+                top_p: 0.0,
+                ..Default::default()
+            },
+            SamplingParams {
+                top_p: 1.5,
+                ..Default::default()
+            },
+            SamplingParams {
+                repetition_penalty: 0.0,
+                ..Default::default()
+            },
         ] {
             assert!(matches!(Sampler::new(bad), Err(Error::InvalidSampling(_))));
         }
@@ -157,9 +197,20 @@ mod tests {
     #[test]
     fn seeded_sampling_is_reproducible_and_respects_top_k() {
         let logits: Vec<f32> = (0..50).map(|i| (i % 7) as f32).collect();
-        let p = SamplingParams { temperature: 1.0, top_k: 3, seed: 7, ..Default::default() };
-        let a: Vec<u32> = { let mut s = Sampler::new(p.clone()).unwrap(); (0..20).map(|_| s.sample(&logits, &[])).collect() };
-        let b: Vec<u32> = { let mut s = Sampler::new(p).unwrap(); (0..20).map(|_| s.sample(&logits, &[])).collect() };
+        let p = SamplingParams {
+            temperature: 1.0,
+            top_k: 3,
+            seed: 7,
+            ..Default::default()
+        };
+        let a: Vec<u32> = {
+            let mut s = Sampler::new(p.clone()).unwrap();
+            (0..20).map(|_| s.sample(&logits, &[])).collect()
+        };
+        let b: Vec<u32> = {
+            let mut s = Sampler::new(p).unwrap();
+            (0..20).map(|_| s.sample(&logits, &[])).collect()
+        };
         assert_eq!(a, b);
         assert!(a.iter().all(|&t| logits[t as usize] == 6.0));
         let lp = logprob(&[0.0, 0.0], 0);

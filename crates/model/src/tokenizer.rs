@@ -84,7 +84,8 @@ fn bytes_to_unicode() -> [char; 256] {
     let mut out = ['\0'; 256];
     let mut n = 0u32;
     for b in 0..256u32 {
-        let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+        let printable =
+            (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
         out[b as usize] = if printable {
             char::from_u32(b).unwrap_or('?')
         } else {
@@ -100,7 +101,9 @@ fn bytes_to_unicode() -> [char; 256] {
 pub fn patterns_for_pre(pre: &str) -> Result<(Vec<String>, bool)> {
     let p = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     Ok(match pre {
-        "smollm" | "starcoder" | "refact" | "codeshell" => (p(&[DIGITS_PATTERN, GPT2_PATTERN]), false),
+        "smollm" | "starcoder" | "refact" | "codeshell" => {
+            (p(&[DIGITS_PATTERN, GPT2_PATTERN]), false)
+        }
         "llama-bpe" | "llama3" | "llama-v3" | "falcon3" => (p(&[LLAMA3_PATTERN]), true),
         "qwen2" | "deepseek-r1-qwen" => (p(&[QWEN2_PATTERN]), false),
         "gpt-2" | "gpt2" | "default" | "" => (p(&[GPT2_PATTERN]), false),
@@ -115,7 +118,19 @@ pub fn patterns_for_pre(pre: &str) -> Result<(Vec<String>, bool)> {
 impl Tokenizer {
     /// Builds the tokenizer from a spec.
     pub fn new(spec: TokenizerSpec) -> Result<Self> {
-        let TokenizerSpec { tokens, mut kinds, merges, pre_patterns, ignore_merges, bos, eos, unk, pad, add_bos, mut eog } = spec;
+        let TokenizerSpec {
+            tokens,
+            mut kinds,
+            merges,
+            pre_patterns,
+            ignore_merges,
+            bos,
+            eos,
+            unk,
+            pad,
+            add_bos,
+            mut eog,
+        } = spec;
         if tokens.is_empty() {
             return Err(Error::Tokenizer("empty vocabulary".into()));
         }
@@ -129,13 +144,19 @@ impl Tokenizer {
             let Some((a, b)) = m.split_once(' ') else {
                 return Err(Error::Tokenizer(format!("bad merge `{m}`")));
             };
-            let (Some(&ia), Some(&ib)) = (vocab.get(a), vocab.get(b)) else { continue };
-            let Some(&im) = vocab.get(&format!("{a}{b}")) else { continue };
+            let (Some(&ia), Some(&ib)) = (vocab.get(a), vocab.get(b)) else {
+                continue;
+            };
+            let Some(&im) = vocab.get(&format!("{a}{b}")) else {
+                continue;
+            };
             merge_map.entry((ia, ib)).or_insert((rank as u32, im));
         }
         let pre = pre_patterns
             .iter()
-            .map(|p| Regex::new(p).map_err(|e| Error::Tokenizer(format!("bad pre-tokenizer regex: {e}"))))
+            .map(|p| {
+                Regex::new(p).map_err(|e| Error::Tokenizer(format!("bad pre-tokenizer regex: {e}")))
+            })
             .collect::<Result<Vec<_>>>()?;
         let mut specials: Vec<(String, u32)> = tokens
             .iter()
@@ -145,13 +166,23 @@ impl Tokenizer {
             .collect();
         specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
         let byte_to_char = bytes_to_unicode();
-        let char_to_byte = byte_to_char.iter().enumerate().map(|(b, c)| (*c, b as u8)).collect();
+        let char_to_byte = byte_to_char
+            .iter()
+            .enumerate()
+            .map(|(b, c)| (*c, b as u8))
+            .collect();
         if let Some(e) = eos {
             if !eog.contains(&e) {
                 eog.push(e);
             }
         }
-        for name in ["<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|eom_id|>", "<end_of_turn>"] {
+        for name in [
+            "<|im_end|>",
+            "<|eot_id|>",
+            "<|endoftext|>",
+            "<|eom_id|>",
+            "<end_of_turn>",
+        ] {
             if let Some(&id) = vocab.get(name) {
                 if kinds[id as usize].is_special() && !eog.contains(&id) {
                     eog.push(id);
@@ -242,7 +273,8 @@ impl Tokenizer {
             let mut best: Option<(usize, &str, u32)> = None;
             for (s, id) in &self.specials {
                 if let Some(pos) = rest.find(s.as_str()) {
-                    if best.map_or(true, |(bp, bs, _)| pos < bp || (pos == bp && s.len() > bs.len())) {
+                    if best.is_none_or(|(bp, bs, _)| pos < bp || (pos == bp && s.len() > bs.len()))
+                    {
                         best = Some((pos, s, *id));
                     }
                 }
@@ -292,7 +324,10 @@ impl Tokenizer {
             return Ok(());
         }
         for piece in self.pre_tokenize(text)? {
-            let mapped: String = piece.bytes().map(|b| self.byte_to_char[b as usize]).collect();
+            let mapped: String = piece
+                .bytes()
+                .map(|b| self.byte_to_char[b as usize])
+                .collect();
             if self.ignore_merges {
                 if let Some(&id) = self.vocab.get(&mapped) {
                     out.push(id);
@@ -306,7 +341,11 @@ impl Tokenizer {
                     Some(&id) => word.push(id),
                     None => match self.unk {
                         Some(u) => word.push(u),
-                        None => return Err(Error::Tokenizer(format!("character {c:?} not in vocabulary"))),
+                        None => {
+                            return Err(Error::Tokenizer(format!(
+                                "character {c:?} not in vocabulary"
+                            )))
+                        }
                     },
                 }
             }
@@ -314,7 +353,7 @@ impl Tokenizer {
                 let mut best: Option<(usize, u32, u32)> = None;
                 for i in 0..word.len().saturating_sub(1) {
                     if let Some(&(rank, merged)) = self.merges.get(&(word[i], word[i + 1])) {
-                        if best.map_or(true, |(_, r, _)| rank < r) {
+                        if best.is_none_or(|(_, r, _)| rank < r) {
                             best = Some((i, rank, merged));
                         }
                     }
@@ -330,7 +369,9 @@ impl Tokenizer {
 
     /// Raw bytes of one token (special tokens give their text).
     pub fn token_bytes(&self, id: u32) -> Vec<u8> {
-        let Some(s) = self.tokens.get(id as usize) else { return Vec::new() };
+        let Some(s) = self.tokens.get(id as usize) else {
+            return Vec::new();
+        };
         if self.kinds[id as usize].is_special() {
             return s.as_bytes().to_vec();
         }
@@ -349,7 +390,12 @@ impl Tokenizer {
     pub fn decode_bytes(&self, ids: &[u32], skip_special: bool) -> Vec<u8> {
         let mut out = Vec::new();
         for &id in ids {
-            if skip_special && self.kinds.get(id as usize).is_some_and(|k| *k == TokenKind::Control) {
+            if skip_special
+                && self
+                    .kinds
+                    .get(id as usize)
+                    .is_some_and(|k| *k == TokenKind::Control)
+            {
                 continue;
             }
             out.extend(self.token_bytes(id));
@@ -376,7 +422,15 @@ mod tests {
             kinds.push(TokenKind::Normal);
         }
         let g = bu[b' ' as usize];
-        for t in ["he", "ll", "hell", "hello", &format!("{g}w"), &format!("{g}wo"), "12"] {
+        for t in [
+            "he",
+            "ll",
+            "hell",
+            "hello",
+            &format!("{g}w"),
+            &format!("{g}wo"),
+            "12",
+        ] {
             tokens.push(t.to_string());
             kinds.push(TokenKind::Normal);
         }

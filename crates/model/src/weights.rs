@@ -198,7 +198,8 @@ impl WeightMap {
     }
     /// Removes a tensor that must exist.
     pub fn require(&mut self, name: &str) -> Result<RawTensor> {
-        self.take(name).ok_or_else(|| Error::Missing(format!("tensor `{name}`")))
+        self.take(name)
+            .ok_or_else(|| Error::Missing(format!("tensor `{name}`")))
     }
     /// Whether a tensor exists.
     pub fn contains(&self, name: &str) -> bool {
@@ -227,14 +228,26 @@ mod tests {
     fn requantise_roundtrip_is_close() {
         let dev = Device::Cpu;
         let t = Tensor::randn(0f32, 1.0, (4, 64), &dev).unwrap();
-        for f in [WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::F16, WeightFormat::BF16] {
+        for f in [
+            WeightFormat::Q8_0,
+            WeightFormat::Q4_0,
+            WeightFormat::F16,
+            WeightFormat::BF16,
+        ] {
             let w = LinearWeight::convert(RawTensor::Dense(t.clone()), f, &dev).unwrap();
             let back = match &w {
                 LinearWeight::Quant(q) => q.dequantize(&dev).unwrap(),
                 LinearWeight::Dense(d) => d.to_dtype(DType::F32).unwrap(),
                 LinearWeight::PackedQ4_0(_) => unreachable!(),
             };
-            let err: f32 = (back - &t).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+            let err: f32 = (back - &t)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar()
+                .unwrap();
             assert!(err < 0.5, "{f}: {err}");
         }
         let odd = Tensor::zeros((2, 40), DType::F32, &dev).unwrap();

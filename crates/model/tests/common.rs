@@ -11,7 +11,10 @@ use hat_model::tokenizer::{TokenKind, TokenizerSpec};
 use hat_model::{Engine, LoadOptions, Tokenizer, Transformer};
 
 pub fn fixture(arch: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures").join(arch)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("fixtures")
+        .join(arch)
 }
 
 pub struct Expected {
@@ -21,9 +24,21 @@ pub struct Expected {
 }
 
 pub fn expected(arch: &str) -> Expected {
-    let m = candle_core::safetensors::load(fixture(arch).join("expected.safetensors"), &Device::Cpu).unwrap();
-    let to_u32 = |t: &Tensor| t.to_vec1::<i64>().unwrap().into_iter().map(|x| x as u32).collect::<Vec<_>>();
-    Expected { ids: to_u32(&m["input_ids"]), logits: m["logits"].clone(), greedy: to_u32(&m["greedy"]) }
+    let m =
+        candle_core::safetensors::load(fixture(arch).join("expected.safetensors"), &Device::Cpu)
+            .unwrap();
+    let to_u32 = |t: &Tensor| {
+        t.to_vec1::<i64>()
+            .unwrap()
+            .into_iter()
+            .map(|x| x as u32)
+            .collect::<Vec<_>>()
+    };
+    Expected {
+        ids: to_u32(&m["input_ids"]),
+        logits: m["logits"].clone(),
+        greedy: to_u32(&m["greedy"]),
+    }
 }
 
 pub fn load_hf(arch: &str, opts: LoadOptions) -> Transformer {
@@ -59,9 +74,24 @@ pub fn engine(model: Transformer) -> Engine {
         chat_template: None,
     };
     let tokenizer = dummy_tokenizer(info.config.vocab_size);
-    Engine::new(Loaded { model, tokenizer, chat_template: None, info }).unwrap()
+    Engine::new(Loaded {
+        model,
+        tokenizer,
+        chat_template: None,
+        info,
+    })
+    .unwrap()
 }
 
 pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
 }

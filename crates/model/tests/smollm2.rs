@@ -9,11 +9,16 @@ use hat_model::chat_template::ChatInput;
 use hat_model::{Engine, GenerateRequest, LoadOptions};
 
 fn model_file() -> Option<PathBuf> {
-    let p = std::env::var_os("HAT_SMOLLM2").map(PathBuf::from).unwrap_or_else(hat_model::fetch::default_model_path);
+    let p = std::env::var_os("HAT_SMOLLM2")
+        .map(PathBuf::from)
+        .unwrap_or_else(hat_model::fetch::default_model_path);
     if p.exists() {
         Some(p)
     } else {
-        eprintln!("skipping SmolLM2 smoke test: {} not found (run `hat model fetch` or set HAT_SMOLLM2)", p.display());
+        eprintln!(
+            "skipping SmolLM2 smoke test: {} not found (run `hat model fetch` or set HAT_SMOLLM2)",
+            p.display()
+        );
         None
     }
 }
@@ -39,26 +44,42 @@ fn smollm2_matches_llama_cpp() {
     let Some(r) = reference() else { return };
     let engine = Engine::load(&path, LoadOptions::default()).unwrap();
     let c = engine.model.config();
-    assert_eq!((c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads), (30, 576, 9, 3));
+    assert_eq!(
+        (c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads),
+        (30, 576, 9, 3)
+    );
     assert_eq!(engine.tokenizer.special_count(), 17);
     for case in r["tokenize"].as_array().unwrap() {
         let text = case["text"].as_str().unwrap();
         let want: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
-        assert_eq!(engine.tokenizer.encode(text, true).unwrap(), want, "tokenize {text:?}");
+        assert_eq!(
+            engine.tokenizer.encode(text, true).unwrap(),
+            want,
+            "tokenize {text:?}"
+        );
     }
     for case in r["greedy"].as_array().unwrap() {
         let messages = case["messages"].as_array().unwrap().clone();
-        let prompt =
-            engine.render_chat(&ChatInput { messages, tools: None, add_generation_prompt: true }).unwrap();
+        let prompt = engine
+            .render_chat(&ChatInput {
+                messages,
+                tools: None,
+                add_generation_prompt: true,
+            })
+            .unwrap();
         let ids = engine.encode(&prompt).unwrap();
         let want_ids: Vec<u32> = serde_json::from_value(case["prompt_ids"].clone()).unwrap();
         assert_eq!(ids, want_ids, "prompt ids");
         let n = case["n"].as_u64().unwrap() as usize;
-        let out = engine.generate(&GenerateRequest::new(ids, n), None).unwrap();
+        let out = engine
+            .generate(&GenerateRequest::new(ids, n), None)
+            .unwrap();
         let want = case["text"].as_str().unwrap();
         // number of our tokens whose text is a prefix of llama.cpp's output
         let mut same = 0;
-        while same < out.tokens.len() && want.starts_with(&engine.tokenizer.decode(&out.tokens[..=same], true)) {
+        while same < out.tokens.len()
+            && want.starts_with(&engine.tokenizer.decode(&out.tokens[..=same], true))
+        {
             same += 1;
         }
         if out.text == want {
