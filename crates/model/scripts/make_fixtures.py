@@ -141,3 +141,61 @@ if __name__ == "__main__":
     print("torch", torch.__version__, "transformers", transformers.__version__, file=sys.stderr)
     make("llama", LlamaForCausalLM, LlamaConfig, 1234, tie=False)
     make("qwen2", Qwen2ForCausalLM, Qwen2Config, 4321, tie=True)
+
+
+def make_tokenizer():
+    """A small byte-level BPE in Hugging Face `tokenizers` (Qwen2-style Split regex + ByteLevel,
+    special tokens), saved as tests/fixtures/qwen2/tokenizer.json with expected encodings."""
+    import json
+    from tokenizers import Tokenizer, Regex, models, pre_tokenizers, trainers, decoders
+
+    pattern = (
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    )
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    corpus = [
+        "Live shopping: the host shows a red jacket, size M, price 49.99 dollars.",
+        "Viewers ask about delivery, returns, colours and sizes. 直播间今天有优惠！",
+        "The capital of France is Paris. Don't won't I'll we've they're it's 🎉🔥",
+    ] * 20
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer)
+    d = os.path.join(OUT, "qwen2")
+    tok.save(os.path.join(d, "tokenizer.json"))
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump(
+            {
+                "eos_token": "<|im_end|>",
+                "pad_token": "<|endoftext|>",
+                "add_bos_token": False,
+                "chat_template": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+            },
+            f,
+        )
+    texts = [
+        "Hello world! The price is 1234.56 dollars.",
+        "直播间今天有优惠，红色外套只要99元！",
+        "Emoji 🎉🔥👍 and  spaces\n\nnewlines\t tabs",
+        "<|im_start|>user\nIs the red jacket waterproof?<|im_end|>\n",
+        "Don't won't I'll we've THEY'RE it's",
+    ]
+    cases = [{"text": t, "ids": tok.encode(t).ids} for t in texts]
+    with open(os.path.join(d, "tokenizer_expected.json"), "w") as f:
+        json.dump(cases, f, ensure_ascii=False)
+    print("tokenizer", tok.get_vocab_size(), "tokens")
+
+
+if __name__ == "__main__":
+    make_tokenizer()

@@ -223,7 +223,7 @@ pub fn tokenizer_spec_from_json(tj: &Value, tc: &Value) -> Result<TokenizerSpec>
             Some("ByteLevel") if p["use_regex"].as_bool().unwrap_or(true) => {
                 out.push(GPT2_PATTERN.into());
             }
-            None => {}
+            Some("ByteLevel") | None => {}
             Some(other) => {
                 return Err(Error::Tokenizer(format!(
                     "unsupported pre-tokenizer `{other}`"
