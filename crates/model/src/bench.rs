@@ -1,0 +1,354 @@
+//! `hat bench generate`: prefill and decode speed, batched decode, cached-prefix latency and
+//! peak memory per weight format, optionally side by side with llama.cpp's `llama-bench`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::Context;
+use candle_core::Tensor;
+
+use crate::cli::{model_path, set_threads};
+use crate::fetch::hat_home;
+use crate::generate::{Engine, GenerateRequest};
+use crate::model::LoadOptions;
+use crate::weights::WeightFormat;
+
+/// `hat bench generate`
+#[derive(Debug, clap::Args)]
+pub struct BenchGenerateArgs {
+    /// GGUF file (default: the fetched model).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Comma-separated weight formats.
+    #[arg(long, default_value = "original,q8_0,q4_0,f32")]
+    pub formats: String,
+    /// Compute threads (fixed for comparisons).
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Prompt lengths for prefill.
+    #[arg(long, default_value = "256,512,1024")]
+    pub prompt_lens: String,
+    /// Tokens decoded per measurement.
+    #[arg(long, default_value_t = 64)]
+    pub decode_tokens: usize,
+    /// Rows for batched decode.
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Length of the cached prefix for the latency test.
+    #[arg(long, default_value_t = 1000)]
+    pub prefix_len: usize,
+    /// Repetitions (the mean is reported).
+    #[arg(long, default_value_t = 2)]
+    pub reps: usize,
+    /// Also run llama.cpp's llama-bench (built by scripts/build_llama_cpp.sh) and print ratios.
+    #[arg(long)]
+    pub llama_cpp: bool,
+    /// Folder holding llama-bench and llama-quantize (default $HAT_HOME/llama.cpp/bin).
+    #[arg(long)]
+    pub llama_cpp_bin: Option<PathBuf>,
+}
+
+/// Peak resident memory of this process in MiB (Linux `VmHWM`).
+pub fn peak_rss_mib() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+/// One engine's figures for one format.
+#[derive(Debug, Clone, Default)]
+pub struct BenchRow {
+    pub format: String,
+    pub prefill: Vec<(usize, f64)>,
+    pub decode_b1: f64,
+    pub decode_batch: f64,
+    pub cached_prefix_ms: f64,
+    pub uncached_prefix_ms: f64,
+    pub peak_mib: f64,
+}
+
+fn prompt_tokens(engine: &Engine, n: usize) -> anyhow::Result<Vec<u32>> {
+    let text =
+        "Live shopping stream: the host shows a red jacket, size M, price 49.99, and asks viewers \
+                for questions about delivery, returns and colours. ";
+    let base = engine.tokenizer.encode(text, false)?;
+    Ok(base.iter().copied().cycle().take(n).collect())
+}
+
+fn time_prefill(engine: &Engine, toks: &[u32]) -> anyhow::Result<f64> {
+    let m = &engine.model;
+    let mut cache = m.new_cache(1);
+    let t = Instant::now();
+    for chunk in toks.chunks(crate::generate::PREFILL_CHUNK) {
+        let ids = Tensor::new(chunk, m.device())?.unsqueeze(0)?;
+        m.forward(&ids, &mut cache, true)?;
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+fn time_decode(engine: &Engine, batch: usize, n: usize) -> anyhow::Result<f64> {
+    let m = &engine.model;
+    let mut cache = m.new_cache(batch);
+    let start = Tensor::new(vec![1u32; batch].as_slice(), m.device())?.unsqueeze(1)?;
+    m.forward(&start, &mut cache, true)?;
+    let t = Instant::now();
+    let mut ids = start;
+    for _ in 0..n {
+        let logits = m.forward(&ids, &mut cache, true)?;
+        ids = logits
+            .squeeze(1)?
+            .argmax(candle_core::D::Minus1)?
+            .unsqueeze(1)?;
+    }
+    Ok((batch * n) as f64 / t.elapsed().as_secs_f64())
+}
+
+/// Measures one format.
+pub fn bench_engine(
+    engine: &Engine,
+    a: &BenchGenerateArgs,
+    lens: &[usize],
+) -> anyhow::Result<BenchRow> {
+    let reps = a.reps.max(1);
+    let mut row = BenchRow::default();
+    // warm up
+    time_prefill(engine, &prompt_tokens(engine, 64)?)?;
+    for &n in lens {
+        let toks = prompt_tokens(engine, n)?;
+        let mut total = 0.0;
+        for _ in 0..reps {
+            total += time_prefill(engine, &toks)?;
+        }
+        row.prefill.push((n, n as f64 * reps as f64 / total));
+    }
+    let mut d1 = 0.0;
+    let mut db = 0.0;
+    for _ in 0..reps {
+        d1 += time_decode(engine, 1, a.decode_tokens)?;
+        db += time_decode(engine, a.batch, a.decode_tokens / 2)?;
+    }
+    row.decode_b1 = d1 / reps as f64;
+    row.decode_batch = db / reps as f64;
+    // cached-prefix latency: time to first token of a request whose prefix is cached
+    let prefix = prompt_tokens(engine, a.prefix_len)?;
+    let mut prompt = prefix.clone();
+    prompt.extend(engine.tokenizer.encode(" Is it waterproof?", false)?);
+    let req = GenerateRequest {
+        cache_prefix_len: Some(prefix.len()),
+        ..GenerateRequest::new(prompt.clone(), 1)
+    };
+    engine.generate(&req, None)?; // fills the cache
+    let mut cached = 0.0;
+    for _ in 0..reps {
+        let t = Instant::now();
+        let out = engine.generate(&req, None)?;
+        cached += t.elapsed().as_secs_f64();
+        anyhow::ensure!(out.cached_tokens == prefix.len(), "prefix cache missed");
+    }
+    let mut other = prompt.clone();
+    other[0] = other[0].wrapping_add(1) % engine.model.config().vocab_size as u32;
+    let t = Instant::now();
+    engine.generate(&GenerateRequest::new(other, 1), None)?;
+    row.uncached_prefix_ms = t.elapsed().as_secs_f64() * 1e3;
+    row.cached_prefix_ms = cached / reps as f64 * 1e3;
+    row.peak_mib = peak_rss_mib().unwrap_or(0.0);
+    Ok(row)
+}
+
+/// llama-bench's figures: (test name, tokens/s).
+pub fn run_llama_bench(
+    bin: &Path,
+    model: &Path,
+    threads: usize,
+    lens: &[usize],
+    n_gen: usize,
+    reps: usize,
+) -> anyhow::Result<Vec<(String, f64)>> {
+    let p: Vec<String> = lens.iter().map(|l| l.to_string()).collect();
+    let out = Command::new(bin.join("llama-bench"))
+        .arg("-m")
+        .arg(model)
+        .args([
+            "-t",
+            &threads.to_string(),
+            "-p",
+            &p.join(","),
+            "-n",
+            &n_gen.to_string(),
+            "-r",
+            &reps.to_string(),
+            "-o",
+            "json",
+        ])
+        .output()
+        .with_context(|| format!("running {}", bin.join("llama-bench").display()))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "llama-bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let mut res = Vec::new();
+    for t in v.as_array().into_iter().flatten() {
+        let np = t["n_prompt"].as_u64().unwrap_or(0);
+        let ng = t["n_gen"].as_u64().unwrap_or(0);
+        let name = if ng > 0 {
+            format!("tg{ng}")
+        } else {
+            format!("pp{np}")
+        };
+        res.push((name, t["avg_ts"].as_f64().unwrap_or(0.0)));
+    }
+    Ok(res)
+}
+
+fn quantized_copy(bin: &Path, model: &Path, fmt: WeightFormat) -> anyhow::Result<Option<PathBuf>> {
+    let ty = match fmt {
+        WeightFormat::Original => return Ok(Some(model.to_path_buf())),
+        WeightFormat::Q8_0 => "Q8_0",
+        WeightFormat::Q4_0 => "Q4_0",
+        WeightFormat::F32 => "F32",
+        WeightFormat::F16 => "F16",
+        WeightFormat::BF16 => "BF16",
+    };
+    let dir = hat_home().join("bench");
+    std::fs::create_dir_all(&dir)?;
+    let stem = model
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("model");
+    let out = dir.join(format!("{stem}.{ty}.gguf"));
+    if out.exists() {
+        return Ok(Some(out));
+    }
+    let q = bin.join("llama-quantize");
+    if !q.exists() {
+        return Ok(None);
+    }
+    let st = Command::new(q)
+        .arg("--allow-requantize")
+        .arg(model)
+        .arg(&out)
+        .arg(ty)
+        .output()?;
+    anyhow::ensure!(
+        st.status.success(),
+        "llama-quantize failed: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    Ok(Some(out))
+}
+
+/// Runs `hat bench generate`.
+pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
+    set_threads(a.threads);
+    let path = model_path(a.model.clone());
+    let lens: Vec<usize> = a
+        .prompt_lens
+        .split(',')
+        .map(|s| s.trim().parse())
+        .collect::<Result<_, _>>()?;
+    let formats: Vec<WeightFormat> = a
+        .formats
+        .split(',')
+        .map(|s| s.trim().parse())
+        .collect::<Result<_, _>>()?;
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "model {} | threads {} | reps {} | decode {} tok | batch {} | loadavg {}",
+        path.display(),
+        a.threads,
+        a.reps,
+        a.decode_tokens,
+        a.batch,
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let mut header = String::from("| engine | format |");
+    for l in &lens {
+        header.push_str(&format!(" pp{l} tok/s |"));
+    }
+    header.push_str(&format!(
+        " tg b1 tok/s | tg b{} tok/s | {}-tok prefix cached / uncached ms | peak MiB |",
+        a.batch, a.prefix_len
+    ));
+    println!("{header}");
+    println!("|{}", "---|".repeat(header.matches('|').count() - 1));
+    let bin = a
+        .llama_cpp_bin
+        .clone()
+        .unwrap_or_else(|| hat_home().join("llama.cpp").join("bin"));
+    for fmt in formats {
+        // reset the peak-RSS counter so each format reports its own peak
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+        let engine = Engine::load(
+            &path,
+            LoadOptions {
+                format: fmt,
+                trainable: false,
+            },
+        )?;
+        let r = bench_engine(&engine, &a, &lens)?;
+        let shown = if fmt == WeightFormat::Original {
+            engine
+                .model
+                .linear_formats()
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("+")
+        } else {
+            fmt.to_string()
+        };
+        let mut line = format!("| hat | {shown} |");
+        for (_, v) in &r.prefill {
+            line.push_str(&format!(" {v:.1} |"));
+        }
+        line.push_str(&format!(
+            " {:.1} | {:.1} | {:.1} / {:.1} | {:.0} |",
+            r.decode_b1, r.decode_batch, r.cached_prefix_ms, r.uncached_prefix_ms, r.peak_mib
+        ));
+        println!("{line}");
+        drop(engine);
+        if a.llama_cpp {
+            match quantized_copy(&bin, &path, fmt)? {
+                Some(file) => {
+                    let l = run_llama_bench(
+                        &bin,
+                        &file,
+                        a.threads,
+                        &lens,
+                        a.decode_tokens,
+                        a.reps.max(2),
+                    )?;
+                    let mut line = format!("| llama.cpp | {shown} |");
+                    let mut ratios = String::from("| ratio hat/llama.cpp | |");
+                    for (n, v) in &r.prefill {
+                        let lv = l
+                            .iter()
+                            .find(|(k, _)| *k == format!("pp{n}"))
+                            .map(|x| x.1)
+                            .unwrap_or(f64::NAN);
+                        line.push_str(&format!(" {lv:.1} |"));
+                        ratios.push_str(&format!(" {:.2}x |", v / lv));
+                    }
+                    let tg = l
+                        .iter()
+                        .find(|(k, _)| k.starts_with("tg"))
+                        .map(|x| x.1)
+                        .unwrap_or(f64::NAN);
+                    line.push_str(&format!(" {tg:.1} | - | - | - |"));
+                    ratios.push_str(&format!(" {:.2}x | | | |", r.decode_b1 / tg));
+                    println!("{line}");
+                    println!("{ratios}");
+                }
+                None => println!("| llama.cpp | {shown} | (no llama-quantize; skipped) |"),
+            }
+        }
+    }
+    Ok(())
+}

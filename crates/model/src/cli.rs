@@ -1,0 +1,257 @@
+//! Command-line entry points. The `hat` binary wires them:
+//! `hat model ...` -> [`run_model`], `hat generate` -> [`run_generate`],
+//! `hat bench generate` -> [`crate::bench::run_bench_generate`].
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+
+use crate::chat_template::{parse_chat_file, ChatInput};
+use crate::fetch;
+use crate::generate::{Engine, GenerateRequest, TokenEvent};
+use crate::loader::{inspect, load_tokenizer};
+use crate::model::LoadOptions;
+use crate::sampling::SamplingParams;
+use crate::weights::WeightFormat;
+
+/// `hat model ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum ModelCommand {
+    /// Download the default model (SmolLM2-135M-Instruct Q4_1) into $HAT_HOME.
+    Fetch(FetchArgs),
+    /// Print architecture, parameter count, tensor formats, tokenizer and chat template.
+    Info(InfoArgs),
+    /// Print the token ids of TEXT as a JSON array.
+    Tokenize(TokenizeArgs),
+}
+
+/// `hat model fetch`
+#[derive(Debug, clap::Args)]
+pub struct FetchArgs {
+    /// Download again even when cached.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `hat model info`
+#[derive(Debug, clap::Args)]
+pub struct InfoArgs {
+    /// GGUF file or Hugging Face folder (default: the fetched model).
+    pub path: Option<PathBuf>,
+}
+
+/// `hat model tokenize`
+#[derive(Debug, clap::Args)]
+pub struct TokenizeArgs {
+    /// GGUF file or Hugging Face folder (default: the fetched model).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Prepend BOS when the model asks for it.
+    #[arg(long)]
+    pub add_special: bool,
+    /// Text to tokenise.
+    pub text: String,
+}
+
+/// Resolves `--model`, defaulting to the fetched model.
+pub fn model_path(p: Option<PathBuf>) -> PathBuf {
+    p.unwrap_or_else(fetch::default_model_path)
+}
+
+/// Runs `hat model ...`.
+pub fn run_model(cmd: ModelCommand) -> anyhow::Result<()> {
+    match cmd {
+        ModelCommand::Fetch(a) => {
+            let t = Instant::now();
+            let p = fetch::fetch_default(a.force)?;
+            println!("{}", p.display());
+            eprintln!("ok ({:.2}s)", t.elapsed().as_secs_f64());
+        }
+        ModelCommand::Info(a) => {
+            let p = model_path(a.path);
+            let (info, tok) = inspect(&p)?;
+            let c = &info.config;
+            println!("source:        {}", info.source);
+            println!("architecture:  {}", c.arch.name());
+            println!(
+                "parameters:    {} ({:.1}M)",
+                info.parameters,
+                info.parameters as f64 / 1e6
+            );
+            println!(
+                "shape:         layers={} hidden={} ffn={} heads={} kv_heads={} head_dim={} vocab={} ctx={}",
+                c.num_layers,
+                c.hidden_size,
+                c.intermediate_size,
+                c.num_heads,
+                c.num_kv_heads,
+                c.head_dim,
+                c.vocab_size,
+                c.max_position
+            );
+            println!(
+                "rope:          theta={} layout={:?} tied_embeddings={} qkv_bias={}",
+                c.rope_theta, c.rope_layout, c.tie_embeddings, c.attn_bias
+            );
+            let f: Vec<String> = info
+                .tensor_formats
+                .iter()
+                .map(|(k, v)| format!("{k}:{v}"))
+                .collect();
+            println!("tensors:       {}", f.join(" "));
+            println!(
+                "tokenizer:     byte-level BPE, vocab={} pre={} specials={} bos={:?} eos={:?} add_bos={}",
+                tok.vocab_size(),
+                info.pre_tokenizer,
+                tok.special_count(),
+                tok.bos(),
+                tok.eos(),
+                tok.add_bos()
+            );
+            let eog: Vec<String> = tok
+                .eog_tokens()
+                .iter()
+                .map(|&t| format!("{t}={}", tok.token_str(t).unwrap_or("?")))
+                .collect();
+            println!("stop tokens:   {}", eog.join(" "));
+            match &info.chat_template {
+                Some(t) => println!("chat template:\n{t}"),
+                None => println!("chat template: (none)"),
+            }
+        }
+        ModelCommand::Tokenize(a) => {
+            let tok = load_tokenizer(&model_path(a.model))?;
+            let ids = tok.encode(&a.text, a.add_special)?;
+            println!("{}", serde_json::to_string(&ids)?);
+        }
+    }
+    Ok(())
+}
+
+/// Sets the number of compute threads (call before any tensor work).
+pub fn set_threads(n: usize) {
+    if n > 0 {
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global();
+    }
+}
+
+/// `hat generate`
+#[derive(Debug, clap::Args)]
+pub struct GenerateArgs {
+    /// GGUF file or Hugging Face folder (default: the fetched model).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Raw prompt text (no chat template).
+    #[arg(long, conflicts_with = "chat")]
+    pub prompt: Option<String>,
+    /// JSON chat file: `[messages]` or `{"messages": [...], "tools": [...]}`.
+    #[arg(long)]
+    pub chat: Option<PathBuf>,
+    /// Single user message rendered with the chat template.
+    #[arg(long, conflicts_with_all = ["prompt", "chat"])]
+    pub user: Option<String>,
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Stop string (repeatable).
+    #[arg(long = "stop")]
+    pub stop: Vec<String>,
+    /// Weight format: original, q8_0, q4_0, f32, f16, bf16.
+    #[arg(long, default_value = "original")]
+    pub format: String,
+    /// Compute threads (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Print generated ids and log-probabilities as JSON after the text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `hat generate`.
+pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
+    set_threads(a.threads);
+    let format: WeightFormat = a.format.parse()?;
+    let path = model_path(a.model.clone());
+    let t = Instant::now();
+    let engine = Engine::load(
+        &path,
+        LoadOptions {
+            format,
+            trainable: false,
+        },
+    )
+    .with_context(|| format!("loading {}", path.display()))?;
+    let load_s = t.elapsed().as_secs_f64();
+    let text = if let Some(p) = &a.prompt {
+        p.clone()
+    } else if let Some(u) = &a.user {
+        engine.render_chat(&ChatInput {
+            messages: vec![serde_json::json!({"role": "user", "content": u})],
+            tools: None,
+            add_generation_prompt: true,
+        })?
+    } else if let Some(f) = &a.chat {
+        let s = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        engine.render_chat(&parse_chat_file(&s)?)?
+    } else {
+        anyhow::bail!("give --prompt TEXT, --user TEXT or --chat FILE");
+    };
+    let prompt = engine.encode(&text)?;
+    let req = GenerateRequest {
+        prompt,
+        max_new_tokens: a.max_tokens,
+        sampling: SamplingParams {
+            temperature: a.temperature,
+            top_k: a.top_k,
+            top_p: a.top_p,
+            repetition_penalty: a.repetition_penalty,
+            seed: a.seed,
+        },
+        stop_tokens: Vec::new(),
+        stop_strings: a.stop.clone(),
+        cache_prefix_len: None,
+    };
+    let mut out = std::io::stdout();
+    let mut cb = |ev: &TokenEvent| {
+        let _ = out.write_all(ev.text_delta.as_bytes());
+        let _ = out.flush();
+        true
+    };
+    let r = engine.generate(&req, Some(&mut cb))?;
+    println!();
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({"tokens": r.tokens, "logprobs": r.logprobs, "finish": format!("{:?}", r.finish)})
+        );
+    }
+    let n = r.tokens.len();
+    eprintln!(
+        "[load {:.2}s | prompt {} tok, prefill {:.3}s ({:.1} tok/s) | {} new tok, decode {:.3}s ({:.1} tok/s) | {:?} | format {}]",
+        load_s,
+        r.prompt_tokens,
+        r.prefill_secs,
+        r.prompt_tokens as f64 / r.prefill_secs.max(1e-9),
+        n,
+        r.decode_secs,
+        n as f64 / r.decode_secs.max(1e-9),
+        r.finish,
+        format
+    );
+    Ok(())
+}

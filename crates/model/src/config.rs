@@ -1,0 +1,200 @@
+//! Architecture hyper-parameters shared by llama and qwen2.
+
+use crate::error::{Error, Result};
+
+/// Supported architectures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Architecture {
+    Llama,
+    Qwen2,
+}
+
+impl Architecture {
+    /// Parses a GGUF `general.architecture` or HF `model_type`.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "llama" | "LlamaForCausalLM" => Ok(Self::Llama),
+            "qwen2" | "Qwen2ForCausalLM" => Ok(Self::Qwen2),
+            other => Err(Error::UnsupportedArchitecture(other.to_string())),
+        }
+    }
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Llama => "llama",
+            Self::Qwen2 => "qwen2",
+        }
+    }
+}
+
+/// How rotary embedding pairs dimensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeLayout {
+    /// Pairs (0,1), (2,3), ... — llama weights in GGUF are permuted for this.
+    Interleaved,
+    /// Pairs (i, i + d/2) — Hugging Face weights and qwen2 GGUF.
+    HalfSplit,
+}
+
+/// Llama-3 style frequency scaling.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Llama3RopeScaling {
+    pub factor: f32,
+    pub low_freq_factor: f32,
+    pub high_freq_factor: f32,
+    pub original_max_position_embeddings: usize,
+}
+
+/// Hyper-parameters of one model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub arch: Architecture,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub rms_eps: f64,
+    pub rope_theta: f32,
+    pub rope_layout: RopeLayout,
+    pub rope_scaling: Option<Llama3RopeScaling>,
+    /// Per-frequency divisors (GGUF `rope_freqs.weight`).
+    pub rope_freq_factors: Option<Vec<f32>>,
+    pub max_position: usize,
+    pub tie_embeddings: bool,
+    /// Bias on q/k/v projections (qwen2).
+    pub attn_bias: bool,
+}
+
+impl ModelConfig {
+    /// Inverse frequencies of the rotary embedding, after scaling.
+    pub fn inv_freqs(&self) -> Vec<f32> {
+        let d = self.head_dim;
+        let mut f: Vec<f32> = (0..d / 2)
+            .map(|i| 1.0 / (self.rope_theta as f64).powf(2.0 * i as f64 / d as f64) as f32)
+            .collect();
+        if let Some(ff) = &self.rope_freq_factors {
+            for (x, s) in f.iter_mut().zip(ff) {
+                *x /= *s;
+            }
+        } else if let Some(s) = self.rope_scaling {
+            let old = s.original_max_position_embeddings as f32;
+            let low_wl = old / s.low_freq_factor;
+            let high_wl = old / s.high_freq_factor;
+            for x in f.iter_mut() {
+                let wl = 2.0 * std::f32::consts::PI / *x;
+                if wl < high_wl {
+                } else if wl > low_wl {
+                    *x /= s.factor;
+                } else {
+                    let smooth =
+                        (old / wl - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+                    *x = (1.0 - smooth) * *x / s.factor + smooth * *x;
+                }
+            }
+        }
+        f
+    }
+
+    /// Parameter count implied by the shapes (tied embeddings counted once).
+    pub fn parameter_count(&self) -> usize {
+        let h = self.hidden_size;
+        let q = self.num_heads * self.head_dim;
+        let kv = self.num_kv_heads * self.head_dim;
+        let bias = if self.attn_bias { q + 2 * kv } else { 0 };
+        let per_layer = h * q + 2 * h * kv + q * h + bias + 3 * h * self.intermediate_size + 2 * h;
+        let emb = self.vocab_size * h;
+        emb + if self.tie_embeddings { 0 } else { emb } + self.num_layers * per_layer + h
+    }
+
+    /// Builds a config from a Hugging Face `config.json`.
+    pub fn from_hf_json(v: &serde_json::Value) -> Result<Self> {
+        let model_type = v["model_type"].as_str().unwrap_or_default();
+        let arch = Architecture::parse(model_type)?;
+        let u = |k: &str| -> Result<usize> {
+            v[k].as_u64()
+                .map(|x| x as usize)
+                .ok_or_else(|| Error::Missing(format!("config.json key `{k}`")))
+        };
+        let hidden = u("hidden_size")?;
+        let heads = u("num_attention_heads")?;
+        // transformers >= 5 moved rope settings into `rope_parameters`
+        let rope = v
+            .get("rope_parameters")
+            .filter(|r| r.is_object())
+            .or(v.get("rope_scaling"));
+        let rope_theta = v["rope_theta"]
+            .as_f64()
+            .or(rope.and_then(|r| r["rope_theta"].as_f64()))
+            .unwrap_or(10000.0);
+        let rope_scaling = match rope {
+            Some(s)
+                if s["rope_type"].as_str() == Some("llama3")
+                    || s["type"].as_str() == Some("llama3") =>
+            {
+                Some(Llama3RopeScaling {
+                    factor: s["factor"].as_f64().unwrap_or(1.0) as f32,
+                    low_freq_factor: s["low_freq_factor"].as_f64().unwrap_or(1.0) as f32,
+                    high_freq_factor: s["high_freq_factor"].as_f64().unwrap_or(4.0) as f32,
+                    original_max_position_embeddings: s["original_max_position_embeddings"]
+                        .as_u64()
+                        .unwrap_or(8192)
+                        as usize,
+                })
+            }
+            _ => None,
+        };
+        Ok(Self {
+            arch,
+            vocab_size: u("vocab_size")?,
+            hidden_size: hidden,
+            intermediate_size: u("intermediate_size")?,
+            num_layers: u("num_hidden_layers")?,
+            num_heads: heads,
+            num_kv_heads: v["num_key_value_heads"]
+                .as_u64()
+                .map(|x| x as usize)
+                .unwrap_or(heads),
+            head_dim: v["head_dim"]
+                .as_u64()
+                .map(|x| x as usize)
+                .unwrap_or(hidden / heads),
+            rms_eps: v["rms_norm_eps"].as_f64().unwrap_or(1e-6),
+            rope_theta: rope_theta as f32,
+            rope_layout: RopeLayout::HalfSplit,
+            rope_scaling,
+            rope_freq_factors: None,
+            max_position: u("max_position_embeddings").unwrap_or(4096),
+            tie_embeddings: v["tie_word_embeddings"].as_bool().unwrap_or(false),
+            attn_bias: match arch {
+                Architecture::Qwen2 => true,
+                Architecture::Llama => v["attention_bias"].as_bool().unwrap_or(false),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hf_config_parses_and_counts() {
+        let v: serde_json::Value = serde_json::json!({
+            "model_type": "llama", "vocab_size": 100, "hidden_size": 16, "intermediate_size": 32,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "tie_word_embeddings": true, "max_position_embeddings": 64
+        });
+        let c = ModelConfig::from_hf_json(&v).unwrap();
+        assert_eq!(c.head_dim, 4);
+        assert_eq!(c.inv_freqs().len(), 2);
+        assert!(c.parameter_count() > 1600);
+        let bad = serde_json::json!({"model_type": "gpt_neox"});
+        assert!(matches!(
+            ModelConfig::from_hf_json(&bad),
+            Err(Error::UnsupportedArchitecture(_))
+        ));
+    }
+}

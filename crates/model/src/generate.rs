@@ -1,0 +1,444 @@
+//! Generation: token-in/token-out requests, KV cache, prefix cache, stop tokens and
+//! strings, per-token log-probabilities, streaming callback, and batched decoding.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use candle_core::Tensor;
+
+use crate::chat_template::{ChatInput, ChatTemplate};
+use crate::error::{Error, Result};
+use crate::loader::{load, Loaded, ModelInfo};
+use crate::model::{Cache, LoadOptions, Transformer};
+use crate::prefix_cache::PrefixCache;
+use crate::sampling::{logprob, Sampler, SamplingParams};
+use crate::tokenizer::Tokenizer;
+
+/// Prompt tokens processed per forward call during prefill.
+pub const PREFILL_CHUNK: usize = 512;
+
+/// One generation request. The prompt is token ids, so training never re-tokenises.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    pub prompt: Vec<u32>,
+    pub max_new_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Extra stop tokens (the model's end-of-generation tokens always stop).
+    pub stop_tokens: Vec<u32>,
+    /// Stop when the generated text contains one of these; the text is cut before it.
+    pub stop_strings: Vec<String>,
+    /// Number of leading prompt tokens to store in the prefix cache (e.g. the rendered
+    /// system prompt). Any cached prefix is reused whether or not this is set.
+    pub cache_prefix_len: Option<usize>,
+}
+
+impl GenerateRequest {
+    /// Greedy request with defaults.
+    pub fn new(prompt: Vec<u32>, max_new_tokens: usize) -> Self {
+        Self {
+            prompt,
+            max_new_tokens,
+            sampling: SamplingParams::greedy(),
+            stop_tokens: Vec::new(),
+            stop_strings: Vec::new(),
+            cache_prefix_len: None,
+        }
+    }
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReason {
+    /// A stop token was generated (it is the last of `tokens`).
+    StopToken(u32),
+    /// A stop string appeared; `text` ends before it.
+    StopString(String),
+    /// `max_new_tokens` reached.
+    Length,
+    /// The streaming callback asked to stop.
+    Cancelled,
+}
+
+/// A streamed token.
+#[derive(Debug, Clone)]
+pub struct TokenEvent<'a> {
+    pub index: usize,
+    pub token: u32,
+    pub logprob: f32,
+    /// New text that is safe to show (complete UTF-8, not part of a possible stop string).
+    pub text_delta: &'a str,
+}
+
+/// Result of one request.
+#[derive(Debug, Clone)]
+pub struct GenerateOutput {
+    /// Generated ids, including a final stop token.
+    pub tokens: Vec<u32>,
+    /// Log-probability of each generated token under the model (temperature 1, unfiltered).
+    pub logprobs: Vec<f32>,
+    /// Decoded text (special tokens and stop string removed).
+    pub text: String,
+    pub finish: FinishReason,
+    pub prompt_tokens: usize,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: usize,
+    pub prefill_secs: f64,
+    pub decode_secs: f64,
+}
+
+/// Streaming callback: return `false` to stop.
+pub type OnToken<'a> = &'a mut dyn FnMut(&TokenEvent) -> bool;
+
+/// Model + tokenizer + chat template + prefix cache.
+#[derive(Debug)]
+pub struct Engine {
+    pub model: Transformer,
+    pub tokenizer: Tokenizer,
+    pub info: ModelInfo,
+    template: Option<ChatTemplate>,
+    prefix_cache: Mutex<PrefixCache>,
+}
+
+/// Default prefix-cache budget.
+pub const DEFAULT_PREFIX_CACHE_BYTES: usize = 256 << 20;
+
+struct RowState {
+    sampler: Sampler,
+    seen: Vec<u32>,
+    tokens: Vec<u32>,
+    logprobs: Vec<f32>,
+    bytes: Vec<u8>,
+    emitted: usize,
+    finish: Option<FinishReason>,
+    stop_at: Option<usize>,
+}
+
+impl Engine {
+    /// Wraps a loaded model.
+    pub fn new(l: Loaded) -> Result<Self> {
+        let bos = l
+            .tokenizer
+            .bos()
+            .and_then(|b| l.tokenizer.token_str(b))
+            .unwrap_or("")
+            .to_string();
+        let eos = l
+            .tokenizer
+            .eos()
+            .and_then(|b| l.tokenizer.token_str(b))
+            .unwrap_or("")
+            .to_string();
+        let template = match &l.chat_template {
+            Some(src) => Some(ChatTemplate::new(src, &bos, &eos)?),
+            None => None,
+        };
+        Ok(Self {
+            model: l.model,
+            tokenizer: l.tokenizer,
+            info: l.info,
+            template,
+            prefix_cache: Mutex::new(PrefixCache::new(DEFAULT_PREFIX_CACHE_BYTES)),
+        })
+    }
+
+    /// Loads from a GGUF file or HF folder.
+    pub fn load(path: &Path, opts: LoadOptions) -> Result<Self> {
+        Self::new(load(path, opts)?)
+    }
+
+    /// Replaces the prefix cache with one of `bytes` capacity.
+    pub fn set_prefix_cache_bytes(&self, bytes: usize) {
+        *self.prefix_cache.lock().unwrap_or_else(|e| e.into_inner()) = PrefixCache::new(bytes);
+    }
+
+    /// Prefix cache statistics: (entries, bytes, hits, misses).
+    pub fn prefix_cache_stats(&self) -> (usize, usize, u64, u64) {
+        let pc = self.prefix_cache.lock().unwrap_or_else(|e| e.into_inner());
+        let (h, m) = pc.stats();
+        (pc.len(), pc.used_bytes(), h, m)
+    }
+
+    /// Renders a chat with the model's template.
+    pub fn render_chat(&self, input: &ChatInput) -> Result<String> {
+        self.template
+            .as_ref()
+            .ok_or_else(|| Error::ChatTemplate("the model has no chat template".into()))?
+            .render(input)
+    }
+
+    /// Tokenises text (special tokens recognised, BOS added when the model wants it).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        self.tokenizer.encode(text, true)
+    }
+
+    fn check(&self, req: &GenerateRequest) -> Result<()> {
+        req.sampling.validate()?;
+        if req.prompt.is_empty() {
+            return Err(Error::InvalidArgument("empty prompt".into()));
+        }
+        let ctx = self.model.max_positions();
+        if req.prompt.len() + req.max_new_tokens > ctx {
+            return Err(Error::ContextOverflow {
+                prompt: req.prompt.len(),
+                max_new_tokens: req.max_new_tokens,
+                context: ctx,
+            });
+        }
+        let vocab = self.model.config().vocab_size as u32;
+        if let Some(t) = req.prompt.iter().find(|&&t| t >= vocab) {
+            return Err(Error::InvalidArgument(format!(
+                "token id {t} out of vocabulary ({vocab})"
+            )));
+        }
+        Ok(())
+    }
+
+    fn last_row(logits: &Tensor, row: usize) -> Result<Vec<f32>> {
+        Ok(logits.get(row)?.flatten_all()?.to_vec1::<f32>()?)
+    }
+
+    /// Feeds `tokens` into a single-row cache in chunks, returning the last logits.
+    fn prefill(&self, cache: &mut Cache, tokens: &[u32]) -> Result<Vec<f32>> {
+        let mut last = Vec::new();
+        for chunk in tokens.chunks(PREFILL_CHUNK) {
+            let ids = Tensor::new(chunk, self.model.device())?.unsqueeze(0)?;
+            let logits = self.model.forward(&ids, cache, true)?;
+            last = Self::last_row(&logits, 0)?;
+        }
+        Ok(last)
+    }
+
+    /// Prefills one prompt using and feeding the prefix cache. Returns (cache, logits, cached).
+    fn prefill_with_prefix(&self, req: &GenerateRequest) -> Result<(Cache, Vec<f32>, usize)> {
+        let prompt = &req.prompt;
+        let hit = self
+            .prefix_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .lookup(prompt);
+        let (mut cache, mut logits, mut done) = match hit {
+            Some(h) => (h.cache, h.last_logits, h.len),
+            None => (self.model.new_cache(1), Vec::new(), 0),
+        };
+        let cached = done;
+        if let Some(n) = req.cache_prefix_len {
+            let n = n.min(prompt.len());
+            if n > done {
+                logits = self.prefill(&mut cache, &prompt[done..n])?;
+                done = n;
+                self.prefix_cache
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(prompt[..n].to_vec(), cache.clone(), logits.clone());
+            }
+        }
+        if done < prompt.len() {
+            logits = self.prefill(&mut cache, &prompt[done..])?;
+        }
+        Ok((cache, logits, cached))
+    }
+
+    fn new_row(&self, req: &GenerateRequest) -> Result<RowState> {
+        Ok(RowState {
+            sampler: Sampler::new(req.sampling.clone())?,
+            seen: req.prompt.clone(),
+            tokens: Vec::new(),
+            logprobs: Vec::new(),
+            bytes: Vec::new(),
+            emitted: 0,
+            finish: None,
+            stop_at: None,
+        })
+    }
+
+    /// Samples from `logits` into `row`; returns the token and whether the row finished.
+    fn step_row<'f>(
+        &self,
+        req: &GenerateRequest,
+        row: &mut RowState,
+        logits: &[f32],
+        on_token: Option<&mut (dyn FnMut(&TokenEvent) -> bool + 'f)>,
+    ) -> u32 {
+        let tok = row.sampler.sample(logits, &row.seen);
+        let lp = logprob(logits, tok);
+        row.seen.push(tok);
+        row.tokens.push(tok);
+        row.logprobs.push(lp);
+        let is_stop = self.tokenizer.eog_tokens().contains(&tok) || req.stop_tokens.contains(&tok);
+        if !is_stop {
+            row.bytes.extend(self.tokenizer.decode_bytes(&[tok], true));
+        }
+        // stop strings
+        let valid_len = match std::str::from_utf8(&row.bytes) {
+            Ok(s) => s.len(),
+            Err(e) => e.valid_up_to(),
+        };
+        let text = std::str::from_utf8(&row.bytes[..valid_len]).unwrap_or("");
+        let mut safe = valid_len;
+        for s in &req.stop_strings {
+            if s.is_empty() {
+                continue;
+            }
+            if let Some(pos) = text.find(s.as_str()) {
+                if row.stop_at.is_none_or(|p| pos < p) {
+                    row.stop_at = Some(pos);
+                    row.finish = Some(FinishReason::StopString(s.clone()));
+                }
+            }
+            // hold back a suffix that could start a stop string
+            for k in (1..s.len()).rev() {
+                if text.len() >= k
+                    && text.is_char_boundary(text.len() - k)
+                    && s.starts_with(&text[text.len() - k..])
+                {
+                    safe = safe.min(text.len() - k);
+                    break;
+                }
+            }
+        }
+        if let Some(p) = row.stop_at {
+            safe = p;
+        }
+        if row.finish.is_none() && is_stop {
+            row.finish = Some(FinishReason::StopToken(tok));
+            safe = valid_len;
+        }
+        if row.finish.is_none() && row.tokens.len() >= req.max_new_tokens {
+            row.finish = Some(FinishReason::Length);
+            safe = valid_len;
+        }
+        let safe = safe.max(row.emitted);
+        if let Some(cb) = on_token {
+            let delta = std::str::from_utf8(&row.bytes[row.emitted..safe]).unwrap_or("");
+            let ev = TokenEvent {
+                index: row.tokens.len() - 1,
+                token: tok,
+                logprob: lp,
+                text_delta: delta,
+            };
+            if !cb(&ev) && row.finish.is_none() {
+                row.finish = Some(FinishReason::Cancelled);
+            }
+        }
+        row.emitted = safe;
+        tok
+    }
+
+    fn finish_row(
+        row: RowState,
+        prompt_tokens: usize,
+        cached: usize,
+        prefill: f64,
+        decode: f64,
+    ) -> GenerateOutput {
+        let mut text = String::from_utf8_lossy(&row.bytes).into_owned();
+        if let Some(p) = row.stop_at {
+            text.truncate(p);
+        }
+        GenerateOutput {
+            tokens: row.tokens,
+            logprobs: row.logprobs,
+            text,
+            finish: row.finish.unwrap_or(FinishReason::Length),
+            prompt_tokens,
+            cached_tokens: cached,
+            prefill_secs: prefill,
+            decode_secs: decode,
+        }
+    }
+
+    /// Generates for one request, calling `on_token` for each new token.
+    pub fn generate(
+        &self,
+        req: &GenerateRequest,
+        mut on_token: Option<OnToken>,
+    ) -> Result<GenerateOutput> {
+        self.check(req)?;
+        let t0 = Instant::now();
+        let (mut cache, mut logits, cached) = self.prefill_with_prefix(req)?;
+        let prefill = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        let mut row = self.new_row(req)?;
+        if req.max_new_tokens == 0 {
+            row.finish = Some(FinishReason::Length);
+        }
+        while row.finish.is_none() {
+            let tok = self.step_row(req, &mut row, &logits, on_token.as_deref_mut());
+            if row.finish.is_some() {
+                break;
+            }
+            let ids = Tensor::new(&[tok], self.model.device())?.unsqueeze(0)?;
+            logits = Self::last_row(&self.model.forward(&ids, &mut cache, true)?, 0)?;
+        }
+        Ok(Self::finish_row(
+            row,
+            req.prompt.len(),
+            cached,
+            prefill,
+            t1.elapsed().as_secs_f64(),
+        ))
+    }
+
+    /// Generates for several requests at once: each prompt is prefilled on its own (with
+    /// the prefix cache), then all rows decode together in one batch.
+    pub fn generate_batch(&self, reqs: &[GenerateRequest]) -> Result<Vec<GenerateOutput>> {
+        if reqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        for r in reqs {
+            self.check(r)?;
+        }
+        let t0 = Instant::now();
+        let mut caches = Vec::with_capacity(reqs.len());
+        let mut logits = Vec::with_capacity(reqs.len());
+        let mut cached = Vec::with_capacity(reqs.len());
+        for r in reqs {
+            let (c, l, n) = self.prefill_with_prefix(r)?;
+            caches.push(c);
+            logits.push(l);
+            cached.push(n);
+        }
+        let mut cache = Cache::stack(&caches)?;
+        drop(caches);
+        let prefill = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        let mut rows = reqs
+            .iter()
+            .map(|r| self.new_row(r))
+            .collect::<Result<Vec<_>>>()?;
+        for (row, r) in rows.iter_mut().zip(reqs) {
+            if r.max_new_tokens == 0 {
+                row.finish = Some(FinishReason::Length);
+            }
+        }
+        let filler = self.tokenizer.pad().or(self.tokenizer.eos()).unwrap_or(0);
+        loop {
+            let mut next = Vec::with_capacity(rows.len());
+            for (i, row) in rows.iter_mut().enumerate() {
+                if row.finish.is_some() {
+                    next.push(filler);
+                } else {
+                    next.push(self.step_row(&reqs[i], row, &logits[i], None));
+                }
+            }
+            if rows.iter().all(|r| r.finish.is_some()) {
+                break;
+            }
+            let ids = Tensor::new(next.as_slice(), self.model.device())?.unsqueeze(1)?;
+            let out = self.model.forward(&ids, &mut cache, true)?;
+            for (i, row) in rows.iter().enumerate() {
+                if row.finish.is_none() {
+                    logits[i] = Self::last_row(&out, i)?;
+                }
+            }
+        }
+        let decode = t1.elapsed().as_secs_f64();
+        Ok(rows
+            .into_iter()
+            .zip(reqs)
+            .zip(cached)
+            .map(|((row, r), c)| Self::finish_row(row, r.prompt.len(), c, prefill, decode))
+            .collect())
+    }
+}

@@ -1,0 +1,297 @@
+//! Hugging Face model folders: `config.json`, `*.safetensors`, `tokenizer.json`,
+//! `tokenizer_config.json` (with its chat template).
+
+use std::path::{Path, PathBuf};
+
+use candle_core::Device;
+use serde_json::Value;
+
+use crate::config::ModelConfig;
+use crate::error::{Error, Result};
+use crate::tokenizer::{TokenKind, TokenizerSpec, DIGITS_PATTERN, GPT2_PATTERN};
+use crate::weights::{RawTensor, WeightMap};
+
+fn read_json(path: &Path) -> Result<Value> {
+    let s = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::ModelNotFound(path.to_path_buf()),
+        _ => Error::Io(e),
+    })?;
+    serde_json::from_str(&s).map_err(|e| Error::CorruptModel {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+/// Maps a Hugging Face tensor name to the GGUF name used internally.
+pub fn gguf_name(hf: &str) -> Option<String> {
+    let s = hf.strip_prefix("model.").unwrap_or(hf);
+    match s {
+        "embed_tokens.weight" => return Some("token_embd.weight".into()),
+        "norm.weight" => return Some("output_norm.weight".into()),
+        "lm_head.weight" => return Some("output.weight".into()),
+        _ => {}
+    }
+    let rest = s.strip_prefix("layers.")?;
+    let (i, rest) = rest.split_once('.')?;
+    let (module, kind) = rest.rsplit_once('.')?;
+    let m = match module {
+        "input_layernorm" => "attn_norm",
+        "post_attention_layernorm" => "ffn_norm",
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.o_proj" => "attn_output",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        _ => return None,
+    };
+    Some(format!("blk.{i}.{m}.{kind}"))
+}
+
+/// A Hugging Face model folder.
+#[derive(Debug)]
+pub struct HfFolder {
+    dir: PathBuf,
+    config: Value,
+}
+
+impl HfFolder {
+    /// Opens a folder holding `config.json`.
+    pub fn open(dir: &Path) -> Result<Self> {
+        if !dir.exists() {
+            return Err(Error::ModelNotFound(dir.to_path_buf()));
+        }
+        let config = read_json(&dir.join("config.json"))?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            config,
+        })
+    }
+
+    /// Model hyper-parameters.
+    pub fn config(&self) -> Result<ModelConfig> {
+        ModelConfig::from_hf_json(&self.config)
+    }
+
+    /// Loads all safetensors shards, renaming tensors to GGUF names.
+    pub fn load_tensors(&self, device: &Device) -> Result<WeightMap> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&self.dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(Error::Missing(format!(
+                "*.safetensors in {}",
+                self.dir.display()
+            )));
+        }
+        let mut map = WeightMap::new();
+        for f in files {
+            let tensors =
+                candle_core::safetensors::load(&f, device).map_err(|e| Error::CorruptModel {
+                    path: f.clone(),
+                    reason: e.to_string(),
+                })?;
+            for (name, t) in tensors {
+                if let Some(g) = gguf_name(&name) {
+                    map.insert(g, RawTensor::Dense(t));
+                }
+            }
+        }
+        Ok(map)
+    }
+
+    /// `tokenizer_config.json`, if present.
+    fn tokenizer_config(&self) -> Value {
+        read_json(&self.dir.join("tokenizer_config.json")).unwrap_or(Value::Null)
+    }
+
+    /// Chat template from `chat_template.jinja` or `tokenizer_config.json`.
+    pub fn chat_template(&self) -> Option<String> {
+        if let Ok(s) = std::fs::read_to_string(self.dir.join("chat_template.jinja")) {
+            return Some(s);
+        }
+        match &self.tokenizer_config()["chat_template"] {
+            Value::String(s) => Some(s.clone()),
+            Value::Array(a) => a
+                .iter()
+                .find(|t| t["name"] == "default")
+                .or(a.first())
+                .and_then(|t| t["template"].as_str().map(String::from)),
+            _ => None,
+        }
+    }
+
+    /// Tokenizer spec from `tokenizer.json` (byte-level BPE only).
+    pub fn tokenizer_spec(&self) -> Result<TokenizerSpec> {
+        let path = self.dir.join("tokenizer.json");
+        let tj = read_json(&path)?;
+        tokenizer_spec_from_json(&tj, &self.tokenizer_config())
+    }
+}
+
+fn token_content(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => o.get("content").and_then(|c| c.as_str()).map(String::from),
+        _ => None,
+    }
+}
+
+/// Builds a tokenizer spec from parsed `tokenizer.json` and `tokenizer_config.json`.
+pub fn tokenizer_spec_from_json(tj: &Value, tc: &Value) -> Result<TokenizerSpec> {
+    let model = &tj["model"];
+    if model["type"].as_str() != Some("BPE") {
+        return Err(Error::Tokenizer(format!(
+            "tokenizer model {} is not supported (only BPE)",
+            model["type"]
+        )));
+    }
+    let vocab = model["vocab"]
+        .as_object()
+        .ok_or_else(|| Error::Missing("tokenizer.json model.vocab".into()))?;
+    let mut size = vocab
+        .values()
+        .filter_map(Value::as_u64)
+        .max()
+        .map_or(0, |m| m as usize + 1);
+    let added = tj["added_tokens"].as_array().cloned().unwrap_or_default();
+    for a in &added {
+        if let Some(id) = a["id"].as_u64() {
+            size = size.max(id as usize + 1);
+        }
+    }
+    let mut tokens = vec![String::new(); size];
+    let mut kinds = vec![TokenKind::Normal; size];
+    for (t, id) in vocab {
+        if let Some(id) = id.as_u64() {
+            tokens[id as usize] = t.clone();
+        }
+    }
+    for a in &added {
+        if let (Some(id), Some(c)) = (a["id"].as_u64(), a["content"].as_str()) {
+            tokens[id as usize] = c.to_string();
+            kinds[id as usize] = if a["special"].as_bool().unwrap_or(false) {
+                TokenKind::Control
+            } else {
+                TokenKind::UserDefined
+            };
+        }
+    }
+    let merges = model["merges"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|m| match m {
+                    Value::String(s) => Some(s.clone()),
+                    Value::Array(p) if p.len() == 2 => {
+                        Some(format!("{} {}", p[0].as_str()?, p[1].as_str()?))
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut pre_patterns = Vec::new();
+    fn walk(p: &Value, out: &mut Vec<String>) -> Result<()> {
+        match p["type"].as_str() {
+            Some("Sequence") => {
+                for q in p["pretokenizers"].as_array().into_iter().flatten() {
+                    walk(q, out)?;
+                }
+            }
+            Some("Split") => {
+                let pat = p["pattern"]["Regex"]
+                    .as_str()
+                    .map(String::from)
+                    .or_else(|| {
+                        p["pattern"]["String"]
+                            .as_str()
+                            .map(fancy_regex::escape)
+                            .map(|c| c.into_owned())
+                    })
+                    .ok_or_else(|| Error::Tokenizer("Split without pattern".into()))?;
+                out.push(pat);
+            }
+            Some("Digits") => out.push(if p["individual_digits"].as_bool().unwrap_or(false) {
+                DIGITS_PATTERN.into()
+            } else {
+                r"\p{N}+".into()
+            }),
+            Some("ByteLevel") if p["use_regex"].as_bool().unwrap_or(true) => {
+                out.push(GPT2_PATTERN.into());
+            }
+            Some("ByteLevel") | None => {}
+            Some(other) => {
+                return Err(Error::Tokenizer(format!(
+                    "unsupported pre-tokenizer `{other}`"
+                )))
+            }
+        }
+        Ok(())
+    }
+    walk(&tj["pre_tokenizer"], &mut pre_patterns)?;
+    let find = |key: &str| -> Option<u32> {
+        let c = token_content(&tc[key])?;
+        tokens.iter().position(|t| *t == c).map(|i| i as u32)
+    };
+    let mut add_bos = tc["add_bos_token"].as_bool().unwrap_or(false);
+    let mut bos = find("bos_token");
+    if let Some(first) = tj["post_processor"]["single"]
+        .as_array()
+        .and_then(|a| a.first())
+    {
+        if let Some(id) = first["SpecialToken"]["id"].as_str() {
+            if let Some(i) = tokens.iter().position(|t| t == id) {
+                add_bos = true;
+                bos = bos.or(Some(i as u32));
+            }
+        }
+    }
+    if let Some(procs) = tj["post_processor"]["processors"].as_array() {
+        for p in procs {
+            if let Some(first) = p["single"].as_array().and_then(|a| a.first()) {
+                if let Some(id) = first["SpecialToken"]["id"].as_str() {
+                    if let Some(i) = tokens.iter().position(|t| t == id) {
+                        add_bos = true;
+                        bos = bos.or(Some(i as u32));
+                    }
+                }
+            }
+        }
+    }
+    Ok(TokenizerSpec {
+        kinds,
+        merges,
+        pre_patterns,
+        ignore_merges: model["ignore_merges"].as_bool().unwrap_or(false),
+        bos,
+        eos: find("eos_token"),
+        unk: find("unk_token"),
+        pad: find("pad_token"),
+        add_bos,
+        eog: Vec::new(),
+        tokens,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_to_gguf() {
+        assert_eq!(
+            gguf_name("model.layers.3.self_attn.q_proj.bias").unwrap(),
+            "blk.3.attn_q.bias"
+        );
+        assert_eq!(
+            gguf_name("model.embed_tokens.weight").unwrap(),
+            "token_embd.weight"
+        );
+        assert_eq!(gguf_name("lm_head.weight").unwrap(), "output.weight");
+        assert!(gguf_name("model.layers.0.rotary_emb.inv_freq").is_none());
+    }
+}

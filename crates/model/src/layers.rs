@@ -1,0 +1,655 @@
+//! Shared transformer layers: linear, embedding, RMSNorm, rotary embedding, grouped-query
+//! attention, SwiGLU MLP and the KV cache.
+//!
+//! Every layer has two paths. The inference path may use candle-nn's fused kernels
+//! (`rms_norm`, `rope`/`rope_i`, `softmax_last_dim`), which have **no backward pass**. The
+//! differentiable path (selected by [`OpMode::differentiable`]) uses only elementary tensor
+//! ops so gradients reach every weight; `tests/grad.rs` proves it.
+
+use candle_core::quantized::QMatMul;
+use candle_core::{DType, Module, Tensor, D};
+
+use crate::config::RopeLayout;
+use crate::error::Result;
+use crate::weights::LinearWeight;
+
+/// Selects fast (no-backward) kernels or differentiable ops.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpMode {
+    /// Use only ops with a backward pass.
+    pub differentiable: bool,
+}
+
+/// Rows from which quantised linears switch to dequantise-then-f32-GEMM.
+pub const DENSE_PREFILL_MIN_ROWS: usize = 32;
+
+/// `y = x W^T + b`.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    weight: LinearWeight,
+    qmm: Option<QMatMul>,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    /// Wraps a weight and optional bias (bias is kept in f32).
+    pub fn new(weight: LinearWeight, bias: Option<Tensor>) -> Self {
+        let qmm = weight.qmatmul();
+        Self { weight, qmm, bias }
+    }
+    /// Stacks several linears with the same input into one (outputs concatenated), so one
+    /// matmul replaces several. `None` when the weights cannot be stacked.
+    pub fn fuse(parts: &[&Linear]) -> Result<Option<Linear>> {
+        use candle_core::quantized::{QStorage, QTensor};
+        let first = match parts.first() {
+            Some(f) => f,
+            None => return Ok(None),
+        };
+        let weight = match &first.weight {
+            LinearWeight::Quant(q0) => {
+                let mut bytes = Vec::new();
+                let mut rows = 0;
+                let cols = q0.shape().dims()[1];
+                for p in parts {
+                    match &p.weight {
+                        LinearWeight::Quant(q)
+                            if q.dtype() == q0.dtype() && q.shape().dims()[1] == cols =>
+                        {
+                            bytes.extend_from_slice(&q.data()?);
+                            rows += q.shape().dims()[0];
+                        }
+                        _ => return Ok(None),
+                    }
+                }
+                let storage =
+                    QStorage::from_data(std::borrow::Cow::Owned(bytes), &q0.device(), q0.dtype())?;
+                LinearWeight::Quant(std::sync::Arc::new(QTensor::new(storage, (rows, cols))?))
+            }
+            LinearWeight::PackedQ4_0(_) => return Ok(None),
+            LinearWeight::Dense(w0) => {
+                let mut ws = Vec::new();
+                for p in parts {
+                    match &p.weight {
+                        LinearWeight::Dense(w) if w.dtype() == w0.dtype() => ws.push(w.clone()),
+                        _ => return Ok(None),
+                    }
+                }
+                LinearWeight::Dense(Tensor::cat(&ws, 0)?)
+            }
+        };
+        let bias = if parts.iter().any(|p| p.bias.is_some()) {
+            let mut bs = Vec::new();
+            for p in parts {
+                let out = p.weight.out_features()?;
+                bs.push(match &p.bias {
+                    Some(b) => b.clone(),
+                    None => Tensor::zeros(out, DType::F32, &candle_core::Device::Cpu)?,
+                });
+            }
+            Some(Tensor::cat(&bs, 0)?)
+        } else {
+            None
+        };
+        Ok(Some(Linear::new(weight, bias)))
+    }
+
+    /// Switches Q4_0 weights to the SIMD kernel's layout when the CPU supports it.
+    pub fn pack_for_cpu(&mut self) {
+        let w = std::mem::replace(
+            &mut self.weight,
+            LinearWeight::Dense(
+                Tensor::zeros(0, DType::F32, &candle_core::Device::Cpu).expect("empty tensor"),
+            ),
+        );
+        self.weight = w.packed_for_cpu();
+        self.qmm = self.weight.qmatmul();
+    }
+
+    /// The weight.
+    pub fn weight(&self) -> &LinearWeight {
+        &self.weight
+    }
+    /// Applies the layer to `(..., in)`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let inner = x.dims().last().copied().unwrap_or(1).max(1);
+        let rows = x.elem_count() / inner;
+        let y = match (&self.qmm, &self.weight) {
+            // Prefill: dequantise the block to f32 once and use the f32 GEMM, which is several
+            // times faster than candle's row-by-row quantised dot products for many rows.
+            (Some(_), LinearWeight::Quant(q))
+                if rows >= DENSE_PREFILL_MIN_ROWS && x.dtype() == DType::F32 =>
+            {
+                let w = q.dequantize(x.device())?;
+                let mut out = x.dims().to_vec();
+                *out.last_mut().unwrap_or(&mut 0) = w.dim(0)?;
+                x.reshape((rows, inner))?.matmul(&w.t()?)?.reshape(out)?
+            }
+            (Some(q), _) => q.forward(x)?,
+            (None, LinearWeight::PackedQ4_0(p)) => {
+                let mut out = x.dims().to_vec();
+                *out.last_mut().unwrap_or(&mut 0) = p.rows();
+                let xv = x.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+                let mut y = vec![0f32; rows * p.rows()];
+                p.matmul(&xv, &mut y);
+                Tensor::from_vec(y, out, x.device())?
+            }
+            (None, LinearWeight::Dense(w)) => {
+                let dims = x.dims().to_vec();
+                let x2 = x.reshape((rows, inner))?;
+                let y = if w.dtype() == x.dtype() {
+                    x2.matmul(&w.t()?)?
+                } else {
+                    x2.to_dtype(w.dtype())?
+                        .matmul(&w.t()?)?
+                        .to_dtype(x.dtype())?
+                };
+                let mut out = dims;
+                *out.last_mut().unwrap_or(&mut 0) = w.dim(0)?;
+                y.reshape(out)?
+            }
+            (None, LinearWeight::Quant(q)) => QMatMul::QTensor(q.clone()).forward(x)?,
+        };
+        Ok(match &self.bias {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        })
+    }
+}
+
+/// Token embedding table (dense f32).
+#[derive(Debug, Clone)]
+pub struct Embedding {
+    table: Tensor,
+}
+
+impl Embedding {
+    /// Wraps a `(vocab, hidden)` table.
+    pub fn new(table: Tensor) -> Self {
+        Self { table }
+    }
+    /// The table.
+    pub fn table(&self) -> &Tensor {
+        &self.table
+    }
+    /// Looks up `(b, t)` ids, giving `(b, t, hidden)`.
+    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        let (b, t) = ids.dims2()?;
+        let flat = ids.flatten_all()?;
+        Ok(self.table.index_select(&flat, 0)?.reshape((b, t, ()))?)
+    }
+}
+
+/// Root-mean-square normalisation.
+#[derive(Debug, Clone)]
+pub struct RmsNorm {
+    weight: Tensor,
+    eps: f64,
+}
+
+impl RmsNorm {
+    /// Wraps a `(hidden,)` weight.
+    pub fn new(weight: Tensor, eps: f64) -> Self {
+        Self { weight, eps }
+    }
+    /// Normalises the last dimension.
+    pub fn forward(&self, x: &Tensor, mode: OpMode) -> Result<Tensor> {
+        if mode.differentiable {
+            let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
+            let inv = (ms + self.eps)?.sqrt()?.recip()?;
+            Ok(x.broadcast_mul(&inv)?.broadcast_mul(&self.weight)?)
+        } else {
+            Ok(candle_nn::ops::rms_norm(
+                &x.contiguous()?,
+                &self.weight,
+                self.eps as f32,
+            )?)
+        }
+    }
+}
+
+/// Precomputed rotary tables.
+#[derive(Debug, Clone)]
+pub struct Rotary {
+    cos: Tensor,
+    sin: Tensor,
+    layout: RopeLayout,
+}
+
+impl Rotary {
+    /// Tables for positions `0..max_pos` from inverse frequencies.
+    pub fn new(
+        inv_freqs: &[f32],
+        max_pos: usize,
+        layout: RopeLayout,
+        dev: &candle_core::Device,
+    ) -> Result<Self> {
+        let half = inv_freqs.len();
+        let inv = Tensor::from_slice(inv_freqs, (1, half), dev)?;
+        let pos = Tensor::arange(0u32, max_pos as u32, dev)?
+            .to_dtype(DType::F32)?
+            .reshape((max_pos, 1))?;
+        let freqs = pos.broadcast_mul(&inv)?;
+        Ok(Self {
+            cos: freqs.cos()?,
+            sin: freqs.sin()?,
+            layout,
+        })
+    }
+
+    /// Maximum position covered.
+    pub fn max_positions(&self) -> usize {
+        self.cos.dim(0).unwrap_or(0)
+    }
+
+    /// `(b, t, d/2)` cos and sin for a `(b, t)` u32 position tensor.
+    pub fn tables(&self, positions: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (b, t) = positions.dims2()?;
+        let flat = positions.flatten_all()?;
+        let cos = self.cos.index_select(&flat, 0)?.reshape((b, t, ()))?;
+        let sin = self.sin.index_select(&flat, 0)?.reshape((b, t, ()))?;
+        Ok((cos, sin))
+    }
+
+    /// Rotates `(b, h, t, d)`.
+    pub fn apply(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, mode: OpMode) -> Result<Tensor> {
+        if !mode.differentiable {
+            let x = x.contiguous()?;
+            return Ok(match self.layout {
+                RopeLayout::Interleaved => candle_nn::rotary_emb::rope_i(&x, cos, sin)?,
+                RopeLayout::HalfSplit => candle_nn::rotary_emb::rope(&x, cos, sin)?,
+            });
+        }
+        let (b, h, t, d) = x.dims4()?;
+        let cos = cos.unsqueeze(1)?; // (b,1,t,d/2)
+        let sin = sin.unsqueeze(1)?;
+        match self.layout {
+            RopeLayout::HalfSplit => {
+                let x1 = x.narrow(D::Minus1, 0, d / 2)?;
+                let x2 = x.narrow(D::Minus1, d / 2, d / 2)?;
+                let r1 = (x1.broadcast_mul(&cos)? - x2.broadcast_mul(&sin)?)?;
+                let r2 = (x2.broadcast_mul(&cos)? + x1.broadcast_mul(&sin)?)?;
+                Ok(Tensor::cat(&[r1, r2], D::Minus1)?)
+            }
+            RopeLayout::Interleaved => {
+                let xr = x.reshape((b, h, t, d / 2, 2))?;
+                let x1 = xr.narrow(D::Minus1, 0, 1)?.squeeze(D::Minus1)?;
+                let x2 = xr.narrow(D::Minus1, 1, 1)?.squeeze(D::Minus1)?;
+                let r1 = (x1.broadcast_mul(&cos)? - x2.broadcast_mul(&sin)?)?;
+                let r2 = (x2.broadcast_mul(&cos)? + x1.broadcast_mul(&sin)?)?;
+                Ok(Tensor::stack(&[r1, r2], D::Minus1)?.reshape((b, h, t, d))?)
+            }
+        }
+    }
+}
+
+/// Softmax over the last dimension.
+pub fn softmax_last(x: &Tensor, mode: OpMode) -> Result<Tensor> {
+    if mode.differentiable {
+        let max = x.max_keepdim(D::Minus1)?.detach();
+        let e = x.broadcast_sub(&max)?.exp()?;
+        let s = e.sum_keepdim(D::Minus1)?;
+        Ok(e.broadcast_div(&s)?)
+    } else {
+        Ok(candle_nn::ops::softmax_last_dim(&x.contiguous()?)?)
+    }
+}
+
+/// Keys and values of one layer, `(b, kv_heads, T, head_dim)`. Tensors are never mutated
+/// in place, so a cloned cache (e.g. held by the prefix cache) never goes stale.
+#[derive(Debug, Clone, Default)]
+pub struct KvCache {
+    k: Option<Tensor>,
+    v: Option<Tensor>,
+}
+
+impl KvCache {
+    /// Appends new keys/values and returns the full ones.
+    pub fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (k, v) = match (&self.k, &self.v) {
+            (Some(pk), Some(pv)) => (Tensor::cat(&[pk, k], 2)?, Tensor::cat(&[pv, v], 2)?),
+            _ => (k.clone(), v.clone()),
+        };
+        self.k = Some(k.clone());
+        self.v = Some(v.clone());
+        Ok((k, v))
+    }
+    /// Cached length.
+    pub fn len(&self) -> usize {
+        self.k.as_ref().and_then(|k| k.dim(2).ok()).unwrap_or(0)
+    }
+    /// Whether empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        [&self.k, &self.v]
+            .iter()
+            .filter_map(|t| t.as_ref())
+            .map(|t| t.elem_count() * t.dtype().size_in_bytes())
+            .sum()
+    }
+    /// Keys and values.
+    pub fn tensors(&self) -> Option<(&Tensor, &Tensor)> {
+        Some((self.k.as_ref()?, self.v.as_ref()?))
+    }
+    /// Builds from tensors.
+    pub fn from_tensors(k: Tensor, v: Tensor) -> Self {
+        Self {
+            k: Some(k),
+            v: Some(v),
+        }
+    }
+}
+
+/// The q, k, v projections: separate (training) or stacked into one matmul (inference).
+#[derive(Debug, Clone)]
+pub enum Qkv {
+    Separate { q: Linear, k: Linear, v: Linear },
+    Fused(Linear),
+}
+
+impl Qkv {
+    /// Stacks the projections when possible.
+    pub fn fuse(self) -> Result<Self> {
+        Ok(match &self {
+            Self::Separate { q, k, v } => match Linear::fuse(&[q, k, v])? {
+                Some(f) => Self::Fused(f),
+                None => self,
+            },
+            Self::Fused(_) => self,
+        })
+    }
+    /// The linears held.
+    pub fn linears(&self) -> Vec<&Linear> {
+        match self {
+            Self::Separate { q, k, v } => vec![q, k, v],
+            Self::Fused(f) => vec![f],
+        }
+    }
+}
+
+/// The gate and up projections: separate or stacked.
+#[derive(Debug, Clone)]
+pub enum GateUp {
+    Separate { gate: Linear, up: Linear },
+    Fused(Linear),
+}
+
+impl GateUp {
+    /// Stacks the projections when possible.
+    pub fn fuse(self) -> Result<Self> {
+        Ok(match &self {
+            Self::Separate { gate, up } => match Linear::fuse(&[gate, up])? {
+                Some(f) => Self::Fused(f),
+                None => self,
+            },
+            Self::Fused(_) => self,
+        })
+    }
+    /// The linears held.
+    pub fn linears(&self) -> Vec<&Linear> {
+        match self {
+            Self::Separate { gate, up } => vec![gate, up],
+            Self::Fused(f) => vec![f],
+        }
+    }
+}
+
+/// Grouped-query self-attention.
+#[derive(Debug, Clone)]
+pub struct Attention {
+    pub qkv: Qkv,
+    pub o: Linear,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+}
+
+fn repeat_kv(x: Tensor, n_rep: usize) -> Result<Tensor> {
+    if n_rep == 1 {
+        return Ok(x);
+    }
+    let (b, kvh, t, d) = x.dims4()?;
+    Ok(x.unsqueeze(2)?
+        .broadcast_as((b, kvh, n_rep, t, d))?
+        .reshape((b, kvh * n_rep, t, d))?)
+}
+
+impl Attention {
+    /// `x: (b, t, hidden)`; `mask`: additive `(b, 1, t, T)` or `None` for a single query.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        rotary: &Rotary,
+        cos_sin: &(Tensor, Tensor),
+        mask: Option<&Tensor>,
+        cache: &mut KvCache,
+        mode: OpMode,
+    ) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        let (h, kvh, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        let (q, k, v) = match &self.qkv {
+            Qkv::Fused(qkv) => {
+                let y = qkv.forward(x)?;
+                (
+                    y.narrow(2, 0, h * hd)?,
+                    y.narrow(2, h * hd, kvh * hd)?,
+                    y.narrow(2, (h + kvh) * hd, kvh * hd)?,
+                )
+            }
+            Qkv::Separate { q, k, v } => (q.forward(x)?, k.forward(x)?, v.forward(x)?),
+        };
+        let q = q.reshape((b, t, h, hd))?.transpose(1, 2)?;
+        let k = k.reshape((b, t, kvh, hd))?.transpose(1, 2)?;
+        let v = v.reshape((b, t, kvh, hd))?.transpose(1, 2)?.contiguous()?;
+        let q = rotary.apply(&q, &cos_sin.0, &cos_sin.1, mode)?;
+        let k = rotary.apply(&k, &cos_sin.0, &cos_sin.1, mode)?;
+        let (k, v) = cache.append(&k, &v)?;
+        let n_rep = h / kvh;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let y = if n_rep > 1 && t == 1 && b == 1 && !mode.differentiable {
+            // decode: fold query heads into rows of each kv group, no kv copy
+            let q = q.reshape((kvh, n_rep, hd))?;
+            let k0 = k.squeeze(0)?; // (kvh, T, hd)
+            let v0 = v.squeeze(0)?;
+            let att = (q.matmul(&k0.t()?)? * scale)?; // (kvh, n_rep, T)
+            let att = match mask {
+                Some(m) => att.broadcast_add(&m.reshape((1, 1, ()))?)?,
+                None => att,
+            };
+            let att = softmax_last(&att, mode)?;
+            att.matmul(&v0)?.reshape((1, h, 1, hd))?
+        } else {
+            let k = repeat_kv(k, n_rep)?.contiguous()?;
+            let v = repeat_kv(v, n_rep)?.contiguous()?;
+            let att = (q.contiguous()?.matmul(&k.t()?)? * scale)?;
+            let att = match mask {
+                Some(m) => att.broadcast_add(m)?,
+                None => att,
+            };
+            let att = softmax_last(&att, mode)?;
+            att.matmul(&v)?
+        };
+        let y = y.transpose(1, 2)?.reshape((b, t, h * hd))?;
+        self.o.forward(&y)
+    }
+}
+
+/// SwiGLU feed-forward.
+#[derive(Debug, Clone)]
+pub struct Mlp {
+    pub gate_up: GateUp,
+    pub down: Linear,
+}
+
+impl Mlp {
+    /// `down(silu(gate(x)) * up(x))`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (g, u) = match &self.gate_up {
+            GateUp::Fused(gu) => {
+                let y = gu.forward(x)?;
+                let i = y.dim(2)? / 2;
+                (y.narrow(2, 0, i)?, y.narrow(2, i, i)?)
+            }
+            GateUp::Separate { gate, up } => (gate.forward(x)?, up.forward(x)?),
+        };
+        let a = (candle_nn::ops::silu(&g)? * u)?;
+        self.down.forward(&a)
+    }
+}
+
+/// One pre-norm transformer block.
+#[derive(Debug, Clone)]
+pub struct Block {
+    pub attn_norm: RmsNorm,
+    pub attn: Attention,
+    pub ffn_norm: RmsNorm,
+    pub mlp: Mlp,
+}
+
+impl Block {
+    /// Switches every linear to the SIMD kernel's layout where possible.
+    pub fn pack_for_cpu(&mut self) {
+        match &mut self.attn.qkv {
+            Qkv::Separate { q, k, v } => [q, k, v].into_iter().for_each(Linear::pack_for_cpu),
+            Qkv::Fused(f) => f.pack_for_cpu(),
+        }
+        self.attn.o.pack_for_cpu();
+        match &mut self.mlp.gate_up {
+            GateUp::Separate { gate, up } => [gate, up].into_iter().for_each(Linear::pack_for_cpu),
+            GateUp::Fused(f) => f.pack_for_cpu(),
+        }
+        self.mlp.down.pack_for_cpu();
+    }
+    /// All linear layers of the block.
+    pub fn linears(&self) -> Vec<&Linear> {
+        let mut v = self.attn.qkv.linears();
+        v.push(&self.attn.o);
+        v.extend(self.mlp.gate_up.linears());
+        v.push(&self.mlp.down);
+        v
+    }
+    /// Residual attention then residual MLP.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        rotary: &Rotary,
+        cos_sin: &(Tensor, Tensor),
+        mask: Option<&Tensor>,
+        cache: &mut KvCache,
+        mode: OpMode,
+    ) -> Result<Tensor> {
+        let h = self.attn.forward(
+            &self.attn_norm.forward(x, mode)?,
+            rotary,
+            cos_sin,
+            mask,
+            cache,
+            mode,
+        )?;
+        let x = (x + h)?;
+        let h = self.mlp.forward(&self.ffn_norm.forward(&x, mode)?)?;
+        Ok((x + h)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar()
+            .unwrap()
+    }
+
+    #[test]
+    fn fast_and_differentiable_paths_agree() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (2, 3, 5, 8), &dev).unwrap();
+        let inv: Vec<f32> = (0..4)
+            .map(|i| 1.0 / 10000f32.powf(i as f32 / 4.0))
+            .collect();
+        let pos = Tensor::new(&[[0u32, 1, 2, 3, 4], [3, 4, 5, 6, 7]], &dev).unwrap();
+        for layout in [RopeLayout::Interleaved, RopeLayout::HalfSplit] {
+            let r = Rotary::new(&inv, 16, layout, &dev).unwrap();
+            let cs = r.tables(&pos).unwrap();
+            let fast = r
+                .apply(
+                    &x,
+                    &cs.0,
+                    &cs.1,
+                    OpMode {
+                        differentiable: false,
+                    },
+                )
+                .unwrap();
+            let slow = r
+                .apply(
+                    &x,
+                    &cs.0,
+                    &cs.1,
+                    OpMode {
+                        differentiable: true,
+                    },
+                )
+                .unwrap();
+            assert!(max_diff(&fast, &slow) < 1e-5);
+        }
+        let w = Tensor::randn(0f32, 1.0, 8, &dev).unwrap();
+        let n = RmsNorm::new(w, 1e-5);
+        let a = n
+            .forward(
+                &x,
+                OpMode {
+                    differentiable: false,
+                },
+            )
+            .unwrap();
+        let b = n
+            .forward(
+                &x,
+                OpMode {
+                    differentiable: true,
+                },
+            )
+            .unwrap();
+        assert!(max_diff(&a, &b) < 1e-5);
+        let a = softmax_last(
+            &x,
+            OpMode {
+                differentiable: false,
+            },
+        )
+        .unwrap();
+        let b = softmax_last(
+            &x,
+            OpMode {
+                differentiable: true,
+            },
+        )
+        .unwrap();
+        assert!(max_diff(&a, &b) < 1e-6);
+    }
+
+    #[test]
+    fn kv_cache_clones_do_not_go_stale() {
+        let dev = Device::Cpu;
+        let k = Tensor::ones((1, 2, 3, 4), DType::F32, &dev).unwrap();
+        let mut c = KvCache::default();
+        c.append(&k, &k).unwrap();
+        let snapshot = c.clone();
+        c.append(&k, &k).unwrap();
+        assert_eq!(snapshot.len(), 3);
+        assert_eq!(c.len(), 6);
+    }
+}

@@ -1,0 +1,380 @@
+//! The one decoder-only transformer; llama and qwen2 are wirings of it (see `llama.rs`,
+//! `qwen2.rs`).
+
+use candle_core::{DType, Device, Tensor, Var};
+
+use crate::config::{Architecture, ModelConfig};
+use crate::error::{Error, Result};
+use crate::layers::{
+    Attention, Block, Embedding, GateUp, KvCache, Linear, Mlp, OpMode, Qkv, RmsNorm, Rotary,
+};
+use crate::weights::{LinearWeight, RawTensor, WeightFormat, WeightMap};
+
+/// How to materialise weights.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoadOptions {
+    /// Format of linear weights.
+    pub format: WeightFormat,
+    /// Make every weight a dense f32 [`Var`] and use differentiable ops.
+    pub trainable: bool,
+}
+
+/// Architecture-specific wiring of the shared layers.
+#[derive(Debug, Clone, Copy)]
+pub struct Wiring {
+    /// q/k/v projections carry a bias.
+    pub qkv_bias: bool,
+}
+
+/// Per-request KV state of all layers for a batch of rows.
+#[derive(Debug, Clone)]
+pub struct Cache {
+    layers: Vec<KvCache>,
+    pads: Vec<usize>,
+}
+
+impl Cache {
+    /// Empty cache for `batch` rows without padding.
+    pub fn new(num_layers: usize, batch: usize) -> Self {
+        Self {
+            layers: vec![KvCache::default(); num_layers],
+            pads: vec![0; batch],
+        }
+    }
+    /// Empty cache whose rows start with `pads[r]` left-padding tokens.
+    pub fn with_left_padding(num_layers: usize, pads: Vec<usize>) -> Self {
+        Self {
+            layers: vec![KvCache::default(); num_layers],
+            pads,
+        }
+    }
+    /// Single-row cache from layer states.
+    pub fn from_layers(layers: Vec<KvCache>) -> Self {
+        Self {
+            layers,
+            pads: vec![0],
+        }
+    }
+    /// Tokens held (including padding).
+    pub fn len(&self) -> usize {
+        self.layers.first().map_or(0, KvCache::len)
+    }
+    /// Whether empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Batch rows.
+    pub fn batch(&self) -> usize {
+        self.pads.len()
+    }
+    /// Bytes held by keys and values.
+    pub fn bytes(&self) -> usize {
+        self.layers.iter().map(KvCache::bytes).sum()
+    }
+    /// Layer caches.
+    pub fn layers(&self) -> &[KvCache] {
+        &self.layers
+    }
+    /// Left padding per row.
+    pub fn pads(&self) -> &[usize] {
+        &self.pads
+    }
+    /// Stacks single-row caches into one batch, left-padding shorter rows with zeros.
+    pub fn stack(rows: &[Cache]) -> Result<Cache> {
+        let n_layers = rows.first().map_or(0, |c| c.layers.len());
+        let max_len = rows.iter().map(Cache::len).max().unwrap_or(0);
+        let mut pads = Vec::with_capacity(rows.len());
+        for r in rows {
+            if r.batch() != 1 {
+                return Err(Error::InvalidArgument(
+                    "Cache::stack takes single-row caches".into(),
+                ));
+            }
+            pads.push(max_len - r.len() + r.pads[0]);
+        }
+        let mut layers = Vec::with_capacity(n_layers);
+        for l in 0..n_layers {
+            let mut ks = Vec::new();
+            let mut vs = Vec::new();
+            for r in rows {
+                let (k, v) = r.layers[l]
+                    .tensors()
+                    .ok_or_else(|| Error::InvalidArgument("empty cache row".into()))?;
+                let missing = max_len - r.len();
+                if missing > 0 {
+                    let (b, h, _, d) = k.dims4()?;
+                    let z = Tensor::zeros((b, h, missing, d), k.dtype(), k.device())?;
+                    ks.push(Tensor::cat(&[&z, k], 2)?);
+                    vs.push(Tensor::cat(&[&z, v], 2)?);
+                } else {
+                    ks.push(k.clone());
+                    vs.push(v.clone());
+                }
+            }
+            layers.push(KvCache::from_tensors(
+                Tensor::cat(&ks, 0)?,
+                Tensor::cat(&vs, 0)?,
+            ));
+        }
+        Ok(Cache { layers, pads })
+    }
+}
+
+/// A loaded model.
+#[derive(Debug)]
+pub struct Transformer {
+    cfg: ModelConfig,
+    embed: Embedding,
+    blocks: Vec<Block>,
+    norm: RmsNorm,
+    lm_head: Linear,
+    rotary: Rotary,
+    mode: OpMode,
+    vars: Vec<(String, Var)>,
+    device: Device,
+}
+
+struct Builder<'a> {
+    w: &'a mut WeightMap,
+    opts: LoadOptions,
+    dev: &'a Device,
+    vars: Vec<(String, Var)>,
+}
+
+impl Builder<'_> {
+    fn dense(&mut self, name: &str, raw: RawTensor) -> Result<Tensor> {
+        if self.opts.trainable {
+            let v = Var::from_tensor(&raw.to_f32(self.dev)?)?;
+            let t = v.as_tensor().clone();
+            self.vars.push((name.to_string(), v));
+            Ok(t)
+        } else {
+            raw.to_f32(self.dev)
+        }
+    }
+    fn f32(&mut self, name: &str) -> Result<Tensor> {
+        let raw = self.w.require(name)?;
+        self.dense(name, raw)
+    }
+    fn opt_f32(&mut self, name: &str) -> Result<Option<Tensor>> {
+        match self.w.take(name) {
+            Some(raw) => Ok(Some(self.dense(name, raw)?)),
+            None => Ok(None),
+        }
+    }
+    fn linear_raw(&mut self, name: &str, raw: RawTensor, bias: Option<Tensor>) -> Result<Linear> {
+        let w = if self.opts.trainable {
+            LinearWeight::Dense(self.dense(name, raw)?)
+        } else {
+            LinearWeight::convert(raw, self.opts.format, self.dev)?
+        };
+        Ok(Linear::new(w, bias))
+    }
+    fn linear(&mut self, prefix: &str, bias: bool) -> Result<Linear> {
+        let raw = self.w.require(&format!("{prefix}.weight"))?;
+        let b = if bias {
+            Some(self.f32(&format!("{prefix}.bias"))?)
+        } else {
+            self.opt_f32(&format!("{prefix}.bias"))?
+        };
+        self.linear_raw(&format!("{prefix}.weight"), raw, b)
+    }
+}
+
+impl Transformer {
+    /// Builds the model from GGUF-named tensors.
+    pub fn load(
+        mut cfg: ModelConfig,
+        weights: &mut WeightMap,
+        opts: LoadOptions,
+        device: &Device,
+    ) -> Result<Self> {
+        let wiring = match cfg.arch {
+            Architecture::Llama => crate::llama::wiring(&cfg),
+            Architecture::Qwen2 => crate::qwen2::wiring(&cfg),
+        };
+        if let Some(raw) = weights.take("rope_freqs.weight") {
+            cfg.rope_freq_factors = Some(raw.to_f32(device)?.flatten_all()?.to_vec1::<f32>()?);
+        }
+        let mut b = Builder {
+            w: weights,
+            opts,
+            dev: device,
+            vars: Vec::new(),
+        };
+        let emb_raw = b.w.require("token_embd.weight")?;
+        let emb_table = b.dense(
+            "token_embd.weight",
+            RawTensor::Dense(emb_raw.to_f32(device)?),
+        )?;
+        let lm_head = match b.w.take("output.weight") {
+            Some(raw) => b.linear_raw("output.weight", raw, None)?,
+            None if opts.trainable => Linear::new(LinearWeight::Dense(emb_table.clone()), None),
+            None => Linear::new(LinearWeight::convert(emb_raw, opts.format, device)?, None),
+        };
+        let mut blocks = Vec::with_capacity(cfg.num_layers);
+        for i in 0..cfg.num_layers {
+            let p = format!("blk.{i}");
+            let mut attn = Attention {
+                qkv: Qkv::Separate {
+                    q: b.linear(&format!("{p}.attn_q"), wiring.qkv_bias)?,
+                    k: b.linear(&format!("{p}.attn_k"), wiring.qkv_bias)?,
+                    v: b.linear(&format!("{p}.attn_v"), wiring.qkv_bias)?,
+                },
+                o: b.linear(&format!("{p}.attn_output"), false)?,
+                num_heads: cfg.num_heads,
+                num_kv_heads: cfg.num_kv_heads,
+                head_dim: cfg.head_dim,
+            };
+            let mut mlp = Mlp {
+                gate_up: GateUp::Separate {
+                    gate: b.linear(&format!("{p}.ffn_gate"), false)?,
+                    up: b.linear(&format!("{p}.ffn_up"), false)?,
+                },
+                down: b.linear(&format!("{p}.ffn_down"), false)?,
+            };
+            if !opts.trainable {
+                // one matmul instead of three (q,k,v) and two (gate,up) per layer
+                attn.qkv = attn.qkv.fuse()?;
+                mlp.gate_up = mlp.gate_up.fuse()?;
+            }
+            let mut block = Block {
+                attn_norm: RmsNorm::new(b.f32(&format!("{p}.attn_norm.weight"))?, cfg.rms_eps),
+                attn,
+                ffn_norm: RmsNorm::new(b.f32(&format!("{p}.ffn_norm.weight"))?, cfg.rms_eps),
+                mlp,
+            };
+            if !opts.trainable {
+                block.pack_for_cpu();
+            }
+            blocks.push(block);
+        }
+        let norm = RmsNorm::new(b.f32("output_norm.weight")?, cfg.rms_eps);
+        let mut lm_head = lm_head;
+        if !opts.trainable {
+            lm_head.pack_for_cpu();
+        }
+        let vars = b.vars;
+        let rotary = Rotary::new(&cfg.inv_freqs(), cfg.max_position, cfg.rope_layout, device)?;
+        Ok(Self {
+            cfg,
+            embed: Embedding::new(emb_table),
+            blocks,
+            norm,
+            lm_head,
+            rotary,
+            mode: OpMode {
+                differentiable: opts.trainable,
+            },
+            vars,
+            device: device.clone(),
+        })
+    }
+
+    /// Hyper-parameters.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+    /// Device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+    /// Trainable variables (empty unless loaded with `trainable`).
+    pub fn vars(&self) -> &[(String, Var)] {
+        &self.vars
+    }
+    /// Forces the differentiable ops on or off.
+    pub fn set_differentiable(&mut self, on: bool) {
+        self.mode.differentiable = on;
+    }
+    /// Context length.
+    pub fn max_positions(&self) -> usize {
+        self.rotary.max_positions()
+    }
+    /// Fresh cache for `batch` rows.
+    pub fn new_cache(&self, batch: usize) -> Cache {
+        Cache::new(self.blocks.len(), batch)
+    }
+    /// Formats of the linear weights, with counts.
+    pub fn linear_formats(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut m = std::collections::BTreeMap::new();
+        let mut add = |l: &Linear| *m.entry(l.weight().format_name()).or_insert(0) += 1;
+        for b in &self.blocks {
+            for l in b.linears() {
+                add(l);
+            }
+        }
+        add(&self.lm_head);
+        m
+    }
+    /// Bytes of all weights as held.
+    pub fn weight_bytes(&self) -> usize {
+        let mut n = self.embed.table().elem_count() * 4;
+        for b in &self.blocks {
+            for l in b.linears() {
+                n += l.weight().storage_bytes();
+            }
+        }
+        n + self.lm_head.weight().storage_bytes()
+    }
+
+    /// Runs `ids (b, t)` through the model, appending to `cache`. Returns f32 logits
+    /// `(b, t, vocab)`, or `(b, 1, vocab)` for the last position when `last_only`.
+    pub fn forward(&self, ids: &Tensor, cache: &mut Cache, last_only: bool) -> Result<Tensor> {
+        let (b, t) = ids.dims2()?;
+        if b != cache.batch() {
+            return Err(Error::InvalidArgument(format!(
+                "batch {b} does not match cache batch {}",
+                cache.batch()
+            )));
+        }
+        let past = cache.len();
+        let total = past + t;
+        if total > self.max_positions() {
+            return Err(Error::ContextOverflow {
+                prompt: total,
+                max_new_tokens: 0,
+                context: self.max_positions(),
+            });
+        }
+        let pads = cache.pads().to_vec();
+        let mut pos = Vec::with_capacity(b * t);
+        for &p in &pads {
+            for j in 0..t {
+                pos.push((past + j).saturating_sub(p) as u32);
+            }
+        }
+        let positions = Tensor::from_vec(pos, (b, t), &self.device)?;
+        let cos_sin = self.rotary.tables(&positions)?;
+        let any_pad = pads.iter().any(|&p| p > 0);
+        let mask = if t == 1 && !any_pad {
+            None
+        } else {
+            let mut m = vec![0f32; b * t * total];
+            for (r, &p) in pads.iter().enumerate() {
+                for i in 0..t {
+                    let qa = past + i;
+                    for j in 0..total {
+                        let masked = j > qa || (j < p && qa >= p);
+                        if masked {
+                            m[(r * t + i) * total + j] = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+            }
+            Some(Tensor::from_vec(m, (b, 1, t, total), &self.device)?)
+        };
+        let mut x = self.embed.forward(ids)?;
+        for (blk, kv) in self.blocks.iter().zip(cache.layers.iter_mut()) {
+            x = blk.forward(&x, &self.rotary, &cos_sin, mask.as_ref(), kv, self.mode)?;
+        }
+        let x = if last_only { x.narrow(1, t - 1, 1)? } else { x };
+        let x = self.norm.forward(&x, self.mode)?;
+        let logits = self.lm_head.forward(&x)?;
+        Ok(if logits.dtype() == DType::F32 {
+            logits
+        } else {
+            logits.to_dtype(DType::F32)?
+        })
+    }
+}

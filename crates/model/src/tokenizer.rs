@@ -1,0 +1,489 @@
+//! Byte-level BPE tokenizer built from GGUF metadata or a Hugging Face `tokenizer.json`.
+//!
+//! We build the tokenizer ourselves rather than through candle's `from_gguf` because the
+//! pre-tokenizer must follow `tokenizer.ggml.pre`: SmolLM2's `smollm` splits every digit
+//! on its own, then applies the GPT-2 regex with no added prefix space, and its 17 control
+//! tokens (`<|im_start|>` ...) must be matched as special tokens. Ids equal llama.cpp's
+//! (`llama-tokenize` with special-token parsing) for the same text.
+
+use std::collections::HashMap;
+
+use fancy_regex::Regex;
+
+use crate::error::{Error, Result};
+
+/// GPT-2 pattern (also used after `smollm`'s digit split).
+pub const GPT2_PATTERN: &str =
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+/// Llama 3 pattern (`llama-bpe`).
+pub const LLAMA3_PATTERN: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen2 pattern.
+pub const QWEN2_PATTERN: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Every number character on its own (`Digits(individual_digits=true)`).
+pub const DIGITS_PATTERN: &str = r"\p{N}";
+
+/// Kind of a vocabulary entry (GGUF `tokenizer.ggml.token_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    Normal,
+    Unknown,
+    Control,
+    UserDefined,
+    Unused,
+    Byte,
+}
+
+impl TokenKind {
+    /// Whether the token is matched verbatim in input text.
+    pub fn is_special(self) -> bool {
+        matches!(self, Self::Control | Self::UserDefined)
+    }
+}
+
+/// Everything needed to build a [`Tokenizer`].
+#[derive(Debug, Clone, Default)]
+pub struct TokenizerSpec {
+    pub tokens: Vec<String>,
+    pub kinds: Vec<TokenKind>,
+    pub merges: Vec<String>,
+    /// Regexes applied in order; each splits pieces into matches and gaps.
+    pub pre_patterns: Vec<String>,
+    pub ignore_merges: bool,
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+    pub unk: Option<u32>,
+    pub pad: Option<u32>,
+    pub add_bos: bool,
+    /// Extra end-of-generation tokens (e.g. `<|im_end|>`, `<|eot_id|>`).
+    pub eog: Vec<u32>,
+}
+
+/// A byte-level BPE tokenizer.
+#[derive(Debug)]
+pub struct Tokenizer {
+    tokens: Vec<String>,
+    kinds: Vec<TokenKind>,
+    vocab: HashMap<String, u32>,
+    merges: HashMap<(u32, u32), (u32, u32)>,
+    pre: Vec<Regex>,
+    pre_names: Vec<String>,
+    ignore_merges: bool,
+    specials: Vec<(String, u32)>,
+    byte_to_char: [char; 256],
+    char_to_byte: HashMap<char, u8>,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    unk: Option<u32>,
+    pad: Option<u32>,
+    add_bos: bool,
+    eog: Vec<u32>,
+}
+
+/// GPT-2's reversible mapping of bytes to printable characters.
+fn bytes_to_unicode() -> [char; 256] {
+    let mut out = ['\0'; 256];
+    let mut n = 0u32;
+    for b in 0..256u32 {
+        let printable =
+            (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+        out[b as usize] = if printable {
+            char::from_u32(b).unwrap_or('?')
+        } else {
+            let c = char::from_u32(256 + n).unwrap_or('?');
+            n += 1;
+            c
+        };
+    }
+    out
+}
+
+/// Pre-tokenizer patterns for a GGUF `tokenizer.ggml.pre` value.
+pub fn patterns_for_pre(pre: &str) -> Result<(Vec<String>, bool)> {
+    let p = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    Ok(match pre {
+        "smollm" | "starcoder" | "refact" | "codeshell" => {
+            (p(&[DIGITS_PATTERN, GPT2_PATTERN]), false)
+        }
+        "llama-bpe" | "llama3" | "llama-v3" | "falcon3" => (p(&[LLAMA3_PATTERN]), true),
+        "qwen2" | "deepseek-r1-qwen" => (p(&[QWEN2_PATTERN]), false),
+        "gpt-2" | "gpt2" | "default" | "" => (p(&[GPT2_PATTERN]), false),
+        other => {
+            return Err(Error::Tokenizer(format!(
+                "unsupported pre-tokenizer `{other}` (supported: smollm, llama-bpe, qwen2, gpt-2)"
+            )))
+        }
+    })
+}
+
+impl Tokenizer {
+    /// Builds the tokenizer from a spec.
+    pub fn new(spec: TokenizerSpec) -> Result<Self> {
+        let TokenizerSpec {
+            tokens,
+            mut kinds,
+            merges,
+            pre_patterns,
+            ignore_merges,
+            bos,
+            eos,
+            unk,
+            pad,
+            add_bos,
+            mut eog,
+        } = spec;
+        if tokens.is_empty() {
+            return Err(Error::Tokenizer("empty vocabulary".into()));
+        }
+        kinds.resize(tokens.len(), TokenKind::Normal);
+        let mut vocab = HashMap::with_capacity(tokens.len());
+        for (i, t) in tokens.iter().enumerate() {
+            vocab.entry(t.clone()).or_insert(i as u32);
+        }
+        let mut merge_map = HashMap::with_capacity(merges.len());
+        for (rank, m) in merges.iter().enumerate() {
+            let Some((a, b)) = m.split_once(' ') else {
+                return Err(Error::Tokenizer(format!("bad merge `{m}`")));
+            };
+            let (Some(&ia), Some(&ib)) = (vocab.get(a), vocab.get(b)) else {
+                continue;
+            };
+            let Some(&im) = vocab.get(&format!("{a}{b}")) else {
+                continue;
+            };
+            merge_map.entry((ia, ib)).or_insert((rank as u32, im));
+        }
+        let pre = pre_patterns
+            .iter()
+            .map(|p| {
+                Regex::new(p).map_err(|e| Error::Tokenizer(format!("bad pre-tokenizer regex: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut specials: Vec<(String, u32)> = tokens
+            .iter()
+            .enumerate()
+            .filter(|(i, t)| kinds[*i].is_special() && !t.is_empty())
+            .map(|(i, t)| (t.clone(), i as u32))
+            .collect();
+        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        let byte_to_char = bytes_to_unicode();
+        let char_to_byte = byte_to_char
+            .iter()
+            .enumerate()
+            .map(|(b, c)| (*c, b as u8))
+            .collect();
+        if let Some(e) = eos {
+            if !eog.contains(&e) {
+                eog.push(e);
+            }
+        }
+        for name in [
+            "<|im_end|>",
+            "<|eot_id|>",
+            "<|endoftext|>",
+            "<|eom_id|>",
+            "<end_of_turn>",
+        ] {
+            if let Some(&id) = vocab.get(name) {
+                if kinds[id as usize].is_special() && !eog.contains(&id) {
+                    eog.push(id);
+                }
+            }
+        }
+        Ok(Self {
+            tokens,
+            kinds,
+            vocab,
+            merges: merge_map,
+            pre,
+            pre_names: pre_patterns,
+            ignore_merges,
+            specials,
+            byte_to_char,
+            char_to_byte,
+            bos,
+            eos,
+            unk,
+            pad,
+            add_bos,
+            eog,
+        })
+    }
+
+    /// Number of entries in the vocabulary.
+    pub fn vocab_size(&self) -> usize {
+        self.tokens.len()
+    }
+    /// Beginning-of-sequence token.
+    pub fn bos(&self) -> Option<u32> {
+        self.bos
+    }
+    /// End-of-sequence token.
+    pub fn eos(&self) -> Option<u32> {
+        self.eos
+    }
+    /// Unknown token.
+    pub fn unk(&self) -> Option<u32> {
+        self.unk
+    }
+    /// Padding token.
+    pub fn pad(&self) -> Option<u32> {
+        self.pad
+    }
+    /// Whether encoding with `add_special` prepends BOS.
+    pub fn add_bos(&self) -> bool {
+        self.add_bos
+    }
+    /// Tokens that end generation.
+    pub fn eog_tokens(&self) -> &[u32] {
+        &self.eog
+    }
+    /// Number of special (control or user-defined) tokens.
+    pub fn special_count(&self) -> usize {
+        self.specials.len()
+    }
+    /// Pre-tokenizer regexes.
+    pub fn pre_patterns(&self) -> &[String] {
+        &self.pre_names
+    }
+    /// The string of a token id.
+    pub fn token_str(&self, id: u32) -> Option<&str> {
+        self.tokens.get(id as usize).map(String::as_str)
+    }
+    /// The id of an exact vocabulary string.
+    pub fn token_id(&self, s: &str) -> Option<u32> {
+        self.vocab.get(s).copied()
+    }
+    /// Kind of a token.
+    pub fn kind(&self, id: u32) -> Option<TokenKind> {
+        self.kinds.get(id as usize).copied()
+    }
+
+    /// Encodes text; special tokens in the text are recognised. `add_special` prepends BOS
+    /// when the model asks for it.
+    pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
+        let mut out = Vec::new();
+        if add_special && self.add_bos {
+            if let Some(b) = self.bos {
+                out.push(b);
+            }
+        }
+        let mut rest = text;
+        while !rest.is_empty() {
+            // earliest special token occurrence, longest at that position
+            let mut best: Option<(usize, &str, u32)> = None;
+            for (s, id) in &self.specials {
+                if let Some(pos) = rest.find(s.as_str()) {
+                    if best.is_none_or(|(bp, bs, _)| pos < bp || (pos == bp && s.len() > bs.len()))
+                    {
+                        best = Some((pos, s, *id));
+                    }
+                }
+            }
+            match best {
+                Some((pos, s, id)) => {
+                    self.encode_plain(&rest[..pos], &mut out)?;
+                    out.push(id);
+                    rest = &rest[pos + s.len()..];
+                }
+                None => {
+                    self.encode_plain(rest, &mut out)?;
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn pre_tokenize<'a>(&self, text: &'a str) -> Result<Vec<&'a str>> {
+        let mut pieces = vec![text];
+        for re in &self.pre {
+            let mut next = Vec::with_capacity(pieces.len() * 2);
+            for piece in pieces {
+                let mut last = 0;
+                for m in re.find_iter(piece) {
+                    let m = m.map_err(|e| Error::Tokenizer(format!("regex: {e}")))?;
+                    if m.start() > last {
+                        next.push(&piece[last..m.start()]);
+                    }
+                    if m.end() > m.start() {
+                        next.push(m.as_str());
+                    }
+                    last = m.end();
+                }
+                if last < piece.len() {
+                    next.push(&piece[last..]);
+                }
+            }
+            pieces = next;
+        }
+        Ok(pieces)
+    }
+
+    fn encode_plain(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
+        if text.is_empty() {
+            return Ok(());
+        }
+        for piece in self.pre_tokenize(text)? {
+            let mapped: String = piece
+                .bytes()
+                .map(|b| self.byte_to_char[b as usize])
+                .collect();
+            if self.ignore_merges {
+                if let Some(&id) = self.vocab.get(&mapped) {
+                    out.push(id);
+                    continue;
+                }
+            }
+            let mut word: Vec<u32> = Vec::with_capacity(mapped.len());
+            let mut buf = [0u8; 4];
+            for c in mapped.chars() {
+                match self.vocab.get(c.encode_utf8(&mut buf) as &str) {
+                    Some(&id) => word.push(id),
+                    None => match self.unk {
+                        Some(u) => word.push(u),
+                        None => {
+                            return Err(Error::Tokenizer(format!(
+                                "character {c:?} not in vocabulary"
+                            )))
+                        }
+                    },
+                }
+            }
+            loop {
+                let mut best: Option<(usize, u32, u32)> = None;
+                for i in 0..word.len().saturating_sub(1) {
+                    if let Some(&(rank, merged)) = self.merges.get(&(word[i], word[i + 1])) {
+                        if best.is_none_or(|(_, r, _)| rank < r) {
+                            best = Some((i, rank, merged));
+                        }
+                    }
+                }
+                let Some((i, _, merged)) = best else { break };
+                word[i] = merged;
+                word.remove(i + 1);
+            }
+            out.extend_from_slice(&word);
+        }
+        Ok(())
+    }
+
+    /// Raw bytes of one token (special tokens give their text).
+    pub fn token_bytes(&self, id: u32) -> Vec<u8> {
+        let Some(s) = self.tokens.get(id as usize) else {
+            return Vec::new();
+        };
+        if self.kinds[id as usize].is_special() {
+            return s.as_bytes().to_vec();
+        }
+        let mut out = Vec::with_capacity(s.len());
+        let mut buf = [0u8; 4];
+        for c in s.chars() {
+            match self.char_to_byte.get(&c) {
+                Some(&b) => out.push(b),
+                None => out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes()),
+            }
+        }
+        out
+    }
+
+    /// Decodes ids to bytes; control tokens are dropped when `skip_special`.
+    pub fn decode_bytes(&self, ids: &[u32], skip_special: bool) -> Vec<u8> {
+        let mut out = Vec::new();
+        for &id in ids {
+            if skip_special
+                && self
+                    .kinds
+                    .get(id as usize)
+                    .is_some_and(|k| *k == TokenKind::Control)
+            {
+                continue;
+            }
+            out.extend(self.token_bytes(id));
+        }
+        out
+    }
+
+    /// Decodes ids to text (invalid UTF-8 replaced).
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> String {
+        String::from_utf8_lossy(&self.decode_bytes(ids, skip_special)).into_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toy(pre: &str) -> Tokenizer {
+        let bu = bytes_to_unicode();
+        let mut tokens: Vec<String> = vec!["<|im_start|>".into(), "<|im_end|>".into()];
+        let mut kinds = vec![TokenKind::Control, TokenKind::Control];
+        for c in bu {
+            tokens.push(c.to_string());
+            kinds.push(TokenKind::Normal);
+        }
+        let g = bu[b' ' as usize];
+        for t in [
+            "he",
+            "ll",
+            "hell",
+            "hello",
+            &format!("{g}w"),
+            &format!("{g}wo"),
+            "12",
+        ] {
+            tokens.push(t.to_string());
+            kinds.push(TokenKind::Normal);
+        }
+        let merges = vec![
+            "h e".to_string(),
+            "l l".into(),
+            "he ll".into(),
+            "hell o".into(),
+            format!("{g} w"),
+            format!("{g}w o"),
+            "1 2".into(),
+        ];
+        let (pre_patterns, ignore_merges) = patterns_for_pre(pre).unwrap();
+        Tokenizer::new(TokenizerSpec {
+            tokens,
+            kinds,
+            merges,
+            pre_patterns,
+            ignore_merges,
+            eos: Some(1),
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn merges_and_specials() {
+        let t = toy("gpt-2");
+        let ids = t.encode("<|im_start|>hello wo<|im_end|>", false).unwrap();
+        assert_eq!(ids[0], 0);
+        assert_eq!(*ids.last().unwrap(), 1);
+        assert_eq!(t.token_str(ids[1]), Some("hello"));
+        assert_eq!(t.decode(&ids, false), "<|im_start|>hello wo<|im_end|>");
+        assert_eq!(t.decode(&ids, true), "hello wo");
+    }
+
+    #[test]
+    fn smollm_splits_digits() {
+        let gpt2 = toy("gpt-2");
+        let smol = toy("smollm");
+        assert_eq!(gpt2.encode("12", false).unwrap().len(), 1);
+        assert_eq!(smol.encode("12", false).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn roundtrip_unicode() {
+        let t = toy("qwen2");
+        let s = "价格 ¥12 🎉 ok\n\n";
+        assert_eq!(t.decode(&t.encode(s, false).unwrap(), false), s);
+    }
+
+    #[test]
+    fn unknown_pre_is_an_error() {
+        assert!(patterns_for_pre("nonsense").is_err());
+    }
+}

@@ -1,0 +1,97 @@
+//! Helpers shared by the integration tests: the tiny fixture models.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use candle_core::{Device, Tensor};
+use hat_model::gguf::GgufFile;
+use hat_model::hf::HfFolder;
+use hat_model::loader::{Loaded, ModelInfo};
+use hat_model::tokenizer::{TokenKind, TokenizerSpec};
+use hat_model::{Engine, LoadOptions, Tokenizer, Transformer};
+
+pub fn fixture(arch: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("fixtures")
+        .join(arch)
+}
+
+pub struct Expected {
+    pub ids: Vec<u32>,
+    pub logits: Tensor,
+    pub greedy: Vec<u32>,
+}
+
+pub fn expected(arch: &str) -> Expected {
+    let m =
+        candle_core::safetensors::load(fixture(arch).join("expected.safetensors"), &Device::Cpu)
+            .unwrap();
+    let to_u32 = |t: &Tensor| {
+        t.to_vec1::<i64>()
+            .unwrap()
+            .into_iter()
+            .map(|x| x as u32)
+            .collect::<Vec<_>>()
+    };
+    Expected {
+        ids: to_u32(&m["input_ids"]),
+        logits: m["logits"].clone(),
+        greedy: to_u32(&m["greedy"]),
+    }
+}
+
+pub fn load_hf(arch: &str, opts: LoadOptions) -> Transformer {
+    let f = HfFolder::open(&fixture(arch)).unwrap();
+    let mut w = f.load_tensors(&Device::Cpu).unwrap();
+    Transformer::load(f.config().unwrap(), &mut w, opts, &Device::Cpu).unwrap()
+}
+
+pub fn load_gguf(arch: &str, opts: LoadOptions) -> Transformer {
+    let g = GgufFile::open(&fixture(arch).join("model.gguf")).unwrap();
+    let w = &mut g.load_tensors(&Device::Cpu).unwrap();
+    Transformer::load(g.config().unwrap(), w, opts, &Device::Cpu).unwrap()
+}
+
+/// A tokenizer whose tokens are `t0`, `t1`, ... (no merges, no stop tokens).
+pub fn dummy_tokenizer(n: usize) -> Tokenizer {
+    Tokenizer::new(TokenizerSpec {
+        tokens: (0..n).map(|i| format!("t{i} ")).collect(),
+        kinds: vec![TokenKind::Normal; n],
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+pub fn engine(model: Transformer) -> Engine {
+    let config = model.config().clone();
+    let info = ModelInfo {
+        source: "fixture".into(),
+        parameters: config.parameter_count(),
+        config,
+        tensor_formats: Default::default(),
+        pre_tokenizer: String::new(),
+        chat_template: None,
+    };
+    let tokenizer = dummy_tokenizer(info.config.vocab_size);
+    Engine::new(Loaded {
+        model,
+        tokenizer,
+        chat_template: None,
+        info,
+    })
+    .unwrap()
+}
+
+pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}

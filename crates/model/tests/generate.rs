@@ -1,0 +1,259 @@
+//! Generation behaviour on the tiny llama fixture: batching, prefix cache, log-probs,
+//! stop tokens and strings, streaming, and errors.
+
+mod common;
+
+use candle_core::{Device, Tensor};
+use common::*;
+use hat_model::{Error, FinishReason, GenerateRequest, LoadOptions, SamplingParams};
+
+fn eng() -> hat_model::Engine {
+    engine(load_gguf("llama", LoadOptions::default()))
+}
+
+#[test]
+fn batched_generation_equals_one_by_one() {
+    let e = expected("llama");
+    let eng = eng();
+    let reqs: Vec<GenerateRequest> = [11usize, 5, 8]
+        .iter()
+        .map(|&n| GenerateRequest::new(e.ids[..n].to_vec(), 10))
+        .chain(std::iter::once(GenerateRequest {
+            sampling: SamplingParams {
+                temperature: 0.8,
+                top_p: 0.9,
+                seed: 3,
+                ..Default::default()
+            },
+            ..GenerateRequest::new(e.ids[2..9].to_vec(), 7)
+        }))
+        .collect();
+    let batch = eng.generate_batch(&reqs).unwrap();
+    for (r, b) in reqs.iter().zip(&batch) {
+        let single = eng.generate(r, None).unwrap();
+        assert_eq!(single.tokens, b.tokens);
+        for (x, y) in single.logprobs.iter().zip(&b.logprobs) {
+            assert!((x - y).abs() < 1e-3);
+        }
+    }
+    assert_eq!(batch[0].tokens, e.greedy[..10].to_vec());
+}
+
+#[test]
+fn prefix_cache_hits_and_never_goes_stale() {
+    let e = expected("llama");
+    let eng = eng();
+    let plain = eng
+        .generate(&GenerateRequest::new(e.ids.clone(), 8), None)
+        .unwrap();
+    let req = GenerateRequest {
+        cache_prefix_len: Some(6),
+        ..GenerateRequest::new(e.ids.clone(), 8)
+    };
+    let first = eng.generate(&req, None).unwrap();
+    let second = eng.generate(&req, None).unwrap();
+    assert_eq!(first.cached_tokens, 0);
+    assert_eq!(second.cached_tokens, 6);
+    assert_eq!(first.tokens, plain.tokens);
+    assert_eq!(second.tokens, plain.tokens);
+    // a different prefix must not reuse the entry
+    let mut other = e.ids.clone();
+    other[2] = (other[2] + 1) % 96;
+    let changed = eng
+        .generate(
+            &GenerateRequest {
+                cache_prefix_len: Some(6),
+                ..GenerateRequest::new(other.clone(), 8)
+            },
+            None,
+        )
+        .unwrap();
+    assert_eq!(changed.cached_tokens, 0);
+    let fresh = engine(load_gguf("llama", LoadOptions::default()));
+    assert_eq!(
+        changed.tokens,
+        fresh
+            .generate(&GenerateRequest::new(other, 8), None)
+            .unwrap()
+            .tokens
+    );
+    // whole prompt cached
+    let exact = GenerateRequest {
+        cache_prefix_len: Some(11),
+        ..GenerateRequest::new(e.ids.clone(), 8)
+    };
+    eng.generate(&exact, None).unwrap();
+    let again = eng.generate(&exact, None).unwrap();
+    assert_eq!(again.cached_tokens, 11);
+    assert_eq!(again.tokens, plain.tokens);
+    // many requests do not grow the cache beyond its entries
+    let (n, bytes, hits, _) = eng.prefix_cache_stats();
+    for _ in 0..20 {
+        eng.generate(&req, None).unwrap();
+    }
+    let (n2, bytes2, hits2, _) = eng.prefix_cache_stats();
+    assert_eq!((n, bytes), (n2, bytes2));
+    assert!(hits2 >= hits + 20);
+}
+
+#[test]
+fn logprobs_are_model_log_softmax() {
+    let e = expected("llama");
+    let out = eng()
+        .generate(&GenerateRequest::new(e.ids.clone(), 1), None)
+        .unwrap();
+    let last = e.logits.get(e.ids.len() - 1).unwrap();
+    let lsm = candle_nn::ops::log_softmax(&last, 0)
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    assert!((out.logprobs[0] - lsm[out.tokens[0] as usize]).abs() < 1e-4);
+    assert!(out.logprobs[0] <= 0.0);
+}
+
+#[test]
+fn stop_tokens_strings_max_tokens_and_streaming() {
+    let e = expected("llama");
+    let eng = eng();
+    let stop_tok = e.greedy[3];
+    let first = e.greedy.iter().position(|&t| t == stop_tok).unwrap();
+    let r = eng
+        .generate(
+            &GenerateRequest {
+                stop_tokens: vec![stop_tok],
+                ..GenerateRequest::new(e.ids.clone(), 12)
+            },
+            None,
+        )
+        .unwrap();
+    assert_eq!(r.finish, FinishReason::StopToken(stop_tok));
+    assert_eq!(r.tokens.len(), first + 1);
+    // dummy tokenizer: token i decodes to "t{i} "
+    let stop = format!("t{} ", e.greedy[2]);
+    let mut streamed = String::new();
+    let mut count = 0;
+    let mut cb = |ev: &hat_model::TokenEvent| {
+        streamed.push_str(ev.text_delta);
+        count += 1;
+        true
+    };
+    let r = eng
+        .generate(
+            &GenerateRequest {
+                stop_strings: vec![stop.clone()],
+                ..GenerateRequest::new(e.ids.clone(), 12)
+            },
+            Some(&mut cb),
+        )
+        .unwrap();
+    assert_eq!(r.finish, FinishReason::StopString(stop.clone()));
+    assert!(!r.text.contains(&stop));
+    assert_eq!(streamed, r.text);
+    assert_eq!(count, r.tokens.len());
+    let r = eng
+        .generate(&GenerateRequest::new(e.ids.clone(), 5), None)
+        .unwrap();
+    assert_eq!((r.finish, r.tokens.len()), (FinishReason::Length, 5));
+    let mut stop_early = |ev: &hat_model::TokenEvent| ev.index < 2;
+    let r = eng
+        .generate(
+            &GenerateRequest::new(e.ids.clone(), 10),
+            Some(&mut stop_early),
+        )
+        .unwrap();
+    assert_eq!((r.finish, r.tokens.len()), (FinishReason::Cancelled, 3));
+}
+
+#[test]
+fn clear_errors() {
+    let e = expected("llama");
+    let eng = eng();
+    let too_long = eng
+        .generate(&GenerateRequest::new(e.ids.clone(), 500), None)
+        .unwrap_err();
+    assert!(
+        matches!(too_long, Error::ContextOverflow { context: 128, .. }),
+        "{too_long}"
+    );
+    let bad = GenerateRequest {
+        sampling: SamplingParams {
+            temperature: -0.5,
+            ..Default::default()
+        },
+        ..GenerateRequest::new(e.ids.clone(), 5)
+    };
+    assert!(matches!(
+        eng.generate(&bad, None),
+        Err(Error::InvalidSampling(_))
+    ));
+    assert!(matches!(
+        eng.generate(&GenerateRequest::new(vec![], 5), None),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        eng.generate(&GenerateRequest::new(vec![1000], 5), None),
+        Err(Error::InvalidArgument(_))
+    ));
+    let missing = hat_model::load(
+        std::path::Path::new("/nonexistent/model.gguf"),
+        LoadOptions::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(missing, Error::ModelNotFound(_)));
+    // forward past the context
+    let m = load_gguf("llama", LoadOptions::default());
+    let ids = Tensor::zeros((1, 129), candle_core::DType::U32, &Device::Cpu).unwrap();
+    assert!(matches!(
+        m.forward(&ids, &mut m.new_cache(1), true),
+        Err(Error::ContextOverflow { .. })
+    ));
+}
+
+#[test]
+fn unsupported_architecture_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.json"), r#"{"model_type": "mamba"}"#).unwrap();
+    let err = hat_model::load(dir.path(), LoadOptions::default()).unwrap_err();
+    assert!(
+        matches!(err, Error::UnsupportedArchitecture(ref a) if a == "mamba"),
+        "{err}"
+    );
+}
+
+fn rss_kib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn no_leak_across_many_requests() {
+    let e = expected("llama");
+    let eng = eng();
+    let req = GenerateRequest {
+        cache_prefix_len: Some(5),
+        ..GenerateRequest::new(e.ids.clone(), 12)
+    };
+    for _ in 0..20 {
+        eng.generate(&req, None).unwrap();
+    }
+    let Some(before) = rss_kib() else {
+        eprintln!("skipping RSS check: /proc/self/status unavailable");
+        return;
+    };
+    for _ in 0..200 {
+        eng.generate(&req, None).unwrap();
+        eng.generate_batch(&[req.clone(), req.clone()]).unwrap();
+    }
+    let after = rss_kib().unwrap();
+    // 600 requests on a 0.3 MB model: anything kept per request would show up here
+    assert!(
+        after < before + 16 * 1024,
+        "RSS grew from {before} KiB to {after} KiB"
+    );
+    assert_eq!(eng.prefix_cache_stats().0, 1);
+}

@@ -1,0 +1,92 @@
+//! Smoke test with the real SmolLM2-135M-Instruct file. Runs when the file is present
+//! (`hat model fetch`, or `HAT_SMOLLM2=path`), and is skipped with a printed reason otherwise.
+//! Token ids and the first 30 greedy tokens of three chats are compared with llama.cpp's
+//! (recorded by `scripts/make_llamacpp_reference.py` into `tests/fixtures/smollm2_llamacpp.json`).
+
+use std::path::PathBuf;
+
+use hat_model::chat_template::ChatInput;
+use hat_model::{Engine, GenerateRequest, LoadOptions};
+
+fn model_file() -> Option<PathBuf> {
+    let p = std::env::var_os("HAT_SMOLLM2")
+        .map(PathBuf::from)
+        .unwrap_or_else(hat_model::fetch::default_model_path);
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!(
+            "skipping SmolLM2 smoke test: {} not found (run `hat model fetch` or set HAT_SMOLLM2)",
+            p.display()
+        );
+        None
+    }
+}
+
+fn reference() -> Option<serde_json::Value> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smollm2_llamacpp.json");
+    match std::fs::read_to_string(&p) {
+        Ok(s) => Some(serde_json::from_str(&s).unwrap()),
+        Err(_) => {
+            eprintln!("skipping SmolLM2 smoke test: {} missing", p.display());
+            None
+        }
+    }
+}
+
+/// Greedy tokens that must equal llama.cpp's. Where we diverge, the top-2 logits differ by
+/// less than 0.05 (a numerical tie between two Q4_1/Q8_1 implementations); see README.
+const MIN_SAME: usize = 10;
+
+#[test]
+fn smollm2_matches_llama_cpp() {
+    let Some(path) = model_file() else { return };
+    let Some(r) = reference() else { return };
+    let engine = Engine::load(&path, LoadOptions::default()).unwrap();
+    let c = engine.model.config();
+    assert_eq!(
+        (c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads),
+        (30, 576, 9, 3)
+    );
+    assert_eq!(engine.tokenizer.special_count(), 17);
+    for case in r["tokenize"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        let want: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
+        assert_eq!(
+            engine.tokenizer.encode(text, true).unwrap(),
+            want,
+            "tokenize {text:?}"
+        );
+    }
+    for case in r["greedy"].as_array().unwrap() {
+        let messages = case["messages"].as_array().unwrap().clone();
+        let prompt = engine
+            .render_chat(&ChatInput {
+                messages,
+                tools: None,
+                add_generation_prompt: true,
+            })
+            .unwrap();
+        let ids = engine.encode(&prompt).unwrap();
+        let want_ids: Vec<u32> = serde_json::from_value(case["prompt_ids"].clone()).unwrap();
+        assert_eq!(ids, want_ids, "prompt ids");
+        let n = case["n"].as_u64().unwrap() as usize;
+        let out = engine
+            .generate(&GenerateRequest::new(ids, n), None)
+            .unwrap();
+        let want = case["text"].as_str().unwrap();
+        // number of our tokens whose text is a prefix of llama.cpp's output
+        let mut same = 0;
+        while same < out.tokens.len()
+            && want.starts_with(&engine.tokenizer.decode(&out.tokens[..=same], true))
+        {
+            same += 1;
+        }
+        if out.text == want {
+            same = n; // identical up to the stop token (or all n tokens)
+        }
+        eprintln!("{same}/{n} greedy tokens equal llama.cpp's for {:?}\n  hat:       {:?}\n  llama.cpp: {want:?}", case["messages"], out.text);
+        assert!(same >= MIN_SAME, "only {same} tokens equal llama.cpp's");
+        assert!(out.logprobs.iter().all(|l| l.is_finite() && *l <= 0.0));
+    }
+}
