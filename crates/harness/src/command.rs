@@ -38,12 +38,16 @@ pub fn run(
     let Some((prog, args)) = argv.split_first() else {
         return CommandOutcome::Failed("empty command".into());
     };
-    let mut cmd = Command::new(
-        match (cwd, prog.starts_with("./") || prog.starts_with("../")) {
-            (Some(dir), true) => dir.join(prog).into_os_string(),
-            _ => prog.into(),
-        },
-    );
+    // A relative program path is resolved against the harness folder here,
+    // not by the OS against a working directory that is itself relative.
+    let program = match (cwd, prog.starts_with("./") || prog.starts_with("../")) {
+        (Some(dir), true) => std::fs::canonicalize(dir)
+            .unwrap_or_else(|_| dir.to_path_buf())
+            .join(prog)
+            .into_os_string(),
+        _ => prog.into(),
+    };
+    let mut cmd = Command::new(program);
     cmd.args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -183,6 +187,35 @@ mod tests {
             Duration::from_secs(5),
         );
         assert_eq!(out, CommandOutcome::Allow(Some(json!({}))));
+    }
+
+    /// Regression: a relative harness folder made `./hooks/x.sh` resolve twice.
+    #[test]
+    fn relative_programs_resolve_against_a_relative_folder() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("h/hooks")).unwrap();
+        let script = d.path().join("h/hooks/ok.sh");
+        std::fs::write(&script, "#!/bin/sh\ncat >/dev/null\nexit 0\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        let rel = pathdiff(&d.path().join("h"), &cwd);
+        let out = run(
+            &["./hooks/ok.sh".into()],
+            Some(&rel),
+            &json!({}),
+            Duration::from_secs(5),
+        );
+        assert_eq!(out, CommandOutcome::Allow(None), "{}", rel.display());
+    }
+
+    fn pathdiff(target: &std::path::Path, base: &std::path::Path) -> std::path::PathBuf {
+        let up = base.components().count() - 1;
+        let mut p = std::path::PathBuf::new();
+        for _ in 0..up {
+            p.push("..");
+        }
+        p.join(target.strip_prefix("/").unwrap())
     }
 
     #[test]

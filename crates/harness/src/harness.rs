@@ -112,7 +112,10 @@ impl Harness {
         let Some(spec) = spec else {
             return Err(HarnessError::Invalid(problems));
         };
-        match Harness::compile_with(spec, Some(dir.to_path_buf()), Some(&files)) {
+        // Command hooks run from the harness folder; an absolute root keeps
+        // `./hooks/x.sh` valid whatever the caller's working directory is.
+        let root = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        match Harness::compile_with(spec, Some(root), Some(&files)) {
             Ok(h) if problems.is_empty() => Ok(h),
             Ok(_) => Err(HarnessError::Invalid(problems)),
             Err(HarnessError::Invalid(p)) => {

@@ -40,6 +40,11 @@ enum Command {
     Data(cmd::data::DataCmd),
     /// Run the evaluation suites (lsqa, hvqa, ifeval), score IFEval responses, compare runs.
     Eval(cmd::eval::EvalArgs),
+    /// Model files: fetch the default model, inspect, tokenize.
+    #[command(subcommand)]
+    Model(hat_model::cli::ModelCommand),
+    /// Generate text with the embedded engine.
+    Generate(hat_model::cli::GenerateArgs),
     /// Measure speed.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCmd),
@@ -66,6 +71,8 @@ fn main() {
         Command::Tasks(c) => cmd::tasks::run(c),
         Command::Data(c) => cmd::data::run(c),
         Command::Eval(c) => cmd::eval::run(c),
+        Command::Model(c) => hat_model::cli::run_model(c),
+        Command::Generate(a) => hat_model::cli::run_generate(a),
         Command::Bench(c) => cmd::bench::run(c),
     };
     if let Err(e) = result {

@@ -37,6 +37,8 @@ pub enum TeacherError {
     World(String),
     #[error("chat endpoint {url}: {message}")]
     Endpoint { url: String, message: String },
+    #[error("model: {0}")]
+    Model(String),
     #[error(
         "environment variable {0} is not set; export the API key there or pass --api-key-env NAME"
     )]

@@ -12,9 +12,17 @@ use hat_teacher::openai::{OpenAiConfig, OpenAiTeacher};
 
 #[derive(Args, Clone)]
 pub struct ModelArgs {
-    /// `openai:<model name>` with --base-url (any OpenAI-compatible endpoint: vLLM, SGLang, llama.cpp's server).
+    /// The model: `default` (SmolLM2-135M-Instruct from `hat model fetch`), a GGUF file or
+    /// Hugging Face folder (embedded engine), or `openai:<name>` with --base-url (any
+    /// OpenAI-compatible endpoint: vLLM, SGLang, llama.cpp's server).
     #[arg(long)]
     pub model: Option<String>,
+    /// Weight format for the embedded engine: original, q8_0, q4_0, f32, f16, bf16.
+    #[arg(long, default_value = "original")]
+    pub format: String,
+    /// Compute threads for the embedded engine (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
     /// Endpoint for `openai:` models, e.g. http://127.0.0.1:8000/v1.
     #[arg(long, env = "HAT_BASE_URL")]
     pub base_url: Option<String>,
@@ -54,5 +62,28 @@ pub fn chat_model(a: &ModelArgs) -> Result<(ModelIdentity, Box<dyn ChatModel>)> 
         };
         return Ok((identity, Box::new(OpenAiTeacher::new(cfg)?)));
     }
-    bail!("unknown --model `{model}`: use openai:<name> with --base-url")
+    let path = if model == "default" {
+        hat_model::fetch::default_model_path()
+    } else {
+        std::path::PathBuf::from(model)
+    };
+    if !path.exists() {
+        if model == "default" {
+            bail!("the default model is not downloaded yet; run `hat model fetch` first");
+        }
+        bail!("--model `{model}`: no such file or folder (use default, a GGUF file, a Hugging Face folder, or openai:<name> with --base-url)");
+    }
+    hat_model::cli::set_threads(a.threads);
+    let format: hat_model::WeightFormat = a.format.parse()?;
+    let sampling = hat_model::SamplingParams {
+        temperature: a.temperature as f32,
+        ..Default::default()
+    };
+    let local = hat_agent::LocalModel::load(&path, format, sampling, a.max_tokens as usize)?;
+    let identity = ModelIdentity {
+        name: local.name.clone(),
+        hash: local.hash.clone(),
+        decoding: json!({"temperature": a.temperature, "max_tokens": a.max_tokens, "format": a.format, "engine": "hat-model (candle)"}),
+    };
+    Ok((identity, Box::new(local)))
 }

@@ -11,6 +11,8 @@ use crate::cmd::augment::parse_pool;
 
 #[derive(Subcommand)]
 pub enum BenchCmd {
+    /// Prefill and decode speed of the embedded engine per weight format, optionally beside llama.cpp.
+    Generate(hat_model::bench::BenchGenerateArgs),
     /// Oracle trajectories generated and scored per minute (single thread).
     Datagen {
         #[arg(long, default_value = "harnesses/livestream")]
@@ -28,6 +30,7 @@ pub enum BenchCmd {
 
 pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
+        BenchCmd::Generate(a) => hat_model::bench::run_bench_generate(a),
         BenchCmd::Datagen {
             harness,
             tasks,
