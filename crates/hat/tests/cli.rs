@@ -510,7 +510,7 @@ fn eval_runs_the_oracle_resumes_and_compares() {
             .args(["eval", "--model", "gpt-17", "--out"])
             .arg(d.path().join("c")),
     )
-    .stderr(predicate::str::contains("unknown --model"));
+    .stderr(predicate::str::contains("no such file or folder"));
     fails_cleanly(
         hat()
             .args(["eval", "--model", "oracle", "--suite", "mmlu", "--out"])

@@ -60,6 +60,23 @@ impl Score {
     }
 }
 
+/// Markers of the prompt's structure that never belong in a reply.
+pub const SCAFFOLDING: &[&str] = &[
+    "[comment]",
+    "[viewer_join]",
+    "[gift]",
+    "[purchase]",
+    "[operator_cue]",
+    "[note]",
+    "[tool_result",
+    "[runtime]",
+    "<tool_call>",
+    "</tool_call>",
+    "<invoke",
+    "```tool",
+    "CALL ",
+];
+
 pub const COMPONENTS: [&str; 5] = ["format", "calls", "arguments", "facts", "constraints"];
 
 struct Bound {
@@ -154,6 +171,11 @@ pub fn score(exp: &Expectations, harness: &Harness, attempt: &Attempt) -> Score 
     fmt.extend(attempt.format_errors.iter().cloned());
     if reply.is_empty() {
         fmt.push("no reply to viewers".into());
+    }
+    // Prompt scaffolding in a reply means the model echoed its input instead
+    // of answering; viewers would see it on screen.
+    if let Some(m) = SCAFFOLDING.iter().find(|m| reply.contains(*m)) {
+        fmt.push(format!("the reply contains prompt scaffolding `{m}`"));
     }
     if attempt.calls.len() > exp.max_calls.max(exp.calls.len()) * 2 {
         fmt.push(format!("{} calls is too many", attempt.calls.len()));

@@ -153,3 +153,22 @@ proptest! {
         prop_assert!(s.pass, "{} under {pool} {seed}: {} || {}", t.id, s.reason(), traj.attempt.reply);
     }
 }
+
+/// Regression (seen with the base model): echoing the prompt's event line and
+/// injected note passed a thank-you task.
+#[test]
+fn echoing_the_prompt_is_a_format_failure() {
+    let h = production();
+    let mut worlds = WorldCache::default();
+    let t = &TaskSet::generate_kinds(Split::Test, 1, 2, &[TaskKind::ThankGift], &mut worlds)
+        .unwrap()[0];
+    let w = worlds.get(t.world_seed).unwrap();
+    let exp = expect(t, &h, w).unwrap();
+    let msgs = hat_tasks::episode::prompt(&t.scene(), &h, w).unwrap();
+    let echo = Attempt {
+        reply: msgs.last().unwrap().content.clone(),
+        ..Default::default()
+    };
+    let s = score(&exp, &h, &echo);
+    assert!(!s.component("format").unwrap().pass, "{}", s.reason());
+}
