@@ -12,8 +12,10 @@ use hat_model::{Engine, LoadOptions};
 fn tokenizer_json_ids_equal_hf_tokenizers() {
     let dir = fixture("qwen2");
     let tok = hat_model::loader::load_tokenizer(&dir).unwrap();
-    let cases: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("tokenizer_expected.json")).unwrap()).unwrap();
+    let cases: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("tokenizer_expected.json")).unwrap(),
+    )
+    .unwrap();
     for c in cases.as_array().unwrap() {
         let text = c["text"].as_str().unwrap();
         let want: Vec<u32> = serde_json::from_value(c["ids"].clone()).unwrap();
@@ -35,5 +37,8 @@ fn folder_loads_with_chat_template() {
             add_generation_prompt: true,
         })
         .unwrap();
-    assert_eq!(text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    assert_eq!(
+        text,
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    );
 }
