@@ -1,10 +1,10 @@
-//! Hand-written AVX-512 VNNI kernel for Q4_0 matrix × few-vectors products (decode).
+//! Hand-written AVX-512 VNNI kernel for Q4_0 / Q4_1 matrix products (decode and prefill).
 //!
 //! Weights are repacked at load: per row, the 16 nibble bytes of each 32-weight block, and the
 //! block scales as f32 (no f16 conversion in the loop). Activations are quantised to int8 per
 //! 32-value block and laid out so that one 512-bit `vpdpbusd` multiplies two weight blocks
-//! (unsigned nibbles 0..15) by two activation blocks (signed), with the `-8` offset of Q4_0
-//! applied afterwards through per-block activation sums. Rows are split over rayon (decode)
+//! (unsigned nibbles 0..15) by two activation blocks (signed); the Q4_0 offset (`-8 d`) or the
+//! Q4_1 minimum (`m`) is applied afterwards through per-block activation sums. Rows are split over rayon (decode)
 //! or candle's barrier thread pool (prefill). Used only when the CPU has AVX-512 F/BW/VNNI (checked at run time);
 //! otherwise candle's kernels run.
 
@@ -18,12 +18,15 @@ const X_BLOCK: usize = 64;
 
 /// Q4_0 weights repacked for the kernel.
 #[derive(Debug)]
-pub struct Q4_0Packed {
+pub struct Q4Packed {
+    kind: GgmlDType,
     rows: usize,
     cols: usize,
     nb: usize,
     qs: Vec<u8>,
     d: Vec<f32>,
+    /// per block: value added per unit of activation sum (`-8 d` for Q4_0, `m` for Q4_1)
+    mb: Vec<f32>,
 }
 
 /// Whether the kernel can run on this CPU.
@@ -47,14 +50,14 @@ struct QuantX {
     q: Vec<i8>,
     /// per pair: 16 lane scales [d0 x4, d1 x4, d0 x4, d1 x4]
     dpat: Vec<f32>,
-    /// per block: 8 * d * sum(q)
-    corr: Vec<f32>,
+    /// per block: d * sum(q), the activation block's sum
+    sum: Vec<f32>,
 }
 
 fn quantize_x(x: &[f32], nb: usize) -> QuantX {
     let mut q = vec![0i8; nb * 32];
     let mut dpat = vec![0f32; nb / 2 * 16];
-    let mut corr = vec![0f32; nb];
+    let mut sum = vec![0f32; nb];
     let mut tmp = [0i8; 32];
     for b in 0..nb {
         let xs = &x[b * 32..(b + 1) * 32];
@@ -67,7 +70,7 @@ fn quantize_x(x: &[f32], nb: usize) -> QuantX {
             *t = r as i8;
             s += r;
         }
-        corr[b] = 8.0 * d * s as f32;
+        sum[b] = d * s as f32;
         let pair = b / 2;
         let half = b % 2;
         let base = pair * 64;
@@ -78,13 +81,19 @@ fn quantize_x(x: &[f32], nb: usize) -> QuantX {
             dpat[pair * 16 + 8 + half * 4 + lane] = d;
         }
     }
-    QuantX { q, dpat, corr }
+    QuantX { q, dpat, sum }
 }
 
-impl Q4_0Packed {
-    /// Repacks a 2-D Q4_0 tensor whose row length is a multiple of 64.
+impl Q4Packed {
+    /// Repacks a 2-D Q4_0 or Q4_1 tensor whose row length is a multiple of 64.
     pub fn from_qtensor(t: &QTensor) -> Option<Self> {
-        if t.dtype() != GgmlDType::Q4_0 || t.rank() != 2 {
+        let kind = t.dtype();
+        let bsize = match kind {
+            GgmlDType::Q4_0 => 18,
+            GgmlDType::Q4_1 => 20,
+            _ => return None,
+        };
+        if t.rank() != 2 {
             return None;
         }
         let (rows, cols) = (t.shape().dims()[0], t.shape().dims()[1]);
@@ -93,24 +102,37 @@ impl Q4_0Packed {
         }
         let data = t.data().ok()?;
         let nb = cols / 32;
-        if data.len() != rows * nb * 18 {
+        if data.len() != rows * nb * bsize {
             return None;
         }
         let mut qs = Vec::with_capacity(rows * nb * 16);
         let mut d = Vec::with_capacity(rows * nb);
-        for blk in data.chunks_exact(18) {
-            d.push(half::f16::from_le_bytes([blk[0], blk[1]]).to_f32());
-            qs.extend_from_slice(&blk[2..18]);
+        let mut mb = Vec::with_capacity(rows * nb);
+        for blk in data.chunks_exact(bsize) {
+            let scale = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+            d.push(scale);
+            if kind == GgmlDType::Q4_1 {
+                mb.push(half::f16::from_le_bytes([blk[2], blk[3]]).to_f32());
+            } else {
+                mb.push(-8.0 * scale);
+            }
+            qs.extend_from_slice(&blk[bsize - 16..]);
         }
         Some(Self {
+            kind,
             rows,
             cols,
             nb,
             qs,
             d,
+            mb,
         })
     }
 
+    /// `q4_0` or `q4_1`.
+    pub fn format_name(&self) -> String {
+        format!("{:?}", self.kind).to_lowercase()
+    }
     /// Output features.
     pub fn rows(&self) -> usize {
         self.rows
@@ -121,18 +143,18 @@ impl Q4_0Packed {
     }
     /// Bytes held.
     pub fn storage_bytes(&self) -> usize {
-        self.qs.len() + self.d.len() * 4
+        self.qs.len() + (self.d.len() + self.mb.len()) * 4
     }
 
     /// Dequantised `(rows, cols)` f32 values, row-major.
     pub fn dequantize(&self) -> Vec<f32> {
         let mut out = vec![0f32; self.rows * self.cols];
         for (blk, o) in out.chunks_exact_mut(32).enumerate() {
-            let d = self.d[blk];
+            let (d, m) = (self.d[blk], self.mb[blk]);
             let q = &self.qs[blk * 16..blk * 16 + 16];
             for j in 0..16 {
-                o[j] = ((q[j] & 0x0f) as i32 - 8) as f32 * d;
-                o[j + 16] = ((q[j] >> 4) as i32 - 8) as f32 * d;
+                o[j] = (q[j] & 0x0f) as f32 * d + m;
+                o[j + 16] = (q[j] >> 4) as f32 * d + m;
             }
         }
         out
@@ -226,11 +248,12 @@ impl Q4_0Packed {
             let scale = _mm512_mul_ps(dwpat, _mm512_loadu_ps(x.dpat.as_ptr().add(p * 16)));
             acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
         }
+        let mb = self.mb.as_ptr().add(r * nb);
         let mut corr = 0f32;
         for b in 0..nb {
-            corr += *d.add(b) * x.corr[b];
+            corr += *mb.add(b) * x.sum[b];
         }
-        _mm512_reduce_add_ps(acc) - corr
+        _mm512_reduce_add_ps(acc) + corr
     }
 
     /// Dot products of weight rows `r..r+4` with 4 activation rows: `out[weight][act]`.
@@ -272,13 +295,13 @@ impl Q4_0Packed {
         }
         let mut out = [[0f32; 4]; 4];
         for k in 0..4 {
-            let d = self.d.as_ptr().add((r + k) * nb);
+            let mb = self.mb.as_ptr().add((r + k) * nb);
             for j in 0..4 {
                 let mut corr = 0f32;
                 for b in 0..nb {
-                    corr += *d.add(b) * x[j].corr[b];
+                    corr += *mb.add(b) * x[j].sum[b];
                 }
-                out[k][j] = _mm512_reduce_add_ps(acc[k][j]) - corr;
+                out[k][j] = _mm512_reduce_add_ps(acc[k][j]) + corr;
             }
         }
         out
@@ -301,15 +324,21 @@ mod tests {
     use candle_core::{Device, Tensor};
 
     #[test]
-    fn q4_0_kernel_matches_dequantised_matmul() {
+    fn q4_kernels_match_dequantised_matmul() {
         if !available() {
             eprintln!("skipping: CPU lacks AVX-512 VNNI");
             return;
         }
+        for dt in [GgmlDType::Q4_0, GgmlDType::Q4_1] {
+            check(dt);
+        }
+    }
+
+    fn check(dt: GgmlDType) {
         let dev = Device::Cpu;
-        let w = Tensor::randn(0f32, 1.0, (70, 192), &dev).unwrap(); // 70 rows: 17 tiles + 2 leftovers
-        let q = QTensor::quantize(&w, GgmlDType::Q4_0).unwrap();
-        let p = Q4_0Packed::from_qtensor(&q).unwrap();
+        let w = (Tensor::randn(0f32, 1.0, (70, 192), &dev).unwrap() + 0.3).unwrap(); // 17 tiles + 2 rows
+        let q = QTensor::quantize(&w, dt).unwrap();
+        let p = Q4Packed::from_qtensor(&q).unwrap();
         let wd = q.dequantize(&dev).unwrap();
         assert_eq!(
             p.dequantize(),
