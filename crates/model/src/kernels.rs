@@ -1,4 +1,4 @@
-//! Hand-written AVX-512 VNNI kernel for Q4_0 / Q4_1 matrix products (decode and prefill).
+//! Hand-written AVX-512 VNNI kernel for Q4_0 / Q4_1 / Q8_0 matrix products (decode and prefill).
 //!
 //! Weights are repacked at load: per row, the 16 nibble bytes of each 32-weight block, and the
 //! block scales as f32 (no f16 conversion in the loop). Activations are quantised to int8 per
@@ -54,7 +54,10 @@ struct QuantX {
     sum: Vec<f32>,
 }
 
-fn quantize_x(x: &[f32], nb: usize) -> QuantX {
+/// For Q4 kinds `sum` is `d * sum(q)`; for Q8_0 the activation bytes are `q + 128` (u8) in
+/// natural order and `sum` holds `d` (the bias correction uses the weights' sums).
+fn quantize_x(x: &[f32], nb: usize, kind: GgmlDType) -> QuantX {
+    let q8 = kind == GgmlDType::Q8_0;
     let mut q = vec![0i8; nb * 32];
     let mut dpat = vec![0f32; nb / 2 * 16];
     let mut sum = vec![0f32; nb];
@@ -70,10 +73,20 @@ fn quantize_x(x: &[f32], nb: usize) -> QuantX {
             *t = r as i8;
             s += r;
         }
-        sum[b] = d * s as f32;
         let pair = b / 2;
         let half = b % 2;
         let base = pair * 64;
+        if q8 {
+            sum[b] = d;
+            for (dst, t) in q[b * 32..b * 32 + 32].iter_mut().zip(&tmp) {
+                *dst = (*t as i32 + 128) as u8 as i8;
+            }
+            for lane in 0..8 {
+                dpat[pair * 16 + half * 8 + lane] = d;
+            }
+            continue;
+        }
+        sum[b] = d * s as f32;
         q[base + half * 16..base + half * 16 + 16].copy_from_slice(&tmp[..16]);
         q[base + 32 + half * 16..base + 32 + half * 16 + 16].copy_from_slice(&tmp[16..]);
         for lane in 0..4 {
@@ -91,6 +104,7 @@ impl Q4Packed {
         let bsize = match kind {
             GgmlDType::Q4_0 => 18,
             GgmlDType::Q4_1 => 20,
+            GgmlDType::Q8_0 => 34,
             _ => return None,
         };
         if t.rank() != 2 {
@@ -105,12 +119,19 @@ impl Q4Packed {
         if data.len() != rows * nb * bsize {
             return None;
         }
-        let mut qs = Vec::with_capacity(rows * nb * 16);
+        let mut qs = Vec::with_capacity(rows * nb * (bsize - 2));
         let mut d = Vec::with_capacity(rows * nb);
         let mut mb = Vec::with_capacity(rows * nb);
         for blk in data.chunks_exact(bsize) {
             let scale = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
             d.push(scale);
+            if kind == GgmlDType::Q8_0 {
+                // activations enter as q + 128: subtract 128 * d_w * sum(w) per block
+                let sw: i32 = blk[2..34].iter().map(|&b| b as i8 as i32).sum();
+                mb.push(-128.0 * scale * sw as f32);
+                qs.extend_from_slice(&blk[2..34]);
+                continue;
+            }
             if kind == GgmlDType::Q4_1 {
                 mb.push(half::f16::from_le_bytes([blk[2], blk[3]]).to_f32());
             } else {
@@ -151,6 +172,12 @@ impl Q4Packed {
         let mut out = vec![0f32; self.rows * self.cols];
         for (blk, o) in out.chunks_exact_mut(32).enumerate() {
             let (d, m) = (self.d[blk], self.mb[blk]);
+            if self.kind == GgmlDType::Q8_0 {
+                for (o, &q) in o.iter_mut().zip(&self.qs[blk * 32..blk * 32 + 32]) {
+                    *o = q as i8 as f32 * d;
+                }
+                continue;
+            }
             let q = &self.qs[blk * 16..blk * 16 + 16];
             for j in 0..16 {
                 o[j] = (q[j] & 0x0f) as f32 * d + m;
@@ -165,7 +192,7 @@ impl Q4Packed {
         let m = x.len() / self.cols;
         assert_eq!(out.len(), m * self.rows);
         let qx: Vec<QuantX> = (0..m)
-            .map(|i| quantize_x(&x[i * self.cols..(i + 1) * self.cols], self.nb))
+            .map(|i| quantize_x(&x[i * self.cols..(i + 1) * self.cols], self.nb, self.kind))
             .collect();
         let out_ptr = out.as_mut_ptr() as usize;
         let rows = self.rows;
@@ -231,18 +258,30 @@ impl Q4Packed {
     unsafe fn row_dot(&self, r: usize, x: &QuantX) -> f32 {
         use std::arch::x86_64::*;
         let nb = self.nb;
-        let qs = self.qs.as_ptr().add(r * nb * 16);
+        let q8 = self.kind == GgmlDType::Q8_0;
+        let bpb = if q8 { 32 } else { 16 };
+        let qs = self.qs.as_ptr().add(r * nb * bpb);
         let d = self.d.as_ptr().add(r * nb);
         let mask = _mm256_set1_epi8(0x0f);
-        let idx = _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);
+        let idx = if q8 {
+            _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
+        } else {
+            _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0)
+        };
         let mut acc = _mm512_setzero_ps();
         for p in 0..nb / 2 {
-            let w = _mm256_loadu_si256(qs.add(p * 32) as *const __m256i);
-            let lo = _mm256_and_si256(w, mask);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
-            let wv = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
             let xv = _mm512_loadu_si512(x.q.as_ptr().add(p * 64) as *const __m512i);
-            let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv);
+            let dot = if q8 {
+                // activations biased to u8, weights signed
+                let wv = _mm512_loadu_si512(qs.add(p * 64) as *const __m512i);
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), xv, wv)
+            } else {
+                let w = _mm256_loadu_si256(qs.add(p * 32) as *const __m256i);
+                let lo = _mm256_and_si256(w, mask);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
+                let wv = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv)
+            };
             let dw = _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(d.add(2 * p) as *const f64)));
             let dwpat = _mm512_permutexvar_ps(idx, dw);
             let scale = _mm512_mul_ps(dwpat, _mm512_loadu_ps(x.dpat.as_ptr().add(p * 16)));
@@ -262,18 +301,28 @@ impl Q4Packed {
     unsafe fn tile4x4(&self, r: usize, x: [&QuantX; 4]) -> [[f32; 4]; 4] {
         use std::arch::x86_64::*;
         let nb = self.nb;
+        let q8 = self.kind == GgmlDType::Q8_0;
+        let bpb = if q8 { 32 } else { 16 };
         let mask = _mm256_set1_epi8(0x0f);
-        let idx = _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);
+        let idx = if q8 {
+            _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
+        } else {
+            _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0)
+        };
         let mut acc = [[_mm512_setzero_ps(); 4]; 4];
         for p in 0..nb / 2 {
             let mut wv = [_mm512_setzero_si512(); 4];
             let mut dwp = [_mm512_setzero_ps(); 4];
             for k in 0..4 {
-                let qs = self.qs.as_ptr().add((r + k) * nb * 16 + p * 32);
-                let w = _mm256_loadu_si256(qs as *const __m256i);
-                let lo = _mm256_and_si256(w, mask);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
-                wv[k] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+                let qs = self.qs.as_ptr().add((r + k) * nb * bpb + p * 2 * bpb);
+                if q8 {
+                    wv[k] = _mm512_loadu_si512(qs as *const __m512i);
+                } else {
+                    let w = _mm256_loadu_si256(qs as *const __m256i);
+                    let lo = _mm256_and_si256(w, mask);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
+                    wv[k] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+                }
                 let d = self.d.as_ptr().add((r + k) * nb + 2 * p);
                 dwp[k] = _mm512_permutexvar_ps(
                     idx,
@@ -284,7 +333,11 @@ impl Q4Packed {
                 let xv = _mm512_loadu_si512(x[j].q.as_ptr().add(p * 64) as *const __m512i);
                 let dx = _mm512_loadu_ps(x[j].dpat.as_ptr().add(p * 16));
                 for k in 0..4 {
-                    let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[k], xv);
+                    let dot = if q8 {
+                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), xv, wv[k])
+                    } else {
+                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[k], xv)
+                    };
                     acc[k][j] = _mm512_fmadd_ps(
                         _mm512_cvtepi32_ps(dot),
                         _mm512_mul_ps(dwp[k], dx),
@@ -329,7 +382,7 @@ mod tests {
             eprintln!("skipping: CPU lacks AVX-512 VNNI");
             return;
         }
-        for dt in [GgmlDType::Q4_0, GgmlDType::Q4_1] {
+        for dt in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0] {
             check(dt);
         }
     }

@@ -159,8 +159,10 @@ impl LinearWeight {
     pub fn packed_for_cpu(self) -> Self {
         match &self {
             Self::Quant(q)
-                if matches!(q.dtype(), GgmlDType::Q4_0 | GgmlDType::Q4_1)
-                    && crate::kernels::available() =>
+                if matches!(
+                    q.dtype(),
+                    GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q8_0
+                ) && crate::kernels::available() =>
             {
                 match crate::kernels::Q4Packed::from_qtensor(q) {
                     Some(p) => Self::PackedQ4(Arc::new(p)),
