@@ -4,13 +4,14 @@
 //! block scales as f32 (no f16 conversion in the loop). Activations are quantised to int8 per
 //! 32-value block and laid out so that one 512-bit `vpdpbusd` multiplies two weight blocks
 //! (unsigned nibbles 0..15) by two activation blocks (signed); the Q4_0 offset (`-8 d`) or the
-//! Q4_1 minimum (`m`) is applied afterwards through per-block activation sums. Rows are split over rayon (decode)
-//! or candle's barrier thread pool (prefill). Used only when the CPU has AVX-512 F/BW/VNNI (checked at run time);
+//! Q4_1 minimum (`m`) is applied afterwards through per-block activation sums. Rows are split over rayon, whose idle
+//! workers sleep (candle's spinning barrier pool collapses when other processes share the
+//! cores; `HAT_BARRIER=1` selects it for prefill-sized calls, for comparison). Used only when the CPU has AVX-512 F/BW/VNNI (checked at run time);
 //! otherwise candle's kernels run.
 
 use candle_core::quantized::{GgmlDType, QTensor};
 
-/// From this many activation rows (prefill) the work goes to candle's barrier pool.
+/// With `HAT_BARRIER=1`, calls with this many activation rows go to candle's barrier pool.
 const BARRIER_MIN_ROWS: usize = 32;
 
 /// Activation rows processed per pass over a weight row range.
@@ -191,9 +192,14 @@ impl Q4Packed {
     pub fn matmul(&self, x: &[f32], out: &mut [f32]) {
         let m = x.len() / self.cols;
         assert_eq!(out.len(), m * self.rows);
-        let qx: Vec<QuantX> = (0..m)
-            .map(|i| quantize_x(&x[i * self.cols..(i + 1) * self.cols], self.nb, self.kind))
-            .collect();
+        let quant =
+            |i: usize| quantize_x(&x[i * self.cols..(i + 1) * self.cols], self.nb, self.kind);
+        let qx: Vec<QuantX> = if m >= 8 && std::env::var_os("HAT_BARRIER").is_none() {
+            use rayon::prelude::*;
+            (0..m).into_par_iter().map(quant).collect()
+        } else {
+            (0..m).map(quant).collect()
+        };
         let out_ptr = out.as_mut_ptr() as usize;
         let rows = self.rows;
         // SAFETY (all unsafe below): `available()` was checked by the caller, and every
@@ -238,7 +244,7 @@ impl Q4Packed {
             }
         };
         let items = groups + usize::from(!rows.is_multiple_of(4));
-        if m < BARRIER_MIN_ROWS {
+        if m < BARRIER_MIN_ROWS || std::env::var_os("HAT_BARRIER").is_none() {
             // Few rows (decode): rayon workers sleep instead of spinning, which keeps decode
             // fast when other processes share the cores (candle's spinning barrier pool
             // dropped to <10 tok/s at load average 5 on 2 cores, rayon kept 140 tok/s).
