@@ -4,10 +4,12 @@
 //! block scales as f32 (no f16 conversion in the loop). Activations are quantised to int8 per
 //! 32-value block and laid out so that one 512-bit `vpdpbusd` multiplies two weight blocks
 //! (unsigned nibbles 0..15) by two activation blocks (signed); the Q4_0 offset (`-8 d`) or the
-//! Q4_1 minimum (`m`) is applied afterwards through per-block activation sums. Rows are split over rayon, whose idle
-//! workers sleep (candle's spinning barrier pool collapses when other processes share the
-//! cores; `HAT_BARRIER=1` selects it for prefill-sized calls, for comparison). Used only when the CPU has AVX-512 F/BW/VNNI (checked at run time);
-//! otherwise candle's kernels run.
+//! Q4_1 minimum (`m`) is applied afterwards through per-block activation sums. Q8_0 weights
+//! are signed, so there the activations enter as `q + 128` and the weights' block sums correct
+//! for it. Rows are split over rayon, whose idle workers sleep (candle's spinning barrier pool
+//! collapses when other processes share the cores; `HAT_BARRIER=1` selects it for
+//! prefill-sized calls, for comparison). Used only when the CPU has AVX-512 F/BW/VNNI
+//! (checked at run time); otherwise candle's kernels run.
 
 use candle_core::quantized::{GgmlDType, QTensor};
 
