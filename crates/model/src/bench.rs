@@ -64,6 +64,7 @@ pub struct BenchRow {
     pub prefill: Vec<(usize, f64)>,
     pub decode_b1: f64,
     pub decode_batch: f64,
+    pub decode_b1_long: f64,
     pub cached_prefix_ms: f64,
     pub uncached_prefix_ms: f64,
     pub peak_mib: f64,
@@ -88,9 +89,20 @@ fn time_prefill(engine: &Engine, toks: &[u32]) -> anyhow::Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
-fn time_decode(engine: &Engine, batch: usize, n: usize) -> anyhow::Result<f64> {
+fn time_decode(engine: &Engine, batch: usize, n: usize, ctx: usize) -> anyhow::Result<f64> {
     let m = &engine.model;
     let mut cache = m.new_cache(batch);
+    if ctx > 0 {
+        let toks = prompt_tokens(engine, ctx)?;
+        let rows: Vec<u32> = (0..batch).flat_map(|_| toks.iter().copied()).collect();
+        for chunk_start in (0..ctx).step_by(crate::generate::PREFILL_CHUNK) {
+            let len = crate::generate::PREFILL_CHUNK.min(ctx - chunk_start);
+            let ids = Tensor::from_vec(rows.clone(), (batch, ctx), m.device())?
+                .narrow(1, chunk_start, len)?
+                .contiguous()?;
+            m.forward(&ids, &mut cache, true)?;
+        }
+    }
     let start = Tensor::new(vec![1u32; batch].as_slice(), m.device())?.unsqueeze(1)?;
     m.forward(&start, &mut cache, true)?;
     let t = Instant::now();
@@ -126,9 +138,10 @@ pub fn bench_engine(
     let mut d1 = 0.0;
     let mut db = 0.0;
     for _ in 0..reps {
-        d1 += time_decode(engine, 1, a.decode_tokens)?;
-        db += time_decode(engine, a.batch, a.decode_tokens / 2)?;
+        d1 += time_decode(engine, 1, a.decode_tokens, 0)?;
+        db += time_decode(engine, a.batch, a.decode_tokens / 2, 0)?;
     }
+    row.decode_b1_long = time_decode(engine, 1, a.decode_tokens, a.prefix_len)?;
     row.decode_b1 = d1 / reps as f64;
     row.decode_batch = db / reps as f64;
     // cached-prefix latency: time to first token of a request whose prefix is cached
@@ -273,8 +286,8 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
         header.push_str(&format!(" pp{l} tok/s |"));
     }
     header.push_str(&format!(
-        " tg b1 tok/s | tg b{} tok/s | {}-tok prefix cached / uncached ms | peak MiB |",
-        a.batch, a.prefix_len
+        " tg b1 tok/s | tg b1 @{} ctx | tg b{} tok/s | {}-tok prefix cached / uncached ms | peak MiB |",
+        a.prefix_len, a.batch, a.prefix_len
     ));
     println!("{header}");
     println!("|{}", "---|".repeat(header.matches('|').count() - 1));
@@ -309,8 +322,13 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
             line.push_str(&format!(" {v:.1} |"));
         }
         line.push_str(&format!(
-            " {:.1} | {:.1} | {:.1} / {:.1} | {:.0} |",
-            r.decode_b1, r.decode_batch, r.cached_prefix_ms, r.uncached_prefix_ms, r.peak_mib
+            " {:.1} | {:.1} | {:.1} | {:.1} / {:.1} | {:.0} |",
+            r.decode_b1,
+            r.decode_b1_long,
+            r.decode_batch,
+            r.cached_prefix_ms,
+            r.uncached_prefix_ms,
+            r.peak_mib
         ));
         println!("{line}");
         drop(engine);
@@ -341,8 +359,8 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
                         .find(|(k, _)| k.starts_with("tg"))
                         .map(|x| x.1)
                         .unwrap_or(f64::NAN);
-                    line.push_str(&format!(" {tg:.1} | - | - | - |"));
-                    ratios.push_str(&format!(" {:.2}x | | | |", r.decode_b1 / tg));
+                    line.push_str(&format!(" {tg:.1} | - | - | - | - |"));
+                    ratios.push_str(&format!(" {:.2}x | | | | |", r.decode_b1 / tg));
                     println!("{line}");
                     println!("{ratios}");
                 }

@@ -1,6 +1,6 @@
 //! Command-line entry points. The `hat` binary wires them:
 //! `hat model ...` -> [`run_model`], `hat generate` -> [`run_generate`],
-//! `hat bench generate` -> [`crate::bench::run_bench_generate`].
+//! `hat bench generate` -> [`run_bench_generate`] (re-exported from [`crate::bench`]).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 
+pub use crate::bench::{run_bench_generate, BenchGenerateArgs};
 use crate::chat_template::{parse_chat_file, ChatInput};
 use crate::fetch;
 use crate::generate::{Engine, GenerateRequest, TokenEvent};

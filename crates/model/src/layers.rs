@@ -65,7 +65,7 @@ impl Linear {
                     QStorage::from_data(std::borrow::Cow::Owned(bytes), &q0.device(), q0.dtype())?;
                 LinearWeight::Quant(std::sync::Arc::new(QTensor::new(storage, (rows, cols))?))
             }
-            LinearWeight::PackedQ4_0(_) => return Ok(None),
+            LinearWeight::PackedQ4(_) => return Ok(None),
             LinearWeight::Dense(w0) => {
                 let mut ws = Vec::new();
                 for p in parts {
@@ -125,7 +125,7 @@ impl Linear {
                 x.reshape((rows, inner))?.matmul(&w.t()?)?.reshape(out)?
             }
             (Some(q), _) => q.forward(x)?,
-            (None, LinearWeight::PackedQ4_0(p)) => {
+            (None, LinearWeight::PackedQ4(p)) => {
                 let mut out = x.dims().to_vec();
                 *out.last_mut().unwrap_or(&mut 0) = p.rows();
                 let xv = x.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
@@ -294,50 +294,95 @@ pub fn softmax_last(x: &Tensor, mode: OpMode) -> Result<Tensor> {
     }
 }
 
-/// Keys and values of one layer, `(b, kv_heads, T, head_dim)`. Tensors are never mutated
-/// in place, so a cloned cache (e.g. held by the prefix cache) never goes stale.
+/// Keys and values of one layer, `(b, kv_heads, T, head_dim)`, in buffers preallocated
+/// with spare capacity so decoding appends in place instead of copying the whole cache
+/// every token. Clones share the buffers copy-on-write: a cache whose buffers are also held
+/// by a clone (e.g. a prefix-cache entry) copies them before its first append, so a clone
+/// never sees later writes and never goes stale. Tensors that track gradients are
+/// concatenated instead (in-place writes have no backward pass).
 #[derive(Debug, Clone, Default)]
 pub struct KvCache {
-    k: Option<Tensor>,
-    v: Option<Tensor>,
+    buf: Option<(Tensor, Tensor)>,
+    len: usize,
+    owner: std::sync::Arc<()>,
 }
 
+/// Minimum capacity (positions) of a fresh KV buffer.
+const KV_MIN_CAPACITY: usize = 256;
+
 impl KvCache {
-    /// Appends new keys/values and returns the full ones.
+    /// Appends new keys/values `(b, kv_heads, t, head_dim)` and returns the full ones.
     pub fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
-        let (k, v) = match (&self.k, &self.v) {
-            (Some(pk), Some(pv)) => (Tensor::cat(&[pk, k], 2)?, Tensor::cat(&[pv, v], 2)?),
-            _ => (k.clone(), v.clone()),
-        };
-        self.k = Some(k.clone());
-        self.v = Some(v.clone());
-        Ok((k, v))
+        let t = k.dim(2)?;
+        if k.track_op() || v.track_op() {
+            let (nk, nv) = match self.tensors() {
+                Some((pk, pv)) => (Tensor::cat(&[&pk, k], 2)?, Tensor::cat(&[&pv, v], 2)?),
+                None => (k.clone(), v.clone()),
+            };
+            self.len += t;
+            self.buf = Some((nk.clone(), nv.clone()));
+            self.owner = std::sync::Arc::new(());
+            return Ok((nk, nv));
+        }
+        let cap = self
+            .buf
+            .as_ref()
+            .map_or(0, |(bk, _)| bk.dim(2).unwrap_or(0));
+        let shared = std::sync::Arc::strong_count(&self.owner) > 1;
+        if self.buf.is_none() || self.len + t > cap || shared {
+            let new_cap = if self.len + t > cap {
+                (self.len + t).max(2 * cap).max(KV_MIN_CAPACITY)
+            } else {
+                cap
+            };
+            let (b, h, _, d) = k.dims4()?;
+            let nk = Tensor::zeros((b, h, new_cap, d), k.dtype(), k.device())?;
+            let nv = Tensor::zeros((b, h, new_cap, d), v.dtype(), v.device())?;
+            if let Some((pk, pv)) = self.tensors() {
+                nk.slice_set(&pk.contiguous()?, 2, 0)?;
+                nv.slice_set(&pv.contiguous()?, 2, 0)?;
+            }
+            self.buf = Some((nk, nv));
+            self.owner = std::sync::Arc::new(());
+        }
+        let (bk, bv) = self
+            .buf
+            .as_ref()
+            .ok_or_else(|| candle_core::Error::Msg("kv buffer".into()))?;
+        bk.slice_set(&k.contiguous()?, 2, self.len)?;
+        bv.slice_set(&v.contiguous()?, 2, self.len)?;
+        self.len += t;
+        Ok((bk.narrow(2, 0, self.len)?, bv.narrow(2, 0, self.len)?))
     }
     /// Cached length.
     pub fn len(&self) -> usize {
-        self.k.as_ref().and_then(|k| k.dim(2).ok()).unwrap_or(0)
+        self.len
     }
     /// Whether empty.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len == 0
     }
-    /// Bytes held.
+    /// Bytes held (including spare capacity).
     pub fn bytes(&self) -> usize {
-        [&self.k, &self.v]
-            .iter()
-            .filter_map(|t| t.as_ref())
-            .map(|t| t.elem_count() * t.dtype().size_in_bytes())
-            .sum()
+        self.buf.as_ref().map_or(0, |(k, v)| {
+            (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes()
+        })
     }
-    /// Keys and values.
-    pub fn tensors(&self) -> Option<(&Tensor, &Tensor)> {
-        Some((self.k.as_ref()?, self.v.as_ref()?))
+    /// Keys and values (views of the first `len` positions).
+    pub fn tensors(&self) -> Option<(Tensor, Tensor)> {
+        let (k, v) = self.buf.as_ref()?;
+        Some((
+            k.narrow(2, 0, self.len).ok()?,
+            v.narrow(2, 0, self.len).ok()?,
+        ))
     }
     /// Builds from tensors.
     pub fn from_tensors(k: Tensor, v: Tensor) -> Self {
+        let len = k.dim(2).unwrap_or(0);
         Self {
-            k: Some(k),
-            v: Some(v),
+            buf: Some((k, v)),
+            len,
+            owner: std::sync::Arc::new(()),
         }
     }
 }
@@ -449,7 +494,7 @@ impl Attention {
         let n_rep = h / kvh;
         let scale = 1.0 / (hd as f64).sqrt();
         let y = if n_rep > 1 && t == 1 && b == 1 && !mode.differentiable {
-            // decode: fold query heads into rows of each kv group, no kv copy
+            // decode: fold query heads into rows of each kv group
             let q = q.reshape((kvh, n_rep, hd))?;
             let k0 = k.squeeze(0)?; // (kvh, T, hd)
             let v0 = v.squeeze(0)?;
@@ -648,8 +693,25 @@ mod tests {
         let mut c = KvCache::default();
         c.append(&k, &k).unwrap();
         let snapshot = c.clone();
-        c.append(&k, &k).unwrap();
+        let two = (k.clone() * 2.0).unwrap();
+        c.append(&two, &two).unwrap();
         assert_eq!(snapshot.len(), 3);
         assert_eq!(c.len(), 6);
+        // the snapshot still sees its own values, and appending to it does not disturb `c`
+        let mut s2 = snapshot.clone();
+        let three = (k.clone() * 3.0).unwrap();
+        s2.append(&three, &three).unwrap();
+        let sum = |c: &KvCache| {
+            c.tensors()
+                .unwrap()
+                .0
+                .sum_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap()
+        };
+        assert_eq!(sum(&snapshot), 24.0);
+        assert_eq!(sum(&c), 24.0 + 48.0);
+        assert_eq!(sum(&s2), 24.0 + 72.0);
     }
 }

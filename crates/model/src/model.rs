@@ -104,8 +104,8 @@ impl Cache {
                 if missing > 0 {
                     let (b, h, _, d) = k.dims4()?;
                     let z = Tensor::zeros((b, h, missing, d), k.dtype(), k.device())?;
-                    ks.push(Tensor::cat(&[&z, k], 2)?);
-                    vs.push(Tensor::cat(&[&z, v], 2)?);
+                    ks.push(Tensor::cat(&[&z, &k], 2)?);
+                    vs.push(Tensor::cat(&[&z, &v], 2)?);
                 } else {
                     ks.push(k.clone());
                     vs.push(v.clone());
