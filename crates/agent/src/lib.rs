@@ -2,12 +2,14 @@
 //! loop runs on the in-process candle engine or on any OpenAI-compatible
 //! endpoint ([`hat_teacher::openai`]).
 //!
-//! Each harness state's rendered system prompt is a token prefix of every
-//! request under it; its KV state is stored in the engine's prefix cache on
-//! first use and reused by every later request, so a turn pays only for the
-//! event and the answer.
+//! The rendered system prompt starts with the harness (persona, rules,
+//! skills, tools), which is the same for every request under a harness
+//! state, and ends with the stream (products, recent activity), which is
+//! not. Each request caches the longest token prefix it shares with recent
+//! system prompts, so the harness part is computed once per state and the
+//! full system prompt once per episode; a turn pays for the rest.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::Read;
 use std::path::Path;
 
@@ -21,6 +23,18 @@ use hat_model::{
 };
 use hat_teacher::episode::ChatModel;
 use hat_teacher::TeacherError;
+
+/// Prefix-cache budget: a 135M model's KV state is ~46 KB a token, so a
+/// 1.7k-token system prompt is ~78 MB; this keeps about 50 of them.
+pub const PREFIX_CACHE_BYTES: usize = 4 << 30;
+/// System prompts remembered for prefix sharing.
+const RECENT_SYSTEMS: usize = 32;
+/// Shared prefixes shorter than this are not worth a cache entry.
+const MIN_SHARED_PREFIX: usize = 128;
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
 
 /// Token and time counters over all requests, for reports.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -39,6 +53,8 @@ pub struct LocalModel {
     pub max_new_tokens: usize,
     /// Token length of each system prompt's rendering, by the prompt's text.
     system_len: HashMap<String, Option<usize>>,
+    /// Token sequences of recent system prompts, to find shared prefixes.
+    recent: VecDeque<Vec<u32>>,
     pub usage: Usage,
     /// Name and content hash of the weights.
     pub name: String,
@@ -106,11 +122,13 @@ impl LocalModel {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        engine.set_prefix_cache_bytes(PREFIX_CACHE_BYTES);
         Ok(LocalModel {
             engine,
             sampling,
             max_new_tokens,
             system_len: HashMap::new(),
+            recent: VecDeque::new(),
             usage: Usage::default(),
             name,
             hash,
@@ -154,7 +172,33 @@ impl LocalModel {
                         l
                     }
                 };
-                len.filter(|&l| tokens.len() > l)
+                match len.filter(|&l| tokens.len() > l) {
+                    None => None,
+                    Some(l) => {
+                        let sys = &tokens[..l];
+                        let shared = self
+                            .recent
+                            .iter()
+                            .map(|r| common_prefix(r, sys))
+                            .max()
+                            .unwrap_or(0);
+                        if !self.recent.iter().any(|r| r.as_slice() == sys) {
+                            if self.recent.len() == RECENT_SYSTEMS {
+                                self.recent.pop_front();
+                            }
+                            self.recent.push_back(sys.to_vec());
+                        }
+                        // Seen whole before: cache it whole (later turns of an
+                        // episode). New: cache the part shared with others.
+                        if shared == l {
+                            Some(l)
+                        } else if shared >= MIN_SHARED_PREFIX {
+                            Some(shared)
+                        } else {
+                            Some(l)
+                        }
+                    }
+                }
             }
             _ => None,
         };
@@ -165,6 +209,14 @@ impl LocalModel {
     }
 
     fn account(&mut self, o: &GenerateOutput) {
+        tracing::debug!(
+            prompt = o.prompt_tokens,
+            cached = o.cached_tokens,
+            generated = o.tokens.len(),
+            prefill_s = o.prefill_secs,
+            decode_s = o.decode_secs,
+            "request"
+        );
         self.usage.requests += 1;
         self.usage.prompt_tokens += o.prompt_tokens;
         self.usage.cached_tokens += o.cached_tokens;

@@ -493,18 +493,19 @@ impl Attention {
         let (k, v) = cache.append(&k, &v)?;
         let n_rep = h / kvh;
         let scale = 1.0 / (hd as f64).sqrt();
-        let y = if n_rep > 1 && t == 1 && b == 1 && !mode.differentiable {
-            // decode: fold query heads into rows of each kv group
-            let q = q.reshape((kvh, n_rep, hd))?;
-            let k0 = k.squeeze(0)?; // (kvh, T, hd)
-            let v0 = v.squeeze(0)?;
-            let att = (q.matmul(&k0.t()?)? * scale)?; // (kvh, n_rep, T)
+        let y = if n_rep > 1 && t == 1 && !mode.differentiable {
+            // Decode, any batch: fold each kv group's query heads into rows and
+            // read the cache in place. Repeating k/v per query head would copy
+            // the whole cache every step (for batch 8 at 1.8k context, ~2 GB).
+            let q = q.contiguous()?.reshape((b, kvh, n_rep, hd))?;
+            let att = (q.matmul(&k.t()?)? * scale)?; // (b, kvh, n_rep, T)
             let att = match mask {
-                Some(m) => att.broadcast_add(&m.reshape((1, 1, ()))?)?,
+                // (b, 1, 1, T) broadcasts over groups and heads.
+                Some(m) => att.broadcast_add(m)?,
                 None => att,
             };
             let att = softmax_last(&att, mode)?;
-            att.matmul(&v0)?.reshape((1, h, 1, hd))?
+            att.matmul(&v)?.reshape((b, h, 1, hd))?
         } else {
             let k = repeat_kv(k, n_rep)?.contiguous()?;
             let v = repeat_kv(v, n_rep)?.contiguous()?;
