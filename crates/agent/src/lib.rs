@@ -10,11 +10,9 @@
 //! full system prompt once per episode; a turn pays for the rest.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::Read;
 use std::path::Path;
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use hat_harness::{Message, Role};
 use hat_model::chat_template::ChatInput;
@@ -65,21 +63,6 @@ fn model_err(e: impl std::fmt::Display) -> TeacherError {
     TeacherError::Model(e.to_string())
 }
 
-/// `sha256:` and the first 16 hex digits of a file's content.
-pub fn file_hash(path: &Path) -> std::io::Result<String> {
-    let mut f = std::fs::File::open(path)?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(format!("sha256:{}", &hex::encode(h.finalize())[..16]))
-}
-
 /// Chat messages as the model's template takes them. Tool results become
 /// tagged user turns: HAT's call syntax lives in the text, so templates
 /// without a tool role work unchanged (the same form the endpoint backend sends).
@@ -106,7 +89,8 @@ impl LocalModel {
             return Err(TeacherError::Model(format!("{} does not exist; run `hat model fetch` for the default model, or pass a GGUF file or Hugging Face folder", path.display())));
         }
         let hash = if path.is_file() {
-            file_hash(path).map_err(model_err)?
+            let hex = hat_model::fetch::sha256_file(path).map_err(model_err)?;
+            format!("sha256:{}", &hex[..16])
         } else {
             format!("dir:{}", path.display())
         };
