@@ -166,21 +166,32 @@ pub fn run_agent(
     }
     for batch in batches {
         progress(finished, total);
+        // Gold once per item: the oracle writes from it and the scorer reads it.
+        let golds = batch
+            .iter()
+            .map(|(_, it)| {
+                expect(
+                    &it.task,
+                    &states[it.state],
+                    worlds.peek(it.task.world_seed).expect("built above"),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let t0 = Instant::now();
         let trajs = match backend {
             Backend::Oracle => batch
                 .iter()
-                .map(|(i, it)| {
+                .zip(&golds)
+                .map(|((i, it), exp)| {
                     let (h, w) = (
                         &states[it.state],
                         worlds.peek(it.task.world_seed).expect("built above"),
                     );
-                    let exp = expect(&it.task, h, w)?;
                     Ok(oracle::trajectory(
                         &it.task,
                         h,
                         w,
-                        &exp,
+                        exp,
                         &mut ChaCha8Rng::seed_from_u64(*i as u64),
                     )?)
                 })
@@ -202,11 +213,9 @@ pub fn run_agent(
         };
         // Model time of a batch is shared by its episodes.
         let seconds = t0.elapsed().as_secs_f64() / batch.len() as f64;
-        for ((_, item), traj) in batch.iter().zip(trajs) {
+        for (((_, item), traj), exp) in batch.iter().zip(trajs).zip(&golds) {
             let h = &states[item.state];
-            let world = worlds.peek(item.task.world_seed).expect("built above");
-            let exp = expect(&item.task, h, world)?;
-            let s = score(&exp, h, &traj.attempt);
+            let s = score(exp, h, &traj.attempt);
             let n_prompt = 2 + item.task.history.len() * 2;
             let components: Map<String, Value> = s
                 .components
