@@ -230,7 +230,8 @@ fn augment_writes_valid_states_and_a_manifest() {
 #[test]
 fn data_gen_writes_chat_jsonl_and_stats_reads_it() {
     let d = tempfile::tempdir().unwrap();
-    let out = d.path().join("d.jsonl");
+    // The README's main job writes into a folder a fresh clone does not have.
+    let out = d.path().join("out/d.jsonl");
     hat()
         .args([
             "data",

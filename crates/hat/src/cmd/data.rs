@@ -118,6 +118,10 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
     };
     // A fresh file is written beside the target and renamed at the end, so an
     // interrupted run never leaves a torn dataset; --resume appends in place.
+    if let Some(parent) = a.out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
     let tmp = a.out.with_extension("jsonl.partial");
     let target = if a.resume { a.out.clone() } else { tmp.clone() };
     let file = OpenOptions::new()
