@@ -1,35 +1,50 @@
 //! Hand-written AVX-512 VNNI kernel for Q4_0 / Q4_1 / Q8_0 matrix products (decode and prefill).
 //!
-//! Weights are repacked at load: per row, the 16 nibble bytes of each 32-weight block, and the
-//! block scales as f32 (no f16 conversion in the loop). Activations are quantised to int8 per
-//! 32-value block and laid out so that one 512-bit `vpdpbusd` multiplies two weight blocks
-//! (unsigned nibbles 0..15) by two activation blocks (signed); the Q4_0 offset (`-8 d`) or the
-//! Q4_1 minimum (`m`) is applied afterwards through per-block activation sums. Q8_0 weights
-//! are signed, so there the activations enter as `q + 128` and the weights' block sums correct
-//! for it. Rows are split over rayon, whose idle workers sleep (candle's spinning barrier pool
-//! collapses when other processes share the cores; `HAT_BARRIER=1` selects it for
-//! prefill-sized calls, for comparison). Used only when the CPU has AVX-512 F/BW/VNNI
-//! (checked at run time); otherwise candle's kernels run.
+//! Weights are repacked at load into groups of 16 rows. Within a group and a 32-weight block,
+//! one 512-bit register holds the same 4 consecutive weights of all 16 rows (lane = row), so a
+//! single `vpdpbusd` with one activation's 4 int8 values broadcast to every lane advances 16
+//! output features at once, and the 8 such steps of a block accumulate in integers. Floats are
+//! touched once per block (scale and offset), not once per instruction: that is what makes the
+//! prefill GEMM compute-bound instead of conversion-bound. The same layout serves decode (one
+//! activation row) and prefill (tiles of up to 8 activation rows that share each weight
+//! register).
+//!
+//! Activations are quantised to int8 per 32-value block (scale `dx`, sum `sx = dx * sum(q)`).
+//! Weights are always the unsigned operand: Q4 nibbles as stored (0..15), Q8_0 biased to
+//! `q + 128`. The bias comes out per block as `-8 * sx` (Q4_0), `-128 * sx` (Q8_0) or `m * sx`
+//! (Q4_1's minimum). Block scales are kept as f16 (half the bytes of f32: decode is bound by
+//! memory traffic) and widened with `vcvtph2ps`.
+//!
+//! Rows are split over rayon, whose idle workers sleep (candle's spinning barrier pool
+//! collapses when other processes share the cores). Used only when the CPU has AVX-512
+//! F/BW/VNNI (checked at run time; `HAT_NO_SIMD=1` turns it off); otherwise candle's kernels run.
 
 use candle_core::quantized::{GgmlDType, QTensor};
 
-/// With `HAT_BARRIER=1`, calls with this many activation rows go to candle's barrier pool.
-const BARRIER_MIN_ROWS: usize = 32;
-
-/// Activation rows processed per pass over a weight row range.
+/// Weight rows interleaved per group (the lanes of one 512-bit register of int32).
+const GROUP: usize = 16;
+/// Activation rows processed per pass over a range of weight groups; their int8 copy
+/// (`cols` bytes each) stays in L2 while the weights stream by.
 const X_BLOCK: usize = 64;
+/// Activation rows per register tile.
+const TILE: usize = 8;
 
-/// Q4_0 weights repacked for the kernel.
+/// A quantised matrix repacked for the kernel.
 #[derive(Debug)]
-pub struct Q4Packed {
+pub struct PackedQuant {
     kind: GgmlDType,
     rows: usize,
     cols: usize,
+    /// 32-weight blocks per row.
     nb: usize,
+    /// Per group and block: Q4 kinds, 4 registers of 64 bytes; byte `4 * lane + e` of
+    /// register `v` holds weight `4v + e` (low nibble) and `16 + 4v + e` (high nibble) of row
+    /// `lane`. Q8_0, 8 registers; register `v` holds weights `4v..4v + 4` as `q + 128`.
     qs: Vec<u8>,
-    d: Vec<f32>,
-    /// per block: value added per unit of activation sum (`-8 d` for Q4_0, `m` for Q4_1)
-    mb: Vec<f32>,
+    /// Per group and block: the 16 rows' scales (f16 bits).
+    d: Vec<u16>,
+    /// Q4_1 only, per group and block: the 16 rows' minimums (f16 bits).
+    m: Vec<u16>,
 }
 
 /// Whether the kernel can run on this CPU.
@@ -47,61 +62,63 @@ pub fn available() -> bool {
     }
 }
 
-/// Activation quantised for the kernel.
+/// Activation rows quantised for the kernel.
 struct QuantX {
-    /// per pair of blocks: [b0 0..16, b1 0..16, b0 16..32, b1 16..32]
+    /// `m * cols` int8 values, row-major, natural order.
     q: Vec<i8>,
-    /// per pair: 16 lane scales [d0 x4, d1 x4, d0 x4, d1 x4]
-    dpat: Vec<f32>,
-    /// per block: d * sum(q), the activation block's sum
-    sum: Vec<f32>,
+    /// per row and block: the scale
+    d: Vec<f32>,
+    /// per row and block: `d * sum(q)`
+    s: Vec<f32>,
 }
 
-/// For Q4 kinds `sum` is `d * sum(q)`; for Q8_0 the activation bytes are `q + 128` (u8) in
-/// natural order and `sum` holds `d` (the bias correction uses the weights' sums).
-fn quantize_x(x: &[f32], nb: usize, kind: GgmlDType) -> QuantX {
-    let q8 = kind == GgmlDType::Q8_0;
-    let mut q = vec![0i8; nb * 32];
-    let mut dpat = vec![0f32; nb / 2 * 16];
-    let mut sum = vec![0f32; nb];
-    let mut tmp = [0i8; 32];
-    for b in 0..nb {
-        let xs = &x[b * 32..(b + 1) * 32];
+/// Quantises one row: `q` gets the int8 values, `d`/`s` one entry per block.
+fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    for (b, xs) in x.chunks_exact(32).enumerate() {
         let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-        let mut s = 0i32;
-        for (t, v) in tmp.iter_mut().zip(xs) {
-            let r = (v * id).round() as i32;
+        let scale = amax / 127.0;
+        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        let mut sum = 0i32;
+        for (t, v) in q[b * 32..b * 32 + 32].iter_mut().zip(xs) {
+            let r = (v * inv).round() as i32;
             *t = r as i8;
-            s += r;
+            sum += r;
         }
-        let pair = b / 2;
-        let half = b % 2;
-        let base = pair * 64;
-        if q8 {
-            sum[b] = d;
-            for (dst, t) in q[b * 32..b * 32 + 32].iter_mut().zip(&tmp) {
-                *dst = (*t as i32 + 128) as u8 as i8;
-            }
-            for lane in 0..8 {
-                dpat[pair * 16 + half * 8 + lane] = d;
-            }
-            continue;
-        }
-        sum[b] = d * s as f32;
-        q[base + half * 16..base + half * 16 + 16].copy_from_slice(&tmp[..16]);
-        q[base + 32 + half * 16..base + 32 + half * 16 + 16].copy_from_slice(&tmp[16..]);
-        for lane in 0..4 {
-            dpat[pair * 16 + half * 4 + lane] = d;
-            dpat[pair * 16 + 8 + half * 4 + lane] = d;
-        }
+        d[b] = scale;
+        s[b] = scale * sum as f32;
     }
-    QuantX { q, dpat, sum }
 }
 
-impl Q4Packed {
-    /// Repacks a 2-D Q4_0 or Q4_1 tensor whose row length is a multiple of 64.
+fn quantize_x(x: &[f32], m: usize, cols: usize) -> QuantX {
+    let nb = cols / 32;
+    let mut qx = QuantX {
+        q: vec![0i8; m * cols],
+        d: vec![0f32; m * nb],
+        s: vec![0f32; m * nb],
+    };
+    let rows = x
+        .chunks_exact(cols)
+        .zip(qx.q.chunks_exact_mut(cols))
+        .zip(qx.d.chunks_exact_mut(nb).zip(qx.s.chunks_exact_mut(nb)));
+    if m >= 16 {
+        use rayon::prelude::*;
+        rows.par_bridge()
+            .for_each(|((x, q), (d, s))| quantize_row(x, q, d, s));
+    } else {
+        rows.for_each(|((x, q), (d, s))| quantize_row(x, q, d, s));
+    }
+    qx
+}
+
+/// A raw output pointer shared by workers that write disjoint elements.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: every (row, group) tile of the output is written by exactly one work item.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl PackedQuant {
+    /// Repacks a 2-D Q4_0, Q4_1 or Q8_0 tensor (row length a multiple of 32).
     pub fn from_qtensor(t: &QTensor) -> Option<Self> {
         let kind = t.dtype();
         let bsize = match kind {
@@ -114,7 +131,7 @@ impl Q4Packed {
             return None;
         }
         let (rows, cols) = (t.shape().dims()[0], t.shape().dims()[1]);
-        if cols % 64 != 0 {
+        if cols % 32 != 0 || rows == 0 {
             return None;
         }
         let data = t.data().ok()?;
@@ -122,25 +139,40 @@ impl Q4Packed {
         if data.len() != rows * nb * bsize {
             return None;
         }
-        let mut qs = Vec::with_capacity(rows * nb * (bsize - 2));
-        let mut d = Vec::with_capacity(rows * nb);
-        let mut mb = Vec::with_capacity(rows * nb);
-        for blk in data.chunks_exact(bsize) {
-            let scale = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-            d.push(scale);
-            if kind == GgmlDType::Q8_0 {
-                // activations enter as q + 128: subtract 128 * d_w * sum(w) per block
-                let sw: i32 = blk[2..34].iter().map(|&b| b as i8 as i32).sum();
-                mb.push(-128.0 * scale * sw as f32);
-                qs.extend_from_slice(&blk[2..34]);
-                continue;
+        let groups = rows.div_ceil(GROUP);
+        let q8 = kind == GgmlDType::Q8_0;
+        let gbytes = if q8 { 512 } else { 256 };
+        let mut qs = vec![0u8; groups * nb * gbytes];
+        let mut d = vec![0u16; groups * nb * GROUP];
+        let mut m = if kind == GgmlDType::Q4_1 {
+            vec![0u16; groups * nb * GROUP]
+        } else {
+            Vec::new()
+        };
+        for (row, rdata) in data.chunks_exact(nb * bsize).enumerate() {
+            let (g, lane) = (row / GROUP, row % GROUP);
+            for (b, blk) in rdata.chunks_exact(bsize).enumerate() {
+                let gb = g * nb + b;
+                d[gb * GROUP + lane] = u16::from_le_bytes([blk[0], blk[1]]);
+                let dst = &mut qs[gb * gbytes..(gb + 1) * gbytes];
+                if q8 {
+                    for v in 0..8 {
+                        for e in 0..4 {
+                            dst[v * 64 + 4 * lane + e] =
+                                (blk[2 + 4 * v + e] as i8 as i16 + 128) as u8;
+                        }
+                    }
+                    continue;
+                }
+                if kind == GgmlDType::Q4_1 {
+                    m[gb * GROUP + lane] = u16::from_le_bytes([blk[2], blk[3]]);
+                }
+                let nib = &blk[bsize - 16..];
+                for v in 0..4 {
+                    dst[v * 64 + 4 * lane..v * 64 + 4 * lane + 4]
+                        .copy_from_slice(&nib[4 * v..4 * v + 4]);
+                }
             }
-            if kind == GgmlDType::Q4_1 {
-                mb.push(half::f16::from_le_bytes([blk[2], blk[3]]).to_f32());
-            } else {
-                mb.push(-8.0 * scale);
-            }
-            qs.extend_from_slice(&blk[bsize - 16..]);
         }
         Some(Self {
             kind,
@@ -149,11 +181,11 @@ impl Q4Packed {
             nb,
             qs,
             d,
-            mb,
+            m,
         })
     }
 
-    /// `q4_0` or `q4_1`.
+    /// `q4_0`, `q4_1` or `q8_0`.
     pub fn format_name(&self) -> String {
         format!("{:?}", self.kind).to_lowercase()
     }
@@ -167,214 +199,199 @@ impl Q4Packed {
     }
     /// Bytes held.
     pub fn storage_bytes(&self) -> usize {
-        self.qs.len() + (self.d.len() + self.mb.len()) * 4
+        self.qs.len() + (self.d.len() + self.m.len()) * 2
     }
 
     /// Dequantised `(rows, cols)` f32 values, row-major.
     pub fn dequantize(&self) -> Vec<f32> {
+        let f = |bits: u16| half::f16::from_bits(bits).to_f32();
+        let q8 = self.kind == GgmlDType::Q8_0;
+        let gbytes = if q8 { 512 } else { 256 };
         let mut out = vec![0f32; self.rows * self.cols];
-        for (blk, o) in out.chunks_exact_mut(32).enumerate() {
-            let (d, m) = (self.d[blk], self.mb[blk]);
-            if self.kind == GgmlDType::Q8_0 {
-                for (o, &q) in o.iter_mut().zip(&self.qs[blk * 32..blk * 32 + 32]) {
-                    *o = q as i8 as f32 * d;
+        for (row, o) in out.chunks_exact_mut(self.cols).enumerate() {
+            let (g, lane) = (row / GROUP, row % GROUP);
+            for b in 0..self.nb {
+                let gb = g * self.nb + b;
+                let d = f(self.d[gb * GROUP + lane]);
+                let qs = &self.qs[gb * gbytes..(gb + 1) * gbytes];
+                let o = &mut o[b * 32..b * 32 + 32];
+                if q8 {
+                    for (k, o) in o.iter_mut().enumerate() {
+                        let (v, e) = (k / 4, k % 4);
+                        *o = (qs[v * 64 + 4 * lane + e] as f32 - 128.0) * d;
+                    }
+                    continue;
                 }
-                continue;
-            }
-            let q = &self.qs[blk * 16..blk * 16 + 16];
-            for j in 0..16 {
-                o[j] = (q[j] & 0x0f) as f32 * d + m;
-                o[j + 16] = (q[j] >> 4) as f32 * d + m;
+                let (min, off) = match self.kind {
+                    GgmlDType::Q4_1 => (f(self.m[gb * GROUP + lane]), 0.0),
+                    _ => (0.0, 8.0),
+                };
+                for k in 0..16 {
+                    let byte = qs[(k / 4) * 64 + 4 * lane + k % 4];
+                    o[k] = ((byte & 0x0f) as f32 - off) * d + min;
+                    o[k + 16] = ((byte >> 4) as f32 - off) * d + min;
+                }
             }
         }
         out
     }
 
     /// `out[i, r] = sum_c x[i, c] * W[r, c]` for `m = x.len() / cols` rows of `x`.
+    /// The caller must have checked [`available`].
     pub fn matmul(&self, x: &[f32], out: &mut [f32]) {
         let m = x.len() / self.cols;
-        assert_eq!(out.len(), m * self.rows);
-        let quant =
-            |i: usize| quantize_x(&x[i * self.cols..(i + 1) * self.cols], self.nb, self.kind);
-        let qx: Vec<QuantX> = if m >= 8 && std::env::var_os("HAT_BARRIER").is_none() {
-            use rayon::prelude::*;
-            (0..m).into_par_iter().map(quant).collect()
-        } else {
-            (0..m).map(quant).collect()
-        };
-        let out_ptr = out.as_mut_ptr() as usize;
-        let rows = self.rows;
-        // SAFETY (all unsafe below): `available()` was checked by the caller, and every
-        // (i, r) element of `out` is written by exactly one work item.
-        let groups = rows / 4;
-        let write =
-            |i: usize, r: usize, v: f32| unsafe { *(out_ptr as *mut f32).add(i * rows + r) = v };
-        let work = |range: std::ops::Range<usize>| {
-            // items are groups of 4 weight rows (plus one item for the leftover rows);
-            // activation rows in L2-sized blocks; 4x4 register tiles
+        assert_eq!(
+            x.len(),
+            m * self.cols,
+            "input length is not a multiple of cols"
+        );
+        assert_eq!(out.len(), m * self.rows, "output length does not match");
+        if m == 0 {
+            return;
+        }
+        let qx = quantize_x(x, m, self.cols);
+        let groups = self.rows.div_ceil(GROUP);
+        let out = OutPtr(out.as_mut_ptr());
+        let work = |gr: std::ops::Range<usize>| {
+            let out = out;
             for xb in (0..m).step_by(X_BLOCK) {
                 let xe = (xb + X_BLOCK).min(m);
-                for g in range.clone() {
-                    if g == groups {
-                        for r in groups * 4..rows {
-                            for (i, q) in qx.iter().enumerate().take(xe).skip(xb) {
-                                write(i, r, unsafe { self.row_dot(r, q) });
-                            }
-                        }
-                        continue;
-                    }
-                    let r = g * 4;
+                for g in gr.clone() {
                     let mut i = xb;
-                    while i + 4 <= xe {
-                        let v = unsafe {
-                            self.tile4x4(r, [&qx[i], &qx[i + 1], &qx[i + 2], &qx[i + 3]])
-                        };
-                        for (wr, col) in v.iter().enumerate() {
-                            for (j, v) in col.iter().enumerate() {
-                                write(i + j, r + wr, *v);
+                    while i < xe {
+                        let n = (xe - i).min(TILE);
+                        // SAFETY: `available()` was checked by the caller; `tile` writes only
+                        // rows i..i+n of group g, which no other work item touches.
+                        unsafe {
+                            match n {
+                                8 => self.tile::<8>(g, &qx, i, out.0),
+                                7 => self.tile::<7>(g, &qx, i, out.0),
+                                6 => self.tile::<6>(g, &qx, i, out.0),
+                                5 => self.tile::<5>(g, &qx, i, out.0),
+                                4 => self.tile::<4>(g, &qx, i, out.0),
+                                3 => self.tile::<3>(g, &qx, i, out.0),
+                                2 => self.tile::<2>(g, &qx, i, out.0),
+                                _ => self.tile::<1>(g, &qx, i, out.0),
                             }
                         }
-                        i += 4;
-                    }
-                    while i < xe {
-                        for wr in 0..4 {
-                            write(i, r + wr, unsafe { self.row_dot(r + wr, &qx[i]) });
-                        }
-                        i += 1;
+                        i += n;
                     }
                 }
             }
         };
-        let items = groups + usize::from(!rows.is_multiple_of(4));
-        if m < BARRIER_MIN_ROWS || std::env::var_os("HAT_BARRIER").is_none() {
-            // Few rows (decode): rayon workers sleep instead of spinning, which keeps decode
-            // fast when other processes share the cores (candle's spinning barrier pool
-            // dropped to <10 tok/s at load average 5 on 2 cores, rayon kept 140 tok/s).
-            use rayon::prelude::*;
-            let n = rayon::current_num_threads().max(1);
-            let chunk = items.div_ceil(n * 4).max(1);
-            (0..items.div_ceil(chunk))
-                .into_par_iter()
-                .for_each(|c| work(c * chunk..((c + 1) * chunk).min(items)));
-        } else {
-            candle_core::utils::barrier_pool().execute_chunked(items, work);
+        use rayon::prelude::*;
+        let threads = rayon::current_num_threads().max(1);
+        if threads == 1 || groups < 2 {
+            return work(0..groups);
         }
+        let chunk = groups.div_ceil(threads * 4).max(1);
+        (0..groups.div_ceil(chunk))
+            .into_par_iter()
+            .for_each(|c| work(c * chunk..((c + 1) * chunk).min(groups)));
     }
 
+    /// Output features `16g..16g + 16` for activation rows `i0..i0 + J`.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn row_dot(&self, r: usize, x: &QuantX) -> f32 {
+    unsafe fn tile<const J: usize>(&self, g: usize, x: &QuantX, i0: usize, out: *mut f32) {
         use std::arch::x86_64::*;
-        let nb = self.nb;
+        let (nb, cols) = (self.nb, self.cols);
         let q8 = self.kind == GgmlDType::Q8_0;
-        let bpb = if q8 { 32 } else { 16 };
-        let qs = self.qs.as_ptr().add(r * nb * bpb);
-        let d = self.d.as_ptr().add(r * nb);
-        let mask = _mm256_set1_epi8(0x0f);
-        let idx = if q8 {
-            _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
-        } else {
-            _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0)
+        let q41 = self.kind == GgmlDType::Q4_1;
+        let gbytes = if q8 { 512 } else { 256 };
+        let offset = if q8 { -128.0f32 } else { -8.0 };
+        // Few rows (decode) leave the integer chains short of independent work: split each
+        // row's 8 steps per block over two accumulators to hide vpdpbusd latency.
+        let split = J <= 4;
+        let nibble = _mm512_set1_epi8(0x0f);
+        let zero = _mm512_setzero_si512();
+        let mut acc = [_mm512_setzero_ps(); J];
+        let xq = x.q.as_ptr().add(i0 * cols);
+        let bcast = |j: usize, b: usize, k: usize| {
+            _mm512_set1_epi32(std::ptr::read_unaligned(
+                xq.add(j * cols + b * 32 + k) as *const i32
+            ))
         };
-        let mut acc = _mm512_setzero_ps();
-        for p in 0..nb / 2 {
-            let xv = _mm512_loadu_si512(x.q.as_ptr().add(p * 64) as *const __m512i);
-            let dot = if q8 {
-                // activations biased to u8, weights signed
-                let wv = _mm512_loadu_si512(qs.add(p * 64) as *const __m512i);
-                _mm512_dpbusd_epi32(_mm512_setzero_si512(), xv, wv)
-            } else {
-                let w = _mm256_loadu_si256(qs.add(p * 32) as *const __m256i);
-                let lo = _mm256_and_si256(w, mask);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
-                let wv = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-                _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv)
-            };
-            let dw = _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(d.add(2 * p) as *const f64)));
-            let dwpat = _mm512_permutexvar_ps(idx, dw);
-            let scale = _mm512_mul_ps(dwpat, _mm512_loadu_ps(x.dpat.as_ptr().add(p * 16)));
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc);
-        }
-        let mb = self.mb.as_ptr().add(r * nb);
-        let mut corr = 0f32;
         for b in 0..nb {
-            corr += *mb.add(b) * x.sum[b];
-        }
-        _mm512_reduce_add_ps(acc) + corr
-    }
-
-    /// Dot products of weight rows `r..r+4` with 4 activation rows: `out[weight][act]`.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn tile4x4(&self, r: usize, x: [&QuantX; 4]) -> [[f32; 4]; 4] {
-        use std::arch::x86_64::*;
-        let nb = self.nb;
-        let q8 = self.kind == GgmlDType::Q8_0;
-        let bpb = if q8 { 32 } else { 16 };
-        let mask = _mm256_set1_epi8(0x0f);
-        let idx = if q8 {
-            _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0)
-        } else {
-            _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0)
-        };
-        let mut acc = [[_mm512_setzero_ps(); 4]; 4];
-        for p in 0..nb / 2 {
-            let mut wv = [_mm512_setzero_si512(); 4];
-            let mut dwp = [_mm512_setzero_ps(); 4];
-            for k in 0..4 {
-                let qs = self.qs.as_ptr().add((r + k) * nb * bpb + p * 2 * bpb);
-                if q8 {
-                    wv[k] = _mm512_loadu_si512(qs as *const __m512i);
-                } else {
-                    let w = _mm256_loadu_si256(qs as *const __m256i);
-                    let lo = _mm256_and_si256(w, mask);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
-                    wv[k] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            let gb = g * nb + b;
+            let w = self.qs.as_ptr().add(gb * gbytes);
+            let mut s0 = [zero; J];
+            let mut s1 = [zero; J];
+            if q8 {
+                for v in 0..8 {
+                    let wv = _mm512_loadu_si512(w.add(v * 64) as *const __m512i);
+                    for j in 0..J {
+                        if split && v % 2 == 1 {
+                            s1[j] = _mm512_dpbusd_epi32(s1[j], wv, bcast(j, b, 4 * v));
+                        } else {
+                            s0[j] = _mm512_dpbusd_epi32(s0[j], wv, bcast(j, b, 4 * v));
+                        }
+                    }
                 }
-                let d = self.d.as_ptr().add((r + k) * nb + 2 * p);
-                dwp[k] = _mm512_permutexvar_ps(
-                    idx,
-                    _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(d as *const f64))),
-                );
+            } else {
+                for v in 0..4 {
+                    let raw = _mm512_loadu_si512(w.add(v * 64) as *const __m512i);
+                    let lo = _mm512_and_si512(raw, nibble);
+                    let hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble);
+                    for j in 0..J {
+                        s0[j] = _mm512_dpbusd_epi32(s0[j], lo, bcast(j, b, 4 * v));
+                        if split {
+                            s1[j] = _mm512_dpbusd_epi32(s1[j], hi, bcast(j, b, 16 + 4 * v));
+                        } else {
+                            s0[j] = _mm512_dpbusd_epi32(s0[j], hi, bcast(j, b, 16 + 4 * v));
+                        }
+                    }
+                }
             }
-            for j in 0..4 {
-                let xv = _mm512_loadu_si512(x[j].q.as_ptr().add(p * 64) as *const __m512i);
-                let dx = _mm512_loadu_ps(x[j].dpat.as_ptr().add(p * 16));
-                for k in 0..4 {
-                    let dot = if q8 {
-                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), xv, wv[k])
+            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(
+                self.d.as_ptr().add(gb * GROUP) as *const __m256i
+            ));
+            let xd = x.d.as_ptr().add(i0 * nb + b);
+            let xs = x.s.as_ptr().add(i0 * nb + b);
+            if q41 {
+                let mw = _mm512_cvtph_ps(_mm256_loadu_si256(
+                    self.m.as_ptr().add(gb * GROUP) as *const __m256i
+                ));
+                for j in 0..J {
+                    let isum = if split {
+                        _mm512_add_epi32(s0[j], s1[j])
                     } else {
-                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[k], xv)
+                        s0[j]
                     };
-                    acc[k][j] = _mm512_fmadd_ps(
-                        _mm512_cvtepi32_ps(dot),
-                        _mm512_mul_ps(dwp[k], dx),
-                        acc[k][j],
+                    let t =
+                        _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(*xd.add(j * nb)));
+                    acc[j] = _mm512_fmadd_ps(dw, t, acc[j]);
+                    acc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(*xs.add(j * nb)), acc[j]);
+                }
+            } else {
+                for j in 0..J {
+                    let isum = if split {
+                        _mm512_add_epi32(s0[j], s1[j])
+                    } else {
+                        s0[j]
+                    };
+                    let t = _mm512_fmadd_ps(
+                        _mm512_cvtepi32_ps(isum),
+                        _mm512_set1_ps(*xd.add(j * nb)),
+                        _mm512_set1_ps(offset * *xs.add(j * nb)),
                     );
+                    acc[j] = _mm512_fmadd_ps(dw, t, acc[j]);
                 }
             }
         }
-        let mut out = [[0f32; 4]; 4];
-        for k in 0..4 {
-            let mb = self.mb.as_ptr().add((r + k) * nb);
-            for j in 0..4 {
-                let mut corr = 0f32;
-                for b in 0..nb {
-                    corr += *mb.add(b) * x[j].sum[b];
-                }
-                out[k][j] = _mm512_reduce_add_ps(acc[k][j]) + corr;
-            }
+        let valid = (self.rows - g * GROUP).min(GROUP);
+        let mask: __mmask16 = if valid == GROUP {
+            0xffff
+        } else {
+            (1u16 << valid) - 1
+        };
+        for (j, a) in acc.iter().enumerate() {
+            _mm512_mask_storeu_ps(out.add((i0 + j) * self.rows + g * GROUP), mask, *a);
         }
-        out
     }
 
     #[cfg(not(target_arch = "x86_64"))]
-    unsafe fn tile4x4(&self, _r: usize, _x: [&QuantX; 4]) -> [[f32; 4]; 4] {
-        unreachable!("kernels::available() is false off x86_64")
-    }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    unsafe fn row_dot(&self, _r: usize, _x: &QuantX) -> f32 {
+    unsafe fn tile<const J: usize>(&self, _g: usize, _x: &QuantX, _i0: usize, _out: *mut f32) {
         unreachable!("kernels::available() is false off x86_64")
     }
 }
@@ -385,27 +402,33 @@ mod tests {
     use candle_core::{Device, Tensor};
 
     #[test]
-    fn q4_kernels_match_dequantised_matmul() {
+    fn kernels_match_dequantised_matmul() {
         if !available() {
             eprintln!("skipping: CPU lacks AVX-512 VNNI");
             return;
         }
         for dt in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0] {
-            check(dt);
+            // 70 rows: 4 full groups and a partial one; 96 columns: an odd block count.
+            for (rows, cols) in [(70, 192), (16, 96), (5, 32)] {
+                for m in [1, 3, 8, 71] {
+                    check(dt, rows, cols, m);
+                }
+            }
         }
     }
 
-    fn check(dt: GgmlDType) {
+    fn check(dt: GgmlDType, rows: usize, cols: usize, m: usize) {
         let dev = Device::Cpu;
-        let w = (Tensor::randn(0f32, 1.0, (70, 192), &dev).unwrap() + 0.3).unwrap(); // 17 tiles + 2 rows
+        let w = (Tensor::randn(0f32, 1.0, (rows, cols), &dev).unwrap() + 0.3).unwrap();
         let q = QTensor::quantize(&w, dt).unwrap();
-        let p = Q4Packed::from_qtensor(&q).unwrap();
+        let p = PackedQuant::from_qtensor(&q).unwrap();
         let wd = q.dequantize(&dev).unwrap();
         assert_eq!(
             p.dequantize(),
-            wd.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+            wd.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            "{dt:?} repacking"
         );
-        let x = Tensor::randn(0f32, 1.0, (71, 192), &dev).unwrap();
+        let x = Tensor::randn(0f32, 1.0, (m, cols), &dev).unwrap();
         let want = x
             .matmul(&wd.t().unwrap())
             .unwrap()
@@ -413,14 +436,17 @@ mod tests {
             .unwrap()
             .to_vec1::<f32>()
             .unwrap();
-        let mut got = vec![0f32; 71 * 70];
+        let mut got = vec![f32::NAN; m * rows];
         p.matmul(
             &x.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
             &mut got,
         );
         let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
         for (a, b) in got.iter().zip(&want) {
-            assert!((a - b).abs() < 0.02 * scale, "{a} vs {b}");
+            assert!(
+                (a - b).abs() < 0.02 * scale,
+                "{dt:?} {rows}x{cols} m={m}: {a} vs {b}"
+            );
         }
     }
 }

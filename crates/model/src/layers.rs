@@ -65,7 +65,7 @@ impl Linear {
                     QStorage::from_data(std::borrow::Cow::Owned(bytes), &q0.device(), q0.dtype())?;
                 LinearWeight::Quant(std::sync::Arc::new(QTensor::new(storage, (rows, cols))?))
             }
-            LinearWeight::PackedQ4(_) => return Ok(None),
+            LinearWeight::Packed(_) => return Ok(None),
             LinearWeight::Dense(w0) => {
                 let mut ws = Vec::new();
                 for p in parts {
@@ -125,7 +125,7 @@ impl Linear {
                 x.reshape((rows, inner))?.matmul(&w.t()?)?.reshape(out)?
             }
             (Some(q), _) => q.forward(x)?,
-            (None, LinearWeight::PackedQ4(p)) => {
+            (None, LinearWeight::Packed(p)) => {
                 let mut out = x.dims().to_vec();
                 *out.last_mut().unwrap_or(&mut 0) = p.rows();
                 let xv = x.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;

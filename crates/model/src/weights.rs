@@ -87,8 +87,8 @@ pub enum LinearWeight {
     Quant(Arc<QTensor>),
     /// Dense matrix `(out, in)` in f32, f16 or bf16.
     Dense(Tensor),
-    /// Q4_0 or Q4_1 repacked for the AVX-512 VNNI kernel ([`crate::kernels`]).
-    PackedQ4(Arc<crate::kernels::Q4Packed>),
+    /// Q4_0, Q4_1 or Q8_0 repacked for the AVX-512 VNNI kernel ([`crate::kernels`]).
+    Packed(Arc<crate::kernels::PackedQuant>),
 }
 
 impl LinearWeight {
@@ -133,7 +133,7 @@ impl LinearWeight {
         match self {
             Self::Quant(q) => format!("{:?}", q.dtype()).to_lowercase(),
             Self::Dense(t) => format!("{:?}", t.dtype()).to_lowercase(),
-            Self::PackedQ4(p) => p.format_name(),
+            Self::Packed(p) => p.format_name(),
         }
     }
 
@@ -142,7 +142,7 @@ impl LinearWeight {
         match self {
             Self::Quant(q) => q.storage_size_in_bytes(),
             Self::Dense(t) => t.elem_count() * t.dtype().size_in_bytes(),
-            Self::PackedQ4(p) => p.storage_bytes(),
+            Self::Packed(p) => p.storage_bytes(),
         }
     }
 
@@ -151,7 +151,7 @@ impl LinearWeight {
         Ok(match self {
             Self::Quant(q) => q.shape().dims()[0],
             Self::Dense(t) => t.dim(0)?,
-            Self::PackedQ4(p) => p.rows(),
+            Self::Packed(p) => p.rows(),
         })
     }
 
@@ -164,8 +164,8 @@ impl LinearWeight {
                     GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q8_0
                 ) && crate::kernels::available() =>
             {
-                match crate::kernels::Q4Packed::from_qtensor(q) {
-                    Some(p) => Self::PackedQ4(Arc::new(p)),
+                match crate::kernels::PackedQuant::from_qtensor(q) {
+                    Some(p) => Self::Packed(Arc::new(p)),
                     None => self,
                 }
             }
@@ -177,7 +177,7 @@ impl LinearWeight {
     pub fn qmatmul(&self) -> Option<QMatMul> {
         match self {
             Self::Quant(q) => Some(QMatMul::QTensor(q.clone())),
-            Self::Dense(_) | Self::PackedQ4(_) => None,
+            Self::Dense(_) | Self::Packed(_) => None,
         }
     }
 }
@@ -243,7 +243,7 @@ mod tests {
             let back = match &w {
                 LinearWeight::Quant(q) => q.dequantize(&dev).unwrap(),
                 LinearWeight::Dense(d) => d.to_dtype(DType::F32).unwrap(),
-                LinearWeight::PackedQ4(_) => unreachable!(),
+                LinearWeight::Packed(_) => unreachable!(),
             };
             let err: f32 = (back - &t)
                 .unwrap()
