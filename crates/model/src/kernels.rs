@@ -84,8 +84,9 @@ fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
             *t = r as i8;
             sum += r;
         }
-        d[b] = scale;
-        s[b] = scale * sum as f32;
+        // rounded through f16 like ggml's Q8_1 blocks, so greedy decoding tracks llama.cpp
+        d[b] = half::f16::from_f32(scale).to_f32();
+        s[b] = half::f16::from_f32(scale * sum as f32).to_f32();
     }
 }
 

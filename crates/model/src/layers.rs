@@ -461,14 +461,22 @@ fn repeat_kv(x: Tensor, n_rep: usize) -> Result<Tensor> {
         .reshape((b, kvh * n_rep, t, d))?)
 }
 
+/// Whether [`crate::attention::causal_attention`] replaces the generic path (CPU, f32,
+/// inference only); the caller then needs no mask tensor.
+pub fn fused_attention(x: &Tensor, mode: OpMode) -> bool {
+    !mode.differentiable && x.device().is_cpu() && x.dtype() == DType::F32
+}
+
 impl Attention {
-    /// `x: (b, t, hidden)`; `mask`: additive `(b, 1, t, T)` or `None` for a single query.
+    /// `x: (b, t, hidden)`; `mask`: additive `(b, 1, t, T)` or `None` for a single query (not
+    /// needed when [`fused_attention`] holds); `pads`: left padding per row.
     pub fn forward(
         &self,
         x: &Tensor,
         rotary: &Rotary,
         cos_sin: &(Tensor, Tensor),
         mask: Option<&Tensor>,
+        pads: &[usize],
         cache: &mut KvCache,
         mode: OpMode,
     ) -> Result<Tensor> {
@@ -493,6 +501,10 @@ impl Attention {
         let (k, v) = cache.append(&k, &v)?;
         let n_rep = h / kvh;
         let scale = 1.0 / (hd as f64).sqrt();
+        if fused_attention(x, mode) {
+            let y = crate::attention::causal_attention(&q, &k, &v, pads, scale as f32)?;
+            return self.o.forward(&y);
+        }
         let y = if n_rep > 1 && t == 1 && !mode.differentiable {
             // Decode, any batch: fold each kv group's query heads into rows and
             // read the cache in place. Repeating k/v per query head would copy
@@ -583,6 +595,7 @@ impl Block {
         rotary: &Rotary,
         cos_sin: &(Tensor, Tensor),
         mask: Option<&Tensor>,
+        pads: &[usize],
         cache: &mut KvCache,
         mode: OpMode,
     ) -> Result<Tensor> {
@@ -591,6 +604,7 @@ impl Block {
             rotary,
             cos_sin,
             mask,
+            pads,
             cache,
             mode,
         )?;

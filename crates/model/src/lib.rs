@@ -3,6 +3,7 @@
 //! file's metadata, renders chat templates, and generates with a KV cache, a prefix cache
 //! and batched decoding.
 
+pub mod attention;
 pub mod bench;
 pub mod chat_template;
 pub mod cli;

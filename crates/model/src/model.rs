@@ -347,7 +347,9 @@ impl Transformer {
         let positions = Tensor::from_vec(pos, (b, t), &self.device)?;
         let cos_sin = self.rotary.tables(&positions)?;
         let any_pad = pads.iter().any(|&p| p > 0);
-        let mask = if t == 1 && !any_pad {
+        let mut x = self.embed.forward(ids)?;
+        let fused = crate::layers::fused_attention(&x, self.mode);
+        let mask = if fused || (t == 1 && !any_pad) {
             None
         } else {
             let mut m = vec![0f32; b * t * total];
@@ -364,9 +366,16 @@ impl Transformer {
             }
             Some(Tensor::from_vec(m, (b, 1, t, total), &self.device)?)
         };
-        let mut x = self.embed.forward(ids)?;
         for (blk, kv) in self.blocks.iter().zip(cache.layers.iter_mut()) {
-            x = blk.forward(&x, &self.rotary, &cos_sin, mask.as_ref(), kv, self.mode)?;
+            x = blk.forward(
+                &x,
+                &self.rotary,
+                &cos_sin,
+                mask.as_ref(),
+                &pads,
+                kv,
+                self.mode,
+            )?;
         }
         let x = if last_only { x.narrow(1, t - 1, 1)? } else { x };
         let x = self.norm.forward(&x, self.mode)?;

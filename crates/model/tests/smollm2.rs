@@ -34,15 +34,63 @@ fn reference() -> Option<serde_json::Value> {
     }
 }
 
-/// Greedy tokens that must equal llama.cpp's. Where we diverge, the top-2 logits differ by
-/// less than 0.05 (a numerical tie between two Q4_1/Q8_1 implementations); see README.
-const MIN_SAME: usize = 10;
+/// Greedy tokens of the shipped Q4_1 file that must equal llama.cpp's. Both engines quantise
+/// activations to int8 per 32-value block, so a 1e-7 difference in summation order can flip
+/// one rounding and move logits by ~1 (measured: our own prefill and token-by-token decode
+/// of the same text differ by up to 0.8 in Q4_1 and 0.7 in Q8_0, but by 5e-5 in f32); greedy
+/// decoding then parts ways at the first near-tie. Exact agreement is therefore checked on
+/// the same weights dequantised to f32 (`greedy_f32`), where it must hold for all 30 tokens.
+const MIN_SAME_Q4_1: usize = 1;
+
+fn load(path: &std::path::Path, format: &str) -> Engine {
+    let opts = LoadOptions {
+        format: format.parse().unwrap(),
+        ..LoadOptions::default()
+    };
+    Engine::load(path, opts).unwrap()
+}
+
+/// Number of our greedy tokens whose text is a prefix of llama.cpp's output (all `n` when the
+/// whole text is equal).
+fn same_tokens(engine: &Engine, case: &serde_json::Value) -> (usize, usize) {
+    let messages = case["messages"].as_array().unwrap().clone();
+    let prompt = engine
+        .render_chat(&ChatInput {
+            messages,
+            tools: None,
+            add_generation_prompt: true,
+        })
+        .unwrap();
+    let ids = engine.encode(&prompt).unwrap();
+    let want_ids: Vec<u32> = serde_json::from_value(case["prompt_ids"].clone()).unwrap();
+    assert_eq!(ids, want_ids, "prompt ids");
+    let n = case["n"].as_u64().unwrap() as usize;
+    let out = engine
+        .generate(&GenerateRequest::new(ids, n), None)
+        .unwrap();
+    assert!(out.logprobs.iter().all(|l| l.is_finite() && *l <= 0.0));
+    let want = case["text"].as_str().unwrap();
+    let mut same = 0;
+    while same < out.tokens.len()
+        && want.starts_with(&engine.tokenizer.decode(&out.tokens[..=same], true))
+    {
+        same += 1;
+    }
+    if out.text == want {
+        same = n; // identical up to the stop token (or all n tokens)
+    }
+    eprintln!(
+        "{same}/{n} greedy tokens equal llama.cpp's for {}\n  hat:       {:?}\n  llama.cpp: {want:?}",
+        case["messages"], out.text
+    );
+    (same, n)
+}
 
 #[test]
 fn smollm2_matches_llama_cpp() {
     let Some(path) = model_file() else { return };
     let Some(r) = reference() else { return };
-    let engine = Engine::load(&path, LoadOptions::default()).unwrap();
+    let engine = load(&path, "original");
     let c = engine.model.config();
     assert_eq!(
         (c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads),
@@ -59,34 +107,15 @@ fn smollm2_matches_llama_cpp() {
         );
     }
     for case in r["greedy"].as_array().unwrap() {
-        let messages = case["messages"].as_array().unwrap().clone();
-        let prompt = engine
-            .render_chat(&ChatInput {
-                messages,
-                tools: None,
-                add_generation_prompt: true,
-            })
-            .unwrap();
-        let ids = engine.encode(&prompt).unwrap();
-        let want_ids: Vec<u32> = serde_json::from_value(case["prompt_ids"].clone()).unwrap();
-        assert_eq!(ids, want_ids, "prompt ids");
-        let n = case["n"].as_u64().unwrap() as usize;
-        let out = engine
-            .generate(&GenerateRequest::new(ids, n), None)
-            .unwrap();
-        let want = case["text"].as_str().unwrap();
-        // number of our tokens whose text is a prefix of llama.cpp's output
-        let mut same = 0;
-        while same < out.tokens.len()
-            && want.starts_with(&engine.tokenizer.decode(&out.tokens[..=same], true))
-        {
-            same += 1;
-        }
-        if out.text == want {
-            same = n; // identical up to the stop token (or all n tokens)
-        }
-        eprintln!("{same}/{n} greedy tokens equal llama.cpp's for {:?}\n  hat:       {:?}\n  llama.cpp: {want:?}", case["messages"], out.text);
-        assert!(same >= MIN_SAME, "only {same} tokens equal llama.cpp's");
-        assert!(out.logprobs.iter().all(|l| l.is_finite() && *l <= 0.0));
+        let (same, _) = same_tokens(&engine, case);
+        assert!(
+            same >= MIN_SAME_Q4_1,
+            "Q4_1: only {same} tokens equal llama.cpp's"
+        );
+    }
+    let f32_engine = load(&path, "f32");
+    for case in r["greedy_f32"].as_array().unwrap() {
+        let (same, n) = same_tokens(&f32_engine, case);
+        assert_eq!(same, n, "f32: only {same} of {n} tokens equal llama.cpp's");
     }
 }
