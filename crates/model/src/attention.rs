@@ -124,7 +124,7 @@ pub fn causal_attention(
                             let (a, e) = (lo(qa) - klo, qa + 1 - klo);
                             row[..a].fill(0.0);
                             row[e..].fill(0.0);
-                            inv[r] = 1.0 / softmax_unnormalised(&mut row[a..e]);
+                            inv[r] = 1.0 / crate::simd::softmax_unnormalised(&mut row[a..e]);
                         }
                         let op = (out_ptr as *mut f32).add(((bi * t + i0) * h + hh) * hd);
                         gemm::gemm(
@@ -167,70 +167,6 @@ pub fn causal_attention(
         })
     })?;
     Ok(Tensor::from_vec(out, (b, t, h * hd), &Device::Cpu)?)
-}
-
-/// Replaces `x` by `exp(x - max)` and returns the sum.
-fn softmax_unnormalised(x: &mut [f32]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if crate::kernels::available() {
-        // SAFETY: AVX-512 F was detected.
-        return unsafe { softmax_avx512(x) };
-    }
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
-    sum
-}
-
-/// `exp` on 16 lanes: `2^n * p(r)` with `x = n ln2 + r`, `|r| <= ln2 / 2`, a degree-6
-/// polynomial (relative error ~2e-7) and `vscalefps` for the power of two (underflows to 0).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn exp16(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
-    use std::arch::x86_64::*;
-    let x = _mm512_max_ps(x, _mm512_set1_ps(-104.0));
-    let n = _mm512_roundscale_ps(
-        _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
-        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
-    );
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_145_75), x);
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428_606_8e-6), r);
-    let mut p = _mm512_set1_ps(1.0 / 720.0);
-    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
-    }
-    _mm512_scalef_ps(p, n)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn softmax_avx512(x: &mut [f32]) -> f32 {
-    use std::arch::x86_64::*;
-    let n = x.len();
-    let p = x.as_mut_ptr();
-    let full = n / 16 * 16;
-    let tail: __mmask16 = ((1u32 << (n - full)) - 1) as u16;
-    let mut mx = _mm512_set1_ps(f32::NEG_INFINITY);
-    for i in (0..full).step_by(16) {
-        mx = _mm512_max_ps(mx, _mm512_loadu_ps(p.add(i)));
-    }
-    mx = _mm512_mask_max_ps(mx, tail, mx, _mm512_maskz_loadu_ps(tail, p.add(full)));
-    let m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-    let mut sum = _mm512_setzero_ps();
-    for i in (0..full).step_by(16) {
-        let e = exp16(_mm512_sub_ps(_mm512_loadu_ps(p.add(i)), m));
-        _mm512_storeu_ps(p.add(i), e);
-        sum = _mm512_add_ps(sum, e);
-    }
-    if tail != 0 {
-        let e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, p.add(full)), m));
-        _mm512_mask_storeu_ps(p.add(full), tail, e);
-        sum = _mm512_mask_add_ps(sum, tail, sum, e);
-    }
-    _mm512_reduce_add_ps(sum)
 }
 
 #[cfg(test)]
@@ -321,16 +257,5 @@ mod tests {
                 .unwrap();
             assert!(diff < 1e-5, "b={b} h={h} t={t}: max diff {diff}");
         }
-    }
-
-    #[test]
-    fn vector_exp_is_accurate() {
-        let mut xs: Vec<f32> = (0..1000).map(|i| -(i as f32) * 0.09).collect();
-        let want: Vec<f32> = xs.iter().map(|x| x.exp()).collect();
-        let sum = softmax_unnormalised(&mut xs);
-        for (a, b) in xs.iter().zip(&want) {
-            assert!((a - b).abs() <= 1e-6 * b.max(1e-30) + 1e-38, "{a} vs {b}");
-        }
-        assert!((sum - want.iter().sum::<f32>()).abs() < 1e-5);
     }
 }

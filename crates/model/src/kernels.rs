@@ -47,19 +47,22 @@ pub struct PackedQuant {
     m: Vec<u16>,
 }
 
-/// Whether the kernel can run on this CPU.
+/// Whether the kernel can run on this CPU (checked once; hot loops ask per row).
 pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx512vnni")
-            && std::env::var_os("HAT_NO_SIMD").is_none()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512bw")
+                && std::is_x86_feature_detected!("avx512vnni")
+                && std::env::var_os("HAT_NO_SIMD").is_none()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
 }
 
 /// Activation rows quantised for the kernel.
@@ -74,6 +77,11 @@ struct QuantX {
 
 /// Quantises one row: `q` gets the int8 values, `d`/`s` one entry per block.
 fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if available() {
+        // SAFETY: AVX-512 F/BW was detected.
+        return unsafe { quantize_row_avx512(x, q, d, s) };
+    }
     for (b, xs) in x.chunks_exact(32).enumerate() {
         let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
         let scale = amax / 127.0;
@@ -85,6 +93,32 @@ fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
             sum += r;
         }
         // rounded through f16 like ggml's Q8_1 blocks, so greedy decoding tracks llama.cpp
+        d[b] = half::f16::from_f32(scale).to_f32();
+        s[b] = half::f16::from_f32(scale * sum as f32).to_f32();
+    }
+}
+
+/// [`quantize_row`] on 512-bit registers (round to nearest even instead of away from zero:
+/// ties are measure-zero).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn quantize_row_avx512(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let (xp, qp) = (x.as_ptr(), q.as_mut_ptr());
+    for b in 0..x.len() / 32 {
+        let a = _mm512_loadu_ps(xp.add(b * 32));
+        let c = _mm512_loadu_ps(xp.add(b * 32 + 16));
+        let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
+        let scale = amax / 127.0;
+        let inv = _mm512_set1_ps(if scale > 0.0 { 1.0 / scale } else { 0.0 });
+        let qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, inv));
+        let qc = _mm512_cvtps_epi32(_mm512_mul_ps(c, inv));
+        _mm_storeu_si128(qp.add(b * 32) as *mut __m128i, _mm512_cvtepi32_epi8(qa));
+        _mm_storeu_si128(
+            qp.add(b * 32 + 16) as *mut __m128i,
+            _mm512_cvtepi32_epi8(qc),
+        );
+        let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qc));
         d[b] = half::f16::from_f32(scale).to_f32();
         s[b] = half::f16::from_f32(scale * sum as f32).to_f32();
     }

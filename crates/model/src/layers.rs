@@ -543,11 +543,19 @@ pub struct Mlp {
 
 impl Mlp {
     /// `down(silu(gate(x)) * up(x))`.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    pub fn forward(&self, x: &Tensor, mode: OpMode) -> Result<Tensor> {
         let (g, u) = match &self.gate_up {
             GateUp::Fused(gu) => {
                 let y = gu.forward(x)?;
                 let i = y.dim(2)? / 2;
+                if !mode.differentiable && y.device().is_cpu() && y.dtype() == DType::F32 {
+                    let (b, t, _) = y.dims3()?;
+                    let mut a = vec![0f32; b * t * i];
+                    crate::simd::silu_mul(&y.flatten_all()?.to_vec1::<f32>()?, i, &mut a);
+                    return self
+                        .down
+                        .forward(&Tensor::from_vec(a, (b, t, i), y.device())?);
+                }
                 (y.narrow(2, 0, i)?, y.narrow(2, i, i)?)
             }
             GateUp::Separate { gate, up } => (gate.forward(x)?, up.forward(x)?),
@@ -609,7 +617,7 @@ impl Block {
             mode,
         )?;
         let x = (x + h)?;
-        let h = self.mlp.forward(&self.ffn_norm.forward(&x, mode)?)?;
+        let h = self.mlp.forward(&self.ffn_norm.forward(&x, mode)?, mode)?;
         Ok((x + h)?)
     }
 }

@@ -21,6 +21,7 @@ pub mod model;
 pub mod prefix_cache;
 pub mod qwen2;
 pub mod sampling;
+pub mod simd;
 pub mod tokenizer;
 pub mod weights;
 
