@@ -152,6 +152,13 @@ struct OutPtr(*mut f32);
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
+impl OutPtr {
+    /// The pointer (a method, so closures capture the whole `Sync` wrapper).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
 impl PackedQuant {
     /// Repacks a 2-D Q4_0, Q4_1 or Q8_0 tensor (row length a multiple of 32).
     pub fn from_qtensor(t: &QTensor) -> Option<Self> {
@@ -288,7 +295,6 @@ impl PackedQuant {
         let groups = self.rows.div_ceil(GROUP);
         let out = OutPtr(out.as_mut_ptr());
         let work = |gr: std::ops::Range<usize>| {
-            let out = out;
             for xb in (0..m).step_by(X_BLOCK) {
                 let xe = (xb + X_BLOCK).min(m);
                 for g in gr.clone() {
@@ -299,14 +305,14 @@ impl PackedQuant {
                         // rows i..i+n of group g, which no other work item touches.
                         unsafe {
                             match n {
-                                8 => self.tile::<8>(g, &qx, i, out.0),
-                                7 => self.tile::<7>(g, &qx, i, out.0),
-                                6 => self.tile::<6>(g, &qx, i, out.0),
-                                5 => self.tile::<5>(g, &qx, i, out.0),
-                                4 => self.tile::<4>(g, &qx, i, out.0),
-                                3 => self.tile::<3>(g, &qx, i, out.0),
-                                2 => self.tile::<2>(g, &qx, i, out.0),
-                                _ => self.tile::<1>(g, &qx, i, out.0),
+                                8 => self.tile::<8>(g, &qx, i, out.get()),
+                                7 => self.tile::<7>(g, &qx, i, out.get()),
+                                6 => self.tile::<6>(g, &qx, i, out.get()),
+                                5 => self.tile::<5>(g, &qx, i, out.get()),
+                                4 => self.tile::<4>(g, &qx, i, out.get()),
+                                3 => self.tile::<3>(g, &qx, i, out.get()),
+                                2 => self.tile::<2>(g, &qx, i, out.get()),
+                                _ => self.tile::<1>(g, &qx, i, out.get()),
                             }
                         }
                         i += n;

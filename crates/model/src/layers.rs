@@ -461,6 +461,18 @@ fn repeat_kv(x: Tensor, n_rep: usize) -> Result<Tensor> {
         .reshape((b, kvh * n_rep, t, d))?)
 }
 
+/// Per-pass inputs every attention layer shares: rotary tables for the pass's positions,
+/// and the masking (an additive mask tensor for the generic path, left padding per row for
+/// the fused one).
+#[derive(Debug, Clone, Copy)]
+pub struct AttnInputs<'a> {
+    pub rotary: &'a Rotary,
+    pub cos_sin: &'a (Tensor, Tensor),
+    /// Additive `(b, 1, t, T)`, or `None` for a single query or when [`fused_attention`] holds.
+    pub mask: Option<&'a Tensor>,
+    pub pads: &'a [usize],
+}
+
 /// Whether [`crate::attention::causal_attention`] replaces the generic path (CPU, f32,
 /// inference only); the caller then needs no mask tensor.
 pub fn fused_attention(x: &Tensor, mode: OpMode) -> bool {
@@ -468,18 +480,20 @@ pub fn fused_attention(x: &Tensor, mode: OpMode) -> bool {
 }
 
 impl Attention {
-    /// `x: (b, t, hidden)`; `mask`: additive `(b, 1, t, T)` or `None` for a single query (not
-    /// needed when [`fused_attention`] holds); `pads`: left padding per row.
+    /// `x: (b, t, hidden)`.
     pub fn forward(
         &self,
         x: &Tensor,
-        rotary: &Rotary,
-        cos_sin: &(Tensor, Tensor),
-        mask: Option<&Tensor>,
-        pads: &[usize],
+        inp: &AttnInputs,
         cache: &mut KvCache,
         mode: OpMode,
     ) -> Result<Tensor> {
+        let AttnInputs {
+            rotary,
+            cos_sin,
+            mask,
+            pads,
+        } = *inp;
         let (b, t, _) = x.dims3()?;
         let (h, kvh, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
         let (q, k, v) = match &self.qkv {
@@ -600,22 +614,13 @@ impl Block {
     pub fn forward(
         &self,
         x: &Tensor,
-        rotary: &Rotary,
-        cos_sin: &(Tensor, Tensor),
-        mask: Option<&Tensor>,
-        pads: &[usize],
+        inp: &AttnInputs,
         cache: &mut KvCache,
         mode: OpMode,
     ) -> Result<Tensor> {
-        let h = self.attn.forward(
-            &self.attn_norm.forward(x, mode)?,
-            rotary,
-            cos_sin,
-            mask,
-            pads,
-            cache,
-            mode,
-        )?;
+        let h = self
+            .attn
+            .forward(&self.attn_norm.forward(x, mode)?, inp, cache, mode)?;
         let x = (x + h)?;
         let h = self.mlp.forward(&self.ffn_norm.forward(&x, mode)?, mode)?;
         Ok((x + h)?)

@@ -6,7 +6,8 @@ use candle_core::{DType, Device, Tensor, Var};
 use crate::config::{Architecture, ModelConfig};
 use crate::error::{Error, Result};
 use crate::layers::{
-    Attention, Block, Embedding, GateUp, KvCache, Linear, Mlp, OpMode, Qkv, RmsNorm, Rotary,
+    Attention, AttnInputs, Block, Embedding, GateUp, KvCache, Linear, Mlp, OpMode, Qkv, RmsNorm,
+    Rotary,
 };
 use crate::weights::{LinearWeight, RawTensor, WeightFormat, WeightMap};
 
@@ -372,16 +373,14 @@ impl Transformer {
             }
             Some(Tensor::from_vec(m, (b, 1, t, total), &self.device)?)
         };
+        let inp = AttnInputs {
+            rotary: &self.rotary,
+            cos_sin: &cos_sin,
+            mask: mask.as_ref(),
+            pads: &pads,
+        };
         for (blk, kv) in self.blocks.iter().zip(cache.layers.iter_mut()) {
-            x = blk.forward(
-                &x,
-                &self.rotary,
-                &cos_sin,
-                mask.as_ref(),
-                &pads,
-                kv,
-                self.mode,
-            )?;
+            x = blk.forward(&x, &inp, kv, self.mode)?;
         }
         let x = if last_only { x.narrow(1, t - 1, 1)? } else { x };
         let x = self.norm.forward(&x, self.mode)?;
