@@ -69,14 +69,7 @@ pub struct Sampler {
 
 /// Log-softmax of one logit row at `token`.
 pub fn logprob(logits: &[f32], token: u32) -> f32 {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let lse = logits
-        .iter()
-        .map(|&x| ((x - max) as f64).exp())
-        .sum::<f64>()
-        .ln() as f32
-        + max;
-    logits[token as usize] - lse
+    logits[token as usize] - crate::simd::log_sum_exp(logits)
 }
 
 impl Sampler {

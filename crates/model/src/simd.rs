@@ -67,6 +67,48 @@ unsafe fn softmax_avx512(x: &mut [f32]) -> f32 {
     _mm512_reduce_add_ps(sum)
 }
 
+/// `ln(sum(exp(x)))`, computed stably (used for the log-probability of every generated
+/// token over the whole vocabulary, so it runs once per token on ~50k logits).
+pub fn log_sum_exp(x: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if crate::kernels::available() {
+        // SAFETY: AVX-512 F was detected.
+        return unsafe { log_sum_exp_avx512(x) };
+    }
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = x.iter().map(|&v| ((v - max) as f64).exp()).sum();
+    sum.ln() as f32 + max
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn log_sum_exp_avx512(x: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = x.len();
+    let p = x.as_ptr();
+    let mask_at = |k: usize| -> __mmask16 {
+        if n - k >= 16 {
+            0xffff
+        } else {
+            ((1u32 << (n - k)) - 1) as u16
+        }
+    };
+    let mut mx = _mm512_set1_ps(f32::NEG_INFINITY);
+    for k in (0..n).step_by(16) {
+        let m = mask_at(k);
+        mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, p.add(k)));
+    }
+    let max = _mm512_reduce_max_ps(mx);
+    let mv = _mm512_set1_ps(max);
+    let mut sum = _mm512_setzero_ps();
+    for k in (0..n).step_by(16) {
+        let m = mask_at(k);
+        let e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p.add(k)), mv));
+        sum = _mm512_mask_add_ps(sum, m, sum, e);
+    }
+    _mm512_reduce_add_ps(sum).ln() + max
+}
+
 /// `out[r, j] = silu(y[r, j]) * y[r, i + j]` for `y` of shape `(rows, 2i)` (gate and up
 /// stacked by the fused projection).
 pub fn silu_mul(y: &[f32], i: usize, out: &mut [f32]) {
@@ -119,6 +161,17 @@ mod tests {
             assert!((a - b).abs() <= 1e-6 * b.max(1e-30) + 1e-38, "{a} vs {b}");
         }
         assert!((sum - want.iter().sum::<f32>()).abs() < 1e-5);
+    }
+
+    #[test]
+    fn log_sum_exp_matches_f64() {
+        let x: Vec<f32> = (0..49_157)
+            .map(|k| ((k * 7919 % 3001) as f32) * 0.01 - 12.0)
+            .collect();
+        let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let want = x.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln() + max;
+        let got = log_sum_exp(&x) as f64;
+        assert!((got - want).abs() < 1e-4, "{got} vs {want}");
     }
 
     #[test]
