@@ -11,6 +11,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
+use std::time::Instant;
 
 use serde_json::{json, Value};
 
@@ -19,7 +20,7 @@ use hat_model::chat_template::ChatInput;
 use hat_model::{
     Engine, GenerateOutput, GenerateRequest, LoadOptions, SamplingParams, WeightFormat,
 };
-use hat_teacher::episode::ChatModel;
+use hat_teacher::episode::{ChatModel, Completion};
 use hat_teacher::TeacherError;
 
 /// Prefix-cache budget: a 135M model's KV state is ~46 KB a token, so a
@@ -216,21 +217,55 @@ impl ChatModel for LocalModel {
     }
 
     fn complete(&mut self, messages: &[Message]) -> Result<String, TeacherError> {
-        let req = self.request(messages)?;
-        let out = self.engine.generate(&req, None).map_err(model_err)?;
-        self.account(&out);
-        Ok(out.text)
+        Ok(self.generate(messages)?.text)
     }
 
     fn complete_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<String>, TeacherError> {
+        Ok(self
+            .generate_batch(chats)?
+            .into_iter()
+            .map(|c| c.text)
+            .collect())
+    }
+
+    fn generate(&mut self, messages: &[Message]) -> Result<Completion, TeacherError> {
+        let t0 = Instant::now();
+        let req = self.request(messages)?;
+        let out = self.engine.generate(&req, None).map_err(model_err)?;
+        self.account(&out);
+        Ok(completion(
+            out,
+            req.prompt.len(),
+            t0.elapsed().as_secs_f64(),
+        ))
+    }
+
+    fn generate_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<Completion>, TeacherError> {
+        let t0 = Instant::now();
         let reqs = chats
             .iter()
             .map(|m| self.request(m))
             .collect::<Result<Vec<_>, _>>()?;
         let outs = self.engine.generate_batch(&reqs).map_err(model_err)?;
+        let seconds = t0.elapsed().as_secs_f64() / outs.len().max(1) as f64;
         for o in &outs {
             self.account(o);
         }
-        Ok(outs.into_iter().map(|o| o.text).collect())
+        Ok(outs
+            .into_iter()
+            .zip(&reqs)
+            .map(|(o, r)| completion(o, r.prompt.len(), seconds))
+            .collect())
+    }
+}
+
+fn completion(o: GenerateOutput, prompt_tokens: usize, seconds: f64) -> Completion {
+    Completion {
+        text: o.text,
+        tokens: o.tokens,
+        logprobs: o.logprobs,
+        prompt_tokens,
+        cached_tokens: o.cached_tokens,
+        seconds,
     }
 }

@@ -236,6 +236,7 @@ pub fn run_agent(
                 "components": components,
                 "reason": s.reason(),
                 "hooks": traj.hook_log,
+                "turns": traj.turns,
                 "seconds": seconds,
             });
             writeln!(file, "{line}").map_err(|e| EvalError::io(&dir, e))?;

@@ -584,6 +584,42 @@ fn run_drives_one_turn_through_an_endpoint() {
                         .and(predicate::str::contains("Here are the details")),
                 ),
         );
+    // --json: the whole transcript, one record per model turn
+    let url = fake_endpoint(vec![
+        r#"<tool_call>{"name": "get_product", "arguments": {"product_id": "P1"}}</tool_call>"#,
+        "It is the best one!",
+        "Here are the details, tap the link!",
+    ]);
+    let out = hat()
+        .args([
+            "run",
+            "--model",
+            "openai:test",
+            "--base-url",
+            &url,
+            "--comment",
+            "what is P1 made of?",
+            "--json",
+            "--harness",
+        ])
+        .arg(production())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let turns = v["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 3);
+    assert!(turns[0]["text"].as_str().unwrap().contains("get_product"));
+    assert!(turns.iter().all(|t| t["seconds"].as_f64().unwrap() >= 0.0));
+    assert!(v["reply"]
+        .as_str()
+        .unwrap()
+        .contains("Here are the details"));
+    assert!(v["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|h| h["hook"] == "no-absolute-claims"));
     fails_cleanly(
         hat()
             .args([

@@ -13,9 +13,41 @@ use hat_tasks::episode::{prompt, Scene, StoreBackend};
 use hat_tasks::task::{event_kind, event_vars};
 use hat_tasks::Attempt;
 use hat_world::World;
+use std::time::Instant;
+
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::{TeacherError, Trajectory};
+
+/// One model turn as the model produced it. Models that return only text (endpoints,
+/// scripts) leave the token fields empty; the embedded engine fills them, so training can
+/// consume exactly the tokens that were sampled (token-in/token-out).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Completion {
+    pub text: String,
+    /// Generated token ids.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tokens: Vec<u32>,
+    /// Log-probability of each generated token under the model.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub logprobs: Vec<f32>,
+    /// Prompt length in tokens (0 when unknown).
+    pub prompt_tokens: usize,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: usize,
+    /// Wall time of the call; rows of one batch share the batch's time equally.
+    pub seconds: f64,
+}
+
+impl From<String> for Completion {
+    fn from(text: String) -> Self {
+        Completion {
+            text,
+            ..Completion::default()
+        }
+    }
+}
 
 /// Anything that continues a chat: a remote endpoint, the embedded model, a script.
 pub trait ChatModel {
@@ -27,6 +59,31 @@ pub trait ChatModel {
     /// Continues several chats; models that decode in batches override this.
     fn complete_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<String>, TeacherError> {
         chats.iter().map(|m| self.complete(m)).collect()
+    }
+
+    /// [`ChatModel::complete`] with token ids, log-probabilities and timing where the model
+    /// has them (the episode loop records these).
+    fn generate(&mut self, messages: &[Message]) -> Result<Completion, TeacherError> {
+        let t0 = Instant::now();
+        let text = self.complete(messages)?;
+        Ok(Completion {
+            seconds: t0.elapsed().as_secs_f64(),
+            ..Completion::from(text)
+        })
+    }
+
+    /// [`ChatModel::complete_batch`] with token ids, log-probabilities and timing.
+    fn generate_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<Completion>, TeacherError> {
+        let t0 = Instant::now();
+        let texts = self.complete_batch(chats)?;
+        let seconds = t0.elapsed().as_secs_f64() / texts.len().max(1) as f64;
+        Ok(texts
+            .into_iter()
+            .map(|text| Completion {
+                seconds,
+                ..Completion::from(text)
+            })
+            .collect())
     }
 }
 
@@ -54,6 +111,7 @@ pub struct Episode<'a> {
     messages: Vec<Message>,
     attempt: Attempt,
     log: Vec<HookDecision>,
+    completions: Vec<Completion>,
     turns: usize,
     retries: usize,
     open: bool,
@@ -78,6 +136,7 @@ impl<'a> Episode<'a> {
             messages,
             attempt: Attempt::default(),
             log: Vec::new(),
+            completions: Vec::new(),
             turns: 0,
             retries: 0,
             open: false,
@@ -108,11 +167,14 @@ impl<'a> Episode<'a> {
         self.done
     }
 
-    /// Feeds one model output and advances the episode.
-    pub fn feed(&mut self, out: String) -> Result<(), TeacherError> {
+    /// Feeds one model output (a [`Completion`], or plain text) and advances the episode.
+    pub fn feed(&mut self, out: impl Into<Completion>) -> Result<(), TeacherError> {
         if self.done {
             return Ok(());
         }
+        let completion = out.into();
+        let out = completion.text.clone();
+        self.completions.push(completion);
         let turn = self.turns;
         self.turns += 1;
         self.messages.push(Message::assistant(out.clone()));
@@ -184,6 +246,7 @@ impl<'a> Episode<'a> {
             messages: std::mem::take(&mut self.messages),
             attempt: std::mem::take(&mut self.attempt),
             hook_log: std::mem::take(&mut self.log),
+            turns: std::mem::take(&mut self.completions),
         })
     }
 }
@@ -207,7 +270,7 @@ pub fn run(
 ) -> Result<Trajectory, TeacherError> {
     let mut ep = Episode::start(*scene, harness, world, cfg)?;
     while let Some(p) = ep.prompt() {
-        let out = model.complete(p)?;
+        let out = model.generate(p)?;
         ep.feed(out)?;
     }
     ep.finish()
@@ -228,7 +291,7 @@ pub fn run_batch(
         }
         let outs = {
             let chats: Vec<&[Message]> = live.iter().filter_map(|&i| eps[i].prompt()).collect();
-            model.complete_batch(&chats)?
+            model.generate_batch(&chats)?
         };
         for (i, out) in live.into_iter().zip(outs) {
             eps[i].feed(out)?;

@@ -22,6 +22,10 @@ pub struct Trajectory {
     pub messages: Vec<Message>,
     pub attempt: Attempt,
     pub hook_log: Vec<HookDecision>,
+    /// Each model turn as generated (token ids, log-probabilities, timing); empty for the
+    /// oracle, which writes its messages directly.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<episode::Completion>,
 }
 
 #[derive(Debug, thiserror::Error)]

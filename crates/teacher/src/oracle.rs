@@ -90,6 +90,7 @@ pub fn trajectory(
             reply,
         },
         hook_log: log,
+        turns: Vec::new(),
     })
 }
 

@@ -8,7 +8,7 @@ use rand_chacha::ChaCha8Rng;
 
 use hat_harness::{Harness, Message, Role};
 use hat_tasks::{expect, score, Split, TaskKind, TaskSet, WorldCache};
-use hat_teacher::episode::{run, ChatModel, EpisodeConfig};
+use hat_teacher::episode::{run, ChatModel, Completion, EpisodeConfig};
 use hat_teacher::{oracle, TeacherError};
 
 struct Script(Vec<String>, usize);
@@ -216,4 +216,71 @@ fn lockstep_batches_give_the_same_results_as_one_by_one() {
         let s = score(&exp, &h, &traj.attempt);
         assert!(s.pass, "{} [{}]: {}", t.id, t.kind, s.reason());
     }
+}
+
+/// A model that reports token ids and log-probabilities, like the embedded engine.
+struct Tokened(Vec<String>, usize);
+
+impl ChatModel for Tokened {
+    fn complete(&mut self, m: &[Message]) -> Result<String, TeacherError> {
+        Ok(self.generate(m)?.text)
+    }
+    fn generate(&mut self, _: &[Message]) -> Result<Completion, TeacherError> {
+        let text = self.0[self.1.min(self.0.len() - 1)].clone();
+        self.1 += 1;
+        let n = text.len() as u32;
+        Ok(Completion {
+            tokens: (0..n).collect(),
+            logprobs: vec![-0.5; n as usize],
+            prompt_tokens: 100,
+            cached_tokens: 60,
+            seconds: 0.25,
+            text,
+        })
+    }
+}
+
+#[test]
+fn every_model_turn_is_recorded_with_tokens_and_logprobs() {
+    let h = production();
+    let mut worlds = WorldCache::default();
+    let t = &TaskSet::generate_kinds(Split::Test, 1, 4, &[TaskKind::FinalPrice], &mut worlds)
+        .unwrap()[0];
+    let w = worlds.get(t.world_seed).unwrap();
+    // an unparseable call, then a plain reply: two model turns
+    let outputs = vec![
+        "<tool_call>{\"name\": ".to_string(),
+        "It's cheap!".to_string(),
+    ];
+    let traj = run(
+        &t.scene(),
+        &h,
+        w,
+        &mut Tokened(outputs.clone(), 0),
+        EpisodeConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(traj.turns.len(), 2);
+    for (turn, text) in traj.turns.iter().zip(&outputs) {
+        assert_eq!(&turn.text, text);
+        assert_eq!(turn.tokens.len(), text.len());
+        assert_eq!(turn.logprobs.len(), text.len());
+        assert_eq!((turn.prompt_tokens, turn.cached_tokens), (100, 60));
+    }
+    // text-only models still get a turn record, with their timing
+    let traj = run(
+        &t.scene(),
+        &h,
+        w,
+        &mut Script(outputs.clone(), 0),
+        EpisodeConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(traj.turns.len(), 2);
+    assert!(traj
+        .turns
+        .iter()
+        .all(|c| c.tokens.is_empty() && c.seconds >= 0.0));
+    let json = serde_json::to_value(&traj).unwrap();
+    assert_eq!(json["turns"][1]["text"], "It's cheap!");
 }

@@ -28,6 +28,10 @@ pub struct RunArgs {
     stream: Option<PathBuf>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Print the whole transcript as JSON (messages, calls, hook decisions, and each model
+    /// turn's token ids, log-probabilities and timing).
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
@@ -52,6 +56,21 @@ pub fn run(a: RunArgs) -> Result<()> {
     let t0 = Instant::now();
     let traj = episode::run(&scene, &h, &world, model.as_mut(), EpisodeConfig::default())?;
     let latency = t0.elapsed();
+    if a.json {
+        let out = serde_json::json!({
+            "model": identity,
+            "harness_hash": h.hash,
+            "latency_seconds": latency.as_secs_f64(),
+            "reply": traj.attempt.reply,
+            "calls": traj.attempt.calls,
+            "errors": traj.attempt.format_errors,
+            "messages": traj.messages,
+            "hooks": traj.hook_log,
+            "turns": traj.turns,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
     println!("model {} · harness {}", identity.name, h.short_hash());
     for m in traj.messages.iter().skip(1) {
         println!(
@@ -62,6 +81,21 @@ pub fn run(a: RunArgs) -> Result<()> {
                 .map(|n| format!(" ({n})"))
                 .unwrap_or_default(),
             m.content
+        );
+    }
+    for (i, t) in traj.turns.iter().enumerate() {
+        let mean_lp = if t.logprobs.is_empty() {
+            String::new()
+        } else {
+            let m = t.logprobs.iter().sum::<f32>() / t.logprobs.len() as f32;
+            format!(", mean log-prob {m:.3}")
+        };
+        println!(
+            "[turn {i}] {:.2}s, prompt {} tokens ({} cached), {} generated{mean_lp}",
+            t.seconds,
+            t.prompt_tokens,
+            t.cached_tokens,
+            t.tokens.len()
         );
     }
     for d in &traj.hook_log {
