@@ -8,6 +8,11 @@
 //! vectorised softmax over each query's own causal range, then `P V` written straight into
 //! the `(b, t, heads * head_dim)` layout the output projection reads. No mask tensor: a row's
 //! left padding and causality are key ranges. Inference only (no backward pass).
+//!
+//! Keys and values may be cached in f16 (half the memory traffic of decoding at long
+//! context, which reads the whole cache every token). Single-query decode then reads the f16
+//! cache directly (widened in registers); a prefill chunk first widens each row's keys and
+//! values to f32 once, then runs the blocked path.
 
 use candle_core::{DType, Device, Tensor};
 
@@ -15,6 +20,9 @@ use crate::error::{Error, Result};
 
 /// Queries per work item.
 const Q_BLOCK: usize = 64;
+/// Up to this many queries (decode, or a short tail after a cached prefix) read an f16
+/// cache directly; longer chunks widen it to f32 once and use the blocked GEMM path.
+const DIRECT_F16_MAX_QUERIES: usize = 16;
 
 /// A read-only f32 view of a CPU tensor: its storage, start offset and strides.
 struct View {
@@ -54,16 +62,31 @@ pub fn causal_attention(
 ) -> Result<Tensor> {
     let (b, h, t, hd) = q.dims4()?;
     let (_, kvh, total, _) = k.dims4()?;
-    if q.dtype() != DType::F32 || k.dtype() != DType::F32 || v.dtype() != DType::F32 {
-        return Err(Error::InvalidArgument(
-            "fused attention takes f32 tensors".into(),
-        ));
+    if q.dtype() != DType::F32
+        || k.dtype() != v.dtype()
+        || !matches!(k.dtype(), DType::F32 | DType::F16)
+    {
+        return Err(Error::InvalidArgument(format!(
+            "fused attention takes f32 queries and f32 or f16 keys/values, got {:?}/{:?}/{:?}",
+            q.dtype(),
+            k.dtype(),
+            v.dtype()
+        )));
     }
     if pads.len() != b || h % kvh != 0 || total < t {
         return Err(Error::InvalidArgument(format!(
             "fused attention: {} pads for batch {b}, {h} heads over {kvh} kv heads, {t} queries over {total} keys",
             pads.len()
         )));
+    }
+    if k.dtype() == DType::F16 {
+        if t <= DIRECT_F16_MAX_QUERIES {
+            return direct_f16(q, k, v, pads, scale);
+        }
+        // widen once per call (not per query block), then the blocked path
+        let k = k.to_dtype(DType::F32)?;
+        let v = v.to_dtype(DType::F32)?;
+        return causal_attention(q, &k, &v, pads, scale);
     }
     let n_rep = h / kvh;
     let past = total - t;
@@ -169,6 +192,126 @@ pub fn causal_attention(
     Ok(Tensor::from_vec(out, (b, t, h * hd), &Device::Cpu)?)
 }
 
+/// Attention of a few queries over an f16 cache: one work item per (row, query, head); keys
+/// and values are widened in registers, so decoding reads the cache once at half the bytes.
+fn direct_f16(q: &Tensor, k: &Tensor, v: &Tensor, pads: &[usize], scale: f32) -> Result<Tensor> {
+    let (b, h, t, hd) = q.dims4()?;
+    let (_, kvh, total, _) = k.dims4()?;
+    let n_rep = h / kvh;
+    let past = total - t;
+    let q = q.contiguous()?; // (b, h, t, hd)
+    let qs = q.flatten_all()?.to_vec1::<f32>()?;
+    let mut out = vec![0f32; b * t * h * hd]; // (b, t, h, hd)
+    let (ks, ls) = k.storage_and_layout();
+    let (vs, vl) = v.storage_and_layout();
+    let (kd, vd) = match (&*ks, &*vs) {
+        (candle_core::Storage::Cpu(kc), candle_core::Storage::Cpu(vc)) => (
+            &kc.as_slice::<half::f16>()?[ls.start_offset()..],
+            &vc.as_slice::<half::f16>()?[vl.start_offset()..],
+        ),
+        _ => {
+            return Err(Error::InvalidArgument(
+                "fused attention runs on the CPU".into(),
+            ))
+        }
+    };
+    let (kst, vst) = (ls.stride(), vl.stride());
+    if kst[3] != 1 || vst[3] != 1 {
+        return Err(Error::InvalidArgument(
+            "f16 cache rows must be contiguous".into(),
+        ));
+    }
+    let item = |scores: &mut Vec<f32>, (idx, o): (usize, &mut [f32])| {
+        let (bi, i, hh) = (idx / (t * h), idx / h % t, idx % h);
+        let g = hh / n_rep;
+        // keys lo..=qa; real queries skip the row's left padding
+        let qa = past + i;
+        let lo = if qa >= pads[bi] { pads[bi] } else { 0 };
+        let nk = qa + 1 - lo;
+        let kb = &kd[bi * kst[0] + g * kst[1] + lo * kst[2]..];
+        let vb = &vd[bi * vst[0] + g * vst[1] + lo * vst[2]..];
+        let qo = ((bi * h + hh) * t + i) * hd;
+        let qr = &qs[qo..qo + hd];
+        scores.clear();
+        scores.resize(nk, 0.0);
+        #[cfg(target_arch = "x86_64")]
+        if hd % 16 == 0 && crate::kernels::available() {
+            // SAFETY: AVX-512 F was detected; every row read lies within the cache views.
+            unsafe { decode_row_avx512(qr, kb, kst[2], vb, vst[2], scale, scores, o) };
+            return;
+        }
+        for (j, s) in scores.iter_mut().enumerate() {
+            let kr = &kb[j * kst[2]..j * kst[2] + hd];
+            *s = qr.iter().zip(kr).map(|(a, b)| a * b.to_f32()).sum::<f32>() * scale;
+        }
+        let inv = 1.0 / crate::simd::softmax_unnormalised(scores);
+        o.fill(0.0);
+        for (j, p) in scores.iter().enumerate() {
+            let vr = &vb[j * vst[2]..j * vst[2] + hd];
+            for (o, v) in o.iter_mut().zip(vr) {
+                *o += p * v.to_f32();
+            }
+        }
+        o.iter_mut().for_each(|x| *x *= inv);
+    };
+    if b * t * h == 1 || rayon::current_num_threads() == 1 {
+        let mut buf = Vec::new();
+        out.chunks_exact_mut(hd)
+            .enumerate()
+            .for_each(|x| item(&mut buf, x));
+    } else {
+        use rayon::prelude::*;
+        out.par_chunks_exact_mut(hd)
+            .enumerate()
+            .for_each_init(Vec::new, item);
+    }
+    Ok(Tensor::from_vec(out, (b, t, h * hd), &Device::Cpu)?)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn decode_row_avx512(
+    q: &[f32],
+    k: &[half::f16],
+    k_stride: usize,
+    v: &[half::f16],
+    v_stride: usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let hd = q.len();
+    let chunks = hd / 16;
+    let widen = |p: *const half::f16| _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i));
+    for (j, s) in scores.iter_mut().enumerate() {
+        let kr = k.as_ptr().add(j * k_stride);
+        let mut acc = _mm512_setzero_ps();
+        for c in 0..chunks {
+            acc = _mm512_fmadd_ps(
+                _mm512_loadu_ps(q.as_ptr().add(c * 16)),
+                widen(kr.add(c * 16)),
+                acc,
+            );
+        }
+        *s = _mm512_reduce_add_ps(acc) * scale;
+    }
+    let inv = 1.0 / crate::simd::softmax_unnormalised(scores);
+    out.fill(0.0);
+    for c in 0..chunks {
+        let mut acc = _mm512_setzero_ps();
+        for (j, p) in scores.iter().enumerate() {
+            let vr = v.as_ptr().add(j * v_stride + c * 16);
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(*p), widen(vr), acc);
+        }
+        _mm512_storeu_ps(
+            out.as_mut_ptr().add(c * 16),
+            _mm512_mul_ps(acc, _mm512_set1_ps(inv)),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,6 +355,19 @@ mod tests {
             .unwrap()
     }
 
+    fn max_abs(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+    }
+
     #[test]
     fn matches_the_generic_path() {
         let dev = Device::Cpu;
@@ -229,6 +385,7 @@ mod tests {
             ),
             (3, 4, 4, 1, 40, 64, vec![0, 3, 39]),
             (1, 9, 3, 130, 130, 130, vec![0]),
+            (2, 6, 3, 5, 45, 64, vec![2, 0]), // a short tail after a cached prefix
         ] {
             let hd = 16;
             let q = Tensor::randn(0f32, 1.0, (b, h, t, hd), &dev).unwrap();
@@ -237,6 +394,27 @@ mod tests {
             let k = kbuf.narrow(2, 0, total).unwrap();
             let v = vbuf.narrow(2, 0, total).unwrap();
             let scale = 0.25;
+            // an f16 cache: compare against the reference on the same (rounded) values
+            let k16 = kbuf
+                .to_dtype(DType::F16)
+                .unwrap()
+                .narrow(2, 0, total)
+                .unwrap();
+            let v16 = vbuf
+                .to_dtype(DType::F16)
+                .unwrap()
+                .narrow(2, 0, total)
+                .unwrap();
+            let got16 = causal_attention(&q, &k16, &v16, &pads, scale as f32).unwrap();
+            let want16 = reference(
+                &q,
+                &k16.to_dtype(DType::F32).unwrap(),
+                &v16.to_dtype(DType::F32).unwrap(),
+                &pads,
+                scale,
+            );
+            let diff16 = max_abs(&got16, &want16);
+            assert!(diff16 < 1e-5, "f16 b={b} h={h} t={t}: max diff {diff16}");
             let got = causal_attention(&q, &k, &v, &pads, scale as f32).unwrap();
             let want = reference(
                 &q,

@@ -314,6 +314,13 @@ impl KvCache {
     /// Appends new keys/values `(b, kv_heads, t, head_dim)` and returns the full ones.
     pub fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
         let t = k.dim(2)?;
+        // keep one element type per cache (the first append decides)
+        let (k, v) = match &self.buf {
+            Some((bk, _)) if bk.dtype() != k.dtype() && !k.track_op() => {
+                (&k.to_dtype(bk.dtype())?, &v.to_dtype(bk.dtype())?)
+            }
+            _ => (k, v),
+        };
         if k.track_op() || v.track_op() {
             let (nk, nv) = match self.tensors() {
                 Some((pk, pv)) => (Tensor::cat(&[&pk, k], 2)?, Tensor::cat(&[&pv, v], 2)?),
@@ -471,6 +478,8 @@ pub struct AttnInputs<'a> {
     /// Additive `(b, 1, t, T)`, or `None` for a single query or when [`fused_attention`] holds.
     pub mask: Option<&'a Tensor>,
     pub pads: &'a [usize],
+    /// Element type of the KV cache on the fused path (f16 halves decode's memory traffic).
+    pub kv_dtype: DType,
 }
 
 /// Whether [`crate::attention::causal_attention`] replaces the generic path (CPU, f32,
@@ -493,6 +502,7 @@ impl Attention {
             cos_sin,
             mask,
             pads,
+            kv_dtype,
         } = *inp;
         let (b, t, _) = x.dims3()?;
         let (h, kvh, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
@@ -512,13 +522,16 @@ impl Attention {
         let v = v.reshape((b, t, kvh, hd))?.transpose(1, 2)?.contiguous()?;
         let q = rotary.apply(&q, &cos_sin.0, &cos_sin.1, mode)?;
         let k = rotary.apply(&k, &cos_sin.0, &cos_sin.1, mode)?;
-        let (k, v) = cache.append(&k, &v)?;
         let n_rep = h / kvh;
         let scale = 1.0 / (hd as f64).sqrt();
         if fused_attention(x, mode) {
+            let (k, v) = cache.append(&k.to_dtype(kv_dtype)?, &v.to_dtype(kv_dtype)?)?;
             let y = crate::attention::causal_attention(&q, &k, &v, pads, scale as f32)?;
             return self.o.forward(&y);
         }
+        let (k, v) = cache.append(&k, &v)?;
+        // a cache filled by the fused path may hold f16
+        let (k, v) = (k.to_dtype(q.dtype())?, v.to_dtype(q.dtype())?);
         let y = if n_rep > 1 && t == 1 && !mode.differentiable {
             // Decode, any batch: fold each kv group's query heads into rows and
             // read the cache in place. Repeating k/v per query head would copy

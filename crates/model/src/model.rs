@@ -133,6 +133,9 @@ pub struct Transformer {
     mode: OpMode,
     vars: Vec<(String, Var)>,
     device: Device,
+    /// KV cache element type on the fused CPU path: f16 when the linear weights are already
+    /// below f32 precision (quantised, f16, bf16), f32 for f32 weights (the parity format).
+    kv_dtype: DType,
 }
 
 struct Builder<'a> {
@@ -257,6 +260,15 @@ impl Transformer {
         }
         let vars = b.vars;
         let rotary = Rotary::new(&cfg.inv_freqs(), cfg.max_position, cfg.rope_layout, device)?;
+        let full_precision = opts.trainable
+            || blocks.first().is_none_or(|blk| {
+                matches!(blk.attn.o.weight(), LinearWeight::Dense(w) if w.dtype() == DType::F32)
+            });
+        let kv_dtype = if full_precision {
+            DType::F32
+        } else {
+            DType::F16
+        };
         Ok(Self {
             cfg,
             embed: Embedding::new(emb_table),
@@ -269,6 +281,7 @@ impl Transformer {
             },
             vars,
             device: device.clone(),
+            kv_dtype,
         })
     }
 
@@ -287,6 +300,10 @@ impl Transformer {
     /// Forces the differentiable ops on or off.
     pub fn set_differentiable(&mut self, on: bool) {
         self.mode.differentiable = on;
+    }
+    /// Element type of the KV cache on the fused CPU path.
+    pub fn kv_dtype(&self) -> DType {
+        self.kv_dtype
     }
     /// Context length.
     pub fn max_positions(&self) -> usize {
@@ -378,6 +395,7 @@ impl Transformer {
             cos_sin: &cos_sin,
             mask: mask.as_ref(),
             pads: &pads,
+            kv_dtype: self.kv_dtype,
         };
         for (blk, kv) in self.blocks.iter().zip(cache.layers.iter_mut()) {
             x = blk.forward(&x, &inp, kv, self.mode)?;
