@@ -423,16 +423,7 @@ mod tests {
                 &pads,
                 scale,
             );
-            let diff = (got - want)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
+            let diff = max_abs(&got, &want);
             assert!(diff < 1e-5, "b={b} h={h} t={t}: max diff {diff}");
         }
     }
