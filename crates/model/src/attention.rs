@@ -24,29 +24,6 @@ const Q_BLOCK: usize = 64;
 /// cache directly; longer chunks widen it to f32 once and use the blocked GEMM path.
 const DIRECT_F16_MAX_QUERIES: usize = 16;
 
-/// A read-only f32 view of a CPU tensor: its storage, start offset and strides.
-struct View {
-    ptr: usize,
-    strides: Vec<usize>,
-}
-
-fn with_view<R>(t: &Tensor, f: impl FnOnce(View) -> Result<R>) -> Result<R> {
-    let (storage, layout) = t.storage_and_layout();
-    let slice = match &*storage {
-        candle_core::Storage::Cpu(cpu) => cpu.as_slice::<f32>()?,
-        _ => {
-            return Err(Error::InvalidArgument(
-                "fused attention runs on the CPU".into(),
-            ))
-        }
-    };
-    let view = View {
-        ptr: slice[layout.start_offset()..].as_ptr() as usize,
-        strides: layout.stride().to_vec(),
-    };
-    f(view)
-}
-
 /// `softmax(q k^T * scale) v` with causal masking and per-row left padding.
 ///
 /// `q`: `(b, heads, t, head_dim)`; `k`, `v`: `(b, kv_heads, T, head_dim)` (any strides, e.g.
@@ -93,102 +70,101 @@ pub fn causal_attention(
     let mut out = vec![0f32; b * t * h * hd];
     let out_ptr = out.as_mut_ptr() as usize;
     let blocks = t.div_ceil(Q_BLOCK);
-    with_view(q, |qv| {
-        with_view(k, |kv| {
-            with_view(v, |vv| {
-                let item = |scores: &mut Vec<f32>, idx: usize| {
-                    let (bi, rest) = (idx / (h * blocks), idx % (h * blocks));
-                    let (hh, blk) = (rest / blocks, rest % blocks);
-                    let g = hh / n_rep;
-                    let (i0, i1) = (blk * Q_BLOCK, ((blk + 1) * Q_BLOCK).min(t));
-                    let pad = pads[bi];
-                    // key range of the block: a query at absolute index qa sees [lo(qa), qa],
-                    // lo = pad for real queries, 0 for the padding queries themselves
-                    let lo = |qa: usize| if qa >= pad { pad } else { 0 };
-                    let klo = lo(past + i0);
-                    let khi = past + i1; // exclusive
-                    let nk = khi - klo;
-                    let rows = i1 - i0;
-                    scores.clear();
-                    scores.resize(rows * nk, 0.0);
-                    // SAFETY: pointers come from live tensors of the checked shapes; strides
-                    // are the tensors' own; each item writes a disjoint block of `out`.
-                    unsafe {
-                        let qp = (qv.ptr as *const f32)
-                            .add(bi * qv.strides[0] + hh * qv.strides[1] + i0 * qv.strides[2]);
-                        let kp = (kv.ptr as *const f32)
-                            .add(bi * kv.strides[0] + g * kv.strides[1] + klo * kv.strides[2]);
-                        let vp = (vv.ptr as *const f32)
-                            .add(bi * vv.strides[0] + g * vv.strides[1] + klo * vv.strides[2]);
-                        gemm::gemm(
-                            rows,
-                            nk,
-                            hd,
-                            scores.as_mut_ptr(),
-                            1,
-                            nk as isize,
-                            false,
-                            qp,
-                            qv.strides[3] as isize,
-                            qv.strides[2] as isize,
-                            kp,
-                            kv.strides[2] as isize,
-                            kv.strides[3] as isize,
-                            0.0,
-                            scale,
-                            false,
-                            false,
-                            false,
-                            gemm::Parallelism::None,
-                        );
-                        let mut inv = [0f32; Q_BLOCK];
-                        for (r, row) in scores.chunks_exact_mut(nk).enumerate() {
-                            let qa = past + i0 + r;
-                            let (a, e) = (lo(qa) - klo, qa + 1 - klo);
-                            row[..a].fill(0.0);
-                            row[e..].fill(0.0);
-                            inv[r] = 1.0 / crate::simd::softmax_unnormalised(&mut row[a..e]);
-                        }
-                        let op = (out_ptr as *mut f32).add(((bi * t + i0) * h + hh) * hd);
-                        gemm::gemm(
-                            rows,
-                            hd,
-                            nk,
-                            op,
-                            1,
-                            (h * hd) as isize,
-                            false,
-                            scores.as_ptr(),
-                            1,
-                            nk as isize,
-                            vp,
-                            vv.strides[3] as isize,
-                            vv.strides[2] as isize,
-                            0.0,
-                            1.0,
-                            false,
-                            false,
-                            false,
-                            gemm::Parallelism::None,
-                        );
-                        for (r, s) in inv.iter().enumerate().take(rows) {
-                            let o = std::slice::from_raw_parts_mut(op.add(r * h * hd), hd);
-                            o.iter_mut().for_each(|x| *x *= s);
-                        }
-                    }
-                };
-                let n = b * h * blocks;
-                if n == 1 || rayon::current_num_threads() == 1 {
-                    let mut buf = Vec::new();
-                    (0..n).for_each(|i| item(&mut buf, i));
-                } else {
-                    use rayon::prelude::*;
-                    (0..n).into_par_iter().for_each_init(Vec::new, item);
-                }
-                Ok(())
-            })
-        })
-    })?;
+    let (q_store, q_layout) = q.storage_and_layout();
+    let (k_store, k_layout) = k.storage_and_layout();
+    let (v_store, v_layout) = v.storage_and_layout();
+    let (qd, kd, vd) = (
+        crate::cpu::slice::<f32>(&q_store, q_layout)?,
+        crate::cpu::slice::<f32>(&k_store, k_layout)?,
+        crate::cpu::slice::<f32>(&v_store, v_layout)?,
+    );
+    let (qst, kst, vst) = (q_layout.stride(), k_layout.stride(), v_layout.stride());
+    let item = |scores: &mut Vec<f32>, idx: usize| {
+        let (bi, rest) = (idx / (h * blocks), idx % (h * blocks));
+        let (hh, blk) = (rest / blocks, rest % blocks);
+        let g = hh / n_rep;
+        let (i0, i1) = (blk * Q_BLOCK, ((blk + 1) * Q_BLOCK).min(t));
+        let pad = pads[bi];
+        // key range of the block: a query at absolute index qa sees [lo(qa), qa],
+        // lo = pad for real queries, 0 for the padding queries themselves
+        let lo = |qa: usize| if qa >= pad { pad } else { 0 };
+        let klo = lo(past + i0);
+        let khi = past + i1; // exclusive
+        let nk = khi - klo;
+        let rows = i1 - i0;
+        scores.clear();
+        scores.resize(rows * nk, 0.0);
+        // SAFETY: pointers come from live tensors of the checked shapes; strides
+        // are the tensors' own; each item writes a disjoint block of `out`.
+        unsafe {
+            let qp = qd.as_ptr().add(bi * qst[0] + hh * qst[1] + i0 * qst[2]);
+            let kp = kd.as_ptr().add(bi * kst[0] + g * kst[1] + klo * kst[2]);
+            let vp = vd.as_ptr().add(bi * vst[0] + g * vst[1] + klo * vst[2]);
+            gemm::gemm(
+                rows,
+                nk,
+                hd,
+                scores.as_mut_ptr(),
+                1,
+                nk as isize,
+                false,
+                qp,
+                qst[3] as isize,
+                qst[2] as isize,
+                kp,
+                kst[2] as isize,
+                kst[3] as isize,
+                0.0,
+                scale,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+            let mut inv = [0f32; Q_BLOCK];
+            for (r, row) in scores.chunks_exact_mut(nk).enumerate() {
+                let qa = past + i0 + r;
+                let (a, e) = (lo(qa) - klo, qa + 1 - klo);
+                row[..a].fill(0.0);
+                row[e..].fill(0.0);
+                inv[r] = 1.0 / crate::simd::softmax_unnormalised(&mut row[a..e]);
+            }
+            let op = (out_ptr as *mut f32).add(((bi * t + i0) * h + hh) * hd);
+            gemm::gemm(
+                rows,
+                hd,
+                nk,
+                op,
+                1,
+                (h * hd) as isize,
+                false,
+                scores.as_ptr(),
+                1,
+                nk as isize,
+                vp,
+                vst[3] as isize,
+                vst[2] as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+            for (r, s) in inv.iter().enumerate().take(rows) {
+                let o = std::slice::from_raw_parts_mut(op.add(r * h * hd), hd);
+                o.iter_mut().for_each(|x| *x *= s);
+            }
+        }
+    };
+    let n = b * h * blocks;
+    if n == 1 || rayon::current_num_threads() == 1 {
+        let mut buf = Vec::new();
+        (0..n).for_each(|i| item(&mut buf, i));
+    } else {
+        use rayon::prelude::*;
+        (0..n).into_par_iter().for_each_init(Vec::new, item);
+    }
     Ok(Tensor::from_vec(out, (b, t, h * hd), &Device::Cpu)?)
 }
 
@@ -199,22 +175,14 @@ fn direct_f16(q: &Tensor, k: &Tensor, v: &Tensor, pads: &[usize], scale: f32) ->
     let (_, kvh, total, _) = k.dims4()?;
     let n_rep = h / kvh;
     let past = total - t;
-    let q = q.contiguous()?; // (b, h, t, hd)
-    let qs = q.flatten_all()?.to_vec1::<f32>()?;
+    let q = q.contiguous()?; // (b, h, t, hd); no copy when it already is
     let mut out = vec![0f32; b * t * h * hd]; // (b, t, h, hd)
-    let (ks, ls) = k.storage_and_layout();
-    let (vs, vl) = v.storage_and_layout();
-    let (kd, vd) = match (&*ks, &*vs) {
-        (candle_core::Storage::Cpu(kc), candle_core::Storage::Cpu(vc)) => (
-            &kc.as_slice::<half::f16>()?[ls.start_offset()..],
-            &vc.as_slice::<half::f16>()?[vl.start_offset()..],
-        ),
-        _ => {
-            return Err(Error::InvalidArgument(
-                "fused attention runs on the CPU".into(),
-            ))
-        }
-    };
+    let (q_store, q_layout) = q.storage_and_layout();
+    let (k_store, ls) = k.storage_and_layout();
+    let (v_store, vl) = v.storage_and_layout();
+    let qs = crate::cpu::slice::<f32>(&q_store, q_layout)?;
+    let kd = crate::cpu::slice::<half::f16>(&k_store, ls)?;
+    let vd = crate::cpu::slice::<half::f16>(&v_store, vl)?;
     let (kst, vst) = (ls.stride(), vl.stride());
     if kst[3] != 1 || vst[3] != 1 {
         return Err(Error::InvalidArgument(
@@ -315,6 +283,7 @@ unsafe fn decode_row_avx512(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layers::tests::max_diff;
     use crate::layers::{softmax_last, OpMode};
 
     /// The generic path: repeated kv heads, additive mask, softmax, matmul.
@@ -352,19 +321,6 @@ mod tests {
             .transpose(1, 2)
             .unwrap()
             .reshape((b, t, h * hd))
-            .unwrap()
-    }
-
-    fn max_abs(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f32>()
             .unwrap()
     }
 
@@ -413,7 +369,7 @@ mod tests {
                 &pads,
                 scale,
             );
-            let diff16 = max_abs(&got16, &want16);
+            let diff16 = max_diff(&got16, &want16);
             assert!(diff16 < 1e-5, "f16 b={b} h={h} t={t}: max diff {diff16}");
             let got = causal_attention(&q, &k, &v, &pads, scale as f32).unwrap();
             let want = reference(
@@ -423,7 +379,7 @@ mod tests {
                 &pads,
                 scale,
             );
-            let diff = max_abs(&got, &want);
+            let diff = max_diff(&got, &want);
             assert!(diff < 1e-5, "b={b} h={h} t={t}: max diff {diff}");
         }
     }

@@ -128,9 +128,8 @@ impl Linear {
             (None, LinearWeight::Packed(p)) => {
                 let mut out = x.dims().to_vec();
                 *out.last_mut().unwrap_or(&mut 0) = p.rows();
-                let xv = x.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
                 let mut y = vec![0f32; rows * p.rows()];
-                p.matmul(&xv, &mut y);
+                crate::cpu::with_elems::<f32, _>(x, |xv| p.matmul(xv, &mut y))?;
                 Tensor::from_vec(y, out, x.device())?
             }
             (None, LinearWeight::Dense(w)) => {
@@ -578,7 +577,9 @@ impl Mlp {
                 if !mode.differentiable && y.device().is_cpu() && y.dtype() == DType::F32 {
                     let (b, t, _) = y.dims3()?;
                     let mut a = vec![0f32; b * t * i];
-                    crate::simd::silu_mul(&y.flatten_all()?.to_vec1::<f32>()?, i, &mut a);
+                    crate::cpu::with_elems::<f32, _>(&y, |ys| {
+                        crate::simd::silu_mul(ys, i, &mut a)
+                    })?;
                     return self
                         .down
                         .forward(&Tensor::from_vec(a, (b, t, i), y.device())?);
@@ -641,11 +642,12 @@ impl Block {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use candle_core::Device;
 
-    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+    /// Largest absolute element difference (shared by the crate's unit tests).
+    pub(crate) fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
         (a - b)
             .unwrap()
             .abs()

@@ -8,6 +8,7 @@ pub mod bench;
 pub mod chat_template;
 pub mod cli;
 pub mod config;
+pub mod cpu;
 pub mod error;
 pub mod fetch;
 pub mod generate;
