@@ -173,12 +173,13 @@ impl<'a> Episode<'a> {
             return Ok(());
         }
         let completion = out.into();
-        let out = completion.text.clone();
+        let parsed = self.harness.syntax.parse(&completion.text);
+        self.messages
+            .push(Message::assistant(completion.text.clone()));
         self.completions.push(completion);
         let turn = self.turns;
         self.turns += 1;
-        self.messages.push(Message::assistant(out.clone()));
-        match self.harness.syntax.parse(&out) {
+        match parsed {
             Err(e) => {
                 self.attempt.format_errors.push(format!("turn {turn}: {e}"));
                 self.messages.push(Message::user(format!("[runtime] Your tool call could not be parsed: {e}. Write it again in the required format, or reply to the viewer.")));
