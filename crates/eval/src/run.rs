@@ -13,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use hat_harness::{Message, Role};
+use hat_harness::Message;
 use hat_tasks::{expect, score, WorldCache};
 use hat_teacher::episode::{self, ChatModel, EpisodeConfig};
 use hat_teacher::oracle;
@@ -62,8 +62,18 @@ pub struct EvalConfig {
     pub episode: EpisodeConfig,
     /// Episodes decoded together (each on its own world).
     pub batch: usize,
+    /// Token limit of one agent turn (set before every agent suite: IFEval raises it).
+    pub max_tokens: u32,
     /// Token limit of one IFEval answer.
     pub ifeval_max_tokens: u32,
+}
+
+/// Appends one JSON line with a single write, so an interrupted run never leaves a line
+/// glued to the next (resume reads the file back line by line).
+fn append_line(file: &mut std::fs::File, path: &Path, line: &Value) -> Result<(), EvalError> {
+    let mut bytes = serde_json::to_vec(line).map_err(|e| EvalError::io(path, e.into()))?;
+    bytes.push(b'\n');
+    file.write_all(&bytes).map_err(|e| EvalError::io(path, e))
 }
 
 /// Headline figures of one suite.
@@ -149,6 +159,9 @@ pub fn run_agent(
         .filter(|(_, it)| !done.contains(&id_of(it)))
         .collect();
     let mut finished = total - todo.len();
+    if let Backend::Chat { model, .. } = backend {
+        model.set_max_tokens(cfg.max_tokens);
+    }
     // Greedy batches of episodes on distinct worlds (tool calls run in world episodes).
     let mut batches: Vec<Vec<(usize, &suite::AgentItem)>> = Vec::new();
     for (i, it) in todo {
@@ -239,7 +252,7 @@ pub fn run_agent(
                 "turns": traj.turns,
                 "seconds": seconds,
             });
-            writeln!(file, "{line}").map_err(|e| EvalError::io(&dir, e))?;
+            append_line(&mut file, &dir, &line)?;
         }
         finished += batch.len();
     }
@@ -378,23 +391,24 @@ pub fn run_ifeval(
         progress(finished, inputs.len());
         let chats: Vec<Vec<Message>> = chunk
             .iter()
-            .map(|r| {
-                vec![Message {
-                    role: Role::User,
-                    content: r.prompt.clone(),
-                    name: None,
-                }]
-            })
+            .map(|r| vec![Message::user(r.prompt.clone())])
             .collect();
         let refs: Vec<&[Message]> = chats.iter().map(Vec::as_slice).collect();
         let outs = model.complete_batch(&refs)?;
+        if outs.len() != chunk.len() {
+            return Err(hat_teacher::TeacherError::Model(format!(
+                "the model returned {} answers for {} prompts",
+                outs.len(),
+                chunk.len()
+            ))
+            .into());
+        }
         for (rec, response) in chunk.iter().zip(outs) {
-            writeln!(
-                file,
-                "{}",
-                json!({"prompt": rec.prompt, "response": response})
-            )
-            .map_err(|e| EvalError::io(&resp_path, e))?;
+            append_line(
+                &mut file,
+                &resp_path,
+                &json!({"prompt": rec.prompt, "response": response}),
+            )?;
             have.insert(rec.prompt.clone(), response);
         }
         finished += chunk.len();

@@ -17,6 +17,7 @@ fn cfg(out: &Path, limit: Option<usize>, resume: bool) -> EvalConfig {
         ifeval_input: PathBuf::from("unused"),
         episode: EpisodeConfig::default(),
         batch: 8,
+        max_tokens: 128,
         ifeval_max_tokens: 1024,
     }
 }
@@ -151,4 +152,45 @@ fn ifeval_with_a_model_writes_standard_responses_and_resumes() {
             .count(),
         20
     );
+}
+
+/// Records the token limit in force at every call.
+struct Limits(u32, std::sync::Arc<std::sync::Mutex<Vec<u32>>>);
+
+impl hat_teacher::episode::ChatModel for Limits {
+    fn complete(
+        &mut self,
+        _: &[hat_harness::Message],
+    ) -> Result<String, hat_teacher::TeacherError> {
+        self.1.lock().unwrap().push(self.0);
+        Ok("Welcome to the stream!".into())
+    }
+    fn set_max_tokens(&mut self, max: u32) {
+        self.0 = max;
+    }
+}
+
+#[test]
+fn an_agent_suite_after_ifeval_uses_the_agent_token_limit() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = cfg(d.path(), Some(2), false);
+    c.ifeval_input = shared().join("data/ifeval/input_data.jsonl");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut b = Backend::Chat {
+        identity: hat_eval::ModelIdentity {
+            name: "limits".into(),
+            hash: "-".into(),
+            decoding: serde_json::json!({}),
+        },
+        model: Box::new(Limits(0, seen.clone())),
+    };
+    hat_eval::run_ifeval(&c, &mut b, &mut |_, _| {}).unwrap();
+    let ifeval_calls = seen.lock().unwrap().len();
+    run_agent(Suite::Lsqa, &c, &mut b, &mut |_, _| {}).unwrap();
+    let seen = seen.lock().unwrap();
+    assert!(seen[..ifeval_calls]
+        .iter()
+        .all(|&m| m == c.ifeval_max_tokens));
+    assert!(seen.len() > ifeval_calls);
+    assert!(seen[ifeval_calls..].iter().all(|&m| m == c.max_tokens));
 }

@@ -294,6 +294,14 @@ pub fn run_batch(
             let chats: Vec<&[Message]> = live.iter().filter_map(|&i| eps[i].prompt()).collect();
             model.generate_batch(&chats)?
         };
+        if outs.len() != live.len() {
+            // a short answer list would leave episodes unfinished forever
+            return Err(TeacherError::Model(format!(
+                "the model returned {} answers for {} prompts",
+                outs.len(),
+                live.len()
+            )));
+        }
         for (i, out) in live.into_iter().zip(outs) {
             eps[i].feed(out)?;
         }

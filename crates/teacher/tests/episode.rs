@@ -284,3 +284,33 @@ fn every_model_turn_is_recorded_with_tokens_and_logprobs() {
     let json = serde_json::to_value(&traj).unwrap();
     assert_eq!(json["turns"][1]["text"], "It's cheap!");
 }
+
+/// A batch model that drops answers.
+struct Short;
+
+impl ChatModel for Short {
+    fn complete(&mut self, _: &[Message]) -> Result<String, TeacherError> {
+        Ok("hi".into())
+    }
+    fn complete_batch(&mut self, _: &[&[Message]]) -> Result<Vec<String>, TeacherError> {
+        Ok(Vec::new())
+    }
+}
+
+#[test]
+fn a_batch_model_that_drops_answers_is_an_error_not_a_hang() {
+    use hat_teacher::episode::{run_batch, Episode};
+    let h = production();
+    let mut worlds = WorldCache::default();
+    let t = &TaskSet::generate_kinds(Split::Test, 1, 4, &[TaskKind::FinalPrice], &mut worlds)
+        .unwrap()[0];
+    let ep = Episode::start(
+        t.scene(),
+        &h,
+        worlds.peek(t.world_seed).unwrap(),
+        EpisodeConfig::default(),
+    )
+    .unwrap();
+    let err = run_batch(vec![ep], &mut Short).err().expect("an error");
+    assert!(err.to_string().contains("0 answers for 1 prompts"), "{err}");
+}

@@ -122,6 +122,7 @@ fn run_suites(r: RunArgs) -> Result<()> {
         ifeval_input: r.ifeval_input.clone().unwrap_or_else(default_ifeval_input),
         episode: EpisodeConfig::default(),
         batch: r.batch,
+        max_tokens: r.model.max_tokens,
         ifeval_max_tokens: r.ifeval_max_tokens,
     };
     let mut rows = Vec::new();
