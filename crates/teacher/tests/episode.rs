@@ -311,6 +311,6 @@ fn a_batch_model_that_drops_answers_is_an_error_not_a_hang() {
         EpisodeConfig::default(),
     )
     .unwrap();
-    let err = run_batch(vec![ep], &mut Short).err().expect("an error");
+    let err = run_batch(vec![ep], &mut Short).expect_err("an error");
     assert!(err.to_string().contains("0 answers for 1 prompts"), "{err}");
 }
