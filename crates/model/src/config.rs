@@ -98,6 +98,30 @@ impl ModelConfig {
         f
     }
 
+    /// Rejects shapes no forward pass can use (zero sizes, kv heads that do not divide the
+    /// query heads), so corrupt metadata is an error at load instead of a panic later.
+    pub fn validated(self) -> Result<Self> {
+        let sizes = [
+            ("hidden size", self.hidden_size),
+            ("attention heads", self.num_heads),
+            ("kv heads", self.num_kv_heads),
+            ("head dimension", self.head_dim),
+            ("layers", self.num_layers),
+            ("vocabulary", self.vocab_size),
+            ("feed-forward size", self.intermediate_size),
+        ];
+        if let Some((what, _)) = sizes.iter().find(|(_, n)| *n == 0) {
+            return Err(Error::InvalidArgument(format!("model config: {what} is 0")));
+        }
+        if self.num_heads % self.num_kv_heads != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "model config: {} attention heads are not a multiple of {} kv heads",
+                self.num_heads, self.num_kv_heads
+            )));
+        }
+        Ok(self)
+    }
+
     /// Parameter count implied by the shapes (tied embeddings counted once).
     pub fn parameter_count(&self) -> usize {
         let h = self.hidden_size;
@@ -146,7 +170,7 @@ impl ModelConfig {
             }
             _ => None,
         };
-        Ok(Self {
+        Self {
             arch,
             vocab_size: u("vocab_size")?,
             hidden_size: hidden,
@@ -160,7 +184,7 @@ impl ModelConfig {
             head_dim: v["head_dim"]
                 .as_u64()
                 .map(|x| x as usize)
-                .unwrap_or(hidden / heads),
+                .unwrap_or(hidden.checked_div(heads).unwrap_or(0)),
             rms_eps: v["rms_norm_eps"].as_f64().unwrap_or(1e-6),
             rope_theta: rope_theta as f32,
             rope_layout: RopeLayout::HalfSplit,
@@ -172,7 +196,8 @@ impl ModelConfig {
                 Architecture::Qwen2 => true,
                 Architecture::Llama => v["attention_bias"].as_bool().unwrap_or(false),
             },
-        })
+        }
+        .validated()
     }
 }
 
@@ -189,6 +214,15 @@ mod tests {
         });
         let c = ModelConfig::from_hf_json(&v).unwrap();
         assert_eq!(c.head_dim, 4);
+        // corrupt shapes are errors, not a division by zero later
+        for (k, bad) in [("num_attention_heads", 0), ("num_key_value_heads", 3)] {
+            let mut w = v.clone();
+            w[k] = serde_json::json!(bad);
+            assert!(matches!(
+                ModelConfig::from_hf_json(&w),
+                Err(Error::InvalidArgument(_))
+            ));
+        }
         assert_eq!(c.inv_freqs().len(), 2);
         assert!(c.parameter_count() > 1600);
         let bad = serde_json::json!({"model_type": "gpt_neox"});

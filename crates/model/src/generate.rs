@@ -178,7 +178,7 @@ impl Engine {
             return Err(Error::InvalidArgument("empty prompt".into()));
         }
         let ctx = self.model.max_positions();
-        if req.prompt.len() + req.max_new_tokens > ctx {
+        if req.prompt.len().saturating_add(req.max_new_tokens) > ctx {
             return Err(Error::ContextOverflow {
                 prompt: req.prompt.len(),
                 max_new_tokens: req.max_new_tokens,

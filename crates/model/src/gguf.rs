@@ -55,8 +55,9 @@ impl GgufFile {
             Value::U16(x) => Some(*x as u64),
             Value::U32(x) => Some(*x as u64),
             Value::U64(x) => Some(*x),
-            Value::I32(x) => Some(*x as u64),
-            Value::I64(x) => Some(*x as u64),
+            // a negative count is corrupt metadata, not a huge number
+            Value::I32(x) => u64::try_from(*x).ok(),
+            Value::I64(x) => u64::try_from(*x).ok(),
             _ => None,
         })
     }
@@ -98,7 +99,7 @@ impl GgufFile {
             .uint(&format!("{p}.attention.key_length"))
             .or(self.uint(&format!("{p}.rope.dimension_count")))
             .map(|x| x as usize)
-            .unwrap_or(hidden / heads);
+            .unwrap_or(hidden.checked_div(heads).unwrap_or(0));
         let vocab = match self.uint(&format!("{p}.vocab_size")) {
             Some(v) => v as usize,
             None => match self.get("tokenizer.ggml.tokens") {
@@ -107,7 +108,7 @@ impl GgufFile {
             },
         };
         let tie = !self.content.tensor_infos.contains_key("output.weight");
-        Ok(ModelConfig {
+        ModelConfig {
             arch,
             vocab_size: vocab,
             hidden_size: hidden,
@@ -134,7 +135,8 @@ impl GgufFile {
                 .unwrap_or(4096),
             tie_embeddings: tie,
             attn_bias: self.content.tensor_infos.contains_key("blk.0.attn_q.bias"),
-        })
+        }
+        .validated()
     }
 
     /// Tokenizer spec from `tokenizer.ggml.*`.
