@@ -143,6 +143,7 @@ pub fn set_threads(n: usize) {
 
 /// `hat generate`
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["prompt", "user", "chat"])))]
 pub struct GenerateArgs {
     /// GGUF file or Hugging Face folder (default: the fetched model).
     #[arg(long)]
@@ -187,6 +188,27 @@ pub struct GenerateArgs {
 pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
     set_threads(a.threads);
     let format: WeightFormat = a.format.parse()?;
+    // every argument is checked before the model loads
+    let sampling = SamplingParams {
+        temperature: a.temperature,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        repetition_penalty: a.repetition_penalty,
+        seed: a.seed,
+    };
+    sampling.validate()?;
+    let chat = if let Some(u) = &a.user {
+        Some(ChatInput {
+            messages: vec![serde_json::json!({"role": "user", "content": u})],
+            tools: None,
+            add_generation_prompt: true,
+        })
+    } else if let Some(f) = &a.chat {
+        let s = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        Some(parse_chat_file(&s)?)
+    } else {
+        None
+    };
     let path = model_path(a.model.clone());
     let t = Instant::now();
     let engine = Engine::load(
@@ -198,31 +220,16 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
     )
     .with_context(|| format!("loading {}", path.display()))?;
     let load_s = t.elapsed().as_secs_f64();
-    let text = if let Some(p) = &a.prompt {
-        p.clone()
-    } else if let Some(u) = &a.user {
-        engine.render_chat(&ChatInput {
-            messages: vec![serde_json::json!({"role": "user", "content": u})],
-            tools: None,
-            add_generation_prompt: true,
-        })?
-    } else if let Some(f) = &a.chat {
-        let s = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-        engine.render_chat(&parse_chat_file(&s)?)?
-    } else {
-        anyhow::bail!("give --prompt TEXT, --user TEXT or --chat FILE");
+    let text = match (&chat, &a.prompt) {
+        (Some(c), _) => engine.render_chat(c)?,
+        (None, Some(p)) => p.clone(),
+        (None, None) => anyhow::bail!("give --prompt TEXT, --user TEXT or --chat FILE"),
     };
     let prompt = engine.encode(&text)?;
     let req = GenerateRequest {
         prompt,
         max_new_tokens: a.max_tokens,
-        sampling: SamplingParams {
-            temperature: a.temperature,
-            top_k: a.top_k,
-            top_p: a.top_p,
-            repetition_penalty: a.repetition_penalty,
-            seed: a.seed,
-        },
+        sampling,
         stop_tokens: Vec::new(),
         stop_strings: a.stop.clone(),
         cache_prefix_len: None,

@@ -83,8 +83,10 @@ impl Sampler {
     /// Picks the next token from raw logits given the tokens seen so far.
     pub fn sample(&mut self, logits: &[f32], seen: &[u32]) -> u32 {
         let p = &self.params;
-        let mut l: Vec<f32> = logits.to_vec();
+        // copy the logits only when the penalty changes them
+        let mut l = std::borrow::Cow::Borrowed(logits);
         if p.repetition_penalty != 1.0 {
+            let l = l.to_mut();
             let mut done = std::collections::HashSet::new();
             for &t in seen {
                 if done.insert(t) {
@@ -137,11 +139,8 @@ fn candidates(l: &[f32], p: &SamplingParams) -> (Vec<usize>, Vec<f64>) {
     let n = l.len();
     let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let weight = |x: f32| (((x - max) / p.temperature) as f64).exp();
-    let desc = |a: &usize, b: &usize| {
-        l[*b]
-            .partial_cmp(&l[*a])
-            .unwrap_or(std::cmp::Ordering::Equal)
-    };
+    // a total order: NaN logits (corrupt weights) must not make the sort panic
+    let desc = |a: &usize, b: &usize| l[*b].total_cmp(&l[*a]);
     if p.top_k == 0 && p.top_p >= 1.0 {
         // plain temperature sampling: any order samples the same distribution
         let w: Vec<f64> = l.iter().map(|&x| weight(x)).collect();
