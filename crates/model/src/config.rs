@@ -113,7 +113,7 @@ impl ModelConfig {
         if let Some((what, _)) = sizes.iter().find(|(_, n)| *n == 0) {
             return Err(Error::InvalidArgument(format!("model config: {what} is 0")));
         }
-        if self.num_heads % self.num_kv_heads != 0 {
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return Err(Error::InvalidArgument(format!(
                 "model config: {} attention heads are not a multiple of {} kv heads",
                 self.num_heads, self.num_kv_heads

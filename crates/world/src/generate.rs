@@ -424,7 +424,7 @@ fn coupons(products: &[Product], now: Timestamp, rng: &mut ChaCha8Rng) -> Vec<Co
     // The store-wide coupon stays usable so every product has at least one
     // coupon; one other is forced expired and one used up when chance gave none.
     out[0].remaining = out[0].remaining.max(50);
-    if !Timestamp::parse(&out[0].expires_at).is_some_and(|t| t > now) {
+    if Timestamp::parse(&out[0].expires_at).is_none_or(|t| t <= now) {
         out[0].expires_at = now.plus_minutes(24 * 60).to_string();
     }
     if !out[1..]

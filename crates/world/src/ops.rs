@@ -181,8 +181,8 @@ impl World {
             .variants
             .iter()
             .filter(|v| {
-                size.map_or(true, |s| v.size.as_deref() == Some(s))
-                    && color.map_or(true, |c| c == v.color)
+                size.is_none_or(|s| v.size.as_deref() == Some(s))
+                    && color.is_none_or(|c| c == v.color)
             })
             .collect();
         let total: u64 = rows.iter().map(|v| u64::from(v.stock)).sum();
@@ -379,8 +379,8 @@ impl World {
             .iter()
             .enumerate()
             .filter(|(i, p)| {
-                category.map_or(true, |c| c == p.category)
-                    && max_price.map_or(true, |m| p.price <= m)
+                category.is_none_or(|c| c == p.category)
+                    && max_price.is_none_or(|m| p.price <= m)
                     && (tokens.is_empty() || tokens.iter().any(|t| self.word_matches(*i, t)))
             })
             .map(|(_, p)| p)
