@@ -9,11 +9,9 @@
 //! system prompts, so the harness part is computed once per state and the
 //! full system prompt once per episode; a turn pays for the rest.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::path::Path;
 use std::time::Instant;
-
-use serde_json::{json, Value};
 
 use hat_harness::{Message, Role};
 use hat_model::chat_template::ChatInput;
@@ -21,6 +19,7 @@ use hat_model::{
     Engine, GenerateOutput, GenerateRequest, LoadOptions, SamplingParams, WeightFormat,
 };
 use hat_teacher::episode::{ChatModel, Completion};
+use hat_teacher::openai::wire_messages;
 use hat_teacher::TeacherError;
 
 /// Prefix-cache budget: a 135M model's KV state is ~46 KB a token, so a
@@ -35,26 +34,15 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// Token and time counters over all requests, for reports.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Usage {
-    pub requests: usize,
-    pub prompt_tokens: usize,
-    pub cached_tokens: usize,
-    pub generated_tokens: usize,
-    pub prefill_secs: f64,
-    pub decode_secs: f64,
-}
-
 pub struct LocalModel {
     engine: Engine,
     pub sampling: SamplingParams,
     pub max_new_tokens: usize,
-    /// Token length of each system prompt's rendering, by the prompt's text.
-    system_len: HashMap<String, Option<usize>>,
+    /// Token length of recent system prompts' rendering (`None`: not a token prefix of the
+    /// conversation). Bounded: every episode's system prompt differs in its stream part.
+    system_len: VecDeque<(String, Option<usize>)>,
     /// Token sequences of recent system prompts, to find shared prefixes.
     recent: VecDeque<Vec<u32>>,
-    pub usage: Usage,
     /// Name and content hash of the weights.
     pub name: String,
     pub hash: String,
@@ -62,21 +50,6 @@ pub struct LocalModel {
 
 fn model_err(e: impl std::fmt::Display) -> TeacherError {
     TeacherError::Model(e.to_string())
-}
-
-/// Chat messages as the model's template takes them. Tool results become
-/// tagged user turns: HAT's call syntax lives in the text, so templates
-/// without a tool role work unchanged (the same form the endpoint backend sends).
-pub fn template_messages(messages: &[Message]) -> Vec<Value> {
-    messages
-        .iter()
-        .map(|m| match m.role {
-            Role::Tool => json!({"role": "user", "content": format!("[tool_result name={}] {}", m.name.as_deref().unwrap_or("tool"), m.content)}),
-            Role::System => json!({"role": "system", "content": m.content}),
-            Role::User => json!({"role": "user", "content": m.content}),
-            Role::Assistant => json!({"role": "assistant", "content": m.content}),
-        })
-        .collect()
 }
 
 impl LocalModel {
@@ -112,40 +85,36 @@ impl LocalModel {
             engine,
             sampling,
             max_new_tokens,
-            system_len: HashMap::new(),
+            system_len: VecDeque::new(),
             recent: VecDeque::new(),
-            usage: Usage::default(),
             name,
             hash,
         })
     }
 
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
     /// The prompt's tokens and how many of them are the system prompt's rendering.
     fn request(&mut self, messages: &[Message]) -> Result<GenerateRequest, TeacherError> {
-        let msgs = template_messages(messages);
-        let text = self
-            .engine
-            .render_chat(&ChatInput {
-                messages: msgs.clone(),
-                tools: None,
-                add_generation_prompt: true,
-            })
-            .map_err(model_err)?;
+        let input = ChatInput {
+            messages: wire_messages(messages),
+            tools: None,
+            add_generation_prompt: true,
+        };
+        let text = self.engine.render_chat(&input).map_err(model_err)?;
         let tokens = self.engine.encode(&text).map_err(model_err)?;
         let prefix = match messages.first() {
             Some(m) if m.role == Role::System => {
-                let known = self.system_len.get(&m.content).copied();
+                let known = self
+                    .system_len
+                    .iter()
+                    .find(|(s, _)| *s == m.content)
+                    .map(|(_, l)| *l);
                 let len = match known {
                     Some(l) => l,
                     None => {
                         let sys = self
                             .engine
                             .render_chat(&ChatInput {
-                                messages: msgs[..1].to_vec(),
+                                messages: input.messages[..1].to_vec(),
                                 tools: None,
                                 add_generation_prompt: false,
                             })
@@ -153,7 +122,10 @@ impl LocalModel {
                         let sys_tokens = self.engine.encode(&sys).map_err(model_err)?;
                         // Only a true token prefix can be cached.
                         let l = tokens.starts_with(&sys_tokens).then_some(sys_tokens.len());
-                        self.system_len.insert(m.content.clone(), l);
+                        if self.system_len.len() == RECENT_SYSTEMS {
+                            self.system_len.pop_front();
+                        }
+                        self.system_len.push_back((m.content.clone(), l));
                         l
                     }
                 };
@@ -192,23 +164,6 @@ impl LocalModel {
         req.cache_prefix_len = prefix;
         Ok(req)
     }
-
-    fn account(&mut self, o: &GenerateOutput) {
-        tracing::debug!(
-            prompt = o.prompt_tokens,
-            cached = o.cached_tokens,
-            generated = o.tokens.len(),
-            prefill_s = o.prefill_secs,
-            decode_s = o.decode_secs,
-            "request"
-        );
-        self.usage.requests += 1;
-        self.usage.prompt_tokens += o.prompt_tokens;
-        self.usage.cached_tokens += o.cached_tokens;
-        self.usage.generated_tokens += o.tokens.len();
-        self.usage.prefill_secs += o.prefill_secs;
-        self.usage.decode_secs += o.decode_secs;
-    }
 }
 
 impl ChatModel for LocalModel {
@@ -232,12 +187,7 @@ impl ChatModel for LocalModel {
         let t0 = Instant::now();
         let req = self.request(messages)?;
         let out = self.engine.generate(&req, None).map_err(model_err)?;
-        self.account(&out);
-        Ok(completion(
-            out,
-            req.prompt.len(),
-            t0.elapsed().as_secs_f64(),
-        ))
+        Ok(completion(out, t0.elapsed().as_secs_f64()))
     }
 
     fn generate_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<Completion>, TeacherError> {
@@ -248,23 +198,24 @@ impl ChatModel for LocalModel {
             .collect::<Result<Vec<_>, _>>()?;
         let outs = self.engine.generate_batch(&reqs).map_err(model_err)?;
         let seconds = t0.elapsed().as_secs_f64() / outs.len().max(1) as f64;
-        for o in &outs {
-            self.account(o);
-        }
-        Ok(outs
-            .into_iter()
-            .zip(&reqs)
-            .map(|(o, r)| completion(o, r.prompt.len(), seconds))
-            .collect())
+        Ok(outs.into_iter().map(|o| completion(o, seconds)).collect())
     }
 }
 
-fn completion(o: GenerateOutput, prompt_tokens: usize, seconds: f64) -> Completion {
+fn completion(o: GenerateOutput, seconds: f64) -> Completion {
+    tracing::debug!(
+        prompt = o.prompt_tokens,
+        cached = o.cached_tokens,
+        generated = o.tokens.len(),
+        prefill_s = o.prefill_secs,
+        decode_s = o.decode_secs,
+        "request"
+    );
     Completion {
         text: o.text,
         tokens: o.tokens,
         logprobs: o.logprobs,
-        prompt_tokens,
+        prompt_tokens: o.prompt_tokens,
         cached_tokens: o.cached_tokens,
         seconds,
     }

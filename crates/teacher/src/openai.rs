@@ -51,19 +51,19 @@ impl OpenAiTeacher {
     }
 }
 
-/// Messages in the wire format: tool results become tagged user turns.
-pub fn wire_messages(messages: &[Message]) -> Value {
-    Value::Array(
-        messages
-            .iter()
-            .map(|m| match m.role {
-                Role::Tool => json!({"role": "user", "content": format!("[tool_result name={}] {}", m.name.as_deref().unwrap_or("tool"), m.content)}),
-                Role::System => json!({"role": "system", "content": m.content}),
-                Role::User => json!({"role": "user", "content": m.content}),
-                Role::Assistant => json!({"role": "assistant", "content": m.content}),
-            })
-            .collect(),
-    )
+/// Chat messages as endpoints and chat templates take them. Tool results become tagged user
+/// turns: HAT's call syntax lives in the text, so templates without a tool role work unchanged
+/// (the embedded engine renders the same form).
+pub fn wire_messages(messages: &[Message]) -> Vec<Value> {
+    messages
+        .iter()
+        .map(|m| match m.role {
+            Role::Tool => json!({"role": "user", "content": format!("[tool_result name={}] {}", m.name.as_deref().unwrap_or("tool"), m.content)}),
+            Role::System => json!({"role": "system", "content": m.content}),
+            Role::User => json!({"role": "user", "content": m.content}),
+            Role::Assistant => json!({"role": "assistant", "content": m.content}),
+        })
+        .collect()
 }
 
 impl ChatModel for OpenAiTeacher {
