@@ -11,6 +11,7 @@ use crate::gguf::GgufFile;
 use crate::hf::HfFolder;
 use crate::model::{LoadOptions, Transformer};
 use crate::tokenizer::Tokenizer;
+use crate::weights::WeightMap;
 
 /// Facts about a model, as `hat model info` prints them.
 #[derive(Debug, Clone)]
@@ -34,6 +35,13 @@ pub struct Loaded {
 
 /// Reads only what `info` needs (no tensor data for GGUF).
 pub fn inspect(path: &Path) -> Result<(ModelInfo, Tokenizer)> {
+    let (info, tok, _) = open(path, false)?;
+    Ok((info, tok))
+}
+
+/// Opens a GGUF file or a Hugging Face folder once: facts, tokenizer, and the weights when
+/// `weights` is set (a folder's weights are read either way: its tensor formats come from them).
+fn open(path: &Path, weights: bool) -> Result<(ModelInfo, Tokenizer, Option<WeightMap>)> {
     if !path.exists() {
         return Err(Error::ModelNotFound(path.to_path_buf()));
     }
@@ -52,7 +60,7 @@ pub fn inspect(path: &Path) -> Result<(ModelInfo, Tokenizer)> {
             pre_tokenizer: pre,
             chat_template: f.chat_template(),
         };
-        Ok((info, tok))
+        Ok((info, tok, weights.then_some(w)))
     } else {
         let g = GgufFile::open(path)?;
         let config = g.config()?;
@@ -65,19 +73,20 @@ pub fn inspect(path: &Path) -> Result<(ModelInfo, Tokenizer)> {
             pre_tokenizer: g.pre_tokenizer_name().unwrap_or_default(),
             chat_template: g.chat_template(),
         };
-        Ok((info, tok))
+        let w = if weights {
+            Some(g.load_tensors(&Device::Cpu)?)
+        } else {
+            None
+        };
+        Ok((info, tok, w))
     }
 }
 
 /// Loads everything from a GGUF file or a Hugging Face folder.
 pub fn load(path: &Path, opts: LoadOptions) -> Result<Loaded> {
     let device = Device::Cpu;
-    let (info, tokenizer) = inspect(path)?;
-    let mut weights = if path.is_dir() {
-        HfFolder::open(path)?.load_tensors(&device)?
-    } else {
-        GgufFile::open(path)?.load_tensors(&device)?
-    };
+    let (info, tokenizer, weights) = open(path, true)?;
+    let mut weights = weights.ok_or_else(|| Error::Missing("model weights".into()))?;
     let model = Transformer::load(info.config.clone(), &mut weights, opts, &device)?;
     Ok(Loaded {
         model,
