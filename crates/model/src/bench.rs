@@ -79,13 +79,9 @@ fn prompt_tokens(engine: &Engine, n: usize) -> anyhow::Result<Vec<u32>> {
 }
 
 fn time_prefill(engine: &Engine, toks: &[u32]) -> anyhow::Result<f64> {
-    let m = &engine.model;
-    let mut cache = m.new_cache(1);
+    let mut cache = engine.model.new_cache(1);
     let t = Instant::now();
-    for chunk in toks.chunks(crate::generate::PREFILL_CHUNK) {
-        let ids = Tensor::new(chunk, m.device())?.unsqueeze(0)?;
-        m.forward(&ids, &mut cache, true)?;
-    }
+    engine.prefill(&mut cache, toks)?;
     Ok(t.elapsed().as_secs_f64())
 }
 
@@ -95,11 +91,10 @@ fn time_decode(engine: &Engine, batch: usize, n: usize, ctx: usize) -> anyhow::R
     if ctx > 0 {
         let toks = prompt_tokens(engine, ctx)?;
         let rows: Vec<u32> = (0..batch).flat_map(|_| toks.iter().copied()).collect();
+        let all = Tensor::from_vec(rows, (batch, ctx), m.device())?;
         for chunk_start in (0..ctx).step_by(crate::generate::PREFILL_CHUNK) {
             let len = crate::generate::PREFILL_CHUNK.min(ctx - chunk_start);
-            let ids = Tensor::from_vec(rows.clone(), (batch, ctx), m.device())?
-                .narrow(1, chunk_start, len)?
-                .contiguous()?;
+            let ids = all.narrow(1, chunk_start, len)?.contiguous()?;
             m.forward(&ids, &mut cache, true)?;
         }
     }

@@ -199,7 +199,7 @@ impl Engine {
     }
 
     /// Feeds `tokens` into a single-row cache in chunks, returning the last logits.
-    fn prefill(&self, cache: &mut Cache, tokens: &[u32]) -> Result<Vec<f32>> {
+    pub(crate) fn prefill(&self, cache: &mut Cache, tokens: &[u32]) -> Result<Vec<f32>> {
         let mut last = Vec::new();
         for chunk in tokens.chunks(PREFILL_CHUNK) {
             let ids = Tensor::new(chunk, self.model.device())?.unsqueeze(0)?;
