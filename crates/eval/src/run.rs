@@ -58,7 +58,8 @@ pub struct EvalConfig {
     /// Evaluate only the first N items of each suite.
     pub limit: Option<usize>,
     pub resume: bool,
-    pub ifeval_input: PathBuf,
+    /// IFEval prompts in `input_data.jsonl` form; `None`: the set embedded in `hat-ifeval`.
+    pub ifeval_input: Option<PathBuf>,
     pub episode: EpisodeConfig,
     /// Episodes decoded together (each on its own world).
     pub batch: usize,
@@ -358,7 +359,10 @@ pub fn run_ifeval(
     let Backend::Chat { model, identity } = backend else {
         return Err(EvalError::Usage("the oracle writes no IFEval responses; evaluate a model or score a response file with `hat eval ifeval`".into()));
     };
-    let mut inputs = hat_ifeval::read_inputs(&cfg.ifeval_input)?;
+    let mut inputs = match &cfg.ifeval_input {
+        Some(path) => hat_ifeval::read_inputs(path)?,
+        None => hat_ifeval::builtin_inputs(),
+    };
     if let Some(n) = cfg.limit {
         inputs.truncate(n);
     }

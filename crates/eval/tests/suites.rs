@@ -2,7 +2,7 @@
 //! what the issue asks for (>= 300 lsqa tasks of every type, >= 20 held-out states).
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use hat_eval::{run_agent, Backend, EvalConfig, Suite};
 use hat_tasks::{Split, TaskKind, WorldCache};
@@ -14,7 +14,7 @@ fn cfg(out: &Path, limit: Option<usize>, resume: bool) -> EvalConfig {
         out_dir: out.to_path_buf(),
         limit,
         resume,
-        ifeval_input: PathBuf::from("unused"),
+        ifeval_input: None,
         episode: EpisodeConfig::default(),
         batch: 8,
         max_tokens: 128,
@@ -104,17 +104,13 @@ impl hat_teacher::episode::ChatModel for Lowercase {
     }
 }
 
-fn shared() -> PathBuf {
-    std::env::var_os("HAT_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
-}
-
 #[test]
 fn ifeval_with_a_model_writes_standard_responses_and_resumes() {
     let d = tempfile::tempdir().unwrap();
     let mut c = cfg(d.path(), Some(12), false);
-    c.ifeval_input = shared().join("data/ifeval/input_data.jsonl");
+    // An explicit prompt file (the repository's copy); `None` would use the embedded set.
+    c.ifeval_input =
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../ifeval/data/ifeval/input_data.jsonl"));
     let identity = hat_eval::ModelIdentity {
         name: "lowercase".into(),
         hash: "-".into(),
@@ -173,8 +169,8 @@ impl hat_teacher::episode::ChatModel for Limits {
 #[test]
 fn an_agent_suite_after_ifeval_uses_the_agent_token_limit() {
     let d = tempfile::tempdir().unwrap();
-    let mut c = cfg(d.path(), Some(2), false);
-    c.ifeval_input = shared().join("data/ifeval/input_data.jsonl");
+    // ifeval_input: None, the prompts embedded in hat-ifeval.
+    let c = cfg(d.path(), Some(2), false);
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut b = Backend::Chat {
         identity: hat_eval::ModelIdentity {

@@ -357,18 +357,17 @@ fn invalid_arguments_are_usage_errors() {
     hat().arg("frobnicate").assert().failure().code(2);
 }
 
-fn shared() -> PathBuf {
-    std::env::var_os("HAT_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
+/// The IFEval data in the repository (crate hat-ifeval).
+fn ifeval_data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../ifeval/data/ifeval")
 }
 
 #[test]
 fn eval_ifeval_scores_a_standard_response_file() {
     let d = tempfile::tempdir().unwrap();
     // conformance.jsonl carries `prompt` and `response`: the standard response form.
-    let responses = shared().join("data/ifeval/conformance.jsonl");
-    let input = shared().join("data/ifeval/input_data.jsonl");
+    let responses = ifeval_data().join("conformance.jsonl");
+    let input = ifeval_data().join("input_data.jsonl");
     hat()
         .args(["eval", "ifeval", "--responses"])
         .arg(&responses)
@@ -387,6 +386,22 @@ fn eval_ifeval_scores_a_standard_response_file() {
             && first["instruction_id_list"].is_array()
     );
     assert!(d.path().join("results.json").exists());
+    // Without --input the prompts embedded in the binary are used (run from an empty folder,
+    // nothing beside it): the same items.
+    let embedded = d.path().join("embedded");
+    let empty = tempfile::tempdir().unwrap();
+    hat()
+        .current_dir(empty.path())
+        .args(["eval", "ifeval", "--responses"])
+        .arg(&responses)
+        .arg("--out")
+        .arg(&embedded)
+        .assert()
+        .success();
+    assert_eq!(
+        std::fs::read_to_string(embedded.join("items.jsonl")).unwrap(),
+        items
+    );
     std::fs::write(d.path().join("bad.jsonl"), "{\"prompt\": 1}\n").unwrap();
     fails_cleanly(
         hat()

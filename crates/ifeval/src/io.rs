@@ -87,6 +87,17 @@ pub fn read_inputs(path: impl AsRef<Path>) -> Result<Vec<InputRecord>, IfevalErr
     parse_inputs(&read(path)?, path)
 }
 
+/// The IFEval prompt set (`data/ifeval/input_data.jsonl`: 541 records, Apache-2.0, Zhou et al.
+/// 2023; provenance in `data/ifeval/SOURCE.md`), embedded in the library so that an installed
+/// binary needs no data folder.
+pub const BUILTIN_INPUT_DATA: &str = include_str!("../data/ifeval/input_data.jsonl");
+
+/// The embedded IFEval prompts ([`BUILTIN_INPUT_DATA`]), parsed and validated.
+pub fn builtin_inputs() -> Vec<InputRecord> {
+    parse_inputs(BUILTIN_INPUT_DATA, Path::new("<embedded input_data.jsonl>"))
+        .expect("the embedded IFEval prompts parse (checked by the crate's tests)")
+}
+
 /// Parses a response set from JSON-lines text: objects with `prompt` and `response` (other
 /// fields are ignored; a later line for the same prompt wins, as upstream).
 pub fn parse_responses(text: &str, path: &Path) -> Result<HashMap<String, String>, IfevalError> {

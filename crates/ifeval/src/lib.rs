@@ -9,6 +9,7 @@
 //! * [`score_responses`]: a whole response set → [`Report`] (prompt- and instruction-level
 //!   accuracy, strict and loose, per category and per instruction id).
 //! * [`read_inputs`], [`read_responses`], [`write_outputs`]: files.
+//! * [`builtin_inputs`]: the IFEval prompt set, embedded (`data/ifeval/`, Apache-2.0).
 //!
 //! ```
 //! use serde_json::{json, Map};
@@ -34,7 +35,8 @@ pub use checks::Relation;
 pub use error::IfevalError;
 pub use instruction::{Instruction, INSTRUCTION_IDS};
 pub use io::{
-    parse_inputs, parse_responses, read_inputs, read_responses, write_outputs, InputRecord,
+    builtin_inputs, parse_inputs, parse_responses, read_inputs, read_responses, write_outputs,
+    InputRecord, BUILTIN_INPUT_DATA,
 };
 pub use lang::detect as detect_language;
 pub use report::{score_responses, GroupScores, ItemResult, ModeScores, Report, Tally};

@@ -1,6 +1,5 @@
-//! Conformance with the upstream Python checker: `shared/data/ifeval/conformance.jsonl` holds
-//! GPT-4 responses with the reference's strict and loose verdicts. The shared folder is found
-//! via `HAT_SHARED` or beside the repository (`<workspace>/../shared`).
+//! Conformance with the upstream Python checker: `data/ifeval/conformance.jsonl` (in this crate)
+//! holds GPT-4 responses with the reference's strict and loose verdicts.
 
 use std::path::PathBuf;
 
@@ -16,20 +15,14 @@ struct Vector {
     loose: Vec<bool>,
 }
 
-fn shared_dir() -> PathBuf {
-    match std::env::var_os("HAT_SHARED") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
-    }
+/// The IFEval data in this crate: `data/ifeval/` (see `SOURCE.md` and `CONFORMANCE.md` there).
+fn data_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/ifeval")
 }
 
 fn data_file(name: &str) -> PathBuf {
-    let p = shared_dir().join("data/ifeval").join(name);
-    assert!(
-        p.exists(),
-        "{} not found: set HAT_SHARED to the shared folder",
-        p.display()
-    );
+    let p = data_dir().join(name);
+    assert!(p.exists(), "{} not found", p.display());
     p
 }
 
@@ -86,4 +79,14 @@ fn input_data_loads_and_configures() {
         .map(|r| r.instructions().map(|v: Vec<Instruction>| v.len()).unwrap())
         .sum();
     assert_eq!(n, 834);
+}
+
+#[test]
+fn embedded_prompts_are_the_data_file() {
+    let file = read_inputs(data_file("input_data.jsonl")).unwrap();
+    assert_eq!(hat_ifeval::builtin_inputs(), file);
+    assert_eq!(
+        hat_ifeval::BUILTIN_INPUT_DATA,
+        std::fs::read_to_string(data_file("input_data.jsonl")).unwrap()
+    );
 }

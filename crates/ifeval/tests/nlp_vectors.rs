@@ -25,17 +25,14 @@ struct Expected {
     language: Vec<Option<String>>,
 }
 
-fn shared_dir() -> PathBuf {
-    match std::env::var_os("HAT_SHARED") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
-    }
+/// The IFEval data in this crate: `data/ifeval/` (see `SOURCE.md` and `CONFORMANCE.md` there).
+fn data_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/ifeval")
 }
 
 #[test]
 fn nlp_matches_python() {
-    let conf = std::fs::read_to_string(shared_dir().join("data/ifeval/conformance.jsonl"))
-        .expect("conformance.jsonl: set HAT_SHARED to the shared folder");
+    let conf = std::fs::read_to_string(data_dir().join("conformance.jsonl")).unwrap();
     let expected = include_str!("data/nlp_vectors.jsonl");
     let (mut total, mut bad) = (0, 0);
     for (c, e) in conf.lines().zip(expected.lines()) {

@@ -6,16 +6,14 @@ use std::path::PathBuf;
 
 use hat_ifeval::{read_inputs, read_responses, score_responses, write_outputs, IfevalError};
 
-fn shared_dir() -> PathBuf {
-    match std::env::var_os("HAT_SHARED") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
-    }
+/// The IFEval data in this crate: `data/ifeval/` (see `SOURCE.md` and `CONFORMANCE.md` there).
+fn data_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/ifeval")
 }
 
 #[test]
 fn gpt4_scores_match_reference_aggregates() {
-    let data = shared_dir().join("data/ifeval");
+    let data = data_dir();
     let inputs = read_inputs(data.join("input_data.jsonl")).unwrap();
     // conformance.jsonl has `prompt` and `response` on every line, so it is a response file too.
     let responses = read_responses(data.join("conformance.jsonl")).unwrap();
@@ -150,7 +148,7 @@ fn bad_instructions_name_file_and_line() {
 #[test]
 #[ignore = "prints the terminal table"]
 fn print_table() {
-    let data = shared_dir().join("data/ifeval");
+    let data = data_dir();
     let inputs = read_inputs(data.join("input_data.jsonl")).unwrap();
     let responses = read_responses(data.join("conformance.jsonl")).unwrap();
     println!("{}", score_responses(&inputs, &responses).unwrap());

@@ -27,7 +27,7 @@ pub enum EvalCmd {
         responses: PathBuf,
         #[arg(long)]
         out: PathBuf,
-        /// The IFEval prompts; default: $HAT_SHARED/data/ifeval/input_data.jsonl, else ../shared/... beside the repo.
+        /// The IFEval prompts (`input_data.jsonl` form); default: the 541 prompts embedded in the binary.
         #[arg(long)]
         input: Option<PathBuf>,
     },
@@ -56,6 +56,7 @@ pub struct RunArgs {
     resume: bool,
     #[arg(long, default_value = "harnesses/livestream")]
     harness: PathBuf,
+    /// The IFEval prompts (`input_data.jsonl` form); default: the 541 prompts embedded in the binary.
     #[arg(long)]
     ifeval_input: Option<PathBuf>,
     /// Token limit of one IFEval answer (agent turns use --max-tokens).
@@ -66,13 +67,6 @@ pub struct RunArgs {
     batch: usize,
 }
 
-fn default_ifeval_input() -> PathBuf {
-    let shared = std::env::var_os("HAT_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("../shared"));
-    shared.join("data/ifeval/input_data.jsonl")
-}
-
 pub fn run(a: EvalArgs) -> Result<()> {
     match a.cmd {
         Some(EvalCmd::Ifeval {
@@ -80,10 +74,11 @@ pub fn run(a: EvalArgs) -> Result<()> {
             out,
             input,
         }) => {
-            let input = input.unwrap_or_else(default_ifeval_input);
-            let inputs = hat_ifeval::read_inputs(&input).with_context(|| {
-                format!("reading IFEval prompts {} (pass --input)", input.display())
-            })?;
+            let inputs = match &input {
+                Some(path) => hat_ifeval::read_inputs(path)
+                    .with_context(|| format!("reading IFEval prompts {}", path.display()))?,
+                None => hat_ifeval::builtin_inputs(),
+            };
             let resp = hat_ifeval::read_responses(&responses)?;
             let report = hat_ifeval::score_responses(&inputs, &resp)?;
             hat_ifeval::write_outputs(&report, &out)?;
@@ -119,7 +114,7 @@ fn run_suites(r: RunArgs) -> Result<()> {
         out_dir: out.clone(),
         limit: r.limit,
         resume: r.resume,
-        ifeval_input: r.ifeval_input.clone().unwrap_or_else(default_ifeval_input),
+        ifeval_input: r.ifeval_input.clone(),
         episode: EpisodeConfig::default(),
         batch: r.batch,
         max_tokens: r.model.max_tokens,

@@ -1,5 +1,5 @@
 """Regenerates nlp_vectors.jsonl: NLTK 3.10.4 / langdetect 1.0.9 outputs on texts derived from
-shared/data/ifeval/conformance.jsonl (prompt, response, its loose variants, upper/lower case).
+crates/ifeval/data/ifeval/conformance.jsonl (prompt, response, its loose variants, upper/lower case).
 
 Usage: python gen_nlp_vectors.py CONFORMANCE_JSONL PUNKT_ENGLISH_JSON > nlp_vectors.jsonl
 (PUNKT_ENGLISH_JSON: crates/ifeval/data/punkt_english.json). Needs nltk==3.10.4, langdetect==1.0.9.
