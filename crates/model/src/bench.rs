@@ -27,8 +27,11 @@ pub struct BenchGenerateArgs {
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
     /// Prompt lengths for prefill.
-    #[arg(long, default_value = "256,512,1024")]
+    #[arg(long, default_value = "256,512,1024,2048")]
     pub prompt_lens: String,
+    /// Context depths for batch-1 decode (tokens already in the KV cache).
+    #[arg(long, default_value = "1000,2000")]
+    pub depths: String,
     /// Tokens decoded per measurement.
     #[arg(long, default_value_t = 64)]
     pub decode_tokens: usize,
@@ -49,6 +52,19 @@ pub struct BenchGenerateArgs {
     pub llama_cpp_bin: Option<PathBuf>,
 }
 
+/// The CPU's model name (Linux `/proc/cpuinfo`).
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
 /// Peak resident memory of this process in MiB (Linux `VmHWM`).
 pub fn peak_rss_mib() -> Option<f64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -64,7 +80,8 @@ pub struct BenchRow {
     pub prefill: Vec<(usize, f64)>,
     pub decode_b1: f64,
     pub decode_batch: f64,
-    pub decode_b1_long: f64,
+    /// (depth, tok/s) of batch-1 decode after `depth` tokens of context.
+    pub decode_depth: Vec<(usize, f64)>,
     pub cached_prefix_ms: f64,
     pub uncached_prefix_ms: f64,
     pub peak_mib: f64,
@@ -117,6 +134,7 @@ pub fn bench_engine(
     engine: &Engine,
     a: &BenchGenerateArgs,
     lens: &[usize],
+    depths: &[usize],
 ) -> anyhow::Result<BenchRow> {
     let reps = a.reps.max(1);
     let mut row = BenchRow::default();
@@ -136,7 +154,13 @@ pub fn bench_engine(
         d1 += time_decode(engine, 1, a.decode_tokens, 0)?;
         db += time_decode(engine, a.batch, a.decode_tokens / 2, 0)?;
     }
-    row.decode_b1_long = time_decode(engine, 1, a.decode_tokens, a.prefix_len)?;
+    for &d in depths {
+        let mut total = 0.0;
+        for _ in 0..reps {
+            total += time_decode(engine, 1, a.decode_tokens, d)?;
+        }
+        row.decode_depth.push((d, total / reps as f64));
+    }
     row.decode_b1 = d1 / reps as f64;
     row.decode_batch = db / reps as f64;
     // cached-prefix latency: time to first token of a request whose prefix is cached
@@ -171,10 +195,13 @@ pub fn run_llama_bench(
     model: &Path,
     threads: usize,
     lens: &[usize],
+    depths: &[usize],
     n_gen: usize,
     reps: usize,
 ) -> anyhow::Result<Vec<(String, f64)>> {
     let p: Vec<String> = lens.iter().map(|l| l.to_string()).collect();
+    let mut d: Vec<String> = vec!["0".into()];
+    d.extend(depths.iter().map(|l| l.to_string()));
     let out = Command::new(bin.join("llama-bench"))
         .arg("-m")
         .arg(model)
@@ -185,6 +212,8 @@ pub fn run_llama_bench(
             &p.join(","),
             "-n",
             &n_gen.to_string(),
+            "-d",
+            &d.join(","),
             "-r",
             &reps.to_string(),
             "-o",
@@ -202,10 +231,13 @@ pub fn run_llama_bench(
     for t in v.as_array().into_iter().flatten() {
         let np = t["n_prompt"].as_u64().unwrap_or(0);
         let ng = t["n_gen"].as_u64().unwrap_or(0);
-        let name = if ng > 0 {
-            format!("tg{ng}")
-        } else {
-            format!("pp{np}")
+        let depth = t["n_depth"].as_u64().unwrap_or(0);
+        let name = match (ng > 0, depth) {
+            (true, 0) => format!("tg{ng}"),
+            (true, d) => format!("tg{ng}@d{d}"),
+            // prefill after a depth is not compared
+            (false, 0) => format!("pp{np}"),
+            (false, d) => format!("pp{np}@d{d}"),
         };
         res.push((name, t["avg_ts"].as_f64().unwrap_or(0.0)));
     }
@@ -263,7 +295,19 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
         .split(',')
         .map(|s| s.trim().parse())
         .collect::<Result<_, _>>()?;
+    let depths: Vec<usize> = a
+        .depths
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().parse())
+        .collect::<Result<_, _>>()?;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "cpu {} | simd path {} (HAT_SIMD to force) | flags {}",
+        cpu_model(),
+        crate::simd::isa(),
+        crate::simd::cpu_flags()
+    );
     println!(
         "model {} | threads {} | reps {} | decode {} tok | batch {} | loadavg {}",
         path.display(),
@@ -280,9 +324,13 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
     for l in &lens {
         header.push_str(&format!(" pp{l} tok/s |"));
     }
+    header.push_str(" tg b1 tok/s |");
+    for d in &depths {
+        header.push_str(&format!(" tg b1 @{d} ctx |"));
+    }
     header.push_str(&format!(
-        " tg b1 tok/s | tg b1 @{} ctx | tg b{} tok/s | {}-tok prefix cached / uncached ms | peak MiB |",
-        a.prefix_len, a.batch, a.prefix_len
+        " tg b{} tok/s | {}-tok prefix cached / uncached ms | peak MiB |",
+        a.batch, a.prefix_len
     ));
     println!("{header}");
     println!("|{}", "---|".repeat(header.matches('|').count() - 1));
@@ -300,7 +348,7 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
                 trainable: false,
             },
         )?;
-        let r = bench_engine(&engine, &a, &lens)?;
+        let r = bench_engine(&engine, &a, &lens, &depths)?;
         let shown = if fmt == WeightFormat::Original {
             engine
                 .model
@@ -316,14 +364,13 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
         for (_, v) in &r.prefill {
             line.push_str(&format!(" {v:.1} |"));
         }
+        line.push_str(&format!(" {:.1} |", r.decode_b1));
+        for (_, v) in &r.decode_depth {
+            line.push_str(&format!(" {v:.1} |"));
+        }
         line.push_str(&format!(
-            " {:.1} | {:.1} | {:.1} | {:.1} / {:.1} | {:.0} |",
-            r.decode_b1,
-            r.decode_b1_long,
-            r.decode_batch,
-            r.cached_prefix_ms,
-            r.uncached_prefix_ms,
-            r.peak_mib
+            " {:.1} | {:.1} / {:.1} | {:.0} |",
+            r.decode_batch, r.cached_prefix_ms, r.uncached_prefix_ms, r.peak_mib
         ));
         println!("{line}");
         drop(engine);
@@ -335,6 +382,7 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
                         &file,
                         a.threads,
                         &lens,
+                        &depths,
                         a.decode_tokens,
                         a.reps.max(2),
                     )?;
@@ -349,13 +397,22 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
                         line.push_str(&format!(" {lv:.1} |"));
                         ratios.push_str(&format!(" {:.2}x |", v / lv));
                     }
-                    let tg = l
-                        .iter()
-                        .find(|(k, _)| k.starts_with("tg"))
-                        .map(|x| x.1)
-                        .unwrap_or(f64::NAN);
-                    line.push_str(&format!(" {tg:.1} | - | - | - | - |"));
-                    ratios.push_str(&format!(" {:.2}x | | | | |", r.decode_b1 / tg));
+                    let find = |name: String| {
+                        l.iter()
+                            .find(|(k, _)| *k == name)
+                            .map(|x| x.1)
+                            .unwrap_or(f64::NAN)
+                    };
+                    let tg = find(format!("tg{}", a.decode_tokens));
+                    line.push_str(&format!(" {tg:.1} |"));
+                    ratios.push_str(&format!(" {:.2}x |", r.decode_b1 / tg));
+                    for (d, v) in &r.decode_depth {
+                        let lv = find(format!("tg{}@d{d}", a.decode_tokens));
+                        line.push_str(&format!(" {lv:.1} |"));
+                        ratios.push_str(&format!(" {:.2}x |", v / lv));
+                    }
+                    line.push_str(" - | - | - |");
+                    ratios.push_str(" | | |");
                     println!("{line}");
                     println!("{ratios}");
                 }

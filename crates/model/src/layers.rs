@@ -93,7 +93,7 @@ impl Linear {
         Ok(Some(Linear::new(weight, bias)))
     }
 
-    /// Switches Q4_0 weights to the SIMD kernel's layout when the CPU supports it.
+    /// Switches Q4_0 / Q4_1 / Q8_0 weights on the CPU to the kernels' layout.
     pub fn pack_for_cpu(&mut self) {
         let w = std::mem::replace(
             &mut self.weight,

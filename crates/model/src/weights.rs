@@ -87,7 +87,7 @@ pub enum LinearWeight {
     Quant(Arc<QTensor>),
     /// Dense matrix `(out, in)` in f32, f16 or bf16.
     Dense(Tensor),
-    /// Q4_0, Q4_1 or Q8_0 repacked for the AVX-512 VNNI kernel ([`crate::kernels`]).
+    /// Q4_0, Q4_1 or Q8_0 repacked for the CPU kernels ([`crate::kernels`]).
     Packed(Arc<crate::kernels::PackedQuant>),
 }
 
@@ -155,14 +155,15 @@ impl LinearWeight {
         })
     }
 
-    /// Repacks Q4_0 for the SIMD kernel when the CPU supports it.
+    /// Repacks Q4_0, Q4_1 and Q8_0 on the CPU for the hand-written kernels (every CPU has one:
+    /// see [`crate::simd::Isa`]).
     pub fn packed_for_cpu(self) -> Self {
         match &self {
             Self::Quant(q)
                 if matches!(
                     q.dtype(),
                     GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q8_0
-                ) && crate::kernels::available() =>
+                ) && q.device().is_cpu() =>
             {
                 match crate::kernels::PackedQuant::from_qtensor(q) {
                     Some(p) => Self::Packed(Arc::new(p)),

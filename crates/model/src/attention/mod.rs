@@ -17,6 +17,27 @@
 use candle_core::{DType, Device, Tensor};
 
 use crate::error::{Error, Result};
+use crate::simd::Isa;
+
+#[cfg(target_arch = "aarch64")]
+mod neon;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+/// One query position's attention for the query heads that share one kv head, over `nk`
+/// cached f16 keys and values (rows `k_stride` / `v_stride` elements apart): each key and
+/// value row is read once for all of them.
+pub(crate) struct F16Group<'a> {
+    /// `heads` query rows of `hd`, `q_stride` elements apart.
+    pub q: &'a [f32],
+    pub q_stride: usize,
+    pub heads: usize,
+    pub k: &'a [half::f16],
+    pub k_stride: usize,
+    pub v: &'a [half::f16],
+    pub v_stride: usize,
+    pub scale: f32,
+}
 
 /// Queries per work item.
 const Q_BLOCK: usize = 64;
@@ -31,6 +52,18 @@ const DIRECT_F16_MAX_QUERIES: usize = 16;
 /// Row `r` starts with `pads[r]` padding positions that real queries never attend to.
 /// Returns `(b, t, heads * head_dim)`.
 pub fn causal_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    pads: &[usize],
+    scale: f32,
+) -> Result<Tensor> {
+    causal_attention_on(crate::simd::isa(), q, k, v, pads, scale)
+}
+
+/// [`causal_attention`] on a given path, which the CPU must run ([`Isa::check`]).
+pub(crate) fn causal_attention_on(
+    isa: Isa,
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
@@ -58,12 +91,12 @@ pub fn causal_attention(
     }
     if k.dtype() == DType::F16 {
         if t <= DIRECT_F16_MAX_QUERIES {
-            return direct_f16(q, k, v, pads, scale);
+            return direct_f16(isa, q, k, v, pads, scale);
         }
         // widen once per call (not per query block), then the blocked path
         let k = k.to_dtype(DType::F32)?;
         let v = v.to_dtype(DType::F32)?;
-        return causal_attention(q, &k, &v, pads, scale);
+        return causal_attention_on(isa, q, &k, &v, pads, scale);
     }
     let n_rep = h / kvh;
     let past = total - t;
@@ -127,7 +160,7 @@ pub fn causal_attention(
                 let (a, e) = (lo(qa) - klo, qa + 1 - klo);
                 row[..a].fill(0.0);
                 row[e..].fill(0.0);
-                inv[r] = 1.0 / crate::simd::softmax_unnormalised(&mut row[a..e]);
+                inv[r] = 1.0 / crate::simd::softmax_unnormalised_on(isa, &mut row[a..e]);
             }
             let op = (out_ptr as *mut f32).add(((bi * t + i0) * h + hh) * hd);
             gemm::gemm(
@@ -170,7 +203,14 @@ pub fn causal_attention(
 
 /// Attention of a few queries over an f16 cache: one work item per (row, query, head); keys
 /// and values are widened in registers, so decoding reads the cache once at half the bytes.
-fn direct_f16(q: &Tensor, k: &Tensor, v: &Tensor, pads: &[usize], scale: f32) -> Result<Tensor> {
+fn direct_f16(
+    isa: Isa,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    pads: &[usize],
+    scale: f32,
+) -> Result<Tensor> {
     let (b, h, t, hd) = q.dims4()?;
     let (_, kvh, total, _) = k.dims4()?;
     let n_rep = h / kvh;
@@ -189,94 +229,80 @@ fn direct_f16(q: &Tensor, k: &Tensor, v: &Tensor, pads: &[usize], scale: f32) ->
             "f16 cache rows must be contiguous".into(),
         ));
     }
+    // one work item per (row, query, kv head): it writes the n_rep heads of that group,
+    // which are adjacent in the (b, t, h, hd) output
     let item = |scores: &mut Vec<f32>, (idx, o): (usize, &mut [f32])| {
-        let (bi, i, hh) = (idx / (t * h), idx / h % t, idx % h);
-        let g = hh / n_rep;
+        let (bi, i, g) = (idx / (t * kvh), idx / kvh % t, idx % kvh);
         // keys lo..=qa; real queries skip the row's left padding
         let qa = past + i;
         let lo = if qa >= pads[bi] { pads[bi] } else { 0 };
         let nk = qa + 1 - lo;
-        let kb = &kd[bi * kst[0] + g * kst[1] + lo * kst[2]..];
-        let vb = &vd[bi * vst[0] + g * vst[1] + lo * vst[2]..];
-        let qo = ((bi * h + hh) * t + i) * hd;
-        let qr = &qs[qo..qo + hd];
+        let qo = ((bi * h + g * n_rep) * t + i) * hd;
         scores.clear();
-        scores.resize(nk, 0.0);
-        #[cfg(target_arch = "x86_64")]
-        if hd % 16 == 0 && crate::kernels::available() {
-            // SAFETY: AVX-512 F was detected; every row read lies within the cache views.
-            unsafe { decode_row_avx512(qr, kb, kst[2], vb, vst[2], scale, scores, o) };
-            return;
+        scores.resize(n_rep * nk, 0.0);
+        let grp = F16Group {
+            q: &qs[qo..],
+            q_stride: t * hd,
+            heads: n_rep,
+            k: &kd[bi * kst[0] + g * kst[1] + lo * kst[2]..],
+            k_stride: kst[2],
+            v: &vd[bi * vst[0] + g * vst[1] + lo * vst[2]..],
+            v_stride: vst[2],
+            scale,
+        };
+        match isa {
+            // SAFETY (each arm): the CPU runs `isa`; every row read lies within the views
+            // (`heads` query rows, `nk` cache rows of `hd` each).
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 if hd % 16 == 0 => unsafe { x86::decode_group_avx512(&grp, scores, o) },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 | Isa::Avx512 if hd % 8 == 0 => unsafe {
+                x86::decode_group_avx2(&grp, scores, o)
+            },
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon | Isa::NeonDot if hd % 4 == 0 => unsafe {
+                neon::decode_group(&grp, scores, o)
+            },
+            _ => decode_group_scalar(isa, &grp, scores, o),
         }
-        for (j, s) in scores.iter_mut().enumerate() {
-            let kr = &kb[j * kst[2]..j * kst[2] + hd];
-            *s = qr.iter().zip(kr).map(|(a, b)| a * b.to_f32()).sum::<f32>() * scale;
-        }
-        let inv = 1.0 / crate::simd::softmax_unnormalised(scores);
-        o.fill(0.0);
-        for (j, p) in scores.iter().enumerate() {
-            let vr = &vb[j * vst[2]..j * vst[2] + hd];
-            for (o, v) in o.iter_mut().zip(vr) {
-                *o += p * v.to_f32();
-            }
-        }
-        o.iter_mut().for_each(|x| *x *= inv);
     };
-    if b * t * h == 1 || rayon::current_num_threads() == 1 {
+    if b * t * kvh == 1 || rayon::current_num_threads() == 1 {
         let mut buf = Vec::new();
-        out.chunks_exact_mut(hd)
+        out.chunks_exact_mut(n_rep * hd)
             .enumerate()
             .for_each(|x| item(&mut buf, x));
     } else {
         use rayon::prelude::*;
-        out.par_chunks_exact_mut(hd)
+        out.par_chunks_exact_mut(n_rep * hd)
             .enumerate()
             .for_each_init(Vec::new, item);
     }
     Ok(Tensor::from_vec(out, (b, t, h * hd), &Device::Cpu)?)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn decode_row_avx512(
-    q: &[f32],
-    k: &[half::f16],
-    k_stride: usize,
-    v: &[half::f16],
-    v_stride: usize,
-    scale: f32,
-    scores: &mut [f32],
-    out: &mut [f32],
-) {
-    use std::arch::x86_64::*;
-    let hd = q.len();
-    let chunks = hd / 16;
-    let widen = |p: *const half::f16| _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i));
-    for (j, s) in scores.iter_mut().enumerate() {
-        let kr = k.as_ptr().add(j * k_stride);
-        let mut acc = _mm512_setzero_ps();
-        for c in 0..chunks {
-            acc = _mm512_fmadd_ps(
-                _mm512_loadu_ps(q.as_ptr().add(c * 16)),
-                widen(kr.add(c * 16)),
-                acc,
-            );
+/// The reference for [`F16Group`]: `scores` holds `heads * nk`, `out` `heads * hd`.
+fn decode_group_scalar(isa: Isa, r: &F16Group, scores: &mut [f32], out: &mut [f32]) {
+    let hd = out.len() / r.heads;
+    let nk = scores.len() / r.heads;
+    for ((hh, sc), o) in scores
+        .chunks_exact_mut(nk)
+        .enumerate()
+        .zip(out.chunks_exact_mut(hd))
+    {
+        let q = &r.q[hh * r.q_stride..hh * r.q_stride + hd];
+        for (j, s) in sc.iter_mut().enumerate() {
+            let kr = &r.k[j * r.k_stride..j * r.k_stride + hd];
+            *s = q.iter().zip(kr).map(|(a, b)| a * b.to_f32()).sum::<f32>() * r.scale;
         }
-        *s = _mm512_reduce_add_ps(acc) * scale;
-    }
-    let inv = 1.0 / crate::simd::softmax_unnormalised(scores);
-    out.fill(0.0);
-    for c in 0..chunks {
-        let mut acc = _mm512_setzero_ps();
-        for (j, p) in scores.iter().enumerate() {
-            let vr = v.as_ptr().add(j * v_stride + c * 16);
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(*p), widen(vr), acc);
+        let inv = 1.0 / crate::simd::softmax_unnormalised_on(isa, sc);
+        o.fill(0.0);
+        for (j, p) in sc.iter().enumerate() {
+            let vr = &r.v[j * r.v_stride..j * r.v_stride + hd];
+            for (o, v) in o.iter_mut().zip(vr) {
+                *o += p * v.to_f32();
+            }
         }
-        _mm512_storeu_ps(
-            out.as_mut_ptr().add(c * 16),
-            _mm512_mul_ps(acc, _mm512_set1_ps(inv)),
-        );
+        o.iter_mut().for_each(|x| *x *= inv);
     }
 }
 
@@ -326,6 +352,15 @@ mod tests {
 
     #[test]
     fn matches_the_generic_path() {
+        for isa in crate::simd::tests::paths("attention matches_the_generic_path") {
+            // 24: the AVX-512 path falls back to its 8-lane loop
+            for hd in [16, 24] {
+                check(isa, hd);
+            }
+        }
+    }
+
+    fn check(isa: Isa, hd: usize) {
         let dev = Device::Cpu;
         // prefill over a cache with spare capacity (strided keys), several query blocks,
         // left padding; then single-query decode
@@ -343,7 +378,6 @@ mod tests {
             (1, 9, 3, 130, 130, 130, vec![0]),
             (2, 6, 3, 5, 45, 64, vec![2, 0]), // a short tail after a cached prefix
         ] {
-            let hd = 16;
             let q = Tensor::randn(0f32, 1.0, (b, h, t, hd), &dev).unwrap();
             let kbuf = Tensor::randn(0f32, 1.0, (b, kvh, cap, hd), &dev).unwrap();
             let vbuf = Tensor::randn(0f32, 1.0, (b, kvh, cap, hd), &dev).unwrap();
@@ -361,7 +395,7 @@ mod tests {
                 .unwrap()
                 .narrow(2, 0, total)
                 .unwrap();
-            let got16 = causal_attention(&q, &k16, &v16, &pads, scale as f32).unwrap();
+            let got16 = causal_attention_on(isa, &q, &k16, &v16, &pads, scale as f32).unwrap();
             let want16 = reference(
                 &q,
                 &k16.to_dtype(DType::F32).unwrap(),
@@ -370,8 +404,11 @@ mod tests {
                 scale,
             );
             let diff16 = max_diff(&got16, &want16);
-            assert!(diff16 < 1e-5, "f16 b={b} h={h} t={t}: max diff {diff16}");
-            let got = causal_attention(&q, &k, &v, &pads, scale as f32).unwrap();
+            assert!(
+                diff16 < 1e-5,
+                "{isa} hd={hd} f16 b={b} h={h} t={t}: max diff {diff16}"
+            );
+            let got = causal_attention_on(isa, &q, &k, &v, &pads, scale as f32).unwrap();
             let want = reference(
                 &q,
                 &k.contiguous().unwrap(),
@@ -380,7 +417,10 @@ mod tests {
                 scale,
             );
             let diff = max_diff(&got, &want);
-            assert!(diff < 1e-5, "b={b} h={h} t={t}: max diff {diff}");
+            assert!(
+                diff < 1e-5,
+                "{isa} hd={hd} b={b} h={h} t={t}: max diff {diff}"
+            );
         }
     }
 }
