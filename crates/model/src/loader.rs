@@ -84,6 +84,7 @@ fn open(path: &Path, weights: bool) -> Result<(ModelInfo, Tokenizer, Option<Weig
 
 /// Loads everything from a GGUF file or a Hugging Face folder.
 pub fn load(path: &Path, opts: LoadOptions) -> Result<Loaded> {
+    quiet_candle_pool();
     let device = Device::Cpu;
     let (info, tokenizer, weights) = open(path, true)?;
     let mut weights = weights.ok_or_else(|| Error::Missing("model weights".into()))?;
@@ -96,7 +97,21 @@ pub fn load(path: &Path, opts: LoadOptions) -> Result<Loaded> {
     })
 }
 
-/// Loads only the tokenizer.
+/// candle runs large element-wise ops (the residual adds of a prefill) on its own thread pool,
+/// whose workers then spin for 25,000 iterations before sleeping; on a 2-core machine that
+/// spinning takes a core from the kernels' rayon threads (4% of prefill samples). Unless the
+/// user set `CANDLE_BARRIER_POOL_SPIN_LIMIT`, make them sleep at once. Takes effect when
+/// candle's pool starts, i.e. before the first such op.
+fn quiet_candle_pool() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("CANDLE_BARRIER_POOL_SPIN_LIMIT").is_none() {
+            std::env::set_var("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0");
+        }
+    });
+}
+
+/// Loads only the tokenizer of a model.
 pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
     if path.is_dir() {
         Tokenizer::new(HfFolder::open(path)?.tokenizer_spec()?)

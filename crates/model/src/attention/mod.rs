@@ -39,6 +39,24 @@ pub(crate) struct F16Group<'a> {
     pub scale: f32,
 }
 
+/// A head's share of attention over part of the key range: its largest score and the sum of
+/// `exp(score - max)` (the output beside it is unnormalised).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Partial {
+    pub max: f32,
+    pub sum: f32,
+}
+
+impl Partial {
+    pub const EMPTY: Partial = Partial {
+        max: f32::NEG_INFINITY,
+        sum: 0.0,
+    };
+}
+
+/// Split a decode step's key range over threads only into parts of at least this many keys.
+const MIN_KEYS_PER_PART: usize = 256;
+
 /// Queries per work item.
 const Q_BLOCK: usize = 64;
 /// Up to this many queries (decode, or a short tail after a cached prefix) read an f16
@@ -229,14 +247,36 @@ fn direct_f16(
             "f16 cache rows must be contiguous".into(),
         ));
     }
-    // one work item per (row, query, kv head): it writes the n_rep heads of that group,
-    // which are adjacent in the (b, t, h, hd) output
-    let item = |scores: &mut Vec<f32>, (idx, o): (usize, &mut [f32])| {
-        let (bi, i, g) = (idx / (t * kvh), idx / kvh % t, idx % kvh);
+    // Work items: (row, query, kv head, part of the key range). A group's n_rep heads are
+    // adjacent in the (b, t, h, hd) output. Few groups (batch-1 decode: 3 for SmolLM2) would
+    // leave cores idle or unevenly loaded, so long key ranges are split into parts whose
+    // unnormalised outputs are merged afterwards (as flash-decoding does).
+    let groups = b * t * kvh;
+    let threads = rayon::current_num_threads().max(1);
+    let parts = if groups >= 4 * threads {
+        1
+    } else {
+        (4 * threads)
+            .div_ceil(groups)
+            .min(total.div_ceil(MIN_KEYS_PER_PART))
+            .max(1)
+    };
+    let gsize = n_rep * hd;
+    let mut partial = if parts == 1 {
+        Vec::new()
+    } else {
+        vec![0f32; groups * parts * gsize]
+    };
+    let mut stats = vec![Partial::EMPTY; groups * parts * n_rep];
+    let item = |scores: &mut Vec<f32>, (idx, (o, st)): (usize, (&mut [f32], &mut [Partial]))| {
+        let (gi, part) = (idx / parts, idx % parts);
+        let (bi, i, g) = (gi / (t * kvh), gi / kvh % t, gi % kvh);
         // keys lo..=qa; real queries skip the row's left padding
         let qa = past + i;
         let lo = if qa >= pads[bi] { pads[bi] } else { 0 };
-        let nk = qa + 1 - lo;
+        let nk_all = qa + 1 - lo;
+        let (k0, k1) = (nk_all * part / parts, nk_all * (part + 1) / parts);
+        let (lo, nk) = (lo + k0, k1 - k0);
         let qo = ((bi * h + g * n_rep) * t + i) * hd;
         scores.clear();
         scores.resize(n_rep * nk, 0.0);
@@ -254,55 +294,99 @@ fn direct_f16(
             // SAFETY (each arm): the CPU runs `isa`; every row read lies within the views
             // (`heads` query rows, `nk` cache rows of `hd` each).
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 if hd % 16 == 0 => unsafe { x86::decode_group_avx512(&grp, scores, o) },
+            Isa::Avx512 if hd % 16 == 0 => unsafe {
+                x86::decode_group_avx512(&grp, scores, o, st)
+            },
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 | Isa::Avx512 if hd % 8 == 0 => unsafe {
-                x86::decode_group_avx2(&grp, scores, o)
+                x86::decode_group_avx2(&grp, scores, o, st)
             },
             #[cfg(target_arch = "aarch64")]
             Isa::Neon | Isa::NeonDot if hd % 4 == 0 => unsafe {
-                neon::decode_group(&grp, scores, o)
+                neon::decode_group(&grp, scores, o, st)
             },
-            _ => decode_group_scalar(isa, &grp, scores, o),
+            _ => decode_group_scalar(&grp, scores, o, st),
         }
     };
-    if b * t * kvh == 1 || rayon::current_num_threads() == 1 {
-        let mut buf = Vec::new();
-        out.chunks_exact_mut(n_rep * hd)
-            .enumerate()
-            .for_each(|x| item(&mut buf, x));
-    } else {
-        use rayon::prelude::*;
-        out.par_chunks_exact_mut(n_rep * hd)
-            .enumerate()
-            .for_each_init(Vec::new, item);
+    {
+        let dst: &mut [f32] = if parts == 1 { &mut out } else { &mut partial };
+        if groups * parts == 1 || threads == 1 {
+            let mut buf = Vec::new();
+            dst.chunks_exact_mut(gsize)
+                .zip(stats.chunks_exact_mut(n_rep))
+                .enumerate()
+                .for_each(|x| item(&mut buf, x));
+        } else {
+            use rayon::prelude::*;
+            dst.par_chunks_exact_mut(gsize)
+                .zip(stats.par_chunks_exact_mut(n_rep))
+                .enumerate()
+                .for_each_init(Vec::new, item);
+        }
+    }
+    // normalise, merging the parts of a split key range
+    for (gi, o) in out.chunks_exact_mut(gsize).enumerate() {
+        for (hh, o) in o.chunks_exact_mut(hd).enumerate() {
+            let st = |p: usize| stats[(gi * parts + p) * n_rep + hh];
+            let max = (0..parts).map(|p| st(p).max).fold(f32::NEG_INFINITY, f32::max);
+            if parts == 1 {
+                let inv = 1.0 / st(0).sum;
+                o.iter_mut().for_each(|x| *x *= inv);
+                continue;
+            }
+            o.fill(0.0);
+            let mut sum = 0.0;
+            for p in 0..parts {
+                let s = st(p);
+                if s.sum == 0.0 {
+                    continue; // an empty part
+                }
+                let w = (s.max - max).exp();
+                sum += w * s.sum;
+                let src = &partial[(gi * parts + p) * gsize + hh * hd..][..hd];
+                for (o, x) in o.iter_mut().zip(src) {
+                    *o += w * x;
+                }
+            }
+            let inv = 1.0 / sum;
+            o.iter_mut().for_each(|x| *x *= inv);
+        }
     }
     Ok(Tensor::from_vec(out, (b, t, h * hd), &Device::Cpu)?)
 }
 
-/// The reference for [`F16Group`]: `scores` holds `heads * nk`, `out` `heads * hd`.
-fn decode_group_scalar(isa: Isa, r: &F16Group, scores: &mut [f32], out: &mut [f32]) {
+/// The reference for [`F16Group`]: `scores` holds `heads * nk`, `out` gets `heads * hd`
+/// unnormalised outputs and `stats` each head's [`Partial`].
+fn decode_group_scalar(r: &F16Group, scores: &mut [f32], out: &mut [f32], stats: &mut [Partial]) {
     let hd = out.len() / r.heads;
     let nk = scores.len() / r.heads;
-    for ((hh, sc), o) in scores
+    if nk == 0 {
+        out.fill(0.0);
+        stats.iter_mut().for_each(|s| *s = Partial::EMPTY);
+        return;
+    }
+    for (((hh, sc), o), st) in scores
         .chunks_exact_mut(nk)
         .enumerate()
         .zip(out.chunks_exact_mut(hd))
+        .zip(stats.iter_mut())
     {
         let q = &r.q[hh * r.q_stride..hh * r.q_stride + hd];
+        *st = Partial::EMPTY;
         for (j, s) in sc.iter_mut().enumerate() {
             let kr = &r.k[j * r.k_stride..j * r.k_stride + hd];
             *s = q.iter().zip(kr).map(|(a, b)| a * b.to_f32()).sum::<f32>() * r.scale;
+            st.max = st.max.max(*s);
         }
-        let inv = 1.0 / crate::simd::softmax_unnormalised_on(isa, sc);
         o.fill(0.0);
-        for (j, p) in sc.iter().enumerate() {
+        for (j, p) in sc.iter_mut().enumerate() {
+            *p = (*p - st.max).exp();
+            st.sum += *p;
             let vr = &r.v[j * r.v_stride..j * r.v_stride + hd];
             for (o, v) in o.iter_mut().zip(vr) {
-                *o += p * v.to_f32();
+                *o += *p * v.to_f32();
             }
         }
-        o.iter_mut().for_each(|x| *x *= inv);
     }
 }
 
@@ -377,6 +461,9 @@ mod tests {
             (3, 4, 4, 1, 40, 64, vec![0, 3, 39]),
             (1, 9, 3, 130, 130, 130, vec![0]),
             (2, 6, 3, 5, 45, 64, vec![2, 0]), // a short tail after a cached prefix
+            // batch-1 decode at depth: the key range is split over threads and merged
+            (1, 6, 2, 1, 700, 720, vec![0]),
+            (2, 6, 2, 1, 600, 600, vec![0, 333]),
         ] {
             let q = Tensor::randn(0f32, 1.0, (b, h, t, hd), &dev).unwrap();
             let kbuf = Tensor::randn(0f32, 1.0, (b, kvh, cap, hd), &dev).unwrap();

@@ -4,7 +4,9 @@
 use std::arch::aarch64::*;
 
 use super::F16Group;
+use super::Partial;
 use crate::kernels::neon::widen_f16;
+use crate::simd::neon::exp_shift;
 
 /// Query heads accumulated together in the value pass.
 const HEADS_AT_ONCE: usize = 4;
@@ -13,12 +15,18 @@ const HEADS_AT_ONCE: usize = 4;
 const MAX_HD: usize = 512;
 
 #[target_feature(enable = "neon")]
-pub(crate) unsafe fn decode_group(r: &F16Group, scores: &mut [f32], out: &mut [f32]) {
+pub(crate) unsafe fn decode_group(
+    r: &F16Group,
+    scores: &mut [f32],
+    out: &mut [f32],
+    stats: &mut [Partial],
+) {
     let hd = out.len() / r.heads;
     if hd > MAX_HD {
-        return super::decode_group_scalar(crate::simd::Isa::Neon, r, scores, out);
+        return super::decode_group_scalar(r, scores, out, stats);
     }
     let nk = scores.len() / r.heads;
+    stats.iter_mut().for_each(|s| *s = Partial::EMPTY);
     let chunks = hd / 4;
     let widen = |p: *const half::f16| widen_f16(p as *const u16);
     let mut kf = [0f32; MAX_HD];
@@ -51,14 +59,15 @@ pub(crate) unsafe fn decode_group(r: &F16Group, scores: &mut [f32], out: &mut [f
                     vld1q_f32(kf.as_ptr().add(c * 4)),
                 );
             }
-            *scores.get_unchecked_mut(hh * nk + j) = vaddvq_f32(vaddq_f32(a0, a1)) * r.scale;
+            let sc = vaddvq_f32(vaddq_f32(a0, a1)) * r.scale;
+            *scores.get_unchecked_mut(hh * nk + j) = sc;
+            stats[hh].max = stats[hh].max.max(sc);
         }
     }
-    let mut inv = [0f32; HEADS_AT_ONCE];
     for h0 in (0..r.heads).step_by(HEADS_AT_ONCE) {
         let nh = (r.heads - h0).min(HEADS_AT_ONCE);
-        for (k, iv) in inv.iter_mut().enumerate().take(nh) {
-            *iv = 1.0 / crate::simd::neon::softmax(&mut scores[(h0 + k) * nk..(h0 + k + 1) * nk]);
+        for k in h0..h0 + nh {
+            stats[k].sum = exp_shift(&mut scores[k * nk..(k + 1) * nk], stats[k].max);
         }
         for c in 0..chunks {
             let mut acc = [vdupq_n_f32(0.0); HEADS_AT_ONCE];
@@ -71,7 +80,7 @@ pub(crate) unsafe fn decode_group(r: &F16Group, scores: &mut [f32], out: &mut [f
             for (k, a) in acc.iter().enumerate().take(nh) {
                 vst1q_f32(
                     out.as_mut_ptr().add((h0 + k) * hd + c * 4),
-                    vmulq_n_f32(*a, inv[k]),
+                    *a,
                 );
             }
         }

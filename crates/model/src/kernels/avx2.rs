@@ -1,6 +1,5 @@
 //! The AVX2 + FMA + F16C path. A 256-bit register holds 4 weights of 8 rows, so a group of 16
-//! rows is two halves done one after the other (each with its own accumulators: 16 registers
-//! do not hold more). There is no `vpdpbusd`: `vpmaddubsw` multiplies unsigned weights by
+//! rows is two halves done one after the other. There is no `vpdpbusd`: `vpmaddubsw` multiplies unsigned weights by
 //! signed activations into pairs of int16 and `vpmaddwd` by ones widens them to int32.
 //!
 //! * Q4: a nibble times an int8 is at most 15 * 127, so the 8 steps of a block (16 products
@@ -55,7 +54,8 @@ unsafe fn bcast(p: *const i8) -> __m256i {
     _mm256_set1_epi32(std::ptr::read_unaligned(p as *const i32))
 }
 
-/// Output features `16g..16g + 16` for activation rows `i0..i0 + J` (J <= 4).
+/// Output features `16g..16g + 16` for activation rows `i0..i0 + J` (J <= 8: the int16 sums
+/// of 8 rows stay in registers; the f32 accumulators, touched once per block, may not).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn tile<const J: usize>(
     p: &PackedQuant,

@@ -301,7 +301,7 @@ impl PackedQuant {
         let qx = quantize_x(isa, x, m, self.cols);
         let groups = self.rows.div_ceil(GROUP);
         let tile_rows = match isa {
-            Isa::Avx512 => 8,
+            Isa::Avx512 | Isa::Avx2 => 8,
             _ => 4,
         };
         let out = OutPtr(out.as_mut_ptr());
@@ -335,8 +335,8 @@ impl PackedQuant {
     /// Output features `16g..16g + 16` for activation rows `i0..i0 + n` on `isa`.
     ///
     /// # Safety
-    /// The CPU runs `isa`; `out` holds `(i0 + n) * rows` elements; `n` is at most 8 (4 off
-    /// AVX-512).
+    /// The CPU runs `isa`; `out` holds `(i0 + n) * rows` elements; `n` is at most 8 (4 on
+    /// NEON and the scalar path).
     unsafe fn tile(&self, isa: Isa, n: usize, g: usize, x: &QuantX, i0: usize, out: *mut f32) {
         #[allow(unused_macros)]
         macro_rules! rows {
@@ -351,7 +351,7 @@ impl PackedQuant {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => rows!(avx512::tile, 1 2 3 4 5 6 7 8),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => rows!(avx2::tile, 1 2 3 4),
+            Isa::Avx2 => rows!(avx2::tile, 1 2 3 4 5 6 7 8),
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => rows!(neon::tile, 1 2 3 4),
             #[cfg(target_arch = "aarch64")]

@@ -24,7 +24,7 @@ pub(crate) fn exp4(x: float32x4_t) -> float32x4_t {
 pub(crate) unsafe fn softmax(x: &mut [f32]) -> f32 {
     let n = x.len();
     let full = n / 4 * 4;
-    let p = x.as_mut_ptr();
+    let p = x.as_ptr();
     let mut mx = vdupq_n_f32(f32::NEG_INFINITY);
     for i in (0..full).step_by(4) {
         mx = vmaxq_f32(mx, vld1q_f32(p.add(i)));
@@ -33,6 +33,15 @@ pub(crate) unsafe fn softmax(x: &mut [f32]) -> f32 {
     for &v in &x[full..] {
         max = max.max(v);
     }
+    exp_shift(x, max)
+}
+
+/// Replaces `x` by `exp(x - max)` and returns the sum.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn exp_shift(x: &mut [f32], max: f32) -> f32 {
+    let n = x.len();
+    let full = n / 4 * 4;
+    let p = x.as_mut_ptr();
     let m = vdupq_n_f32(max);
     let mut sum = vdupq_n_f32(0.0);
     for i in (0..full).step_by(4) {

@@ -94,7 +94,17 @@ pub(crate) unsafe fn softmax_avx512(x: &mut [f32]) -> f32 {
         mx = _mm512_max_ps(mx, _mm512_loadu_ps(p.add(i)));
     }
     mx = _mm512_mask_max_ps(mx, tail, mx, _mm512_maskz_loadu_ps(tail, p.add(full)));
-    let m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    exp_shift_avx512(x, _mm512_reduce_max_ps(mx))
+}
+
+/// Replaces `x` by `exp(x - max)` and returns the sum.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn exp_shift_avx512(x: &mut [f32], max: f32) -> f32 {
+    let n = x.len();
+    let p = x.as_mut_ptr();
+    let full = n / 16 * 16;
+    let tail: __mmask16 = ((1u32 << (n - full)) - 1) as u16;
+    let m = _mm512_set1_ps(max);
     let mut sum = _mm512_setzero_ps();
     for i in (0..full).step_by(16) {
         let e = exp16(_mm512_sub_ps(_mm512_loadu_ps(p.add(i)), m));
@@ -114,7 +124,6 @@ pub(crate) unsafe fn softmax_avx2(x: &mut [f32]) -> f32 {
     let n = x.len();
     let p = x.as_mut_ptr();
     let full = n / 8 * 8;
-    let tail = mask8(n - full);
     let mut mx = _mm256_set1_ps(f32::NEG_INFINITY);
     for i in (0..full).step_by(8) {
         mx = _mm256_max_ps(mx, _mm256_loadu_ps(p.add(i)));
@@ -123,6 +132,15 @@ pub(crate) unsafe fn softmax_avx2(x: &mut [f32]) -> f32 {
     for &v in &x[full..] {
         max = max.max(v);
     }
+    exp_shift_avx2(x, max)
+}
+
+/// Replaces `x` by `exp(x - max)` and returns the sum.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn exp_shift_avx2(x: &mut [f32], max: f32) -> f32 {
+    let n = x.len();
+    let p = x.as_mut_ptr();
+    let full = n / 8 * 8;
     let m = _mm256_set1_ps(max);
     let mut sum = _mm256_setzero_ps();
     for i in (0..full).step_by(8) {
@@ -131,6 +149,7 @@ pub(crate) unsafe fn softmax_avx2(x: &mut [f32]) -> f32 {
         sum = _mm256_add_ps(sum, e);
     }
     if full < n {
+        let tail = mask8(n - full);
         let e = exp8(_mm256_sub_ps(_mm256_maskload_ps(p.add(full), tail), m));
         let e = _mm256_and_ps(e, _mm256_castsi256_ps(tail));
         _mm256_maskstore_ps(p.add(full), tail, e);
