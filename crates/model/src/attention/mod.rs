@@ -294,9 +294,7 @@ fn direct_f16(
             // SAFETY (each arm): the CPU runs `isa`; every row read lies within the views
             // (`heads` query rows, `nk` cache rows of `hd` each).
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 if hd % 16 == 0 => unsafe {
-                x86::decode_group_avx512(&grp, scores, o, st)
-            },
+            Isa::Avx512 if hd % 16 == 0 => unsafe { x86::decode_group_avx512(&grp, scores, o, st) },
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 | Isa::Avx512 if hd % 8 == 0 => unsafe {
                 x86::decode_group_avx2(&grp, scores, o, st)
@@ -328,7 +326,9 @@ fn direct_f16(
     for (gi, o) in out.chunks_exact_mut(gsize).enumerate() {
         for (hh, o) in o.chunks_exact_mut(hd).enumerate() {
             let st = |p: usize| stats[(gi * parts + p) * n_rep + hh];
-            let max = (0..parts).map(|p| st(p).max).fold(f32::NEG_INFINITY, f32::max);
+            let max = (0..parts)
+                .map(|p| st(p).max)
+                .fold(f32::NEG_INFINITY, f32::max);
             if parts == 1 {
                 let inv = 1.0 / st(0).sum;
                 o.iter_mut().for_each(|x| *x *= inv);

@@ -78,10 +78,7 @@ pub(crate) unsafe fn decode_group(
                 }
             }
             for (k, a) in acc.iter().enumerate().take(nh) {
-                vst1q_f32(
-                    out.as_mut_ptr().add((h0 + k) * hd + c * 4),
-                    *a,
-                );
+                vst1q_f32(out.as_mut_ptr().add((h0 + k) * hd + c * 4), *a);
             }
         }
     }

@@ -199,7 +199,8 @@ pub(crate) unsafe fn decode_group_avx512(
             for c in 0..chunks {
                 let qv = _mm512_loadu_ps(q.add(c * 16));
                 for (kk, a) in acc.iter_mut().enumerate() {
-                    *a = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kf.as_ptr().add(kk * hd + c * 16)), *a);
+                    *a =
+                        _mm512_fmadd_ps(qv, _mm512_loadu_ps(kf.as_ptr().add(kk * hd + c * 16)), *a);
                 }
             }
             // fold 16 lanes to 8, then the 8-key transpose-add

@@ -40,6 +40,58 @@ const GROUP: usize = 16;
 /// (`cols` bytes each) stays in L2 while the weights stream by.
 const X_BLOCK: usize = 64;
 
+/// One cache line.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// A zero-initialised buffer of `u8` or `u16` that starts on a cache line, so that the
+/// kernels' 32- and 64-byte weight loads never straddle two lines (an unaligned `Vec` start
+/// split every 64-byte load of the AVX-512 path and half the 32-byte loads of the AVX2 one).
+pub(crate) struct Aligned<T> {
+    lines: Vec<Line>,
+    len: usize,
+    _t: std::marker::PhantomData<T>,
+}
+
+/// Element types the buffer may hold: plain integers, for which all-zero bytes are zero.
+pub(crate) trait Pod: Copy {}
+impl Pod for u8 {}
+impl Pod for u16 {}
+
+impl<T: Pod> Aligned<T> {
+    fn zeroed(len: usize) -> Self {
+        let bytes = len * std::mem::size_of::<T>();
+        Self {
+            lines: vec![Line([0; 64]); bytes.div_ceil(64)],
+            len,
+            _t: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T: Pod> std::ops::Deref for Aligned<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: the lines hold at least `len` initialised `T`s (integers, any bytes valid),
+        // and a line's alignment (64) is a multiple of `T`'s.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr() as *const T, self.len) }
+    }
+}
+
+impl<T: Pod> std::ops::DerefMut for Aligned<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as in `deref`, and the borrow is unique.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr() as *mut T, self.len) }
+    }
+}
+
+impl<T> std::fmt::Debug for Aligned<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Aligned({} elements)", self.len)
+    }
+}
+
 /// A quantised matrix repacked for the kernel.
 #[derive(Debug)]
 pub struct PackedQuant {
@@ -51,11 +103,11 @@ pub struct PackedQuant {
     /// Per group and block: Q4 kinds, 4 registers of 64 bytes; byte `4 * lane + e` of
     /// register `v` holds weight `4v + e` (low nibble) and `16 + 4v + e` (high nibble) of row
     /// `lane`. Q8_0, 8 registers; register `v` holds weights `4v..4v + 4` as `q + 128`.
-    qs: Vec<u8>,
+    qs: Aligned<u8>,
     /// Per group and block: the 16 rows' scales (f16 bits).
-    d: Vec<u16>,
+    d: Aligned<u16>,
     /// Q4_1 only, per group and block: the 16 rows' minimums (f16 bits).
-    m: Vec<u16>,
+    m: Aligned<u16>,
 }
 
 /// Activation rows quantised for the kernel.
@@ -186,13 +238,13 @@ impl PackedQuant {
         let groups = rows.div_ceil(GROUP);
         let q8 = kind == GgmlDType::Q8_0;
         let gbytes = if q8 { 512 } else { 256 };
-        let mut qs = vec![0u8; groups * nb * gbytes];
-        let mut d = vec![0u16; groups * nb * GROUP];
-        let mut m = if kind == GgmlDType::Q4_1 {
-            vec![0u16; groups * nb * GROUP]
+        let mut qs = Aligned::<u8>::zeroed(groups * nb * gbytes);
+        let mut d = Aligned::<u16>::zeroed(groups * nb * GROUP);
+        let mut m = Aligned::<u16>::zeroed(if kind == GgmlDType::Q4_1 {
+            groups * nb * GROUP
         } else {
-            Vec::new()
-        };
+            0
+        });
         for (row, rdata) in data.chunks_exact(nb * bsize).enumerate() {
             let (g, lane) = (row / GROUP, row % GROUP);
             for (b, blk) in rdata.chunks_exact(bsize).enumerate() {
@@ -487,6 +539,45 @@ mod tests {
                 (a - r).abs() < 1e-4 * scale,
                 "{isa} {dt:?} {rows}x{cols} m={m}: {a} vs scalar {r}"
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod throughput {
+    use super::*;
+    use candle_core::{Device, Tensor};
+
+    /// Kernel throughput per path on one SmolLM2-sized product (3,072 x 576, weights in
+    /// cache), for 1, 4, 8 and 64 activation rows. Prints figures, asserts nothing:
+    /// `cargo test --release -p hat-model --lib -- --ignored kernel_throughput --nocapture`.
+    #[test]
+    #[ignore]
+    fn kernel_throughput() {
+        let (rows, cols) = (3072, 576);
+        let w = Tensor::randn(0f32, 1.0, (rows, cols), &Device::Cpu).unwrap();
+        for dt in [GgmlDType::Q4_0, GgmlDType::Q8_0] {
+            let p = PackedQuant::from_qtensor(&QTensor::quantize(&w, dt).unwrap()).unwrap();
+            for isa in Isa::runnable() {
+                if isa == Isa::Scalar {
+                    continue;
+                }
+                for m in [1usize, 4, 8, 64] {
+                    let x = vec![0.5f32; m * cols];
+                    let mut out = vec![0f32; m * rows];
+                    let iters = 2000 / m.min(16);
+                    let t = std::time::Instant::now();
+                    for _ in 0..iters {
+                        p.matmul_on(isa, &x, &mut out);
+                    }
+                    let s = t.elapsed().as_secs_f64();
+                    let gmacs = (iters * m * rows * cols) as f64 / s / 1e9;
+                    eprintln!(
+                        "{dt:?} {isa} m={m}: {:.1} us/call, {gmacs:.1} GMAC/s",
+                        s / iters as f64 * 1e6
+                    );
+                }
+            }
         }
     }
 }
