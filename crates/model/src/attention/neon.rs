@@ -35,7 +35,7 @@ pub(crate) unsafe fn decode_group(
         for c in 0..chunks {
             vst1q_f32(kf.as_mut_ptr().add(c * 4), widen(kr.add(c * 4)));
         }
-        for hh in 0..r.heads {
+        for (hh, st) in stats.iter_mut().enumerate() {
             let q = r.q.as_ptr().add(hh * r.q_stride);
             let (mut a0, mut a1) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
             let mut c = 0;
@@ -61,7 +61,7 @@ pub(crate) unsafe fn decode_group(
             }
             let sc = vaddvq_f32(vaddq_f32(a0, a1)) * r.scale;
             *scores.get_unchecked_mut(hh * nk + j) = sc;
-            stats[hh].max = stats[hh].max.max(sc);
+            st.max = st.max.max(sc);
         }
     }
     for h0 in (0..r.heads).step_by(HEADS_AT_ONCE) {

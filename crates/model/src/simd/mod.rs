@@ -248,11 +248,11 @@ pub(crate) fn log_sum_exp_on(isa: Isa, x: &[f32]) -> f32 {
 pub fn silu_mul(y: &[f32], i: usize, out: &mut [f32]) {
     let isa = isa();
     let rows = out.len() / i.max(1);
-    if rows < 2 || rayon::current_num_threads() == 1 {
+    // below a prefill's worth of rows the handoff costs more than the work
+    if rows < 16 || rayon::current_num_threads() == 1 {
         return silu_mul_on(isa, y, i, out);
     }
     use rayon::prelude::*;
-    // a few rows per task: one row of SmolLM2 is 1,536 values, too little to hand off alone
     let per = rows.div_ceil(4 * rayon::current_num_threads()).max(1);
     y.par_chunks(2 * i * per)
         .zip(out.par_chunks_mut(i * per))
