@@ -219,8 +219,9 @@ pub(crate) fn causal_attention_on(
     Ok(Tensor::from_vec(out, (b, t, h * hd), &Device::Cpu)?)
 }
 
-/// Attention of a few queries over an f16 cache: one work item per (row, query, head); keys
-/// and values are widened in registers, so decoding reads the cache once at half the bytes.
+/// Attention of a few queries over an f16 cache: one work item per (row, query, kv group,
+/// part of the key range); keys and values are widened in registers, so decoding reads the
+/// cache once per kv group at half the bytes.
 fn direct_f16(
     isa: Isa,
     q: &Tensor,
