@@ -297,7 +297,7 @@ fn direct_f16(
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 if hd % 16 == 0 => unsafe { x86::decode_group_avx512(&grp, scores, o, st) },
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 | Isa::Avx512 if hd % 8 == 0 => unsafe {
+            Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 if hd % 8 == 0 => unsafe {
                 x86::decode_group_avx2(&grp, scores, o, st)
             },
             #[cfg(target_arch = "aarch64")]

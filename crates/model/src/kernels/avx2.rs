@@ -54,8 +54,8 @@ unsafe fn bcast(p: *const i8) -> __m256i {
     _mm256_set1_epi32(std::ptr::read_unaligned(p as *const i32))
 }
 
-/// Output features `16g..16g + 16` for activation rows `i0..i0 + J` (J <= 8: the int16 sums
-/// of 8 rows stay in registers; the f32 accumulators, touched once per block, may not).
+/// Output features `16g..16g + 16` for activation rows `i0..i0 + J` (J <= 4 keeps every sum
+/// in registers).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn tile<const J: usize>(
     p: &PackedQuant,
@@ -154,4 +154,124 @@ pub(crate) unsafe fn tile<const J: usize>(
             }
         }
     }
+}
+
+/// `acc + dot4(w, x)` per 32-bit lane (unsigned weights, signed activations): AVX-VNNI's
+/// VEX form, or the EVEX form of AVX-512 VNNI + VL.
+#[inline(always)]
+unsafe fn dpbusd<const VEX: bool>(acc: __m256i, w: __m256i, x: __m256i) -> __m256i {
+    if VEX {
+        _mm256_dpbusd_avx_epi32(acc, w, x)
+    } else {
+        _mm256_dpbusd_epi32(acc, w, x)
+    }
+}
+
+/// The tile with `vpdpbusd` (see [`tile`] for the layout): the integer sums need no widening
+/// steps, and Q8_0 weights stay biased by 128 as stored (the bias comes out as `-128 * u`,
+/// as on the AVX-512 path).
+#[inline(always)]
+unsafe fn tile_vnni<const J: usize, const VEX: bool>(
+    p: &PackedQuant,
+    g: usize,
+    x: &QuantX,
+    i0: usize,
+    out: *mut f32,
+) {
+    let (nb, cols) = (p.nb, p.cols);
+    let q8 = p.kind == GgmlDType::Q8_0;
+    let q41 = p.kind == GgmlDType::Q4_1;
+    let gbytes = p.group_block_bytes();
+    let offset = if q8 { -128.0f32 } else { -8.0 };
+    let nibble = _mm256_set1_epi8(0x0f);
+    let zero = _mm256_setzero_si256();
+    let xq = x.q.as_ptr().add(i0 * cols);
+    let valid = (p.rows - g * GROUP).min(GROUP);
+    for half in 0..valid.div_ceil(8) {
+        let mut acc = [_mm256_setzero_ps(); J];
+        for b in 0..nb {
+            let gb = g * nb + b;
+            let w = p.qs.as_ptr().add(gb * gbytes + half * 32);
+            let xb = xq.add(b * 32);
+            let mut isum = [zero; J];
+            if q8 {
+                for v in 0..8 {
+                    let wv = _mm256_loadu_si256(w.add(v * 64) as *const __m256i);
+                    for (j, s) in isum.iter_mut().enumerate() {
+                        *s = dpbusd::<VEX>(*s, wv, bcast(xb.add(j * cols + 4 * v)));
+                    }
+                }
+            } else {
+                for v in 0..4 {
+                    let raw = _mm256_loadu_si256(w.add(v * 64) as *const __m256i);
+                    let lo = _mm256_and_si256(raw, nibble);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), nibble);
+                    for (j, s) in isum.iter_mut().enumerate() {
+                        let xr = xb.add(j * cols);
+                        *s = dpbusd::<VEX>(*s, lo, bcast(xr.add(4 * v)));
+                        *s = dpbusd::<VEX>(*s, hi, bcast(xr.add(16 + 4 * v)));
+                    }
+                }
+            }
+            let dw = _mm256_cvtph_ps(_mm_loadu_si128(
+                p.d.as_ptr().add(gb * GROUP + half * 8) as *const __m128i
+            ));
+            let xd = x.d.as_ptr().add(i0 * nb + b);
+            if q41 {
+                let mw = _mm256_cvtph_ps(_mm_loadu_si128(
+                    p.m.as_ptr().add(gb * GROUP + half * 8) as *const __m128i
+                ));
+                let xs = x.s.as_ptr().add(i0 * nb + b);
+                for (j, a) in acc.iter_mut().enumerate() {
+                    let t =
+                        _mm256_mul_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_set1_ps(*xd.add(j * nb)));
+                    *a = _mm256_fmadd_ps(dw, t, *a);
+                    *a = _mm256_fmadd_ps(mw, _mm256_set1_ps(*xs.add(j * nb)), *a);
+                }
+            } else {
+                let xu = x.u.as_ptr().add(i0 * nb + b);
+                for (j, a) in acc.iter_mut().enumerate() {
+                    let t = _mm256_fmadd_ps(
+                        _mm256_cvtepi32_ps(isum[j]),
+                        _mm256_set1_ps(*xd.add(j * nb)),
+                        _mm256_set1_ps(offset * *xu.add(j * nb)),
+                    );
+                    *a = _mm256_fmadd_ps(dw, t, *a);
+                }
+            }
+        }
+        let lanes = (valid - half * 8).min(8);
+        for (j, a) in acc.iter().enumerate() {
+            let o = out.add((i0 + j) * p.rows + g * GROUP + half * 8);
+            if lanes == 8 {
+                _mm256_storeu_ps(o, *a);
+            } else {
+                _mm256_maskstore_ps(o, crate::simd::x86::mask8(lanes), *a);
+            }
+        }
+    }
+}
+
+/// [`tile_vnni`] on AVX-VNNI (VEX `vpdpbusd`).
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(crate) unsafe fn tile_avxvnni<const J: usize>(
+    p: &PackedQuant,
+    g: usize,
+    x: &QuantX,
+    i0: usize,
+    out: *mut f32,
+) {
+    tile_vnni::<J, true>(p, g, x, i0, out)
+}
+
+/// [`tile_vnni`] on AVX-512 VNNI + VL (EVEX `vpdpbusd` on 256-bit registers).
+#[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+pub(crate) unsafe fn tile_evex_vnni<const J: usize>(
+    p: &PackedQuant,
+    g: usize,
+    x: &QuantX,
+    i0: usize,
+    out: *mut f32,
+) {
+    tile_vnni::<J, false>(p, g, x, i0, out)
 }

@@ -4,7 +4,7 @@
 //!
 //! One binary serves every CPU: the kernels are compiled for each instruction set with
 //! `#[target_feature]` and [`isa`] picks the best one the CPU has, once, at run time
-//! (`target-cpu=native` is not needed). `HAT_SIMD=avx512|avx2|neon|neon-dot|scalar` forces a
+//! (`target-cpu=native` is not needed). `HAT_SIMD=avx512|avx2-vnni|avx2|neon|neon-dot|scalar` forces a
 //! path for tests and benchmarks; a forced path the CPU cannot run is refused with a warning
 //! and the best available one is used instead. Every path is tested against the scalar
 //! reference ([`Isa::runnable`] lists those this CPU can run).
@@ -21,6 +21,10 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 + FMA + F16C (integer dot products with `vpmaddubsw`).
     Avx2,
+    /// The AVX2 path with 256-bit `vpdpbusd` for the quantised matmul: AVX-VNNI (Intel since
+    /// Alder Lake), or its EVEX form on CPUs with AVX-512 VNNI + VL (which is how this path is
+    /// tested on AVX-512 machines; they run [`Isa::Avx512`] by default).
+    Avx2Vnni,
     /// x86-64 AVX-512 F/BW/VL + VNNI (`vpdpbusd`).
     Avx512,
     /// aarch64 Advanced SIMD (integer dot products with `smull` / `sadalp`).
@@ -31,13 +35,21 @@ pub enum Isa {
 
 impl Isa {
     /// Every path, best first within each architecture.
-    pub const ALL: [Isa; 5] = [Isa::Avx512, Isa::Avx2, Isa::NeonDot, Isa::Neon, Isa::Scalar];
+    pub const ALL: [Isa; 6] = [
+        Isa::Avx512,
+        Isa::Avx2Vnni,
+        Isa::Avx2,
+        Isa::NeonDot,
+        Isa::Neon,
+        Isa::Scalar,
+    ];
 
     /// The name `HAT_SIMD` takes and benchmarks print.
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
+            Isa::Avx2Vnni => "avx2-vnni",
             Isa::Avx512 => "avx512",
             Isa::Neon => "neon",
             Isa::NeonDot => "neon-dot",
@@ -64,6 +76,21 @@ impl Isa {
             .into_iter()
             .filter_map(|(n, ok)| (!ok).then_some(n))
             .collect(),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Vnni => {
+                let mut m: Vec<&str> = [
+                    ("avx2", std::is_x86_feature_detected!("avx2")),
+                    ("fma", std::is_x86_feature_detected!("fma")),
+                    ("f16c", std::is_x86_feature_detected!("f16c")),
+                ]
+                .into_iter()
+                .filter_map(|(n, ok)| (!ok).then_some(n))
+                .collect();
+                if !x86_vex_vnni() && !x86_evex_vnni() {
+                    m.push("avxvnni (or avx512vnni with avx512vl)");
+                }
+                m
+            }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => [
                 ("avx512f", std::is_x86_feature_detected!("avx512f")),
@@ -113,6 +140,18 @@ impl Isa {
     pub fn best() -> Isa {
         Isa::runnable()[0]
     }
+}
+
+/// Whether the CPU has AVX-VNNI (the VEX-encoded 256-bit `vpdpbusd`).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn x86_vex_vnni() -> bool {
+    std::is_x86_feature_detected!("avxvnni")
+}
+
+/// Whether the CPU has the EVEX-encoded 256-bit `vpdpbusd` (AVX-512 VNNI + VL).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn x86_evex_vnni() -> bool {
+    std::is_x86_feature_detected!("avx512vnni") && std::is_x86_feature_detected!("avx512vl")
 }
 
 impl std::fmt::Display for Isa {
@@ -205,7 +244,7 @@ pub(crate) fn softmax_unnormalised_on(isa: Isa, x: &mut [f32]) -> f32 {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe { x86::softmax_avx512(x) },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::softmax_avx2(x) },
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::softmax_avx2(x) },
         #[cfg(target_arch = "aarch64")]
         Isa::Neon | Isa::NeonDot => unsafe { neon::softmax(x) },
         _ => {
@@ -232,7 +271,7 @@ pub(crate) fn log_sum_exp_on(isa: Isa, x: &[f32]) -> f32 {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe { x86::log_sum_exp_avx512(x) },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::log_sum_exp_avx2(x) },
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::log_sum_exp_avx2(x) },
         #[cfg(target_arch = "aarch64")]
         Isa::Neon | Isa::NeonDot => unsafe { neon::log_sum_exp(x) },
         _ => {
@@ -267,7 +306,7 @@ pub(crate) fn silu_mul_on(isa: Isa, y: &[f32], i: usize, out: &mut [f32]) {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => unsafe { x86::silu_mul_avx512(g, u, o) },
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { x86::silu_mul_avx2(g, u, o) },
+            Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::silu_mul_avx2(g, u, o) },
             #[cfg(target_arch = "aarch64")]
             Isa::Neon | Isa::NeonDot => unsafe { neon::silu_mul(g, u, o) },
             _ => {
