@@ -54,6 +54,72 @@ unsafe fn bcast(p: *const i8) -> __m256i {
     _mm256_set1_epi32(std::ptr::read_unaligned(p as *const i32))
 }
 
+/// Adds block `b`'s integer sums for 8 output features (half `half` of group block `gb`) to
+/// the accumulators: `acc += dw * (isum * xd + bias * u)`, or for Q4_1
+/// `acc += dw * isum * xd + m * s` (see the module above for `u` and `s`).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn scale_block<const J: usize>(
+    p: &PackedQuant,
+    x: &QuantX,
+    gb: usize,
+    i0: usize,
+    b: usize,
+    half: usize,
+    bias: f32,
+    isum: &[__m256i; J],
+    acc: &mut [__m256; J],
+) {
+    let nb = p.nb;
+    let dw = _mm256_cvtph_ps(_mm_loadu_si128(
+        p.d.as_ptr().add(gb * GROUP + half * 8) as *const __m128i
+    ));
+    let xd = x.d.as_ptr().add(i0 * nb + b);
+    if p.kind == GgmlDType::Q4_1 {
+        let mw = _mm256_cvtph_ps(_mm_loadu_si128(
+            p.m.as_ptr().add(gb * GROUP + half * 8) as *const __m128i
+        ));
+        let xs = x.s.as_ptr().add(i0 * nb + b);
+        for (j, a) in acc.iter_mut().enumerate() {
+            let t = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_set1_ps(*xd.add(j * nb)));
+            *a = _mm256_fmadd_ps(dw, t, *a);
+            *a = _mm256_fmadd_ps(mw, _mm256_set1_ps(*xs.add(j * nb)), *a);
+        }
+    } else {
+        let xu = x.u.as_ptr().add(i0 * nb + b);
+        for (j, a) in acc.iter_mut().enumerate() {
+            let t = _mm256_fmadd_ps(
+                _mm256_cvtepi32_ps(isum[j]),
+                _mm256_set1_ps(*xd.add(j * nb)),
+                _mm256_set1_ps(bias * *xu.add(j * nb)),
+            );
+            *a = _mm256_fmadd_ps(dw, t, *a);
+        }
+    }
+}
+
+/// Stores the accumulators of half `half` of group `g` (only the group's valid rows).
+#[inline(always)]
+unsafe fn store_half<const J: usize>(
+    p: &PackedQuant,
+    g: usize,
+    i0: usize,
+    half: usize,
+    valid: usize,
+    acc: &[__m256; J],
+    out: *mut f32,
+) {
+    let lanes = (valid - half * 8).min(8);
+    for (j, a) in acc.iter().enumerate() {
+        let o = out.add((i0 + j) * p.rows + g * GROUP + half * 8);
+        if lanes == 8 {
+            _mm256_storeu_ps(o, *a);
+        } else {
+            _mm256_maskstore_ps(o, crate::simd::x86::mask8(lanes), *a);
+        }
+    }
+}
+
 /// Output features `16g..16g + 16` for activation rows `i0..i0 + J` (J <= 4 keeps every sum
 /// in registers).
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -66,7 +132,6 @@ pub(crate) unsafe fn tile<const J: usize>(
 ) {
     let (nb, cols) = (p.nb, p.cols);
     let q8 = p.kind == GgmlDType::Q8_0;
-    let q41 = p.kind == GgmlDType::Q4_1;
     let gbytes = p.group_block_bytes();
     let nibble = _mm256_set1_epi8(0x0f);
     let flip = _mm256_set1_epi8(-128);
@@ -111,48 +176,11 @@ pub(crate) unsafe fn tile<const J: usize>(
                     *s = _mm256_madd_epi16(*s16, ones);
                 }
             }
-            let dw = _mm256_cvtph_ps(_mm_loadu_si128(
-                p.d.as_ptr().add(gb * GROUP + half * 8) as *const __m128i
-            ));
-            let xd = x.d.as_ptr().add(i0 * nb + b);
-            if q8 {
-                for (j, a) in acc.iter_mut().enumerate() {
-                    let t =
-                        _mm256_mul_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_set1_ps(*xd.add(j * nb)));
-                    *a = _mm256_fmadd_ps(dw, t, *a);
-                }
-            } else if q41 {
-                let mw = _mm256_cvtph_ps(_mm_loadu_si128(
-                    p.m.as_ptr().add(gb * GROUP + half * 8) as *const __m128i
-                ));
-                let xs = x.s.as_ptr().add(i0 * nb + b);
-                for (j, a) in acc.iter_mut().enumerate() {
-                    let t =
-                        _mm256_mul_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_set1_ps(*xd.add(j * nb)));
-                    *a = _mm256_fmadd_ps(dw, t, *a);
-                    *a = _mm256_fmadd_ps(mw, _mm256_set1_ps(*xs.add(j * nb)), *a);
-                }
-            } else {
-                let xu = x.u.as_ptr().add(i0 * nb + b);
-                for (j, a) in acc.iter_mut().enumerate() {
-                    let t = _mm256_fmadd_ps(
-                        _mm256_cvtepi32_ps(isum[j]),
-                        _mm256_set1_ps(*xd.add(j * nb)),
-                        _mm256_set1_ps(-8.0 * *xu.add(j * nb)),
-                    );
-                    *a = _mm256_fmadd_ps(dw, t, *a);
-                }
-            }
+            // Q8_0 here is exact (signed weights): no bias term
+            let bias = if q8 { 0.0 } else { -8.0 };
+            scale_block(p, x, gb, i0, b, half, bias, &isum, &mut acc);
         }
-        let lanes = (valid - half * 8).min(8);
-        for (j, a) in acc.iter().enumerate() {
-            let o = out.add((i0 + j) * p.rows + g * GROUP + half * 8);
-            if lanes == 8 {
-                _mm256_storeu_ps(o, *a);
-            } else {
-                _mm256_maskstore_ps(o, crate::simd::x86::mask8(lanes), *a);
-            }
-        }
+        store_half(p, g, i0, half, valid, &acc, out);
     }
 }
 
@@ -180,7 +208,6 @@ unsafe fn tile_vnni<const J: usize, const VEX: bool>(
 ) {
     let (nb, cols) = (p.nb, p.cols);
     let q8 = p.kind == GgmlDType::Q8_0;
-    let q41 = p.kind == GgmlDType::Q4_1;
     let gbytes = p.group_block_bytes();
     let offset = if q8 { -128.0f32 } else { -8.0 };
     let nibble = _mm256_set1_epi8(0x0f);
@@ -213,42 +240,10 @@ unsafe fn tile_vnni<const J: usize, const VEX: bool>(
                     }
                 }
             }
-            let dw = _mm256_cvtph_ps(_mm_loadu_si128(
-                p.d.as_ptr().add(gb * GROUP + half * 8) as *const __m128i
-            ));
-            let xd = x.d.as_ptr().add(i0 * nb + b);
-            if q41 {
-                let mw = _mm256_cvtph_ps(_mm_loadu_si128(
-                    p.m.as_ptr().add(gb * GROUP + half * 8) as *const __m128i
-                ));
-                let xs = x.s.as_ptr().add(i0 * nb + b);
-                for (j, a) in acc.iter_mut().enumerate() {
-                    let t =
-                        _mm256_mul_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_set1_ps(*xd.add(j * nb)));
-                    *a = _mm256_fmadd_ps(dw, t, *a);
-                    *a = _mm256_fmadd_ps(mw, _mm256_set1_ps(*xs.add(j * nb)), *a);
-                }
-            } else {
-                let xu = x.u.as_ptr().add(i0 * nb + b);
-                for (j, a) in acc.iter_mut().enumerate() {
-                    let t = _mm256_fmadd_ps(
-                        _mm256_cvtepi32_ps(isum[j]),
-                        _mm256_set1_ps(*xd.add(j * nb)),
-                        _mm256_set1_ps(offset * *xu.add(j * nb)),
-                    );
-                    *a = _mm256_fmadd_ps(dw, t, *a);
-                }
-            }
+            // Q8_0 weights are biased by 128 here
+            scale_block(p, x, gb, i0, b, half, offset, &isum, &mut acc);
         }
-        let lanes = (valid - half * 8).min(8);
-        for (j, a) in acc.iter().enumerate() {
-            let o = out.add((i0 + j) * p.rows + g * GROUP + half * 8);
-            if lanes == 8 {
-                _mm256_storeu_ps(o, *a);
-            } else {
-                _mm256_maskstore_ps(o, crate::simd::x86::mask8(lanes), *a);
-            }
-        }
+        store_half(p, g, i0, half, valid, &acc, out);
     }
 }
 
