@@ -289,7 +289,13 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
         .prompt_lens
         .split(',')
         .map(|s| s.trim().parse())
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, _>>()
+        .with_context(|| {
+            format!(
+                "--prompt-lens `{}`: expected comma-separated token counts, e.g. 256,512",
+                a.prompt_lens
+            )
+        })?;
     let formats: Vec<WeightFormat> = a
         .formats
         .split(',')
@@ -300,7 +306,13 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
         .split(',')
         .filter(|s| !s.trim().is_empty())
         .map(|s| s.trim().parse())
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, _>>()
+        .with_context(|| {
+            format!(
+                "--depths `{}`: expected comma-separated token counts, e.g. 1000,2000",
+                a.depths
+            )
+        })?;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "cpu {} | simd path {} (HAT_SIMD to force) | flags {}",

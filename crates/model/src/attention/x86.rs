@@ -11,7 +11,7 @@ use std::arch::x86_64::*;
 
 use super::F16Group;
 use super::Partial;
-use crate::simd::x86::{exp_shift_avx2, exp_shift_avx512, hmax8, hsum8};
+use crate::simd::x86::{exp_shift_avx2, exp_shift_avx512, hsum8, max_avx2};
 
 /// Query heads accumulated together in the value pass.
 const HEADS_AT_ONCE: usize = 4;
@@ -43,17 +43,7 @@ fn hsum8x8(a: &[__m256; 8]) -> __m256 {
 #[target_feature(enable = "avx2")]
 unsafe fn row_maxima(scores: &[f32], nk: usize, stats: &mut [Partial]) {
     for (hh, st) in stats.iter_mut().enumerate() {
-        let row = &scores[hh * nk..(hh + 1) * nk];
-        let full = nk / 8 * 8;
-        let mut mx = _mm256_set1_ps(f32::NEG_INFINITY);
-        for c in (0..full).step_by(8) {
-            mx = _mm256_max_ps(mx, _mm256_loadu_ps(row.as_ptr().add(c)));
-        }
-        let mut m = hmax8(mx);
-        for &v in &row[full..] {
-            m = m.max(v);
-        }
-        st.max = m;
+        st.max = max_avx2(&scores[hh * nk..(hh + 1) * nk]);
         st.sum = 0.0;
     }
 }

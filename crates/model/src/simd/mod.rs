@@ -65,62 +65,51 @@ impl Isa {
 
     /// Whether this CPU can run the path; `Err` says what it lacks.
     pub fn check(self) -> Result<(), String> {
-        let missing: Vec<&str> = match self {
-            Isa::Scalar => Vec::new(),
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => [
+        // (feature, present) pairs; the names of the absent ones
+        fn absent(features: &[(&'static str, bool)]) -> Vec<&'static str> {
+            features
+                .iter()
+                .filter_map(|&(n, ok)| (!ok).then_some(n))
+                .collect()
+        }
+        #[cfg(target_arch = "x86_64")]
+        let avx2 = || {
+            [
                 ("avx2", std::is_x86_feature_detected!("avx2")),
                 ("fma", std::is_x86_feature_detected!("fma")),
                 ("f16c", std::is_x86_feature_detected!("f16c")),
             ]
-            .into_iter()
-            .filter_map(|(n, ok)| (!ok).then_some(n))
-            .collect(),
+        };
+        let missing: Vec<&str> = match self {
+            Isa::Scalar => Vec::new(),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => absent(&avx2()),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2Vnni => {
-                let mut m: Vec<&str> = [
-                    ("avx2", std::is_x86_feature_detected!("avx2")),
-                    ("fma", std::is_x86_feature_detected!("fma")),
-                    ("f16c", std::is_x86_feature_detected!("f16c")),
-                ]
-                .into_iter()
-                .filter_map(|(n, ok)| (!ok).then_some(n))
-                .collect();
+                let mut m = absent(&avx2());
                 if !x86_vex_vnni() && !x86_evex_vnni() {
                     m.push("avxvnni (or avx512vnni with avx512vl)");
                 }
                 m
             }
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => [
+            Isa::Avx512 => absent(&[
                 ("avx512f", std::is_x86_feature_detected!("avx512f")),
                 ("avx512bw", std::is_x86_feature_detected!("avx512bw")),
                 ("avx512vl", std::is_x86_feature_detected!("avx512vl")),
                 ("avx512vnni", std::is_x86_feature_detected!("avx512vnni")),
                 ("f16c", std::is_x86_feature_detected!("f16c")),
-            ]
-            .into_iter()
-            .filter_map(|(n, ok)| (!ok).then_some(n))
-            .collect(),
+            ]),
             #[cfg(target_arch = "aarch64")]
-            Isa::Neon => {
-                if std::arch::is_aarch64_feature_detected!("neon") {
-                    Vec::new()
-                } else {
-                    vec!["neon"]
-                }
-            }
+            Isa::Neon => absent(&[("neon", std::arch::is_aarch64_feature_detected!("neon"))]),
             #[cfg(target_arch = "aarch64")]
-            Isa::NeonDot => [
+            Isa::NeonDot => absent(&[
                 ("neon", std::arch::is_aarch64_feature_detected!("neon")),
                 (
                     "dotprod",
                     std::arch::is_aarch64_feature_detected!("dotprod"),
                 ),
-            ]
-            .into_iter()
-            .filter_map(|(n, ok)| (!ok).then_some(n))
-            .collect(),
+            ]),
             #[allow(unreachable_patterns)]
             _ => return Err(format!("{} needs another architecture", self.name())),
         };
@@ -145,7 +134,8 @@ impl Isa {
 /// Whether the CPU has AVX-VNNI (the VEX-encoded 256-bit `vpdpbusd`).
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn x86_vex_vnni() -> bool {
-    std::is_x86_feature_detected!("avxvnni")
+    static VEX: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *VEX.get_or_init(|| std::is_x86_feature_detected!("avxvnni"))
 }
 
 /// Whether the CPU has the EVEX-encoded 256-bit `vpdpbusd` (AVX-512 VNNI + VL).

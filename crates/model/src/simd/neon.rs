@@ -22,18 +22,19 @@ pub(crate) fn exp4(x: float32x4_t) -> float32x4_t {
 
 #[target_feature(enable = "neon")]
 pub(crate) unsafe fn softmax(x: &mut [f32]) -> f32 {
-    let n = x.len();
-    let full = n / 4 * 4;
-    let p = x.as_ptr();
+    let max = max(x);
+    exp_shift(x, max)
+}
+
+/// The largest element (`-inf` for an empty slice).
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn max(x: &[f32]) -> f32 {
+    let full = x.len() / 4 * 4;
     let mut mx = vdupq_n_f32(f32::NEG_INFINITY);
     for i in (0..full).step_by(4) {
-        mx = vmaxq_f32(mx, vld1q_f32(p.add(i)));
+        mx = vmaxq_f32(mx, vld1q_f32(x.as_ptr().add(i)));
     }
-    let mut max = vmaxvq_f32(mx);
-    for &v in &x[full..] {
-        max = max.max(v);
-    }
-    exp_shift(x, max)
+    x[full..].iter().fold(vmaxvq_f32(mx), |m, &v| m.max(v))
 }
 
 /// Replaces `x` by `exp(x - max)` and returns the sum.
@@ -62,14 +63,7 @@ pub(crate) unsafe fn log_sum_exp(x: &[f32]) -> f32 {
     let n = x.len();
     let full = n / 4 * 4;
     let p = x.as_ptr();
-    let mut mx = vdupq_n_f32(f32::NEG_INFINITY);
-    for i in (0..full).step_by(4) {
-        mx = vmaxq_f32(mx, vld1q_f32(p.add(i)));
-    }
-    let mut max = vmaxvq_f32(mx);
-    for &v in &x[full..] {
-        max = max.max(v);
-    }
+    let max = max(x);
     let m = vdupq_n_f32(max);
     let mut sum = vdupq_n_f32(0.0);
     for i in (0..full).step_by(4) {

@@ -121,18 +121,19 @@ pub(crate) unsafe fn exp_shift_avx512(x: &mut [f32], max: f32) -> f32 {
 
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn softmax_avx2(x: &mut [f32]) -> f32 {
-    let n = x.len();
-    let p = x.as_mut_ptr();
-    let full = n / 8 * 8;
+    let max = max_avx2(x);
+    exp_shift_avx2(x, max)
+}
+
+/// The largest element (`-inf` for an empty slice).
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn max_avx2(x: &[f32]) -> f32 {
+    let full = x.len() / 8 * 8;
     let mut mx = _mm256_set1_ps(f32::NEG_INFINITY);
     for i in (0..full).step_by(8) {
-        mx = _mm256_max_ps(mx, _mm256_loadu_ps(p.add(i)));
+        mx = _mm256_max_ps(mx, _mm256_loadu_ps(x.as_ptr().add(i)));
     }
-    let mut max = hmax8(mx);
-    for &v in &x[full..] {
-        max = max.max(v);
-    }
-    exp_shift_avx2(x, max)
+    x[full..].iter().fold(hmax8(mx), |m, &v| m.max(v))
 }
 
 /// Replaces `x` by `exp(x - max)` and returns the sum.
@@ -190,14 +191,7 @@ pub(crate) unsafe fn log_sum_exp_avx2(x: &[f32]) -> f32 {
     let n = x.len();
     let p = x.as_ptr();
     let full = n / 8 * 8;
-    let mut mx = _mm256_set1_ps(f32::NEG_INFINITY);
-    for k in (0..full).step_by(8) {
-        mx = _mm256_max_ps(mx, _mm256_loadu_ps(p.add(k)));
-    }
-    let mut max = hmax8(mx);
-    for &v in &x[full..] {
-        max = max.max(v);
-    }
+    let max = max_avx2(x);
     let mv = _mm256_set1_ps(max);
     // two accumulators: the adds would otherwise wait on each other
     let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
