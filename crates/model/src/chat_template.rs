@@ -144,6 +144,12 @@ impl ChatTemplate {
         })
     }
 
+    /// Compiles `source` with the tokenizer's BOS and EOS strings.
+    pub fn for_tokenizer(source: &str, tok: &crate::Tokenizer) -> Result<Self> {
+        let name = |id: Option<u32>| id.and_then(|b| tok.token_str(b)).unwrap_or("").to_string();
+        Self::new(source, &name(tok.bos()), &name(tok.eos()))
+    }
+
     /// Renders messages (and optional tools) like `apply_chat_template(tokenize=False)`.
     pub fn render(&self, input: &ChatInput) -> Result<String> {
         let tmpl = self

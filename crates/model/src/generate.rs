@@ -117,20 +117,8 @@ struct RowState {
 impl Engine {
     /// Wraps a loaded model.
     pub fn new(l: Loaded) -> Result<Self> {
-        let bos = l
-            .tokenizer
-            .bos()
-            .and_then(|b| l.tokenizer.token_str(b))
-            .unwrap_or("")
-            .to_string();
-        let eos = l
-            .tokenizer
-            .eos()
-            .and_then(|b| l.tokenizer.token_str(b))
-            .unwrap_or("")
-            .to_string();
         let template = match &l.chat_template {
-            Some(src) => Some(ChatTemplate::new(src, &bos, &eos)?),
+            Some(src) => Some(ChatTemplate::for_tokenizer(src, &l.tokenizer)?),
             None => None,
         };
         Ok(Self {

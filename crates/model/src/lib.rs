@@ -24,6 +24,7 @@ pub mod qwen2;
 pub mod sampling;
 pub mod simd;
 pub mod tokenizer;
+pub mod train;
 pub mod weights;
 
 pub use config::{Architecture, ModelConfig, RopeLayout};

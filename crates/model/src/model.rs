@@ -125,11 +125,11 @@ impl Cache {
 #[derive(Debug)]
 pub struct Transformer {
     cfg: ModelConfig,
-    embed: Embedding,
-    blocks: Vec<Block>,
-    norm: RmsNorm,
-    lm_head: Linear,
-    rotary: Rotary,
+    pub(crate) embed: Embedding,
+    pub(crate) blocks: Vec<Block>,
+    pub(crate) norm: RmsNorm,
+    pub(crate) lm_head: Linear,
+    pub(crate) rotary: Rotary,
     mode: OpMode,
     vars: Vec<(String, Var)>,
     device: Device,

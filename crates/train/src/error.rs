@@ -1,0 +1,62 @@
+//! The one error type of the trainer.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TrainError {
+    #[error("{file}:{line}: {message}")]
+    Data {
+        file: String,
+        line: usize,
+        message: String,
+    },
+    #[error(
+        "the chat template is not prefix-preserving at message {message} of {sample}: rendering \
+         the conversation up to that message does not give a token prefix of the full rendering, \
+         so assistant tokens cannot be located exactly (use a template whose earlier turns do not \
+         change when later ones are added)"
+    )]
+    NotPrefixPreserving { sample: String, message: usize },
+    #[error(
+        "{sample} has {tokens} tokens, more than the {limit} a sequence may hold (raise \
+         `max_seq_tokens` if the model's context allows, or set `on_too_long = \"drop\"` to \
+         skip such samples and count them)"
+    )]
+    TooLong {
+        sample: String,
+        tokens: usize,
+        limit: usize,
+    },
+    #[error("config {path}: {message}")]
+    Config { path: String, message: String },
+    #[error("checkpoint {path}: {message}")]
+    Checkpoint { path: PathBuf, message: String },
+    #[error(
+        "the loss became {value} at step {step}; the run stopped and its last good checkpoint is \
+         kept (lower the learning rate or raise warmup, then `--resume`)"
+    )]
+    Diverged { step: usize, value: f32 },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("model: {0}")]
+    Model(#[from] hat_model::Error),
+    #[error("tensor: {0}")]
+    Candle(#[from] candle_core::Error),
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+pub type Result<T> = std::result::Result<T, TrainError>;
+
+/// Wraps an I/O error with the path it happened on.
+pub(crate) fn io(path: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> TrainError {
+    let path = path.to_string();
+    move |source| TrainError::Io { path, source }
+}

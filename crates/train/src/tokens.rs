@@ -1,0 +1,143 @@
+//! From chat trajectories to tokens with a loss mask, exactly as the agent loop renders them.
+//!
+//! The agent loop renders a conversation with the model's own chat template (tool results
+//! as user turns, see [`hat_teacher::openai::wire_messages`]) and no tools argument; training
+//! must see the same tokens. Chat templates such as SmolLM2's have no generation markers, so
+//! the assistant spans are found by rendering successive prefixes of the conversation: the
+//! tokens of "everything before assistant message k, plus the generation prompt" and of
+//! "everything up to and including message k" must both be token prefixes of the full
+//! rendering, and the difference is message k. The loss covers that span up to and including
+//! its first end-of-generation token (what the model must emit to stop); what the template
+//! puts after it (SmolLM2's newline) is context, never generated. A template that is not
+//! prefix-preserving is an error, never a silently shifted mask.
+
+use std::io::BufRead;
+use std::path::Path;
+
+use hat_data::Record;
+use hat_harness::{Message, Role};
+use hat_model::chat_template::{ChatInput, ChatTemplate};
+use hat_model::Tokenizer;
+
+use crate::error::{io, Result, TrainError};
+
+/// A tokenised trajectory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    /// Where it came from (`file:line task_id`), for error messages.
+    pub id: String,
+    pub tokens: Vec<u32>,
+    /// `mask[i]`: token `i` is one the model learns to produce.
+    pub mask: Vec<bool>,
+}
+
+impl Sample {
+    /// Tokens that carry loss.
+    pub fn loss_tokens(&self) -> usize {
+        self.mask.iter().filter(|&&m| m).count()
+    }
+}
+
+/// Renders and tokenises conversations for one model.
+pub struct Encoder {
+    tok: Tokenizer,
+    template: ChatTemplate,
+}
+
+impl Encoder {
+    /// From the model's tokenizer and chat template source.
+    pub fn new(tok: Tokenizer, template: Option<&str>) -> Result<Self> {
+        let src = template.ok_or_else(|| {
+            TrainError::Invalid(
+                "the model has no chat template; training renders conversations with it".into(),
+            )
+        })?;
+        let template = ChatTemplate::for_tokenizer(src, &tok)?;
+        Ok(Self { tok, template })
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tok
+    }
+
+    fn tokens(&self, messages: &[Message], generation_prompt: bool) -> Result<Vec<u32>> {
+        let text = self.template.render(&ChatInput {
+            messages: hat_teacher::openai::wire_messages(messages),
+            tools: None,
+            add_generation_prompt: generation_prompt,
+        })?;
+        Ok(self.tok.encode(&text, true)?)
+    }
+
+    /// Tokens and loss mask of a conversation; `id` names it in errors.
+    pub fn encode(&self, id: &str, messages: &[Message]) -> Result<Sample> {
+        let tokens = self.tokens(messages, false)?;
+        let mut mask = vec![false; tokens.len()];
+        let eog = self.tok.eog_tokens();
+        for (k, m) in messages.iter().enumerate() {
+            if m.role != Role::Assistant {
+                continue;
+            }
+            let before = self.tokens(&messages[..k], true)?;
+            let after = self.tokens(&messages[..=k], false)?;
+            if !(after.starts_with(&before) && tokens.starts_with(&after)) {
+                return Err(TrainError::NotPrefixPreserving {
+                    sample: id.to_string(),
+                    message: k,
+                });
+            }
+            for i in before.len()..after.len() {
+                mask[i] = true;
+                if eog.contains(&tokens[i]) {
+                    break;
+                }
+            }
+        }
+        Ok(Sample {
+            id: id.to_string(),
+            tokens,
+            mask,
+        })
+    }
+}
+
+/// A dataset line as the trainer needs it.
+#[derive(Debug, Clone)]
+pub struct Trajectory {
+    /// `file:line task_id`.
+    pub id: String,
+    pub record: Record,
+}
+
+/// Reads `hat data gen` JSONL; a line that does not parse is an error naming file and line.
+pub fn read_jsonl(path: &Path) -> Result<Vec<Trajectory>> {
+    let f = std::fs::File::open(path).map_err(io(path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
+        let line = line.map_err(io(path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record: Record = serde_json::from_str(&line).map_err(|e| TrainError::Data {
+            file: path.display().to_string(),
+            line: i + 1,
+            message: format!(
+                "not a `hat data gen` record ({e}); each line must be one JSON object with \
+                 `messages`, `tools`, `harness_hash`, `task_id`, ..."
+            ),
+        })?;
+        if record.messages.is_empty() {
+            return Err(TrainError::Data {
+                file: path.display().to_string(),
+                line: i + 1,
+                message: "the record has no messages".into(),
+            });
+        }
+        out.push(Trajectory {
+            id: format!("{}:{} {}", path.display(), i + 1, record.task_id),
+            record,
+        });
+    }
+    Ok(out)
+}
