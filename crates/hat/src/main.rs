@@ -48,6 +48,9 @@ enum Command {
     /// Measure speed.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCmd),
+    /// Train models: supervised fine-tuning, export.
+    #[command(subcommand)]
+    Train(cmd::train::TrainCmd),
 }
 
 fn main() {
@@ -74,6 +77,7 @@ fn main() {
         Command::Model(c) => hat_model::cli::run_model(c),
         Command::Generate(a) => hat_model::cli::run_generate(a),
         Command::Bench(c) => cmd::bench::run(c),
+        Command::Train(c) => cmd::train::run(c),
     };
     if let Err(e) = result {
         eprintln!("error: {}", describe(&e));

@@ -258,6 +258,17 @@ impl TokenKind {
             _ => Self::Normal,
         }
     }
+    /// The GGUF `token_type` integer.
+    pub fn to_gguf_i32(self) -> i32 {
+        match self {
+            Self::Normal => 1,
+            Self::Unknown => 2,
+            Self::Control => 3,
+            Self::UserDefined => 4,
+            Self::Unused => 5,
+            Self::Byte => 6,
+        }
+    }
 }
 
 #[cfg(test)]

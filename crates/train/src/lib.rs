@@ -4,9 +4,13 @@
 //! AdamW ([`optim`]), checkpoints that resume exactly ([`checkpoint`]) and export to GGUF
 //! ([`export`]).
 
+pub mod checkpoint;
+pub mod config;
 pub mod error;
+pub mod export;
 pub mod optim;
 pub mod pack;
+pub mod sft;
 pub mod tokens;
 
 pub use error::{Result, TrainError};

@@ -7,4 +7,5 @@ pub mod eval;
 pub mod harness;
 pub mod run;
 pub mod tasks;
+pub mod train;
 pub mod world;

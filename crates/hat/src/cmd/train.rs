@@ -1,0 +1,185 @@
+//! `hat train`: supervised fine-tuning runs and export.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+
+use hat_train::config::SftConfig;
+use hat_train::sft::{self, Event};
+
+#[derive(Subcommand)]
+pub enum TrainCmd {
+    /// Supervised fine-tuning on `hat data gen` trajectories (HSA-SFT or FH-SFT by the data).
+    Sft(SftArgs),
+    /// Export a run's latest checkpoint as GGUF.
+    Export(ExportArgs),
+}
+
+#[derive(Args)]
+pub struct SftArgs {
+    /// Training data (JSONL from `hat data gen`); repeat or comma-separate.
+    #[arg(long, value_delimiter = ',')]
+    data: Vec<PathBuf>,
+    /// Starting model: `default` (SmolLM2-135M-Instruct, `hat model fetch`) or a GGUF file or
+    /// Hugging Face folder.
+    #[arg(long, default_value = "default")]
+    model: String,
+    /// Run folder (config, metrics.jsonl, checkpoints, exported models).
+    #[arg(long)]
+    out: PathBuf,
+    /// A TOML config (see `SftConfig`); flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Start from a preset: cpu (~90 min on 2 cores), gpu, smoke.
+    #[arg(long)]
+    preset: Option<String>,
+    /// Continue the run in --out from its latest checkpoint, with its saved config.
+    #[arg(long)]
+    resume: bool,
+    #[arg(long)]
+    max_steps: Option<usize>,
+    #[arg(long)]
+    lr: Option<f64>,
+    #[arg(long)]
+    tokens_per_step: Option<usize>,
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Conversations per packed sequence (1: no packing).
+    #[arg(long)]
+    pack: Option<usize>,
+}
+
+#[derive(Args)]
+pub struct ExportArgs {
+    /// Run folder.
+    run: PathBuf,
+    /// f32, q8_0 or q4_0.
+    #[arg(long, default_value = "q8_0")]
+    format: String,
+    #[arg(long)]
+    out: PathBuf,
+}
+
+fn model_path(m: &str) -> PathBuf {
+    if m == "default" {
+        hat_model::fetch::default_model_path()
+    } else {
+        PathBuf::from(m)
+    }
+}
+
+fn resolve(a: &SftArgs) -> Result<SftConfig> {
+    let saved = a.out.join("config.toml");
+    if a.resume && saved.exists() {
+        return SftConfig::from_toml(&saved).map_err(Into::into);
+    }
+    let mut c = match (&a.config, &a.preset) {
+        (Some(p), _) => SftConfig::from_toml(p)?,
+        (None, Some(p)) => SftConfig::preset(p)?,
+        (None, None) => SftConfig::default(),
+    };
+    if !a.data.is_empty() {
+        c.data = a.data.clone();
+    }
+    if c.model.as_os_str().is_empty() || a.model != "default" {
+        c.model = model_path(&a.model);
+    }
+    if let Some(x) = a.max_steps {
+        c.max_steps = x;
+    }
+    if let Some(x) = a.lr {
+        c.optim.lr = x;
+    }
+    if let Some(x) = a.tokens_per_step {
+        c.tokens_per_step = x;
+    }
+    if let Some(x) = a.seed {
+        c.seed = x;
+    }
+    if let Some(x) = a.pack {
+        c.pack.max_conversations = x;
+    }
+    c.validate()?;
+    Ok(c)
+}
+
+pub fn run(cmd: TrainCmd) -> Result<()> {
+    match cmd {
+        TrainCmd::Sft(a) => sft_cmd(a),
+        TrainCmd::Export(a) => {
+            let cfg = SftConfig::from_toml(&a.run.join("config.toml"))?;
+            let dir = hat_train::checkpoint::latest(&a.run)?
+                .with_context(|| format!("{} has no checkpoint yet", a.run.display()))?;
+            let model = hat_model::train::TrainModel::load(&cfg.model)?.model;
+            let sizes: Vec<usize> = model.vars().iter().map(|(_, v)| v.elem_count()).collect();
+            let mut opt = hat_train::optim::AdamW::new(cfg.optim, &sizes);
+            let st = hat_train::checkpoint::load(&dir, &model, &mut opt)?;
+            hat_train::export::gguf(&model, &cfg.model, &a.format, &a.out)?;
+            println!("wrote {} (step {})", a.out.display(), st.step);
+            Ok(())
+        }
+    }
+}
+
+fn sft_cmd(a: SftArgs) -> Result<()> {
+    let cfg = resolve(&a)?;
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let saved = a.out.join("config.toml");
+    if !(a.resume && saved.exists()) {
+        std::fs::write(&saved, cfg.to_toml())
+            .with_context(|| format!("writing {}", saved.display()))?;
+    }
+    let mut bar: Option<indicatif::ProgressBar> = None;
+    let last = sft::run(&cfg, &a.out, a.resume, &mut |e| match e {
+        Event::Prepared(p) => eprintln!(
+            "data: {} trajectories ({} dropped as too long), {} train packs ({} val); \
+             {} tokens packed vs {} unpacked ({:.2}x less), {} loss tokens",
+            p.trajectories,
+            p.dropped_too_long,
+            p.train.len(),
+            p.val.len(),
+            p.packed_tokens,
+            p.unpacked_tokens,
+            p.unpacked_tokens as f64 / p.packed_tokens.max(1) as f64,
+            p.loss_tokens
+        ),
+        Event::Resumed(s) => eprintln!("resumed at step {} (epoch {})", s.step, s.epoch),
+        Event::Step(m, total) => {
+            let pb = bar.get_or_insert_with(|| {
+                let pb = crate::progress::bar(total as u64, "train");
+                pb.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "{prefix} [{bar:30}] {pos}/{len} eta {eta} {msg}",
+                    )
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+                );
+                pb.set_prefix("train");
+                pb
+            });
+            pb.set_position(m.step as u64);
+            let val = m
+                .val_loss
+                .map(|v| format!(" val {v:.4}"))
+                .unwrap_or_default();
+            pb.set_message(format!(
+                "loss {:.4}{val} lr {:.2e} |g| {:.2} {:.0} tok/s",
+                m.loss, m.lr, m.grad_norm, m.tokens_per_s
+            ));
+            if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                eprintln!(
+                    "step {}/{total} loss {:.4}{val} lr {:.2e} grad_norm {:.3} {:.0} tok/s",
+                    m.step, m.loss, m.lr, m.grad_norm, m.tokens_per_s
+                );
+            }
+        }
+        Event::Saved(d) => tracing::info!("checkpoint {}", d.display()),
+        Event::Exported(p) => eprintln!("exported {}", p.display()),
+    })?;
+    if let Some(pb) = bar {
+        pb.finish();
+    }
+    println!("{}", last.display());
+    Ok(())
+}

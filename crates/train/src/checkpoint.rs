@@ -1,0 +1,158 @@
+//! Checkpoints written atomically: weights and optimiser moments as safetensors, the step,
+//! data cursor and counters as JSON, in a folder that appears under its final name only once
+//! complete (written as `.tmp-*`, then renamed), with `latest` naming the newest. A run killed
+//! at any moment keeps its previous checkpoint intact.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{io, Result, TrainError};
+use crate::optim::AdamW;
+use hat_model::train::TrainModel;
+
+/// Where the run stands.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunState {
+    /// Optimiser steps done.
+    pub step: usize,
+    /// Epoch of the data cursor.
+    pub epoch: usize,
+    /// Position in that epoch's pack order.
+    pub cursor: usize,
+    /// Tokens processed (packed sequence lengths).
+    pub tokens: u64,
+    /// Tokens that carried loss.
+    pub loss_tokens: u64,
+    /// Wall seconds spent training so far (across resumes).
+    pub seconds: f64,
+}
+
+const LATEST: &str = "latest";
+
+fn ckpt_root(run: &Path) -> PathBuf {
+    run.join("checkpoints")
+}
+
+/// Writes a checkpoint of `step` and points `latest` at it; keeps the newest `keep`.
+pub fn save(
+    run: &Path,
+    model: &TrainModel,
+    opt: &AdamW,
+    state: &RunState,
+    keep: usize,
+) -> Result<PathBuf> {
+    let root = ckpt_root(run);
+    std::fs::create_dir_all(&root).map_err(io(root.display()))?;
+    let name = format!("step-{:06}", state.step);
+    let tmp = root.join(format!(".tmp-{name}"));
+    let dst = root.join(&name);
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(io(tmp.display()))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(io(tmp.display()))?;
+    let dev = Device::Cpu;
+    let weights: HashMap<String, Tensor> = model
+        .vars()
+        .iter()
+        .map(|(n, v)| (n.clone(), v.as_tensor().clone()))
+        .collect();
+    candle_core::safetensors::save(&weights, tmp.join("model.safetensors"))?;
+    let mut moments = HashMap::new();
+    for (i, (n, _)) in model.vars().iter().enumerate() {
+        moments.insert(
+            format!("m.{n}"),
+            Tensor::from_slice(&opt.m[i], opt.m[i].len(), &dev)?,
+        );
+        moments.insert(
+            format!("v.{n}"),
+            Tensor::from_slice(&opt.v[i], opt.v[i].len(), &dev)?,
+        );
+    }
+    candle_core::safetensors::save(&moments, tmp.join("optim.safetensors"))?;
+    let meta = serde_json::json!({"state": state, "adam_t": opt.t});
+    std::fs::write(tmp.join("state.json"), serde_json::to_vec_pretty(&meta)?)
+        .map_err(io(tmp.display()))?;
+    if dst.exists() {
+        std::fs::remove_dir_all(&dst).map_err(io(dst.display()))?;
+    }
+    std::fs::rename(&tmp, &dst).map_err(io(dst.display()))?;
+    let latest_tmp = root.join(".latest.tmp");
+    std::fs::write(&latest_tmp, &name).map_err(io(latest_tmp.display()))?;
+    std::fs::rename(&latest_tmp, root.join(LATEST)).map_err(io(root.display()))?;
+    // prune older complete checkpoints
+    let mut all: Vec<String> = std::fs::read_dir(&root)
+        .map_err(io(root.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    all.sort();
+    let n = all.len();
+    for old in all.into_iter().take(n.saturating_sub(keep.max(1))) {
+        let _ = std::fs::remove_dir_all(root.join(old));
+    }
+    Ok(dst)
+}
+
+/// The newest complete checkpoint of a run, if any.
+pub fn latest(run: &Path) -> Result<Option<PathBuf>> {
+    let root = ckpt_root(run);
+    match std::fs::read_to_string(root.join(LATEST)) {
+        Ok(name) => {
+            let p = root.join(name.trim());
+            if p.join("state.json").exists() {
+                Ok(Some(p))
+            } else {
+                Err(TrainError::Checkpoint {
+                    path: p,
+                    message: "`latest` names a checkpoint that is not there".into(),
+                })
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(TrainError::Io {
+            path: root.display().to_string(),
+            source: e,
+        }),
+    }
+}
+
+/// Restores weights, optimiser state and run state from a checkpoint folder.
+pub fn load(dir: &Path, model: &TrainModel, opt: &mut AdamW) -> Result<RunState> {
+    let bad = |message: String| TrainError::Checkpoint {
+        path: dir.to_path_buf(),
+        message,
+    };
+    let dev = Device::Cpu;
+    let weights = candle_core::safetensors::load(dir.join("model.safetensors"), &dev)?;
+    model.set_weights(&weights)?;
+    let moments = candle_core::safetensors::load(dir.join("optim.safetensors"), &dev)?;
+    for (i, (n, _)) in model.vars().iter().enumerate() {
+        for (key, dst) in [
+            (format!("m.{n}"), &mut opt.m[i]),
+            (format!("v.{n}"), &mut opt.v[i]),
+        ] {
+            let t = moments
+                .get(&key)
+                .ok_or_else(|| bad(format!("optimiser state lacks `{key}`")))?;
+            let v = t.to_vec1::<f32>()?;
+            if v.len() != dst.len() {
+                return Err(bad(format!(
+                    "`{key}` has {} values, the model {}",
+                    v.len(),
+                    dst.len()
+                )));
+            }
+            *dst = v;
+        }
+    }
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("state.json")).map_err(io(dir.display()))?)?;
+    opt.t = meta["adam_t"]
+        .as_u64()
+        .ok_or_else(|| bad("state.json lacks adam_t".into()))?;
+    Ok(serde_json::from_value(meta["state"].clone())?)
+}

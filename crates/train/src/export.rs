@@ -1,0 +1,182 @@
+//! Export of trained weights as a GGUF file that `hat generate`, `hat run`, `hat eval` and
+//! llama.cpp load: the starting model's metadata (tokenizer, chat template, hyper-parameters;
+//! rebuilt from config and tokenizer for a Hugging Face folder) with the trained tensors in
+//! f32, q8_0 or q4_0. Written to a temporary name and renamed, so a file under the final
+//! name is always complete.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::Value;
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::Tensor;
+
+use hat_model::gguf::GgufFile;
+use hat_model::hf::HfFolder;
+use hat_model::train::TrainModel;
+use hat_model::{Architecture, ModelConfig, RopeLayout};
+
+use crate::error::{io, Result, TrainError};
+
+fn dtype(format: &str) -> Result<GgmlDType> {
+    Ok(match format {
+        "f32" => GgmlDType::F32,
+        "q8_0" => GgmlDType::Q8_0,
+        "q4_0" => GgmlDType::Q4_0,
+        other => {
+            return Err(TrainError::Invalid(format!(
+                "export format `{other}` (known: f32, q8_0, q4_0)"
+            )))
+        }
+    })
+}
+
+/// GGUF metadata rebuilt from a Hugging Face folder.
+fn metadata_from_hf(dir: &Path, cfg: &ModelConfig) -> Result<HashMap<String, Value>> {
+    let f = HfFolder::open(dir)?;
+    let spec = f.tokenizer_spec()?;
+    let arch = cfg.arch.name();
+    let mut m = HashMap::new();
+    let mut put = |k: String, v: Value| {
+        m.insert(k, v);
+    };
+    put("general.architecture".into(), Value::String(arch.into()));
+    put("general.name".into(), Value::String("hat-trained".into()));
+    put(
+        format!("{arch}.context_length"),
+        Value::U32(cfg.max_position as u32),
+    );
+    put(
+        format!("{arch}.embedding_length"),
+        Value::U32(cfg.hidden_size as u32),
+    );
+    put(
+        format!("{arch}.block_count"),
+        Value::U32(cfg.num_layers as u32),
+    );
+    put(
+        format!("{arch}.feed_forward_length"),
+        Value::U32(cfg.intermediate_size as u32),
+    );
+    put(
+        format!("{arch}.attention.head_count"),
+        Value::U32(cfg.num_heads as u32),
+    );
+    put(
+        format!("{arch}.attention.head_count_kv"),
+        Value::U32(cfg.num_kv_heads as u32),
+    );
+    put(
+        format!("{arch}.attention.key_length"),
+        Value::U32(cfg.head_dim as u32),
+    );
+    put(
+        format!("{arch}.attention.value_length"),
+        Value::U32(cfg.head_dim as u32),
+    );
+    put(
+        format!("{arch}.rope.dimension_count"),
+        Value::U32(cfg.head_dim as u32),
+    );
+    put(
+        format!("{arch}.attention.layer_norm_rms_epsilon"),
+        Value::F32(cfg.rms_eps as f32),
+    );
+    put(format!("{arch}.rope.freq_base"), Value::F32(cfg.rope_theta));
+    put(
+        format!("{arch}.vocab_size"),
+        Value::U32(cfg.vocab_size as u32),
+    );
+    put("tokenizer.ggml.model".into(), Value::String("gpt2".into()));
+    let pre = ["smollm", "llama-bpe", "qwen2", "gpt2"]
+        .into_iter()
+        .find(|p| {
+            hat_model::tokenizer::patterns_for_pre(p)
+                .is_ok_and(|(pats, _)| pats == spec.pre_patterns)
+        })
+        .unwrap_or("default");
+    put("tokenizer.ggml.pre".into(), Value::String(pre.into()));
+    put(
+        "tokenizer.ggml.tokens".into(),
+        Value::Array(spec.tokens.iter().cloned().map(Value::String).collect()),
+    );
+    put(
+        "tokenizer.ggml.token_type".into(),
+        Value::Array(
+            spec.kinds
+                .iter()
+                .map(|k| Value::I32(k.to_gguf_i32()))
+                .collect(),
+        ),
+    );
+    put(
+        "tokenizer.ggml.merges".into(),
+        Value::Array(spec.merges.iter().cloned().map(Value::String).collect()),
+    );
+    for (k, v) in [
+        ("bos", spec.bos),
+        ("eos", spec.eos),
+        ("unknown", spec.unk),
+        ("padding", spec.pad),
+    ] {
+        if let Some(id) = v {
+            put(format!("tokenizer.ggml.{k}_token_id"), Value::U32(id));
+        }
+    }
+    if let Some(&eot) = spec.eog.first() {
+        put("tokenizer.ggml.eot_token_id".into(), Value::U32(eot));
+    }
+    put(
+        "tokenizer.ggml.add_bos_token".into(),
+        Value::Bool(spec.add_bos),
+    );
+    if let Some(t) = f.chat_template() {
+        put("tokenizer.chat_template".into(), Value::String(t));
+    }
+    Ok(m)
+}
+
+/// Writes `model`'s weights as GGUF `format` to `out`, with the metadata of `source` (the
+/// file or folder the run started from).
+pub fn gguf(model: &TrainModel, source: &Path, format: &str, out: &Path) -> Result<()> {
+    let dt = dtype(format)?;
+    let cfg = model.config();
+    let metadata = if source.is_dir() {
+        metadata_from_hf(source, cfg)?
+    } else {
+        let mut m = GgufFile::open(source)?.metadata().clone();
+        m.remove("general.file_type");
+        m.remove("general.quantization_version");
+        m
+    };
+    // Hugging Face llama weights use the half-split rotary layout; GGUF llama tensors are
+    // permuted for the interleaved one.
+    let permute = cfg.arch == Architecture::Llama && cfg.rope_layout == RopeLayout::HalfSplit;
+    let mut tensors: Vec<(String, QTensor)> = Vec::new();
+    for (name, var) in model.vars() {
+        let mut t: Tensor = var.as_tensor().detach();
+        if permute && (name.ends_with("attn_q.weight") || name.ends_with("attn_k.weight")) {
+            let (rows, cols) = t.dims2()?;
+            let heads = rows / cfg.head_dim;
+            t = t
+                .reshape((heads, 2, cfg.head_dim / 2, cols))?
+                .transpose(1, 2)?
+                .reshape((rows, cols))?;
+        }
+        let quantise = t.rank() == 2 && t.dim(1)? % dt.block_size() == 0;
+        let q = QTensor::quantize(&t, if quantise { dt } else { GgmlDType::F32 })?;
+        tensors.push((name.clone(), q));
+    }
+    let tmp = out.with_extension("gguf.tmp");
+    {
+        let mut f =
+            std::io::BufWriter::new(std::fs::File::create(&tmp).map_err(io(tmp.display()))?);
+        let md: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        let ts: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        candle_core::quantized::gguf_file::write(&mut f, &md, &ts)?;
+        use std::io::Write;
+        f.flush().map_err(io(tmp.display()))?;
+    }
+    std::fs::rename(&tmp, out).map_err(io(out.display()))?;
+    Ok(())
+}

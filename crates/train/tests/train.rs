@@ -1,0 +1,278 @@
+//! End-to-end checks of the trainer on a tiny model: packing is exact, assistant masks are
+//! exact, a killed run resumes to bit-identical weights, and an export loads with the same
+//! logits.
+
+mod common;
+
+use std::collections::HashMap;
+
+use candle_core::Tensor;
+use hat_harness::{Message, Role};
+use hat_model::train::{Packed, TrainModel};
+use hat_train::config::SftConfig;
+use hat_train::pack::{pack_group, PackConfig};
+use hat_train::tokens::{Encoder, Sample};
+
+fn grads_of(model: &TrainModel, loss: &Tensor) -> HashMap<String, Vec<f32>> {
+    let g = loss.backward().unwrap();
+    model
+        .vars()
+        .iter()
+        .map(|(n, v)| {
+            let t = g.get(v.as_tensor()).unwrap();
+            (
+                n.clone(),
+                t.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn rel(a: &[f32], b: &[f32]) -> f32 {
+    let scale = b.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-12);
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs() / scale)
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn packed_loss_and_gradients_equal_one_by_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::tiny_model(dir.path(), 7);
+    let model = TrainModel::load(&path).unwrap().model;
+    let vocab = model.config().vocab_size as u32;
+    let prefix: Vec<u32> = (0..40).map(|i| (i * 7 + 3) % vocab).collect();
+    let samples: Vec<Sample> = (0..4)
+        .map(|k| {
+            let mut tokens = prefix.clone();
+            let n = 10 + 5 * k;
+            tokens.extend((0..n).map(|i| ((i * 13 + k * 31 + 5) as u32) % vocab));
+            let mask = (0..tokens.len()).map(|i| i >= 38 && i % 3 != 0).collect();
+            Sample {
+                id: format!("s{k}"),
+                tokens,
+                mask,
+            }
+        })
+        .collect();
+    let refs: Vec<&Sample> = samples.iter().collect();
+    let packed = pack_group(&refs, prefix.len() - 2).unwrap();
+    let (lp, np) = model.loss(&packed).unwrap();
+    let gp = grads_of(&model, &lp);
+    let mut sum = 0f32;
+    let mut n = 0;
+    let mut gs: HashMap<String, Vec<f32>> = HashMap::new();
+    for s in &samples {
+        let seq = Packed::causal(s.tokens.clone(), &s.mask).unwrap();
+        let (l, k) = model.loss(&seq).unwrap();
+        sum += l.to_scalar::<f32>().unwrap();
+        n += k;
+        for (name, g) in grads_of(&model, &l) {
+            let acc = gs.entry(name).or_insert_with(|| vec![0.0; g.len()]);
+            acc.iter_mut().zip(g).for_each(|(a, b)| *a += b);
+        }
+    }
+    assert_eq!(np, n);
+    let lpv = lp.to_scalar::<f32>().unwrap();
+    assert!(
+        (lpv - sum).abs() / sum.abs() < 1e-4,
+        "packed {lpv} vs {sum}"
+    );
+    assert!(packed.len() < samples.iter().map(|s| s.tokens.len()).sum::<usize>());
+    for (name, g) in &gp {
+        let r = rel(g, &gs[name]);
+        assert!(r < 1e-4, "{name}: relative difference {r}");
+        assert!(
+            g.iter().all(|x| x.is_finite()) && g.iter().any(|&x| x != 0.0),
+            "{name}"
+        );
+    }
+}
+
+fn msgs(turns: &[(Role, &str)]) -> Vec<Message> {
+    turns
+        .iter()
+        .map(|(r, c)| Message {
+            role: *r,
+            content: c.to_string(),
+            name: (*r == Role::Tool).then(|| "lookup".to_string()),
+        })
+        .collect()
+}
+
+fn encoder(template: &str) -> Encoder {
+    let tok = hat_model::loader::load_tokenizer(&common::fixture_dir()).unwrap();
+    Encoder::new(tok, Some(template)).unwrap()
+}
+
+const SMOLLM2_TEMPLATE: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+const QWEN2_STYLE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+#[test]
+fn the_mask_covers_assistant_tokens_and_their_end_of_turn_only() {
+    let conv = msgs(&[
+        (Role::System, "be brief"),
+        (Role::User, "hi"),
+        (Role::Assistant, "hello there"),
+        (Role::Tool, "42"),
+        (Role::Assistant, "it is 42"),
+    ]);
+    for template in [SMOLLM2_TEMPLATE, QWEN2_STYLE] {
+        let enc = encoder(template);
+        let s = enc.encode("c", &conv).unwrap();
+        let tok = enc.tokenizer();
+        let learned: Vec<u32> = s
+            .tokens
+            .iter()
+            .zip(&s.mask)
+            .filter(|(_, m)| **m)
+            .map(|(t, _)| *t)
+            .collect();
+        let text = tok.decode(&learned, false);
+        assert_eq!(text, "hello there<|im_end|>it is 42<|im_end|>");
+    }
+}
+
+#[test]
+fn a_template_that_rewrites_earlier_turns_is_refused() {
+    // renders the last message differently, so prefixes change when a turn is added
+    let bad = "{% for m in messages %}{% if loop.last %}[{{ m.content }}]{% else %}{{ m.content }}{% endif %}{% endfor %}";
+    let enc = encoder(bad);
+    let conv = msgs(&[
+        (Role::User, "hi"),
+        (Role::Assistant, "yo"),
+        (Role::User, "ok"),
+    ]);
+    let e = enc.encode("sample-9", &conv).unwrap_err().to_string();
+    assert!(
+        e.contains("prefix-preserving") && e.contains("sample-9"),
+        "{e}"
+    );
+}
+
+fn run_cfg(model: &std::path::Path, data: &std::path::Path, steps: usize) -> SftConfig {
+    let mut c = SftConfig::preset("smoke").unwrap();
+    c.model = model.to_path_buf();
+    c.data = vec![data.to_path_buf()];
+    c.max_steps = steps;
+    c.tokens_per_step = 40;
+    c.save_every = 1;
+    c.eval_every = 2;
+    c.export = vec![];
+    c.optim.lr = 1e-2;
+    c.optim.warmup_steps = 1;
+    c.pack = PackConfig {
+        max_tokens: 1024,
+        max_conversations: 3,
+        min_prefix: 8,
+    };
+    c
+}
+
+fn weights(run: &std::path::Path) -> HashMap<String, Vec<f32>> {
+    let dir = hat_train::checkpoint::latest(run).unwrap().unwrap();
+    candle_core::safetensors::load(dir.join("model.safetensors"), &candle_core::Device::Cpu)
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, v.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
+        .collect()
+}
+
+#[test]
+fn a_killed_run_resumes_to_bit_identical_weights_and_exports() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::tiny_model(&dir.path().join("m"), 3);
+    let data = dir.path().join("d.jsonl");
+    common::write_jsonl(&data, &common::dataset());
+    let straight = dir.path().join("a");
+    let cfg = run_cfg(&model, &data, 4);
+    hat_train::sft::run(&cfg, &straight, false, &mut |_| {}).unwrap();
+    // "killed" after 2 steps, then resumed to 4
+    let split = dir.path().join("b");
+    hat_train::sft::run(&run_cfg(&model, &data, 2), &split, false, &mut |_| {}).unwrap();
+    hat_train::sft::run(&cfg, &split, true, &mut |_| {}).unwrap();
+    let (wa, wb) = (weights(&straight), weights(&split));
+    assert_eq!(wa, wb, "resumed weights differ");
+    let start = weights_of_model(&model);
+    assert_ne!(start["blk.0.attn_q.weight"], wa["blk.0.attn_q.weight"]);
+    // the loss went down on the training data
+    let lines = std::fs::read_to_string(straight.join("metrics.jsonl")).unwrap();
+    let losses: Vec<f64> = lines
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(losses.len(), 4);
+    assert!(losses[3] < losses[0], "{losses:?}");
+    assert_eq!(
+        std::fs::read_to_string(split.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .count(),
+        4
+    );
+
+    // export: the GGUF loads in the inference engine with the trained logits
+    let loaded = TrainModel::load(&model).unwrap();
+    let trained = loaded.model;
+    let ck = hat_train::checkpoint::latest(&straight).unwrap().unwrap();
+    let sizes: Vec<usize> = trained.vars().iter().map(|(_, v)| v.elem_count()).collect();
+    let mut opt = hat_train::optim::AdamW::new(cfg.optim, &sizes);
+    hat_train::checkpoint::load(&ck, &trained, &mut opt).unwrap();
+    let gguf = dir.path().join("m.gguf");
+    hat_train::export::gguf(&trained, &model, "f32", &gguf).unwrap();
+    let ids: Vec<u32> = vec![5, 9, 17, 33, 2, 8, 40];
+    let seq = Packed::causal(ids.clone(), &[true; 7]).unwrap();
+    let want = trained.logits(&seq).unwrap();
+    let engine = hat_model::load(
+        &gguf,
+        hat_model::LoadOptions {
+            format: hat_model::WeightFormat::F32,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(engine.chat_template.is_some());
+    let x = Tensor::from_slice(&ids, (1, 7), &candle_core::Device::Cpu).unwrap();
+    let mut cache = engine.model.new_cache(1);
+    let got = engine
+        .model
+        .forward(&x, &mut cache, false)
+        .unwrap()
+        .squeeze(0)
+        .unwrap();
+    let got = got.narrow(0, 0, 6).unwrap();
+    let diff = (got - want)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    assert!(diff < 1e-3, "exported logits differ by {diff}");
+}
+
+fn weights_of_model(path: &std::path::Path) -> HashMap<String, Vec<f32>> {
+    TrainModel::load(path)
+        .unwrap()
+        .model
+        .vars()
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.clone(),
+                v.as_tensor()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap(),
+            )
+        })
+        .collect()
+}
