@@ -16,6 +16,7 @@ fn bench(c: &mut Criterion) {
         pool: Pool::Train,
         tasks: 500,
         seed: 1,
+        group: 1,
     };
     let st = states(&dir, cfg.variants, cfg.pool, cfg.seed).unwrap();
     let mut g = c.benchmark_group("datagen");

@@ -37,6 +37,10 @@ pub struct GenConfig {
     pub pool: Pool,
     pub tasks: usize,
     pub seed: u64,
+    /// Tasks drawn per (harness state, stream): 1 spreads consecutive tasks over the states;
+    /// K > 1 gives runs of K tasks of one stream one state, so trajectories share their system
+    /// prompt's harness and stream parts and pack together in training.
+    pub group: usize,
 }
 
 /// A harness state taking part in a run.
@@ -146,9 +150,16 @@ pub fn generate(
     };
     let tools: Vec<Value> = states.iter().map(|s| s.harness.openai_tools()).collect();
     let mut line = Vec::with_capacity(16 * 1024);
-    for (i, task) in tasks.iter().enumerate() {
-        progress(i, tasks.len());
-        let si = i % states.len();
+    let group = cfg.group.max(1);
+    let mut order: Vec<usize> = (0..tasks.len()).collect();
+    if group > 1 {
+        // tasks of one stream together, so each run of `group` shares stream and state
+        order.sort_by_key(|&i| tasks[i].world_seed);
+    }
+    for (n, &i) in order.iter().enumerate() {
+        let task = &tasks[i];
+        progress(n, tasks.len());
+        let si = (n / group) % states.len();
         let state = &states[si];
         let h = &state.harness;
         if skip.contains(&(task.id.clone(), h.hash.clone())) {

@@ -13,6 +13,7 @@ fn run(seed: u64) -> Vec<u8> {
         pool: Pool::Train,
         tasks: 120,
         seed,
+        group: 1,
     };
     let st = states(&dir, cfg.variants, cfg.pool, seed).unwrap();
     let mut out = Vec::new();

@@ -181,8 +181,8 @@ impl Embedding {
 /// Root-mean-square normalisation.
 #[derive(Debug, Clone)]
 pub struct RmsNorm {
-    weight: Tensor,
-    eps: f64,
+    pub(crate) weight: Tensor,
+    pub(crate) eps: f64,
 }
 
 impl RmsNorm {
@@ -211,7 +211,7 @@ impl RmsNorm {
 pub struct Rotary {
     cos: Tensor,
     sin: Tensor,
-    layout: RopeLayout,
+    pub(crate) layout: RopeLayout,
 }
 
 impl Rotary {

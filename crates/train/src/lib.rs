@@ -4,6 +4,7 @@
 //! AdamW ([`optim`]), checkpoints that resume exactly ([`checkpoint`]) and export to GGUF
 //! ([`export`]).
 
+pub mod bench;
 pub mod checkpoint;
 pub mod config;
 pub mod error;

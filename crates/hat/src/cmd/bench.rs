@@ -13,6 +13,25 @@ use crate::cmd::augment::parse_pool;
 pub enum BenchCmd {
     /// Prefill and decode speed of the embedded engine per weight format, optionally beside llama.cpp.
     Generate(hat_model::bench::BenchGenerateArgs),
+    /// Training step speed and peak memory: one 512-token sequence, one packed group.
+    Train {
+        /// Starting model (`default` or a path).
+        #[arg(long, default_value = "default")]
+        model: String,
+        /// Trajectories (`hat data gen --group 16` output).
+        #[arg(long)]
+        data: PathBuf,
+        /// Conversations per packed group.
+        #[arg(long, default_value_t = 16)]
+        group: usize,
+        /// Also time the group's conversations one by one (the packing speed-up; slow).
+        #[arg(long)]
+        unpacked: bool,
+        #[arg(long, default_value_t = 2)]
+        repeats: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Oracle trajectories generated and scored per minute (single thread).
     Datagen {
         #[arg(long, default_value = "harnesses/livestream")]
@@ -28,9 +47,57 @@ pub enum BenchCmd {
     },
 }
 
+fn rayon_threads() -> usize {
+    std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
         BenchCmd::Generate(a) => hat_model::bench::run_bench_generate(a),
+        BenchCmd::Train {
+            model,
+            data,
+            group,
+            unpacked,
+            repeats,
+            json,
+        } => {
+            let path = if model == "default" {
+                hat_model::fetch::default_model_path()
+            } else {
+                PathBuf::from(model)
+            };
+            println!(
+                "cpu: {} | simd path: {} | threads: {}",
+                hat_model::simd::cpu_flags(),
+                hat_model::simd::isa().name(),
+                rayon_threads()
+            );
+            let rows = hat_train::bench::run(&path, &data, group, unpacked, repeats)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!("| workload | tokens | loss tokens | s/step | tokens/s | peak RSS GB |");
+                println!("| --- | --- | --- | --- | --- | --- |");
+                for r in &rows {
+                    println!(
+                        "| {} | {} | {} | {:.2} | {:.1} | {} |",
+                        r.name,
+                        r.tokens,
+                        r.loss_tokens,
+                        r.seconds,
+                        r.tokens_per_s,
+                        r.peak_rss_gb
+                            .map(|g| format!("{g:.2}"))
+                            .unwrap_or("-".into())
+                    );
+                }
+            }
+            Ok(())
+        }
         BenchCmd::Datagen {
             harness,
             tasks,
@@ -45,6 +112,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 pool,
                 tasks,
                 seed: 7,
+                group: 1,
             };
             let states = gen::states(&harness, variants, pool, cfg.seed)?;
             let mut rates = Vec::new();

@@ -36,6 +36,10 @@ pub struct GenArgs {
     tasks: usize,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Tasks per (harness state, stream): K > 1 draws runs of K tasks sharing a stream and a
+    /// state, whose trajectories share their prompt prefix and pack together in training.
+    #[arg(long, default_value_t = 1)]
+    group: usize,
     #[arg(long)]
     out: PathBuf,
     /// oracle, or openai (any OpenAI-compatible chat endpoint).
@@ -109,6 +113,7 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
         pool,
         tasks: a.tasks,
         seed: a.seed,
+        group: a.group,
     };
     let states = gen::states(&a.harness, a.variants, pool, a.seed)?;
     let skip = if a.resume {

@@ -61,57 +61,210 @@ impl Visible {
     pub fn sees(&self, i: usize, j: usize) -> bool {
         j <= i && (j < self.a[i] as usize || j >= self.b[i] as usize)
     }
-    /// The two key ranges of query `i`.
-    #[inline]
-    fn ranges(&self, i: usize) -> [std::ops::Range<usize>; 2] {
-        [0..self.a[i] as usize, self.b[i] as usize..i + 1]
-    }
     /// Keys visible to query `i`.
     fn count(&self, i: usize) -> usize {
         self.a[i] as usize + i + 1 - self.b[i] as usize
     }
 }
 
-/// Lanes of the dot-product accumulators: wide enough for one AVX-512 register, and the
-/// independent sums let the compiler vectorise without reassociating.
-const LANES: usize = 16;
+/// `c (m x n, row stride ldc) = [c +] beta * a (m x k) * b (k x n)`, strides in elements.
+///
+/// # Safety
+/// The pointers must cover the matrices their strides describe.
+#[allow(clippy::too_many_arguments)]
+unsafe fn mm(
+    (m, n, k): (usize, usize, usize),
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    (a, a_rs, a_cs): (*const f32, usize, usize),
+    (b, b_rs, b_cs): (*const f32, usize, usize),
+    beta: f32,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            for r in 0..m {
+                std::slice::from_raw_parts_mut(c.add(r * ldc), n).fill(0.0);
+            }
+        }
+        return;
+    }
+    gemm::gemm(
+        m,
+        n,
+        k,
+        c,
+        1,
+        ldc as isize,
+        accumulate,
+        a,
+        a_cs as isize,
+        a_rs as isize,
+        b,
+        b_cs as isize,
+        b_rs as isize,
+        1.0,
+        beta,
+        false,
+        false,
+        false,
+        gemm::Parallelism::None,
+    );
+}
 
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; LANES];
-    let n = a.len().min(b.len());
-    let (ac, bc) = (a[..n].chunks_exact(LANES), b[..n].chunks_exact(LANES));
-    let (ar, br) = (ac.remainder(), bc.remainder());
-    for (x, y) in ac.zip(bc) {
-        for l in 0..LANES {
-            acc[l] += x[l] * y[l];
+/// Queries per block: one GEMM tile of scores.
+const QB: usize = 64;
+
+/// The keys a block of queries `[i0, i1)` may see, as at most two ranges (the shared prefix
+/// and the block's own segments), and for each query which of those columns it sees.
+struct BlockKeys {
+    ranges: [(usize, usize); 2],
+    n: usize,
+}
+
+impl BlockKeys {
+    fn new(vis: &Visible, i0: usize, i1: usize) -> Self {
+        let a = (i0..i1).map(|i| vis.a[i] as usize).max().unwrap_or(0);
+        let b = (i0..i1).map(|i| vis.b[i] as usize).min().unwrap_or(0);
+        let ranges = if b <= a {
+            [(0, i1), (i1, i1)]
+        } else {
+            [(0, a), (b, i1)]
+        };
+        let n = ranges.iter().map(|r| r.1 - r.0).sum();
+        Self { ranges, n }
+    }
+    /// Key index of column `c`.
+    #[inline]
+    fn key(&self, c: usize) -> usize {
+        let first = self.ranges[0].1 - self.ranges[0].0;
+        if c < first {
+            self.ranges[0].0 + c
+        } else {
+            self.ranges[1].0 + c - first
         }
     }
-    let mut s: f32 = acc.iter().sum();
-    for (x, y) in ar.iter().zip(br) {
-        s += x * y;
+    /// `s (rows x n) = beta * x_blk (rows x d) * keys^T` over both ranges.
+    ///
+    /// # Safety
+    /// `x` must hold `rows x d` values, `keys` every key row of the ranges, `s` `rows x n`.
+    unsafe fn scores(
+        &self,
+        rows: usize,
+        d: usize,
+        x: *const f32,
+        keys: &[f32],
+        s: &mut [f32],
+        beta: f32,
+    ) {
+        let mut col = 0;
+        for &(lo, hi) in &self.ranges {
+            let nk = hi - lo;
+            mm(
+                (rows, nk, d),
+                s.as_mut_ptr().add(col),
+                self.n,
+                false,
+                (x, d, 1),
+                (keys.as_ptr().add(lo * d), 1, d),
+                beta,
+            );
+            col += nk;
+        }
     }
-    s
-}
-
-#[inline(always)]
-fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
-    for (yi, xi) in y.iter_mut().zip(x) {
-        *yi += alpha * xi;
+    /// `out (rows x d) [+]= p (rows x n) * vals` over both ranges.
+    ///
+    /// # Safety
+    /// As [`Self::scores`], with `out` `rows x d`.
+    unsafe fn weighted(
+        &self,
+        rows: usize,
+        d: usize,
+        p: &[f32],
+        vals: &[f32],
+        out: *mut f32,
+        accumulate: bool,
+    ) {
+        let mut col = 0;
+        for (idx, &(lo, hi)) in self.ranges.iter().enumerate() {
+            let nk = hi - lo;
+            mm(
+                (rows, d, nk),
+                out,
+                d,
+                accumulate || idx > 0,
+                (p.as_ptr().add(col), self.n, 1),
+                (vals.as_ptr().add(lo * d), d, 1),
+                1.0,
+            );
+            col += nk;
+        }
+    }
+    /// `acc[keys] += m^T (n x rows) * x (rows x d)` over both ranges (acc holds key rows).
+    ///
+    /// # Safety
+    /// As [`Self::scores`], with `acc` holding every key row of the ranges.
+    unsafe fn scatter_t(&self, rows: usize, d: usize, m: &[f32], x: *const f32, acc: &mut [f32]) {
+        let mut col = 0;
+        for &(lo, hi) in &self.ranges {
+            let nk = hi - lo;
+            mm(
+                (nk, d, rows),
+                acc.as_mut_ptr().add(lo * d),
+                d,
+                true,
+                (m.as_ptr().add(col), 1, self.n),
+                (x, d, 1),
+                1.0,
+            );
+            col += nk;
+        }
     }
 }
 
-/// Shapes of one call: `q (1, h, t, d)`, `k`/`v` `(1, kvh, t, d)`.
-#[derive(Debug, Clone, Copy)]
-struct Dims {
-    h: usize,
-    kvh: usize,
-    t: usize,
-    d: usize,
+/// Masks the scores a block's queries may not see, and turns each row into probabilities
+/// `exp(s - lse)`: with `lse` given (backward), or computed and returned (forward).
+fn probabilities(
+    vis: &Visible,
+    bk: &BlockKeys,
+    i0: usize,
+    s: &mut [f32],
+    lse: &mut [f32],
+    given: bool,
+) {
+    for (r, row) in s.chunks_exact_mut(bk.n).enumerate() {
+        let i = i0 + r;
+        for (c, x) in row.iter_mut().enumerate() {
+            if !vis.sees(i, bk.key(c)) {
+                *x = f32::NEG_INFINITY;
+            }
+        }
+        let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if given {
+            // exp(s - lse) = exp(s - m) * exp(m - lse)
+            crate::simd::softmax_unnormalised(row);
+            let f = (m - lse[r]).exp();
+            row.iter_mut().for_each(|x| *x *= f);
+        } else {
+            let sum = crate::simd::softmax_unnormalised(row);
+            lse[r] = m + sum.ln();
+            let inv = 1.0 / sum;
+            row.iter_mut().for_each(|x| *x *= inv);
+        }
+        // the vectorised exp stands in ~1e-38 for exp(-inf): make masked keys exact zeros
+        for (c, x) in row.iter_mut().enumerate() {
+            if !vis.sees(i, bk.key(c)) {
+                *x = 0.0;
+            }
+        }
+    }
 }
 
-/// Forward of one head over a block of queries: writes outputs and log-sum-exps.
-#[inline(always)]
+/// Forward of one head over queries `[q0, q0 + out.len() / d)`.
+#[allow(clippy::too_many_arguments)]
 fn forward_block(
     vis: &Visible,
     scale: f32,
@@ -123,41 +276,19 @@ fn forward_block(
     out: &mut [f32],
     lse: &mut [f32],
 ) {
-    let mut p = Vec::new();
-    for (r, (o, l)) in out.chunks_exact_mut(d).zip(lse.iter_mut()).enumerate() {
-        let i = q0 + r;
-        let qi = &q[i * d..(i + 1) * d];
-        p.clear();
-        let mut m = f32::NEG_INFINITY;
-        for range in vis.ranges(i) {
-            for j in range {
-                let s = dot(qi, &k[j * d..(j + 1) * d]) * scale;
-                m = m.max(s);
-                p.push(s);
-            }
-        }
-        let mut sum = 0f32;
-        for s in p.iter_mut() {
-            *s = (*s - m).exp();
-            sum += *s;
-        }
-        o.fill(0.0);
-        let inv = 1.0 / sum;
-        let mut ps = p.iter();
-        for range in vis.ranges(i) {
-            for j in range {
-                let pj = ps.next().copied().unwrap_or(0.0) * inv;
-                axpy(pj, &v[j * d..(j + 1) * d], o);
-            }
-        }
-        *l = m + sum.ln();
+    let rows = out.len() / d;
+    let bk = BlockKeys::new(vis, q0, q0 + rows);
+    let mut s = vec![0f32; rows * bk.n];
+    // SAFETY: q holds the block's rows, k and v every key row below q0 + rows, s rows x n.
+    unsafe {
+        bk.scores(rows, d, q.as_ptr().add(q0 * d), k, &mut s, scale);
+        probabilities(vis, &bk, q0, &mut s, lse, false);
+        bk.weighted(rows, d, &s, v, out.as_mut_ptr(), false);
     }
 }
 
-/// Backward of one kv group over a block of queries: `dq` for those queries of every head in
+/// Backward of one kv group over queries `[q0, q1)`: `dq` for those queries of every head in
 /// the group, and this block's contribution to the group's `dk`, `dv` (keys `< q1`).
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
 fn backward_block(
     vis: &Visible,
     scale: f32,
@@ -174,27 +305,51 @@ fn backward_block(
     let mut dq = vec![0f32; rep * (q1 - q0) * d];
     let mut dk = vec![0f32; q1 * d];
     let mut dv = vec![0f32; q1 * d];
+    let (mut p, mut dp) = (Vec::new(), Vec::new());
+    let mut lse = [0f32; QB];
     for r in 0..rep {
         let hh = g * rep + r;
         let base = hh * n * d;
-        for i in q0..q1 {
-            let qi = &t.q[base + i * d..base + (i + 1) * d];
-            let doi = &t.dout[base + i * d..base + (i + 1) * d];
-            let oi = &t.out[base + i * d..base + (i + 1) * d];
-            let lse = t.lse[hh * n + i];
-            let di = dot(doi, oi);
-            let dqi = &mut dq[(r * (q1 - q0) + i - q0) * d..][..d];
-            for range in vis.ranges(i) {
-                for j in range {
-                    let kj = &kb[j * d..(j + 1) * d];
-                    let p = (dot(qi, kj) * scale - lse).exp();
-                    let dp = dot(doi, &vb[j * d..(j + 1) * d]);
-                    let ds = p * (dp - di) * scale;
-                    axpy(ds, kj, dqi);
-                    axpy(ds, qi, &mut dk[j * d..(j + 1) * d]);
-                    axpy(p, doi, &mut dv[j * d..(j + 1) * d]);
+        let mut b0 = q0;
+        while b0 < q1 {
+            let b1 = (b0 + QB).min(q1);
+            let rows = b1 - b0;
+            let bk = BlockKeys::new(vis, b0, b1);
+            p.clear();
+            p.resize(rows * bk.n, 0.0);
+            dp.clear();
+            dp.resize(rows * bk.n, 0.0);
+            lse[..rows].copy_from_slice(&t.lse[hh * n + b0..hh * n + b1]);
+            let qp = t.q[base + b0 * d..].as_ptr();
+            let dop = t.dout[base + b0 * d..].as_ptr();
+            // SAFETY: every pointer covers the rows and keys of this block (keys < b1 <= n).
+            unsafe {
+                bk.scores(rows, d, qp, kb, &mut p, scale);
+                probabilities(vis, &bk, b0, &mut p, &mut lse[..rows], true);
+                bk.scores(rows, d, dop, vb, &mut dp, 1.0);
+            }
+            // dS = P * (dP - D) * scale, with D_i = dO_i . O_i
+            for (rr, (prow, dprow)) in p
+                .chunks_exact(bk.n)
+                .zip(dp.chunks_exact_mut(bk.n))
+                .enumerate()
+            {
+                let i = b0 + rr;
+                let o = &t.out[base + i * d..base + (i + 1) * d];
+                let go = &t.dout[base + i * d..base + (i + 1) * d];
+                let di: f32 = o.iter().zip(go).map(|(a, b)| a * b).sum();
+                for (x, &pv) in dprow.iter_mut().zip(prow) {
+                    *x = pv * (*x - di) * scale;
                 }
             }
+            let dqb = &mut dq[(r * (q1 - q0) + b0 - q0) * d..];
+            // SAFETY: as above; dk/dv hold key rows < q1.
+            unsafe {
+                bk.weighted(rows, d, &dp, kb, dqb.as_mut_ptr(), false);
+                bk.scatter_t(rows, d, &dp, qp, &mut dk);
+                bk.scatter_t(rows, d, &p, dop, &mut dv);
+            }
+            b0 = b1;
         }
     }
     (dq, dk, dv)
@@ -209,39 +364,17 @@ struct BwdInputs<'a> {
     lse: &'a [f32],
 }
 
-macro_rules! multiversion {
-    ($name:ident, $inner:ident, ($($arg:ident : $ty:ty),*) -> $ret:ty) => {
-        #[allow(clippy::too_many_arguments)]
-        fn $name($($arg: $ty),*) -> $ret {
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f,avx512bw,avx512vl,fma")]
-                #[allow(clippy::too_many_arguments)]
-                unsafe fn avx512($($arg: $ty),*) -> $ret { $inner($($arg),*) }
-                #[target_feature(enable = "avx2,fma")]
-                #[allow(clippy::too_many_arguments)]
-                unsafe fn avx2($($arg: $ty),*) -> $ret { $inner($($arg),*) }
-                match crate::simd::isa() {
-                    // SAFETY: isa() only reports paths whose features the CPU has.
-                    crate::simd::Isa::Avx512 => return unsafe { avx512($($arg),*) },
-                    crate::simd::Isa::Avx2 | crate::simd::Isa::Avx2Vnni => {
-                        return unsafe { avx2($($arg),*) }
-                    }
-                    _ => {}
-                }
-            }
-            $inner($($arg),*)
-        }
-    };
+/// Shapes of one call: `q (1, h, t, d)`, `k`/`v` `(1, kvh, t, d)`.
+#[derive(Debug, Clone, Copy)]
+struct Dims {
+    h: usize,
+    kvh: usize,
+    t: usize,
+    d: usize,
 }
 
-multiversion!(forward_block_dispatch, forward_block,
-    (vis: &Visible, scale: f32, q: &[f32], k: &[f32], v: &[f32], d: usize, q0: usize, out: &mut [f32], lse: &mut [f32]) -> ());
-multiversion!(backward_block_dispatch, backward_block,
-    (vis: &Visible, scale: f32, dims: Dims, g: usize, q0: usize, q1: usize, t: &BwdInputs) -> (Vec<f32>, Vec<f32>, Vec<f32>));
-
-/// Queries per parallel task.
-const BLOCK: usize = 32;
+/// Queries per parallel task of the forward.
+const BLOCK: usize = QB;
 
 /// The custom op. One instance per call: the forward leaves its log-sum-exps for the backward.
 struct PackedAttention {
@@ -291,7 +424,7 @@ impl PackedAttention {
                     .zip(lh.par_chunks_mut(BLOCK))
                     .enumerate()
                     .for_each(|(c, (o, l))| {
-                        forward_block_dispatch(vis, self.scale, qh, kg, vg, d, c * BLOCK, o, l)
+                        forward_block(vis, self.scale, qh, kg, vg, d, c * BLOCK, o, l)
                     });
             });
         (out, lse)
@@ -373,9 +506,7 @@ impl CustomOp3 for PackedAttention {
             .collect();
         let parts: Vec<_> = tasks
             .par_iter()
-            .map(|&(g, q0, q1)| {
-                backward_block_dispatch(&self.vis, self.scale, dims, g, q0, q1, &inputs)
-            })
+            .map(|&(g, q0, q1)| backward_block(&self.vis, self.scale, dims, g, q0, q1, &inputs))
             .collect();
         let mut dq = vec![0f32; h * t * d];
         let mut dk = vec![0f32; kvh * t * d];
@@ -473,16 +604,20 @@ mod tests {
 
     fn packed_vis() -> Visible {
         // prefix of 5, then conversations of 4, 3 and 4 tokens
+        packed(5, &[4, 3, 4])
+    }
+
+    fn packed(prefix: u32, lens: &[u32]) -> Visible {
         let mut a = Vec::new();
         let mut b = Vec::new();
-        for _ in 0..5 {
+        for _ in 0..prefix {
             a.push(0);
             b.push(0);
         }
-        let mut start = 5;
-        for len in [4u32, 3, 4] {
+        let mut start = prefix;
+        for &len in lens {
             for _ in 0..len {
-                a.push(5);
+                a.push(prefix);
                 b.push(start);
             }
             start += len;
@@ -505,6 +640,8 @@ mod tests {
         let dev = Device::Cpu;
         for (vis, h, kvh) in [
             (packed_vis(), 4, 2),
+            // several query blocks, blocks straddling segments and the prefix's end
+            (packed(70, &[50, 90, 30, 7]), 3, 1),
             (Visible::causal(16), 3, 1),
             (Visible::causal(16), 2, 2),
         ] {

@@ -9,6 +9,7 @@
 //! loss ([`Packed::loss_rows`]), about one token in six in agent trajectories.
 
 pub mod attention;
+pub mod ops;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use candle_core::{DType, Device, Tensor, Var, D};
 
 use crate::error::{Error, Result};
-use crate::layers::{Block, GateUp, OpMode, Qkv};
+use crate::layers::{Block, GateUp, Qkv};
 use crate::loader::{self, ModelInfo};
 use crate::model::{LoadOptions, Transformer};
 use crate::tokenizer::Tokenizer;
@@ -207,34 +208,30 @@ impl TrainModel {
         let n = p.ids.len();
         let ids = Tensor::from_slice(&p.ids, (1, n), dev)?;
         let positions = Tensor::from_slice(&p.positions, (1, n), dev)?;
-        let cos_sin = m.rotary.tables(&positions)?;
+        let (cos, sin) = m.rotary.tables(&positions)?;
+        let rope = ops::RopeTables::new(&cos.squeeze(0)?, &sin.squeeze(0)?, m.rotary.layout)?;
         let mut x = m.embed.forward(&ids)?;
         for blk in &m.blocks {
-            x = block_forward(blk, &x, m, &cos_sin, &p.visible)?;
+            x = block_forward(blk, &x, &rope, &p.visible)?;
         }
         if p.loss_rows.is_empty() {
             return Ok(Tensor::zeros((0, cfg.vocab_size), DType::F32, dev)?);
         }
         let rows = Tensor::from_slice(&p.loss_rows, p.loss_rows.len(), dev)?;
         let x = x.squeeze(0)?.index_select(&rows, 0)?;
-        let x = m.norm.forward(&x, DIFF)?;
+        let x = ops::rms_norm(&x, &m.norm.weight, m.norm.eps)?;
         m.lm_head.forward(&x)
     }
 }
 
-const DIFF: OpMode = OpMode {
-    differentiable: true,
-};
-
 fn block_forward(
     blk: &Block,
     x: &Tensor,
-    m: &Transformer,
-    cos_sin: &(Tensor, Tensor),
+    rope: &Arc<ops::RopeTables>,
     vis: &Arc<Visible>,
 ) -> Result<Tensor> {
     let a = &blk.attn;
-    let h_in = blk.attn_norm.forward(x, DIFF)?;
+    let h_in = ops::rms_norm(x, &blk.attn_norm.weight, blk.attn_norm.eps)?;
     let (_, t, _) = h_in.dims3()?;
     let (h, kvh, hd) = (a.num_heads, a.num_kv_heads, a.head_dim);
     let (q, k, v) = match &a.qkv {
@@ -245,15 +242,13 @@ fn block_forward(
             ))
         }
     };
-    let q = q.reshape((1, t, h, hd))?.transpose(1, 2)?;
-    let k = k.reshape((1, t, kvh, hd))?.transpose(1, 2)?;
+    let q = ops::rope(&q.reshape((1, t, h, hd))?, rope)?.transpose(1, 2)?;
+    let k = ops::rope(&k.reshape((1, t, kvh, hd))?, rope)?.transpose(1, 2)?;
     let v = v.reshape((1, t, kvh, hd))?.transpose(1, 2)?;
-    let q = m.rotary.apply(&q, &cos_sin.0, &cos_sin.1, DIFF)?;
-    let k = m.rotary.apply(&k, &cos_sin.0, &cos_sin.1, DIFF)?;
     let y = attention::packed_attention(&q, &k, &v, vis, 1.0 / (hd as f32).sqrt())?;
     let y = y.transpose(1, 2)?.reshape((1, t, h * hd))?;
     let x = (x + a.o.forward(&y)?)?;
-    let h2 = blk.ffn_norm.forward(&x, DIFF)?;
+    let h2 = ops::rms_norm(&x, &blk.ffn_norm.weight, blk.ffn_norm.eps)?;
     let (g, u) = match &blk.mlp.gate_up {
         GateUp::Separate { gate, up } => (gate.forward(&h2)?, up.forward(&h2)?),
         GateUp::Fused(_) => {
@@ -262,6 +257,6 @@ fn block_forward(
             ))
         }
     };
-    let act = (candle_nn::ops::silu(&g)? * u)?;
+    let act = ops::swiglu(&g, &u)?;
     Ok((x + blk.mlp.down.forward(&act)?)?)
 }

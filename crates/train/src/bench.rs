@@ -1,0 +1,166 @@
+//! `hat bench train`: the speed and peak memory of one optimiser step (forward, backward,
+//! AdamW) on (a) one 512-token sequence scored at every position, as a plain language-model
+//! step, and (b) one packed group of conversations from real data, scored on assistant tokens
+//! as training does, and optionally (c) the same group's conversations one by one, for the
+//! packing speed-up.
+
+use std::path::Path;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use hat_model::train::{Packed, TrainModel};
+
+use crate::error::{Result, TrainError};
+use crate::optim::{AdamW, AdamWConfig};
+use crate::pack::{pack, PackConfig};
+use crate::tokens::{read_jsonl, Encoder};
+
+/// One measured workload.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchRow {
+    pub name: String,
+    /// Tokens processed per step and the tokens scored.
+    pub tokens: usize,
+    pub loss_tokens: usize,
+    /// Median seconds of one full step.
+    pub seconds: f64,
+    pub tokens_per_s: f64,
+    /// Peak resident memory of the process during the workload (GB), where the OS tells.
+    pub peak_rss_gb: Option<f64>,
+}
+
+/// Resets the kernel's peak-RSS counter for this process (Linux); false where unsupported.
+fn reset_peak() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+fn peak_gb() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0 / 1024.0)
+}
+
+/// Forward + backward over `seqs` (gradients accumulated) and one AdamW step.
+fn step(model: &TrainModel, opt: &mut AdamW, seqs: &[&Packed]) -> Result<()> {
+    let vars = model.vars();
+    let total: usize = seqs.iter().map(|s| s.targets.len()).sum();
+    let mut grads: Vec<Vec<f32>> = vars
+        .iter()
+        .map(|(_, v)| vec![0f32; v.elem_count()])
+        .collect();
+    for s in seqs {
+        let (nll, _) = model.loss(s)?;
+        let g = (nll / total.max(1) as f64)?.backward()?;
+        for (acc, (_, var)) in grads.iter_mut().zip(vars) {
+            if let Some(t) = g.get(var.as_tensor()) {
+                for (a, b) in acc.iter_mut().zip(t.flatten_all()?.to_vec1::<f32>()?) {
+                    *a += b;
+                }
+            }
+        }
+    }
+    // a tiny learning rate: the bench measures, it should not wander off
+    opt.step(vars, &mut grads, 1e-9)?;
+    Ok(())
+}
+
+fn measure(
+    name: &str,
+    model: &TrainModel,
+    opt: &mut AdamW,
+    seqs: &[&Packed],
+    repeats: usize,
+) -> Result<BenchRow> {
+    let peak_ok = reset_peak();
+    step(model, opt, seqs)?; // warm-up
+    let mut times = Vec::new();
+    for _ in 0..repeats.max(1) {
+        let t = Instant::now();
+        step(model, opt, seqs)?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    let seconds = times[times.len() / 2];
+    let tokens: usize = seqs.iter().map(|s| s.len()).sum();
+    Ok(BenchRow {
+        name: name.to_string(),
+        tokens,
+        loss_tokens: seqs.iter().map(|s| s.targets.len()).sum(),
+        seconds,
+        tokens_per_s: tokens as f64 / seconds,
+        peak_rss_gb: if peak_ok { peak_gb() } else { None },
+    })
+}
+
+/// Runs the workloads on `model` with trajectories from `data`.
+pub fn run(
+    model_path: &Path,
+    data: &Path,
+    group: usize,
+    unpacked: bool,
+    repeats: usize,
+) -> Result<Vec<BenchRow>> {
+    let loaded = TrainModel::load(model_path)?;
+    let model = loaded.model;
+    let enc = Encoder::new(loaded.tokenizer, loaded.chat_template.as_deref())?;
+    let trajs = read_jsonl(data)?;
+    let samples = trajs
+        .iter()
+        .take(group.max(1) * 8)
+        .map(|t| enc.encode(&t.id, &t.record.messages))
+        .collect::<Result<Vec<_>>>()?;
+    let first = samples
+        .iter()
+        .find(|s| s.tokens.len() >= 512)
+        .ok_or_else(|| {
+            TrainError::Invalid("no trajectory of 512 tokens or more in the data".into())
+        })?;
+    let sizes: Vec<usize> = model.vars().iter().map(|(_, v)| v.elem_count()).collect();
+    let mut opt = AdamW::new(AdamWConfig::default(), &sizes);
+    let mut rows = Vec::new();
+    let lm = Packed::causal(first.tokens[..512].to_vec(), &[true; 512])?;
+    rows.push(measure(
+        "512 tokens, every position scored",
+        &model,
+        &mut opt,
+        &[&lm],
+        repeats,
+    )?);
+    let packs = pack(
+        &samples,
+        &PackConfig {
+            max_tokens: PackConfig::default().max_tokens.min(model.max_positions()),
+            max_conversations: group.max(1),
+            min_prefix: 64,
+        },
+    )?;
+    let best = packs
+        .iter()
+        .max_by_key(|p| p.members.len())
+        .ok_or_else(|| TrainError::Invalid("no trajectories to pack".into()))?;
+    rows.push(measure(
+        &format!("packed group of {} conversations", best.members.len()),
+        &model,
+        &mut opt,
+        &[&best.seq],
+        repeats,
+    )?);
+    if unpacked {
+        let singles: Vec<Packed> = best
+            .members
+            .iter()
+            .map(|&i| Packed::causal(samples[i].tokens.clone(), &samples[i].mask))
+            .collect::<hat_model::Result<_>>()?;
+        let refs: Vec<&Packed> = singles.iter().collect();
+        rows.push(measure(
+            &format!("the same {} conversations one by one", refs.len()),
+            &model,
+            &mut opt,
+            &refs,
+            1,
+        )?);
+    }
+    Ok(rows)
+}
