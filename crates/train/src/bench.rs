@@ -30,7 +30,8 @@ pub struct BenchRow {
     pub peak_rss_gb: Option<f64>,
 }
 
-/// Resets the kernel's peak-RSS counter for this process (Linux); false where unsupported.
+/// Resets the kernel's peak-RSS counter (the trainer's allocator keeps freed memory, so a
+/// later workload's peak includes what earlier ones left; the workloads run smallest first) for this process (Linux); false where unsupported.
 fn reset_peak() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
@@ -140,13 +141,6 @@ pub fn run(
         .iter()
         .max_by_key(|p| p.members.len())
         .ok_or_else(|| TrainError::Invalid("no trajectories to pack".into()))?;
-    rows.push(measure(
-        &format!("packed group of {} conversations", best.members.len()),
-        &model,
-        &mut opt,
-        &[&best.seq],
-        repeats,
-    )?);
     if unpacked {
         let singles: Vec<Packed> = best
             .members
@@ -162,5 +156,12 @@ pub fn run(
             1,
         )?);
     }
+    rows.push(measure(
+        &format!("packed group of {} conversations", best.members.len()),
+        &model,
+        &mut opt,
+        &[&best.seq],
+        repeats,
+    )?);
     Ok(rows)
 }

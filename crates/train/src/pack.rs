@@ -27,7 +27,7 @@ pub struct PackConfig {
 impl Default for PackConfig {
     fn default() -> Self {
         Self {
-            max_tokens: 4096,
+            max_tokens: 8192,
             max_conversations: 16,
             min_prefix: 64,
         }

@@ -76,6 +76,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 hat_model::simd::isa().name(),
                 rayon_threads()
             );
+            hat_train::keep_freed_memory();
             let rows = hat_train::bench::run(&path, &data, group, unpacked, repeats)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);

@@ -105,6 +105,7 @@ fn resolve(a: &SftArgs) -> Result<SftConfig> {
 }
 
 pub fn run(cmd: TrainCmd) -> Result<()> {
+    hat_train::keep_freed_memory();
     match cmd {
         TrainCmd::Sft(a) => sft_cmd(a),
         TrainCmd::Export(a) => {
