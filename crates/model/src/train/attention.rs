@@ -398,13 +398,6 @@ fn dims_of(q: &Layout, k: &Layout, v: &Layout) -> candle_core::Result<Dims> {
     Ok(Dims { h, kvh, t, d })
 }
 
-fn contiguous<'a>(s: &'a CpuStorage, l: &Layout) -> candle_core::Result<&'a [f32]> {
-    match l.contiguous_offsets() {
-        Some((a, b)) => Ok(&s.as_slice::<f32>()?[a..b]),
-        None => candle_core::bail!("packed attention needs contiguous f32 inputs"),
-    }
-}
-
 impl PackedAttention {
     fn run_forward(&self, q: &[f32], k: &[f32], v: &[f32], dims: Dims) -> (Vec<f32>, Vec<f32>) {
         let Dims { h, kvh, t, d } = dims;
@@ -453,10 +446,11 @@ impl CustomOp3 for PackedAttention {
                 dims.t
             );
         }
+        let what = "packed attention";
         let (q, k, v) = (
-            contiguous(s1, l1)?,
-            contiguous(s2, l2)?,
-            contiguous(s3, l3)?,
+            super::contiguous(s1, l1, what)?,
+            super::contiguous(s2, l2, what)?,
+            super::contiguous(s3, l3, what)?,
         );
         let (out, lse) = self.run_forward(q, k, v, dims);
         *self.lse.lock().unwrap_or_else(|e| e.into_inner()) = Some(lse);
@@ -625,16 +619,6 @@ mod tests {
         Visible::new(a, b).unwrap()
     }
 
-    fn max_rel(a: &Tensor, b: &Tensor) -> f32 {
-        let a = a.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        let b = b.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        let scale = b.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
-        a.iter()
-            .zip(&b)
-            .map(|(x, y)| (x - y).abs() / scale)
-            .fold(0.0, f32::max)
-    }
-
     #[test]
     fn op_matches_reference_output_and_gradients() {
         let dev = Device::Cpu;
@@ -658,12 +642,20 @@ mod tests {
             let scale = 0.3;
             let a = packed_attention(&q, &k, &v, &vis, scale).unwrap();
             let b = reference_attention(&q, &k, &v, &vis, scale).unwrap();
-            assert!(max_rel(&a, &b) < 1e-5, "output {}", max_rel(&a, &b));
+            assert!(
+                super::super::tests::max_rel(&a, &b) < 1e-5,
+                "output {}",
+                super::super::tests::max_rel(&a, &b)
+            );
             let ga = (a * &w).unwrap().sum_all().unwrap().backward().unwrap();
             let gb = (b * &w).unwrap().sum_all().unwrap().backward().unwrap();
             for (name, x) in [("q", &q), ("k", &k), ("v", &v)] {
                 let (ga, gb) = (ga.get(x).unwrap(), gb.get(x).unwrap());
-                assert!(max_rel(ga, gb) < 1e-5, "d{name}: {}", max_rel(ga, gb));
+                assert!(
+                    super::super::tests::max_rel(ga, gb) < 1e-5,
+                    "d{name}: {}",
+                    super::super::tests::max_rel(ga, gb)
+                );
             }
         }
     }

@@ -260,3 +260,31 @@ fn block_forward(
     let act = ops::swiglu(&g, &u)?;
     Ok((x + blk.mlp.down.forward(&act)?)?)
 }
+
+/// The elements of a contiguous f32 CPU storage (what the custom ops read).
+pub(crate) fn contiguous<'a>(
+    s: &'a candle_core::CpuStorage,
+    l: &candle_core::Layout,
+    what: &str,
+) -> candle_core::Result<&'a [f32]> {
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&s.as_slice::<f32>()?[a..b]),
+        None => candle_core::bail!("{what} needs a contiguous f32 input"),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use candle_core::Tensor;
+
+    /// Largest element difference relative to the largest magnitude of `b`.
+    pub(crate) fn max_rel(a: &Tensor, b: &Tensor) -> f32 {
+        let a = a.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let b = b.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let scale = b.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
+        a.iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs() / scale)
+            .fold(0.0, f32::max)
+    }
+}

@@ -13,12 +13,7 @@ use rayon::prelude::*;
 use crate::config::RopeLayout;
 use crate::error::Result;
 
-fn contiguous<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> candle_core::Result<&'a [f32]> {
-    match l.contiguous_offsets() {
-        Some((a, b)) => Ok(&s.as_slice::<f32>()?[a..b]),
-        None => candle_core::bail!("{what} needs a contiguous f32 input"),
-    }
-}
+use super::contiguous;
 
 fn to_vec(t: &Tensor) -> candle_core::Result<Vec<f32>> {
     t.flatten_all()?.to_vec1::<f32>()
@@ -289,14 +284,7 @@ mod tests {
         differentiable: true,
     };
 
-    fn rel(a: &Tensor, b: &Tensor) -> f32 {
-        let (a, b) = (to_vec(a).unwrap(), to_vec(b).unwrap());
-        let s = b.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
-        a.iter()
-            .zip(&b)
-            .map(|(x, y)| (x - y).abs() / s)
-            .fold(0.0, f32::max)
-    }
+    use super::super::tests::max_rel as rel;
 
     #[test]
     fn fused_ops_match_elementary_ops_with_gradients() {
