@@ -111,6 +111,9 @@ impl AdamW {
         let step = (lr / bc1) as f32;
         let inv_bc2_sqrt = (1.0 / bc2.sqrt()) as f32;
         let eps = c.eps as f32;
+        // all updates first: a step that would make a weight non-finite leaves the weights as
+        // they were (the run then stops; its last checkpoint on disk is the good state)
+        let mut updated = Vec::with_capacity(vars.len());
         for (i, (_, var)) in vars.iter().enumerate() {
             let decay = if var.rank() >= 2 {
                 (1.0 - lr * c.weight_decay) as f32
@@ -126,6 +129,15 @@ impl AdamW {
                 let denom = v[j].sqrt() * inv_bc2_sqrt + eps;
                 w[j] = w[j] * decay - step * m[j] / denom;
             }
+            if let Some(bad) = w.iter().find(|x| !x.is_finite()) {
+                return Err(TrainError::Diverged {
+                    step: self.t as usize,
+                    value: *bad,
+                });
+            }
+            updated.push(w);
+        }
+        for ((_, var), w) in vars.iter().zip(updated) {
             var.set(&Tensor::from_vec(w, var.shape(), var.device())?)?;
         }
         Ok(norm)

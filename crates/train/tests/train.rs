@@ -276,3 +276,49 @@ fn weights_of_model(path: &std::path::Path) -> HashMap<String, Vec<f32>> {
         })
         .collect()
 }
+
+#[test]
+fn a_bad_dataset_line_is_named_by_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d.jsonl");
+    let good = common::dataset()[0].to_string();
+    std::fs::write(&data, format!("{good}\n\n{{\"messages\": 3}}\n")).unwrap();
+    let e = hat_train::tokens::read_jsonl(&data)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("d.jsonl:3:"), "{e}");
+}
+
+#[test]
+fn a_diverging_run_stops_and_keeps_its_last_good_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::tiny_model(&dir.path().join("m"), 5);
+    let data = dir.path().join("d.jsonl");
+    common::write_jsonl(&data, &common::dataset());
+    let run = dir.path().join("r");
+    let mut cfg = run_cfg(&model, &data, 40);
+    cfg.optim.lr = 1e6;
+    cfg.optim.clip_norm = 0.0;
+    cfg.optim.weight_decay = 0.0;
+    let err = hat_train::sft::run(&cfg, &run, false, &mut |_| {}).unwrap_err();
+    assert!(
+        matches!(err, hat_train::TrainError::Diverged { .. }),
+        "expected divergence, got {err}"
+    );
+    // every checkpoint left behind is complete and loads
+    let last = hat_train::checkpoint::latest(&run).unwrap().unwrap();
+    let trained = TrainModel::load(&model).unwrap().model;
+    let sizes: Vec<usize> = trained.vars().iter().map(|(_, v)| v.elem_count()).collect();
+    let mut opt = hat_train::optim::AdamW::new(cfg.optim, &sizes);
+    let st = hat_train::checkpoint::load(&last, &trained, &mut opt).unwrap();
+    assert!(st.step >= 1);
+    for (_, v) in trained.vars() {
+        let w = v
+            .as_tensor()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert!(w.iter().all(|x| x.is_finite()));
+    }
+}
