@@ -52,15 +52,7 @@ fn step(model: &TrainModel, opt: &mut AdamW, seqs: &[&Packed]) -> Result<()> {
         .map(|(_, v)| vec![0f32; v.elem_count()])
         .collect();
     for s in seqs {
-        let (nll, _) = model.loss(s)?;
-        let g = (nll / total.max(1) as f64)?.backward()?;
-        for (acc, (_, var)) in grads.iter_mut().zip(vars) {
-            if let Some(t) = g.get(var.as_tensor()) {
-                for (a, b) in acc.iter_mut().zip(t.flatten_all()?.to_vec1::<f32>()?) {
-                    *a += b;
-                }
-            }
-        }
+        crate::sft::accumulate(model, s, total, &mut grads)?;
     }
     // a tiny learning rate: the bench measures, it should not wander off
     opt.step(vars, &mut grads, 1e-9)?;

@@ -120,6 +120,15 @@ pub fn latest(run: &Path) -> Result<Option<PathBuf>> {
     }
 }
 
+/// Restores only the weights of a checkpoint folder (what export needs), and returns its step.
+pub fn load_weights(dir: &Path, model: &TrainModel) -> Result<usize> {
+    let weights = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu)?;
+    model.set_weights(&weights)?;
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("state.json")).map_err(io(dir.display()))?)?;
+    Ok(meta["state"]["step"].as_u64().unwrap_or(0) as usize)
+}
+
 /// Restores weights, optimiser state and run state from a checkpoint folder.
 pub fn load(dir: &Path, model: &TrainModel, opt: &mut AdamW) -> Result<RunState> {
     let bad = |message: String| TrainError::Checkpoint {

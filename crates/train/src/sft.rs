@@ -144,6 +144,31 @@ pub fn evaluate(model: &TrainModel, packs: &[Pack]) -> Result<(f64, usize)> {
     Ok((sum, n))
 }
 
+/// Adds the gradient of `seq`'s summed loss divided by `step_loss_tokens` into `grads` (one
+/// vector per variable) and returns the summed loss; a non-finite loss is returned without a
+/// backward pass.
+pub fn accumulate(
+    model: &TrainModel,
+    seq: &hat_model::train::Packed,
+    step_loss_tokens: usize,
+    grads: &mut [Vec<f32>],
+) -> Result<f32> {
+    let (nll, _) = model.loss(seq)?;
+    let value = nll.to_scalar::<f32>()?;
+    if !value.is_finite() {
+        return Ok(value);
+    }
+    let g = (nll / step_loss_tokens.max(1) as f64)?.backward()?;
+    for (acc, (_, var)) in grads.iter_mut().zip(model.vars()) {
+        if let Some(gt) = g.get(var.as_tensor()) {
+            for (a, b) in acc.iter_mut().zip(gt.flatten_all()?.to_vec1::<f32>()?) {
+                *a += b;
+            }
+        }
+    }
+    Ok(value)
+}
+
 /// Order of the packs in an epoch.
 fn epoch_order(n: usize, seed: u64, epoch: usize) -> Vec<usize> {
     let mut o: Vec<usize> = (0..n).collect();
@@ -227,8 +252,7 @@ pub fn run(
         let mut loss_sum = 0f64;
         let mut tokens = 0usize;
         for p in &chosen {
-            let (nll, _) = model.loss(&p.seq)?;
-            let value = nll.to_scalar::<f32>()?;
+            let value = accumulate(&model, &p.seq, step_loss_tokens, &mut grads)?;
             if !value.is_finite() {
                 return Err(TrainError::Diverged {
                     step: state.step,
@@ -237,15 +261,6 @@ pub fn run(
             }
             loss_sum += value as f64;
             tokens += p.seq.len();
-            let g = (nll / step_loss_tokens as f64)?.backward()?;
-            for (acc, (_, var)) in grads.iter_mut().zip(&vars) {
-                if let Some(gt) = g.get(var.as_tensor()) {
-                    let gv = gt.flatten_all()?.to_vec1::<f32>()?;
-                    for (a, b) in acc.iter_mut().zip(gv) {
-                        *a += b;
-                    }
-                }
-            }
         }
         let lr = cfg.optim.lr_at(state.step, cfg.max_steps);
         let grad_norm = match opt.step(&vars, &mut grads, lr) {

@@ -113,11 +113,9 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
             let dir = hat_train::checkpoint::latest(&a.run)?
                 .with_context(|| format!("{} has no checkpoint yet", a.run.display()))?;
             let model = hat_model::train::TrainModel::load(&cfg.model)?.model;
-            let sizes: Vec<usize> = model.vars().iter().map(|(_, v)| v.elem_count()).collect();
-            let mut opt = hat_train::optim::AdamW::new(cfg.optim, &sizes);
-            let st = hat_train::checkpoint::load(&dir, &model, &mut opt)?;
+            let step = hat_train::checkpoint::load_weights(&dir, &model)?;
             hat_train::export::gguf(&model, &cfg.model, &a.format, &a.out)?;
-            println!("wrote {} (step {})", a.out.display(), st.step);
+            println!("wrote {} (step {step})", a.out.display());
             Ok(())
         }
     }

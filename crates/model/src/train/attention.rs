@@ -61,10 +61,6 @@ impl Visible {
     pub fn sees(&self, i: usize, j: usize) -> bool {
         j <= i && (j < self.a[i] as usize || j >= self.b[i] as usize)
     }
-    /// Keys visible to query `i`.
-    fn count(&self, i: usize) -> usize {
-        self.a[i] as usize + i + 1 - self.b[i] as usize
-    }
 }
 
 /// `c (m x n, row stride ldc) = [c +] beta * a (m x k) * b (k x n)`, strides in elements.
@@ -582,13 +578,6 @@ pub fn reference_attention(
         },
     )?;
     Ok(att.matmul(&v.contiguous()?)?)
-}
-
-impl Visible {
-    /// Work of a forward pass in visible (query, key) pairs.
-    pub fn pairs(&self) -> usize {
-        (0..self.len()).map(|i| self.count(i)).sum()
-    }
 }
 
 #[cfg(test)]
