@@ -651,3 +651,44 @@ fn run_drives_one_turn_through_an_endpoint() {
     )
     .stderr(predicate::str::contains("127.0.0.1:9"));
 }
+
+#[test]
+fn train_plot_draws_runs_and_names_a_bad_metrics_line() {
+    let d = tempfile::tempdir().unwrap();
+    let run = d.path().join("run-a");
+    std::fs::create_dir_all(&run).unwrap();
+    let line = |s: usize, loss: f64| {
+        format!(
+            r#"{{"step":{s},"loss":{loss},"lr":0.0003,"grad_norm":1.5,"tokens":1000,"loss_tokens":64,"tokens_per_s":150.0,"seconds":{s}.0,"epoch":0}}"#
+        )
+    };
+    std::fs::write(
+        run.join("metrics.jsonl"),
+        format!("{}\n{}\n", line(1, 2.5), line(2, 1.25)),
+    )
+    .unwrap();
+    let png = d.path().join("curves.png");
+    hat()
+        .args(["train", "plot"])
+        .arg(&run)
+        .arg("--out")
+        .arg(&png)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("1 runs"));
+    assert_eq!(&std::fs::read(&png).unwrap()[..4], b"\x89PNG");
+
+    std::fs::write(
+        run.join("metrics.jsonl"),
+        format!("{}\nnot json\n", line(1, 2.5)),
+    )
+    .unwrap();
+    fails_cleanly(
+        hat()
+            .args(["train", "plot"])
+            .arg(&run)
+            .arg("--out")
+            .arg(&png),
+    )
+    .stderr(predicate::str::contains("metrics.jsonl:2"));
+}

@@ -1,8 +1,8 @@
 //! HAT training: trajectories become tokens with an assistant-only loss ([`tokens`]),
 //! conversations sharing a prompt prefix are packed into one sequence ([`pack`]), and one
 //! training loop ([`sft`]) runs the model crate's [`hat_model::train::TrainModel`] with
-//! AdamW ([`optim`]), checkpoints that resume exactly ([`checkpoint`]) and export to GGUF
-//! ([`export`]).
+//! AdamW ([`optim`]), checkpoints that resume exactly ([`checkpoint`]), export to GGUF
+//! ([`export`]) and curves drawn to PNG ([`plot`]).
 
 pub mod bench;
 pub mod checkpoint;
@@ -11,6 +11,7 @@ pub mod error;
 pub mod export;
 pub mod optim;
 pub mod pack;
+pub mod plot;
 pub mod sft;
 pub mod tokens;
 

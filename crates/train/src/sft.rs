@@ -8,7 +8,7 @@ use std::time::Instant;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use hat_model::train::TrainModel;
 
@@ -20,7 +20,7 @@ use crate::pack::{pack, Pack};
 use crate::tokens::{read_jsonl, Encoder, Sample};
 
 /// One line of `metrics.jsonl`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StepMetrics {
     pub step: usize,
     pub loss: f64,
@@ -32,7 +32,7 @@ pub struct StepMetrics {
     pub tokens_per_s: f64,
     pub seconds: f64,
     pub epoch: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub val_loss: Option<f64>,
 }
 

@@ -1,4 +1,4 @@
-//! `hat train`: supervised fine-tuning runs and export.
+//! `hat train`: supervised fine-tuning runs, export and plots.
 
 use std::path::PathBuf;
 
@@ -14,6 +14,22 @@ pub enum TrainCmd {
     Sft(SftArgs),
     /// Export a run's latest checkpoint as GGUF.
     Export(ExportArgs),
+    /// Draw loss, learning rate and gradient norm of one or more runs into one PNG.
+    Plot(PlotArgs),
+}
+
+#[derive(Args)]
+pub struct PlotArgs {
+    /// Run folders (or their metrics.jsonl files).
+    #[arg(required = true)]
+    runs: Vec<PathBuf>,
+    /// The PNG to write.
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long, default_value_t = 1500)]
+    width: u32,
+    #[arg(long, default_value_t = 420)]
+    height: u32,
 }
 
 #[derive(Args)]
@@ -108,6 +124,16 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
     hat_train::keep_freed_memory();
     match cmd {
         TrainCmd::Sft(a) => sft_cmd(a),
+        TrainCmd::Plot(a) => {
+            let runs = a
+                .runs
+                .iter()
+                .map(|r| hat_train::plot::read_run(r))
+                .collect::<hat_train::Result<Vec<_>>>()?;
+            hat_train::plot::plot(&runs, &a.out, a.width, a.height)?;
+            println!("wrote {} ({} runs)", a.out.display(), runs.len());
+            Ok(())
+        }
         TrainCmd::Export(a) => {
             let cfg = SftConfig::from_toml(&a.run.join("config.toml"))?;
             let dir = hat_train::checkpoint::latest(&a.run)?
