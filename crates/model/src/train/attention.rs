@@ -57,6 +57,11 @@ impl Visible {
     pub fn is_empty(&self) -> bool {
         self.a.is_empty()
     }
+    /// Per query `i`: the end of the prefix it sees (`a_i`) and the start of its own segment
+    /// (`b_i`); it sees keys `[0, a_i)` and `[b_i, i]`. For handing the mask to other engines.
+    pub fn bounds(&self) -> (&[u32], &[u32]) {
+        (&self.a, &self.b)
+    }
     /// Whether query `i` sees key `j`.
     pub fn sees(&self, i: usize, j: usize) -> bool {
         j <= i && (j < self.a[i] as usize || j >= self.b[i] as usize)

@@ -154,6 +154,18 @@ impl TrainModel {
         })
     }
 
+    /// Wraps a model already loaded with [`LoadOptions::trainable`] (every weight an f32
+    /// variable); any other model is refused.
+    pub fn from_transformer(model: Transformer) -> Result<Self> {
+        if model.vars().is_empty() {
+            return Err(Error::InvalidArgument(
+                "the model was loaded for inference: load it with `trainable: true` to train it"
+                    .into(),
+            ));
+        }
+        Ok(TrainModel { inner: model })
+    }
+
     /// Hyper-parameters.
     pub fn config(&self) -> &crate::ModelConfig {
         self.inner.config()
