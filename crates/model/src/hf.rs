@@ -49,6 +49,33 @@ pub fn gguf_name(hf: &str) -> Option<String> {
     Some(format!("blk.{i}.{m}.{kind}"))
 }
 
+/// Maps an internal (GGUF) tensor name back to its Hugging Face name; the inverse of
+/// [`gguf_name`].
+pub fn hf_name(gguf: &str) -> Option<String> {
+    match gguf {
+        "token_embd.weight" => return Some("model.embed_tokens.weight".into()),
+        "output_norm.weight" => return Some("model.norm.weight".into()),
+        "output.weight" => return Some("lm_head.weight".into()),
+        _ => {}
+    }
+    let rest = gguf.strip_prefix("blk.")?;
+    let (i, rest) = rest.split_once('.')?;
+    let (module, kind) = rest.rsplit_once('.')?;
+    let m = match module {
+        "attn_norm" => "input_layernorm",
+        "ffn_norm" => "post_attention_layernorm",
+        "attn_q" => "self_attn.q_proj",
+        "attn_k" => "self_attn.k_proj",
+        "attn_v" => "self_attn.v_proj",
+        "attn_output" => "self_attn.o_proj",
+        "ffn_gate" => "mlp.gate_proj",
+        "ffn_up" => "mlp.up_proj",
+        "ffn_down" => "mlp.down_proj",
+        _ => return None,
+    };
+    Some(format!("model.layers.{i}.{m}.{kind}"))
+}
+
 /// A Hugging Face model folder.
 #[derive(Debug)]
 pub struct HfFolder {
@@ -293,5 +320,24 @@ mod tests {
         );
         assert_eq!(gguf_name("lm_head.weight").unwrap(), "output.weight");
         assert!(gguf_name("model.layers.0.rotary_emb.inv_freq").is_none());
+    }
+
+    #[test]
+    fn hf_names_invert_gguf_names() {
+        for hf in [
+            "model.embed_tokens.weight",
+            "model.norm.weight",
+            "lm_head.weight",
+            "model.layers.0.input_layernorm.weight",
+            "model.layers.7.post_attention_layernorm.weight",
+            "model.layers.3.self_attn.q_proj.bias",
+            "model.layers.12.self_attn.o_proj.weight",
+            "model.layers.29.mlp.gate_proj.weight",
+            "model.layers.1.mlp.up_proj.weight",
+            "model.layers.2.mlp.down_proj.weight",
+        ] {
+            assert_eq!(hf_name(&gguf_name(hf).unwrap()).as_deref(), Some(hf));
+        }
+        assert!(hf_name("rope_freqs.weight").is_none());
     }
 }

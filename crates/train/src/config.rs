@@ -163,8 +163,11 @@ impl SftConfig {
             return bad("pack.max_conversations and pack.max_tokens must be positive");
         }
         for f in &self.export {
-            if !["f32", "q8_0", "q4_0"].contains(&f.as_str()) {
-                return bad(&format!("export format `{f}` (known: f32, q8_0, q4_0)"));
+            if !crate::export::FORMATS.contains(&f.as_str()) {
+                return bad(&format!(
+                    "export format `{f}` (known: {})",
+                    crate::export::FORMATS.join(", ")
+                ));
             }
         }
         Ok(())

@@ -307,8 +307,8 @@ pub fn run(
     }
     let mut last = out.to_path_buf();
     for f in &cfg.export {
-        let path = out.join(format!("model-{f}.gguf"));
-        crate::export::gguf(&model, &cfg.model, f, &path)?;
+        let path = crate::export::run_output(out, f);
+        crate::export::export(&model, &cfg.model, f, &path)?;
         on(Event::Exported(&path));
         last = path;
     }

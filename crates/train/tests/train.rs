@@ -323,3 +323,67 @@ fn a_diverging_run_stops_and_keeps_its_last_good_checkpoint() {
         assert!(w.iter().all(|x| x.is_finite()));
     }
 }
+
+fn vars_of(model: &TrainModel) -> HashMap<String, Vec<f32>> {
+    model
+        .vars()
+        .iter()
+        .map(|(n, v)| {
+            let t = v.as_tensor().flatten_all().unwrap();
+            (n.clone(), t.to_vec1::<f32>().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn a_hugging_face_export_round_trips_through_gguf_exactly() {
+    for arch in ["qwen2", "llama"] {
+        let dir = tempfile::tempdir().unwrap();
+        let hf = common::tiny_model_arch(&dir.path().join("hf"), 7, arch);
+        let start = TrainModel::load(&hf).unwrap().model;
+        // HF -> GGUF (llama q/k permuted for the interleaved rotary layout) -> HF
+        let gguf = dir.path().join("m.gguf");
+        hat_train::export::export(&start, &hf, "f32", &gguf).unwrap();
+        let from_gguf = TrainModel::load(&gguf).unwrap().model;
+        let back = dir.path().join("back");
+        hat_train::export::export(&from_gguf, &gguf, "hf", &back).unwrap();
+        for f in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
+            assert!(back.join(f).is_file(), "{arch}: no {f}");
+        }
+        let cfg: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(back.join("config.json")).unwrap())
+                .unwrap();
+        assert_eq!(cfg["model_type"], arch);
+        let reloaded = TrainModel::load(&back).unwrap();
+        assert_eq!(vars_of(&reloaded.model), vars_of(&start), "{arch}");
+        // the rebuilt tokenizer and chat template are the original ones
+        let text = "Products: red coat 99, blue hat 12.\n  <|im_end|> é";
+        let original = hat_model::loader::load_tokenizer(&hf).unwrap();
+        assert_eq!(
+            reloaded.tokenizer.encode(text, false).unwrap(),
+            original.encode(text, false).unwrap()
+        );
+        assert_eq!(
+            reloaded.chat_template,
+            hat_model::hf::HfFolder::open(&hf).unwrap().chat_template()
+        );
+        let seq = Packed::causal(vec![5, 9, 17, 33, 2, 8, 40], &[true; 7]).unwrap();
+        let a = start.logits(&seq).unwrap();
+        let b = from_gguf.logits(&seq).unwrap();
+        let diff = (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(diff < 1e-4, "{arch}: GGUF logits differ by {diff}");
+        // a second export replaces the first; a folder that is not an export is refused
+        hat_train::export::export(&from_gguf, &gguf, "hf", &back).unwrap();
+        let e = hat_train::export::export(&from_gguf, &gguf, "hf", dir.path())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not an earlier export"), "{e}");
+    }
+}

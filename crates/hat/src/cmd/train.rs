@@ -12,7 +12,7 @@ use hat_train::sft::{self, Event};
 pub enum TrainCmd {
     /// Supervised fine-tuning on `hat data gen` trajectories (HSA-SFT or FH-SFT by the data).
     Sft(SftArgs),
-    /// Export a run's latest checkpoint as GGUF.
+    /// Export a run's latest checkpoint as GGUF or as a Hugging Face folder.
     Export(ExportArgs),
     /// Draw loss, learning rate and gradient norm of one or more runs into one PNG.
     Plot(PlotArgs),
@@ -70,7 +70,7 @@ pub struct SftArgs {
 pub struct ExportArgs {
     /// Run folder.
     run: PathBuf,
-    /// f32, q8_0 or q4_0.
+    /// GGUF f32, q8_0 or q4_0, or `hf` for a Hugging Face folder.
     #[arg(long, default_value = "q8_0")]
     format: String,
     #[arg(long)]
@@ -140,7 +140,7 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
                 .with_context(|| format!("{} has no checkpoint yet", a.run.display()))?;
             let model = hat_model::train::TrainModel::load(&cfg.model)?.model;
             let step = hat_train::checkpoint::load_weights(&dir, &model)?;
-            hat_train::export::gguf(&model, &cfg.model, &a.format, &a.out)?;
+            hat_train::export::export(&model, &cfg.model, &a.format, &a.out)?;
             println!("wrote {} (step {step})", a.out.display());
             Ok(())
         }

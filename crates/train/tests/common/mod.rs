@@ -16,6 +16,12 @@ pub fn fixture_dir() -> PathBuf {
 /// Writes a qwen2-shaped model with random weights into `dir` (tokenizer and ChatML
 /// template from the fixture).
 pub fn tiny_model(dir: &Path, seed: u64) -> PathBuf {
+    tiny_model_arch(dir, seed, "qwen2")
+}
+
+/// The same for `qwen2` or `llama` (no q/k/v biases, its own rotary layout in GGUF).
+pub fn tiny_model_arch(dir: &Path, seed: u64, arch: &str) -> PathBuf {
+    let qwen2 = arch == "qwen2";
     std::fs::create_dir_all(dir).unwrap();
     let fx = fixture_dir();
     for f in ["tokenizer.json", "tokenizer_config.json"] {
@@ -25,7 +31,8 @@ pub fn tiny_model(dir: &Path, seed: u64) -> PathBuf {
     let (hidden, inter, layers, heads, kv) = (32usize, 48usize, 2usize, 4usize, 2usize);
     let hd = hidden / heads;
     let config = serde_json::json!({
-        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+        "architectures": [if qwen2 { "Qwen2ForCausalLM" } else { "LlamaForCausalLM" }],
+        "model_type": arch,
         "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
         "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd,
         "max_position_embeddings": 1024, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
@@ -69,7 +76,10 @@ pub fn tiny_model(dir: &Path, seed: u64) -> PathBuf {
             ("q_proj", heads * hd),
             ("k_proj", kv * hd),
             ("v_proj", kv * hd),
-        ] {
+        ]
+        .into_iter()
+        .filter(|_| qwen2)
+        {
             w.insert(format!("{p}.self_attn.{name}.bias"), rand(&[n], 0.1));
         }
         for name in ["input_layernorm", "post_attention_layernorm"] {

@@ -1,8 +1,12 @@
-//! Export of trained weights as a GGUF file that `hat generate`, `hat run`, `hat eval` and
-//! llama.cpp load: the starting model's metadata (tokenizer, chat template, hyper-parameters;
-//! rebuilt from config and tokenizer for a Hugging Face folder) with the trained tensors in
-//! f32, q8_0 or q4_0. Written to a temporary name and renamed, so a file under the final
-//! name is always complete.
+//! Export of trained weights: as a GGUF file that `hat generate`, `hat run`, `hat eval` and
+//! llama.cpp load (the starting model's metadata: tokenizer, chat template, hyper-parameters,
+//! rebuilt from config and tokenizer for a Hugging Face folder; the trained tensors in f32,
+//! q8_0 or q4_0), or as a Hugging Face folder ([`hf`]). Written to a temporary name and
+//! renamed, so an export under the final name is always complete.
+
+mod hf;
+
+pub use hf::hf_folder;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -18,6 +22,27 @@ use hat_model::{Architecture, ModelConfig, RopeLayout};
 
 use crate::error::{io, Result, TrainError};
 
+/// Export formats: GGUF types, and `hf` for a Hugging Face folder.
+pub const FORMATS: [&str; 4] = ["f32", "q8_0", "q4_0", "hf"];
+
+/// Where a run's end-of-run export in `format` goes.
+pub fn run_output(run: &Path, format: &str) -> std::path::PathBuf {
+    if format == "hf" {
+        run.join("model-hf")
+    } else {
+        run.join(format!("model-{format}.gguf"))
+    }
+}
+
+/// Writes `model` in `format` (one of [`FORMATS`]) to `out`.
+pub fn export(model: &TrainModel, source: &Path, format: &str, out: &Path) -> Result<()> {
+    if format == "hf" {
+        hf_folder(model, source, out)
+    } else {
+        gguf(model, source, format, out)
+    }
+}
+
 fn dtype(format: &str) -> Result<GgmlDType> {
     Ok(match format {
         "f32" => GgmlDType::F32,
@@ -25,7 +50,8 @@ fn dtype(format: &str) -> Result<GgmlDType> {
         "q4_0" => GgmlDType::Q4_0,
         other => {
             return Err(TrainError::Invalid(format!(
-                "export format `{other}` (known: f32, q8_0, q4_0)"
+                "export format `{other}` (known: {})",
+                FORMATS.join(", ")
             )))
         }
     })
