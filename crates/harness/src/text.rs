@@ -19,43 +19,43 @@ pub fn contains_phrase(text: &str, phrase: &str) -> bool {
     find_phrase(text, phrase).is_some()
 }
 
-/// Byte range of the first match of `phrase` in `text` (see [`contains_phrase`]).
+/// Lowercases one character when its lowercase is one character; otherwise (`İ` lowercases
+/// to `i` + a combining dot) keeps it. Matching folds character by character, so positions in
+/// the folded text are positions in the original: no byte offset is ever carried across a
+/// case mapping that changes length (`ẞ`, `İ`, `Ⱥ`).
+fn fold(c: char) -> char {
+    let mut l = c.to_lowercase();
+    match (l.next(), l.next()) {
+        (Some(x), None) => x,
+        _ => c,
+    }
+}
+
+/// Byte range of the first match of `phrase` in `text` (see [`contains_phrase`]); always on
+/// character boundaries of `text`.
 pub fn find_phrase(text: &str, phrase: &str) -> Option<(usize, usize)> {
-    let phrase = phrase.trim();
-    if phrase.is_empty() {
+    let phrase: Vec<char> = phrase.trim().chars().map(fold).collect();
+    let (&first, &last) = (phrase.first()?, phrase.last()?);
+    let chars: Vec<(usize, char)> = text.char_indices().map(|(i, c)| (i, fold(c))).collect();
+    if chars.len() < phrase.len() {
         return None;
     }
-    let lower_text = text.to_lowercase();
-    let lower_phrase = phrase.to_lowercase();
-    // Lowercasing can change byte lengths for a few scripts; fall back to a
-    // boundary-free search on the original text when it did.
-    if lower_text.len() != text.len() {
-        return text.find(phrase).map(|s| (s, s + phrase.len()));
-    }
-    let cjk = lower_phrase.chars().any(is_cjk);
-    let mut from = 0;
-    while let Some(rel) = lower_text[from..].find(&lower_phrase) {
-        let start = from + rel;
-        let end = start + lower_phrase.len();
-        if cjk {
-            return Some((start, end));
+    let cjk = phrase.iter().any(|&c| is_cjk(c));
+    let byte_at = |k: usize| chars.get(k).map_or(text.len(), |&(i, _)| i);
+    for s in 0..=chars.len() - phrase.len() {
+        let e = s + phrase.len();
+        if !chars[s..e]
+            .iter()
+            .map(|&(_, c)| c)
+            .eq(phrase.iter().copied())
+        {
+            continue;
         }
-        let first = lower_phrase.chars().next().unwrap_or(' ');
-        let last = lower_phrase.chars().next_back().unwrap_or(' ');
-        let before_ok = !is_word_char(first)
-            || lower_text[..start]
-                .chars()
-                .next_back()
-                .is_none_or(|c| !is_word_char(c));
-        let after_ok = !is_word_char(last)
-            || lower_text[end..]
-                .chars()
-                .next()
-                .is_none_or(|c| !is_word_char(c));
+        let before_ok = cjk || !is_word_char(first) || s == 0 || !is_word_char(chars[s - 1].1);
+        let after_ok = cjk || !is_word_char(last) || e == chars.len() || !is_word_char(chars[e].1);
         if before_ok && after_ok {
-            return Some((start, end));
+            return Some((byte_at(s), byte_at(e)));
         }
-        from = start + lower_text[start..].chars().next().map_or(1, char::len_utf8);
     }
     None
 }
@@ -185,6 +185,44 @@ mod tests {
             replace_phrase("Best price, best fit", "best", "great"),
             "great price, great fit"
         );
+    }
+
+    #[test]
+    fn case_mappings_that_change_length_neither_panic_nor_corrupt() {
+        // ẞ (3 bytes) lowercases to ß (2), İ (2) to i + U+0307 (3): the same total length
+        assert_eq!(remove_phrase("ẞ —best İ", "best"), "ẞ — İ");
+        assert_eq!(
+            replace_phrase("İİ the best deal", "best", "great"),
+            "İİ the great deal"
+        );
+        assert_eq!(remove_phrase("ẞẞ the best deal", "best"), "ẞẞ the deal");
+        assert!(contains_phrase("GROẞE Auswahl", "große"));
+        assert!(contains_phrase("İstanbul", "İstanbul"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn phrase_ops_keep_character_boundaries_on_any_unicode(
+            text in "(\\PC|ẞ|İ|Ⱥ|ǅ|ﬁ| |best|BEST|最){0,40}",
+            phrase in "(\\PC|ẞ|İ|best|最){1,4}",
+        ) {
+            if let Some((s, e)) = find_phrase(&text, &phrase) {
+                proptest::prop_assert!(text.is_char_boundary(s) && text.is_char_boundary(e) && s < e);
+                let hit: String = text[s..e].chars().map(fold).collect();
+                let want: String = phrase.trim().chars().map(fold).collect();
+                proptest::prop_assert_eq!(hit, want);
+            }
+            let found = find_phrase(&text, &phrase).is_some();
+            let removed = remove_phrase(&text, &phrase);
+            proptest::prop_assert!(removed.chars().count() <= text.chars().count());
+            let replaced = replace_phrase(&text, &phrase, "\u{0}");
+            proptest::prop_assert_eq!(found, replaced.contains('\u{0}'));
+            if !found {
+                proptest::prop_assert_eq!(&replaced, &text);
+            }
+            proptest::prop_assert!(truncate_chars(&text, 7).chars().count() <= 7);
+            proptest::prop_assert!(tidy_spaces(&text).chars().count() <= text.chars().count());
+        }
     }
 
     #[test]
