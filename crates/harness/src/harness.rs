@@ -236,9 +236,23 @@ impl Harness {
                     "inputSchema must be a JSON Schema with \"type\": \"object\"",
                 ));
             }
-            let validator = match jsonschema::validator_for(&t.input_schema) {
-                Ok(v) => Some(v),
-                Err(e) => {
+            let cycle = crate::schema_refs::same_instance_ref_cycle(&t.input_schema);
+            if let Some(c) = &cycle {
+                problems.push(Problem::new(
+                    &file,
+                    here("$ref"),
+                    format!("inputSchema: {c} (a validator would recurse forever; make each reference reach a property or an item)"),
+                ));
+            }
+            let compiled = if cycle.is_some() {
+                None
+            } else {
+                Some(jsonschema::validator_for(&t.input_schema))
+            };
+            let validator = match compiled {
+                None => None,
+                Some(Ok(v)) => Some(v),
+                Some(Err(e)) => {
                     problems.push(Problem::new(
                         &file,
                         here("inputSchema"),

@@ -692,3 +692,29 @@ fn train_plot_draws_runs_and_names_a_bad_metrics_line() {
     )
     .stderr(predicate::str::contains("metrics.jsonl:2"));
 }
+
+/// Issue 13: a `$ref` cycle passed `check` and the first validation grew memory without bound.
+#[test]
+fn harness_check_rejects_a_ref_cycle_in_a_tool_schema() {
+    let d = broken_copy(|p| {
+        let t = std::fs::read_to_string(p.join("tools/check_stock.json"))
+            .unwrap()
+            .replace(
+                "\"product_id\": {\"type\": \"string\", \"description\": \"Product id, e.g. P3\"}",
+                "\"product_id\": {\"$ref\": \"#/$defs/a\"}",
+            )
+            .replace(
+                "\"required\": [\"product_id\"]",
+                "\"required\": [\"product_id\"], \"$defs\": {\"a\": {\"$ref\": \"#/$defs/b\"}, \"b\": {\"$ref\": \"#/$defs/a\"}}",
+            );
+        std::fs::write(p.join("tools/check_stock.json"), t).unwrap();
+    });
+    fails_cleanly(hat().args(["harness", "check"]).arg(d.path())).stderr(
+        predicate::str::contains("tools/check_stock.json:7")
+            .and(predicate::str::contains("`$ref` cycle"))
+            .and(
+                predicate::str::contains("#/$defs/a -> #/$defs/b")
+                    .or(predicate::str::contains("#/$defs/b -> #/$defs/a")),
+            ),
+    );
+}
