@@ -113,6 +113,26 @@ impl ModelConfig {
         if let Some((what, _)) = sizes.iter().find(|(_, n)| *n == 0) {
             return Err(Error::InvalidArgument(format!("model config: {what} is 0")));
         }
+        if !(self.rms_eps.is_finite() && self.rms_eps > 0.0 && self.rms_eps < 1.0) {
+            return Err(Error::InvalidArgument(format!(
+                "model config: the RMSNorm epsilon is {}; it must be a small positive number \
+                 (GGUF `*.attention.layer_norm_rms_epsilon`, config.json `rms_norm_eps`)",
+                self.rms_eps
+            )));
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+            return Err(Error::InvalidArgument(format!(
+                "model config: the rotary base is {}; it must be a positive number (GGUF \
+                 `*.rope.freq_base`, config.json `rope_theta`)",
+                self.rope_theta
+            )));
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return Err(Error::InvalidArgument(format!(
+                "model config: the head dimension {} is odd; rotary embedding needs it even",
+                self.head_dim
+            )));
+        }
         if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return Err(Error::InvalidArgument(format!(
                 "model config: {} attention heads are not a multiple of {} kv heads",
@@ -225,6 +245,20 @@ mod tests {
         }
         assert_eq!(c.inv_freqs().len(), 2);
         assert!(c.parameter_count() > 1600);
+        // NaN or negative hyper-parameters are refused, naming the key
+        for (k, bad) in [
+            ("rope_theta", serde_json::json!(-1.0)),
+            ("rms_norm_eps", serde_json::json!(0.0)),
+            ("rms_norm_eps", serde_json::json!(-1e-5)),
+        ] {
+            let mut w = v.clone();
+            w[k] = bad;
+            let e = ModelConfig::from_hf_json(&w).unwrap_err().to_string();
+            assert!(e.contains(k), "{e}");
+        }
+        let mut nan = c.clone();
+        nan.rope_theta = f32::NAN;
+        assert!(nan.validated().is_err());
         let bad = serde_json::json!({"model_type": "gpt_neox"});
         assert!(matches!(
             ModelConfig::from_hf_json(&bad),

@@ -27,11 +27,15 @@ impl GgufFile {
             return Err(Error::ModelNotFound(path.to_path_buf()));
         }
         let f = File::open(path)?;
+        let size = f.metadata()?.len();
         let mut r = BufReader::new(f);
-        let content = Content::read(&mut r).map_err(|e| Error::CorruptModel {
+        let corrupt = |reason: String| Error::CorruptModel {
             path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+            reason,
+        };
+        crate::gguf_check::precheck(&mut r).map_err(corrupt)?;
+        let content = Content::read(&mut r).map_err(|e| corrupt(e.to_string()))?;
+        crate::gguf_check::check_tensors(&content, size).map_err(corrupt)?;
         Ok(Self {
             path: path.to_path_buf(),
             content,

@@ -13,6 +13,7 @@ pub mod error;
 pub mod fetch;
 pub mod generate;
 pub mod gguf;
+pub mod gguf_check;
 pub mod hf;
 pub mod kernels;
 pub mod layers;
