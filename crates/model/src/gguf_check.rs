@@ -193,7 +193,7 @@ pub fn check_tensors(content: &Content, file_size: u64) -> Result<(), Reason> {
             })?;
         }
         let block = t.ggml_dtype.block_size() as u64;
-        if elems % block != 0 {
+        if !elems.is_multiple_of(block) {
             return Err(format!(
                 "tensor `{name}`: {elems} elements are not whole blocks of {block} ({:?})",
                 t.ggml_dtype
@@ -245,7 +245,7 @@ mod tests {
         }
         b.extend(0u32.to_le_bytes()); // f32
         b.extend(0u64.to_le_bytes());
-        while b.len() % 32 != 0 {
+        while !b.len().is_multiple_of(32) {
             b.push(0);
         }
         b.extend(vec![0u8; data]);
