@@ -111,6 +111,10 @@ pub enum Instruction {
     Quotation,
 }
 
+/// Longest keyword, splitter or postscript marker accepted (the IFEval data's longest is a
+/// few words); longer ones are refused instead of compiling huge regexes.
+pub const MAX_PATTERN_CHARS: usize = 1000;
+
 /// Typed access to one instruction's kwargs, remembering which keys were used.
 struct Args<'a> {
     id: &'a str,
@@ -161,6 +165,29 @@ impl<'a> Args<'a> {
             .collect()
     }
 
+    /// A string that becomes (part of) a regex: at most [`MAX_PATTERN_CHARS`] characters, so
+    /// the compiled regex stays small whatever a record holds.
+    fn pattern(&mut self, arg: &'static str) -> Result<String, IfevalError> {
+        let s = self.string(arg)?;
+        self.short(arg, s)
+    }
+
+    fn patterns(&mut self, arg: &'static str) -> Result<Vec<String>, IfevalError> {
+        let v = self.strings(arg)?;
+        v.into_iter().map(|s| self.short(arg, s)).collect()
+    }
+
+    fn short(&self, arg: &str, s: String) -> Result<String, IfevalError> {
+        let n = s.chars().count();
+        if n > MAX_PATTERN_CHARS {
+            return Err(self.invalid(
+                arg,
+                format!("{n} characters; at most {MAX_PATTERN_CHARS} are accepted"),
+            ));
+        }
+        Ok(s)
+    }
+
     fn relation(&mut self, arg: &'static str) -> Result<Relation, IfevalError> {
         let s = self.string(arg)?;
         Relation::parse(&s).ok_or_else(|| {
@@ -205,15 +232,15 @@ impl Instruction {
         use Instruction as I;
         let ins = match id {
             "keywords:existence" => I::KeywordsExistence {
-                keywords: keyword_list(&a.strings("keywords")?),
+                keywords: keyword_list(&a.patterns("keywords")?),
             },
             "keywords:frequency" => I::KeywordsFrequency {
-                keyword: checks::keywords::keyword_regex(py_trim(&a.string("keyword")?)),
+                keyword: checks::keywords::keyword_regex(py_trim(&a.pattern("keyword")?)),
                 frequency: a.int("frequency")?,
                 relation: a.relation("relation")?,
             },
             "keywords:forbidden_words" => {
-                let mut words = a.strings("forbidden_words")?;
+                let mut words = a.patterns("forbidden_words")?;
                 words.sort();
                 words.dedup();
                 I::ForbiddenWords {
@@ -254,7 +281,9 @@ impl Instruction {
                 num_placeholders: a.int("num_placeholders")?,
             },
             "detectable_content:postscript" => I::Postscript {
-                marker: checks::content::postscript_regex(py_trim(&a.string("postscript_marker")?)),
+                marker: checks::content::postscript_regex(py_trim(
+                    &a.pattern("postscript_marker")?,
+                )),
             },
             "detectable_format:number_bullet_lists" => I::NumberBulletLists {
                 num_bullets: a.int("num_bullets")?,
@@ -264,7 +293,7 @@ impl Instruction {
                 num_highlights: a.int("num_highlights")?,
             },
             "detectable_format:multiple_sections" => I::MultipleSections {
-                splitter: checks::format::section_regex(py_trim(&a.string("section_spliter")?)),
+                splitter: checks::format::section_regex(py_trim(&a.pattern("section_spliter")?)),
                 num_sections: a.int("num_sections")?,
             },
             "detectable_format:json_format" => I::JsonFormat,
@@ -379,6 +408,38 @@ mod tests {
             match Instruction::new(id, &Map::new()) {
                 Ok(_) | Err(IfevalError::MissingArgument { .. }) => {}
                 Err(e) => panic!("{id}: {e}"),
+            }
+        }
+    }
+
+    /// Issue 13: a 3 MB keyword, splitter or postscript panicked with `CompiledTooBig`.
+    #[test]
+    fn huge_patterns_are_argument_errors_not_panics() {
+        let big = "k".repeat(3_000_000);
+        for (id, args) in [
+            ("keywords:existence", json!({"keywords": ["ok", big]})),
+            (
+                "keywords:frequency",
+                json!({"keyword": big, "frequency": 2, "relation": "at least"}),
+            ),
+            (
+                "keywords:forbidden_words",
+                json!({"forbidden_words": [big]}),
+            ),
+            (
+                "detectable_content:postscript",
+                json!({"postscript_marker": big}),
+            ),
+            (
+                "detectable_format:multiple_sections",
+                json!({"section_spliter": big, "num_sections": 2}),
+            ),
+        ] {
+            match Instruction::new(id, &kw(args)) {
+                Err(IfevalError::InvalidArgument { reason, .. }) => {
+                    assert!(reason.contains("at most 1000"), "{id}: {reason}")
+                }
+                other => panic!("{id}: {other:?}"),
             }
         }
     }

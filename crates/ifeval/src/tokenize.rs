@@ -79,30 +79,38 @@ fn rules() -> &'static Rules {
     })
 }
 
-fn apply(text: String, (regex, rep): &(Regex, &'static str)) -> String {
-    regex.replace_all(&text, *rep).into_owned()
+/// One substitution rule; an error when the regex engine gives up (its backtracking is
+/// bounded, and a pathological sentence can exhaust the bound).
+fn apply(text: String, (regex, rep): &(Regex, &'static str)) -> Result<String, fancy_regex::Error> {
+    Ok(regex.try_replacen(&text, 0, *rep)?.into_owned())
 }
 
-/// `NLTKWordTokenizer().tokenize(sentence)`.
+/// `NLTKWordTokenizer().tokenize(sentence)`. A sentence on which a rule exhausts the regex
+/// engine's backtracking bound (a megabyte without a sentence break) falls back to a
+/// whitespace split instead of aborting the scoring.
 pub fn treebank_tokenize(sentence: &str) -> Vec<String> {
+    treebank_rules(sentence).unwrap_or_else(|_| split_ws(sentence).map(str::to_string).collect())
+}
+
+fn treebank_rules(sentence: &str) -> Result<Vec<String>, fancy_regex::Error> {
     let r = rules();
     let mut text = sentence.to_string();
     for rule in &r.starting {
-        text = apply(text, rule);
+        text = apply(text, rule)?;
     }
     for rule in &r.punctuation {
-        text = apply(text, rule);
+        text = apply(text, rule)?;
     }
-    text = apply(text, &r.parens);
-    text = apply(text, &r.dashes);
+    text = apply(text, &r.parens)?;
+    text = apply(text, &r.dashes)?;
     text = format!(" {text} ");
     for rule in &r.ending {
-        text = apply(text, rule);
+        text = apply(text, rule)?;
     }
     for rule in &r.contractions {
-        text = apply(text, rule);
+        text = apply(text, rule)?;
     }
-    split_ws(&text).map(str::to_string).collect()
+    Ok(split_ws(&text).map(str::to_string).collect())
 }
 
 /// NLTK `word_tokenize(text)`: Punkt sentences, each tokenized by [`treebank_tokenize`].
@@ -161,5 +169,21 @@ mod tests {
     fn nasa_possessive() {
         let toks = word_tokenize("I love NASA's work");
         assert_eq!(toks.iter().filter(|t| py_isupper(t)).count(), 2);
+    }
+}
+
+#[cfg(test)]
+mod limits {
+    use super::*;
+
+    /// Issue 13: a megabyte-long response exhausted fancy-regex's backtracking bound and the
+    /// unwrap inside `replace_all` aborted the scoring run.
+    #[test]
+    fn a_huge_sentence_never_aborts_the_tokenizer() {
+        for unit in ["a", "A'", "x-"] {
+            let text = unit.repeat(1_000_000 / unit.len());
+            let toks = word_tokenize(&text);
+            assert!(!toks.is_empty());
+        }
     }
 }

@@ -23,7 +23,8 @@ pub fn postscript_regex(marker: &str) -> Regex {
         "P.S." => format!(r"p\.{PY_S}?s\."),
         other => regex::escape(&other.to_lowercase()),
     };
-    Regex::new(&pattern).expect("valid regex")
+    Regex::new(&pattern)
+        .expect("an escaped literal of at most MAX_PATTERN_CHARS characters compiles")
 }
 
 /// `detectable_content:postscript`: the marker pattern occurs anywhere in `lower(r)`.

@@ -79,7 +79,7 @@ pub fn section_regex(splitter: &str) -> Regex {
         r"{PY_S}?{}{PY_S}?\d+{PY_S}?",
         regex::escape(splitter)
     ))
-    .expect("valid regex")
+    .expect("an escaped literal of at most MAX_PATTERN_CHARS characters compiles")
 }
 
 /// `detectable_format:multiple_sections`: at least `n` section headers.

@@ -9,7 +9,7 @@ use crate::text::is_py_boundary;
 /// keyword in the data is a plain word, for which both agree).
 pub fn keyword_regex(keyword: &str) -> Regex {
     Regex::new(&format!("(?i){}", regex::escape(keyword)))
-        .expect("escaped literal is a valid regex")
+        .expect("an escaped literal of at most MAX_PATTERN_CHARS characters compiles")
 }
 
 /// `keywords:existence`: every keyword occurs, case-insensitively, without word boundaries.
