@@ -81,9 +81,15 @@ fn rules() -> &'static Rules {
 
 /// One substitution rule; an error when the regex engine gives up (its backtracking is
 /// bounded, and a pathological sentence can exhaust the bound).
-fn apply(text: String, (regex, rep): &(Regex, &'static str)) -> Result<String, fancy_regex::Error> {
-    Ok(regex.try_replacen(&text, 0, *rep)?.into_owned())
+fn apply(text: String, (regex, rep): &(Regex, &'static str)) -> Result<String, Exhausted> {
+    regex
+        .try_replacen(&text, 0, *rep)
+        .map(|t| t.into_owned())
+        .map_err(|_| Exhausted)
 }
+
+/// The regex engine gave up on a rule.
+struct Exhausted;
 
 /// `NLTKWordTokenizer().tokenize(sentence)`. A sentence on which a rule exhausts the regex
 /// engine's backtracking bound (a megabyte without a sentence break) falls back to a
@@ -92,7 +98,7 @@ pub fn treebank_tokenize(sentence: &str) -> Vec<String> {
     treebank_rules(sentence).unwrap_or_else(|_| split_ws(sentence).map(str::to_string).collect())
 }
 
-fn treebank_rules(sentence: &str) -> Result<Vec<String>, fancy_regex::Error> {
+fn treebank_rules(sentence: &str) -> Result<Vec<String>, Exhausted> {
     let r = rules();
     let mut text = sentence.to_string();
     for rule in &r.starting {
