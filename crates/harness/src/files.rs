@@ -14,11 +14,15 @@ use crate::spec::{HarnessSpec, HooksFile, Manifest, SkillFront, SkillSpec, ToolS
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
 /// A harness with more files than this is almost certainly a wrong directory.
 pub const MAX_FILES: usize = 2000;
+/// All files together.
+pub const MAX_TOTAL_BYTES: u64 = 16 << 20;
 
 pub type FileMap = BTreeMap<String, String>;
 
 /// Reads every file below `dir` (hidden entries skipped) into a [`FileMap`].
-/// Unreadable or oversized files become problems rather than errors.
+/// Unreadable or oversized files become problems rather than errors. Only regular files are
+/// read: a symbolic link (which could point outside the folder, at a secret or a device) or a
+/// FIFO, socket or device (which could block forever) is a problem naming it, never opened.
 pub fn read_dir(dir: &Path) -> Result<(FileMap, Vec<Problem>), HarnessError> {
     let meta = std::fs::metadata(dir).map_err(|source| HarnessError::Io {
         path: dir.display().to_string(),
@@ -35,6 +39,7 @@ pub fn read_dir(dir: &Path) -> Result<(FileMap, Vec<Problem>), HarnessError> {
     }
     let mut files = FileMap::new();
     let mut problems = Vec::new();
+    let mut total = 0u64;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         let entries = std::fs::read_dir(&d).map_err(|source| HarnessError::Io {
@@ -61,8 +66,26 @@ pub fn read_dir(dir: &Path) -> Result<(FileMap, Vec<Problem>), HarnessError> {
                 path: rel.clone(),
                 source,
             })?;
+            if ft.is_symlink() {
+                problems.push(Problem::new(
+                    rel,
+                    None,
+                    "a symbolic link: harness files are read only as regular files inside the \
+                     folder (copy the file in instead)",
+                ));
+                continue;
+            }
             if ft.is_dir() {
                 stack.push(path);
+                continue;
+            }
+            if !ft.is_file() {
+                problems.push(Problem::new(
+                    rel,
+                    None,
+                    "not a regular file (a FIFO, socket or device): harness files must be plain \
+                     text files",
+                ));
                 continue;
             }
             if files.len() >= MAX_FILES {
@@ -84,7 +107,16 @@ pub fn read_dir(dir: &Path) -> Result<(FileMap, Vec<Problem>), HarnessError> {
                 ));
                 continue;
             }
-            match std::fs::read(&path) {
+            if total + len > MAX_TOTAL_BYTES {
+                problems.push(Problem::new(
+                    rel,
+                    None,
+                    format!("the harness files together exceed {MAX_TOTAL_BYTES} bytes"),
+                ));
+                return Ok((files, problems));
+            }
+            total += len;
+            match read_bounded(&path) {
                 Ok(bytes) => match String::from_utf8(bytes) {
                     Ok(text) => {
                         files.insert(rel, normalize(&text));
@@ -96,6 +128,36 @@ pub fn read_dir(dir: &Path) -> Result<(FileMap, Vec<Problem>), HarnessError> {
         }
     }
     Ok((files, problems))
+}
+
+/// Reads at most [`MAX_FILE_BYTES`] (a file that grew since its size was taken is an error),
+/// without following a symbolic link swapped in since the directory was listed.
+fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // O_NOFOLLOW | O_NONBLOCK: no symlink, and a FIFO swapped in cannot block the open
+        opts.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    let f = opts.open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut bytes = Vec::new();
+    f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("grew past {MAX_FILE_BYTES} bytes while being read"),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// Line endings normalised so a checkout on Windows hashes the same.

@@ -718,3 +718,64 @@ fn harness_check_rejects_a_ref_cycle_in_a_tool_schema() {
             ),
     );
 }
+
+/// Issue 13: a FIFO hung `check` forever, a symlink to /dev/zero read until memory ran out,
+/// and symlinks to files outside the folder were read (and copied by `augment`) silently.
+#[cfg(unix)]
+#[test]
+fn harness_reader_refuses_symlinks_and_special_files() {
+    let outside = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(outside.path(), "TOP-SECRET-VALUE").unwrap();
+    let d = broken_copy(|p| {
+        std::os::unix::fs::symlink(outside.path(), p.join("skills/leak.md")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", p.join("zero.md")).unwrap();
+        let fifo = std::ffi::CString::new(p.join("pipe.md").to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    });
+    for args in [vec!["harness", "check"], vec!["harness", "render"]] {
+        fails_cleanly(
+            hat()
+                .args(&args)
+                .arg(d.path())
+                .timeout(std::time::Duration::from_secs(60)),
+        )
+        .stderr(
+            predicate::str::contains("skills/leak.md")
+                .and(predicate::str::contains("symbolic link"))
+                .and(predicate::str::contains("zero.md"))
+                .and(predicate::str::contains("pipe.md"))
+                .and(predicate::str::contains("not a regular file"))
+                .and(predicate::str::contains("TOP-SECRET").not()),
+        );
+    }
+    let out = tempfile::tempdir().unwrap();
+    fails_cleanly(
+        hat()
+            .args(["augment", "--count", "2", "--harness"])
+            .arg(d.path())
+            .arg("--out")
+            .arg(out.path().join("aug"))
+            .timeout(std::time::Duration::from_secs(60)),
+    );
+    let copied = walk(out.path());
+    assert!(
+        !copied.iter().any(|t| t.contains("TOP-SECRET")),
+        "augment copied the outside file"
+    );
+}
+
+fn walk(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else if let Ok(t) = std::fs::read_to_string(&p) {
+                out.push(t);
+            }
+        }
+    }
+    out
+}
