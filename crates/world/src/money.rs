@@ -16,7 +16,7 @@ pub struct Money(i64);
 
 /// Largest amount accepted from outside (a trillion units): keeps every
 /// later multiplication far from `i64` overflow.
-const MAX_CENTS: i64 = 100_000_000_000_000;
+pub const MAX_CENTS: i64 = 100_000_000_000_000;
 
 impl Money {
     pub const ZERO: Money = Money(0);
@@ -43,6 +43,15 @@ impl Money {
         Some(Money(cents as i64))
     }
 
+    /// An amount read from outside (a store row): `None` unless `0 ..= MAX_CENTS`.
+    pub const fn checked_from_cents(cents: i64) -> Option<Money> {
+        if cents >= 0 && cents <= MAX_CENTS {
+            Some(Money(cents))
+        } else {
+            None
+        }
+    }
+
     pub const fn cents(self) -> i64 {
         self.0
     }
@@ -59,8 +68,9 @@ impl Money {
 
     /// The price after taking `pct` percent off, rounded to the nearest cent.
     pub fn percent_off(self, pct: u32) -> Money {
-        let keep = 100 - i64::from(pct.min(100));
-        Money((self.0.saturating_mul(keep) + 50) / 100)
+        let keep = 100 - i128::from(pct.min(100));
+        // in i128 the product cannot overflow, and the result is at most `self`
+        Money(((i128::from(self.0) * keep + 50) / 100) as i64)
     }
 
     pub fn saturating_sub(self, other: Money) -> Money {
@@ -131,6 +141,21 @@ mod tests {
         assert_eq!(
             Money::from_cents(1990).percent_off(15),
             Money::from_cents(1692)
+        );
+    }
+
+    /// Issue 13: `i64::MAX` cents with a sale running gave a negative price.
+    #[test]
+    fn percent_off_never_overflows() {
+        let max = Money::from_cents(i64::MAX);
+        assert!(max.percent_off(10).cents() > 0);
+        assert_eq!(max.percent_off(0), max);
+        assert_eq!(Money::from_cents(i64::MIN).percent_off(100), Money::ZERO);
+        assert_eq!(Money::checked_from_cents(i64::MAX), None);
+        assert_eq!(Money::checked_from_cents(-1), None);
+        assert_eq!(
+            Money::checked_from_cents(MAX_CENTS),
+            Some(Money::from_cents(MAX_CENTS))
         );
     }
 

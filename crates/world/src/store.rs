@@ -346,6 +346,7 @@ pub(crate) fn read(
                 brand: r.get(4)?,
                 // Parsed below, where a bad value can name the product.
                 category: Category::Apparel,
+                // range-checked below, where a bad value can name the product
                 price: Money::from_cents(r.get(6)?),
                 list_price: Money::from_cents(r.get(7)?),
                 cost_price: Money::from_cents(r.get(8)?),
@@ -368,6 +369,20 @@ pub(crate) fn read(
             p.category = cat
                 .parse()
                 .map_err(|e: String| invalid(format!("product {}: {e}", p.id)))?;
+            for (column, m) in [
+                ("price_cents", p.price),
+                ("list_price_cents", p.list_price),
+                ("cost_price_cents", p.cost_price),
+            ] {
+                if Money::checked_from_cents(m.cents()).is_none() {
+                    return Err(invalid(format!(
+                        "table `products`, product {}: `{column}` is {}, outside 0 to {}",
+                        p.id,
+                        m.cents(),
+                        crate::money::MAX_CENTS
+                    )));
+                }
+            }
             Ok(p)
         })
         .collect::<Result<Vec<Product>, WorldError>>()?;
@@ -494,6 +509,21 @@ pub(crate) fn read(
     };
     let flash_sales = sales("flash_sales")?;
     let live_flash_sales = sales("live_flash_sales")?;
+    for (table, list) in [
+        ("flash_sales", &flash_sales),
+        ("live_flash_sales", &live_flash_sales),
+    ] {
+        for (row, f) in list.iter().enumerate() {
+            if !(1..=99).contains(&f.discount_pct) {
+                return Err(invalid(format!(
+                    "table `{table}`, row {} (product {}): `discount_pct` is {}, outside 1 to 99",
+                    row + 1,
+                    f.product,
+                    f.discount_pct
+                )));
+            }
+        }
+    }
 
     let faq = all(
         conn,

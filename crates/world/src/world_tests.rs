@@ -202,3 +202,35 @@ fn world_can_move_to_another_thread() {
     fn is_send<T: Send>() {}
     is_send::<World>();
 }
+
+/// Issue 13: `price_cents = i64::MAX` on a product with a running sale gave a negative unit
+/// price, and a 2^31 % flash sale was shown; store values are range-checked on open, naming the
+/// table, column and row.
+#[test]
+fn out_of_range_store_values_are_refused_with_their_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = World::generate(3).unwrap();
+    let id = w.catalog().products[0].id.clone();
+    let path = dir.path().join("w.sqlite");
+    for (sql, want) in [
+        (
+            format!("UPDATE products SET price_cents = 9223372036854775807 WHERE id = '{id}'"),
+            "`price_cents`",
+        ),
+        (
+            format!(
+                "INSERT INTO flash_sales (pos, product, discount_pct, starts_at, ends_at) \
+                 VALUES (999, '{id}', 2147483648, '2026-01-01T00:00:00Z', '2026-01-01T00:10:00Z')"
+            ),
+            "`discount_pct`",
+        ),
+    ] {
+        w.save(&path).unwrap();
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch(&sql)
+            .unwrap();
+        let e = World::open(&path).unwrap_err().to_string();
+        assert!(e.contains(want) && e.contains(&id), "{e}");
+    }
+}
