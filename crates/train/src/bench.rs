@@ -43,6 +43,49 @@ fn peak_gb() -> Option<f64> {
     Some(kb / 1024.0 / 1024.0)
 }
 
+/// One workload as JSON, for measuring the same work in another trainer
+/// (`crates/train/scripts/bench_pytorch.sh`).
+#[derive(Serialize)]
+struct Dump<'a> {
+    name: &'a str,
+    /// Every sequence of the step: its tokens, positions, per-query visibility (query `i` sees
+    /// keys `[0, prefix_end[i])` and `[segment_start[i], i]`) and scored rows with targets.
+    sequences: Vec<DumpSeq<'a>>,
+}
+
+#[derive(Serialize)]
+struct DumpSeq<'a> {
+    ids: &'a [u32],
+    positions: &'a [u32],
+    prefix_end: &'a [u32],
+    segment_start: &'a [u32],
+    loss_rows: &'a [u32],
+    targets: &'a [u32],
+}
+
+fn dump(dir: &Path, index: usize, name: &str, seqs: &[&Packed]) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(crate::error::io(dir.display()))?;
+    let d = Dump {
+        name,
+        sequences: seqs
+            .iter()
+            .map(|s| {
+                let (a, b) = s.visible.bounds();
+                DumpSeq {
+                    ids: &s.ids,
+                    positions: &s.positions,
+                    prefix_end: a,
+                    segment_start: b,
+                    loss_rows: &s.loss_rows,
+                    targets: &s.targets,
+                }
+            })
+            .collect(),
+    };
+    let path = dir.join(format!("workload-{index}.json"));
+    std::fs::write(&path, serde_json::to_vec(&d)?).map_err(crate::error::io(path.display()))
+}
+
 /// Forward + backward over `seqs` (gradients accumulated) and one AdamW step.
 fn step(model: &TrainModel, opt: &mut AdamW, seqs: &[&Packed]) -> Result<()> {
     let vars = model.vars();
@@ -57,6 +100,24 @@ fn step(model: &TrainModel, opt: &mut AdamW, seqs: &[&Packed]) -> Result<()> {
     // a tiny learning rate: the bench measures, it should not wander off
     opt.step(vars, &mut grads, 1e-9)?;
     Ok(())
+}
+
+struct Bench<'a> {
+    model: &'a TrainModel,
+    opt: AdamW,
+    dump: Option<&'a Path>,
+    rows: Vec<BenchRow>,
+}
+
+impl Bench<'_> {
+    fn measure(&mut self, name: &str, seqs: &[&Packed], repeats: usize) -> Result<()> {
+        if let Some(dir) = self.dump {
+            dump(dir, self.rows.len(), name, seqs)?;
+        }
+        let row = measure(name, self.model, &mut self.opt, seqs, repeats)?;
+        self.rows.push(row);
+        Ok(())
+    }
 }
 
 fn measure(
@@ -87,13 +148,15 @@ fn measure(
     })
 }
 
-/// Runs the workloads on `model` with trajectories from `data`.
+/// Runs the workloads on `model` with trajectories from `data`; with `dump`, each workload is
+/// also written there as `workload-N.json` (N in the order of the returned rows).
 pub fn run(
     model_path: &Path,
     data: &Path,
     group: usize,
     unpacked: bool,
     repeats: usize,
+    dump: Option<&Path>,
 ) -> Result<Vec<BenchRow>> {
     let loaded = TrainModel::load(model_path)?;
     let model = loaded.model;
@@ -111,16 +174,14 @@ pub fn run(
             TrainError::Invalid("no trajectory of 512 tokens or more in the data".into())
         })?;
     let sizes: Vec<usize> = model.vars().iter().map(|(_, v)| v.elem_count()).collect();
-    let mut opt = AdamW::new(AdamWConfig::default(), &sizes);
-    let mut rows = Vec::new();
+    let mut bench = Bench {
+        model: &model,
+        opt: AdamW::new(AdamWConfig::default(), &sizes),
+        dump,
+        rows: Vec::new(),
+    };
     let lm = Packed::causal(first.tokens[..512].to_vec(), &[true; 512])?;
-    rows.push(measure(
-        "512 tokens, every position scored",
-        &model,
-        &mut opt,
-        &[&lm],
-        repeats,
-    )?);
+    bench.measure("512 tokens, every position scored", &[&lm], repeats)?;
     let packs = pack(
         &samples,
         &PackConfig {
@@ -140,20 +201,16 @@ pub fn run(
             .map(|&i| Packed::causal(samples[i].tokens.clone(), &samples[i].mask))
             .collect::<hat_model::Result<_>>()?;
         let refs: Vec<&Packed> = singles.iter().collect();
-        rows.push(measure(
+        bench.measure(
             &format!("the same {} conversations one by one", refs.len()),
-            &model,
-            &mut opt,
             &refs,
             1,
-        )?);
+        )?;
     }
-    rows.push(measure(
+    bench.measure(
         &format!("packed group of {} conversations", best.members.len()),
-        &model,
-        &mut opt,
         &[&best.seq],
         repeats,
-    )?);
-    Ok(rows)
+    )?;
+    Ok(bench.rows)
 }

@@ -31,14 +31,18 @@ pub enum BenchCmd {
         repeats: usize,
         #[arg(long)]
         json: bool,
+        /// Also write each workload (tokens, positions, attention visibility, scored rows) as
+        /// JSON into this folder, for `crates/train/scripts/bench_pytorch.sh`.
+        #[arg(long)]
+        dump: Option<PathBuf>,
     },
     /// Oracle trajectories generated and scored per minute (single thread).
     Datagen {
         #[arg(long, default_value = "harnesses/livestream")]
         harness: PathBuf,
-        #[arg(long, default_value_t = 5000)]
+        #[arg(long, default_value_t = 5000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
         tasks: usize,
-        #[arg(long, default_value_t = 8)]
+        #[arg(long, default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=100_000))]
         variants: usize,
         #[arg(long, default_value = "train")]
         pool: String,
@@ -64,6 +68,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             unpacked,
             repeats,
             json,
+            dump,
         } => {
             let path = if model == "default" {
                 hat_model::fetch::default_model_path()
@@ -77,7 +82,8 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 rayon_threads()
             );
             hat_train::keep_freed_memory();
-            let rows = hat_train::bench::run(&path, &data, group, unpacked, repeats)?;
+            let rows =
+                hat_train::bench::run(&path, &data, group, unpacked, repeats, dump.as_deref())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {

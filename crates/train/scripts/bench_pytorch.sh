@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The training step side by side with PyTorch, in one run on this machine: `hat bench train`
+# measures its workloads and writes them (--dump); bench_pytorch.py measures the same tokens,
+# positions, attention visibility and scored rows in PyTorch (f32, SDPA, full fine-tune, AdamW),
+# one process per workload, with the same thread count. Prints one table with the ratios.
+#
+# PyTorch comes from PyPI (torch==2.15.0, transformers) into $HAT_HOME/torch-venv (default
+# ~/.cache/hat/torch-venv), installed once; PyPI's Linux wheel brings its CUDA libraries along
+# (~4 GB of disk), which a CPU run loads but never uses.
+# Usage: crates/train/scripts/bench_pytorch.sh DATA.jsonl [hat binary] [threads]
+#   DATA: `hat data gen --group 16` output; the hat binary defaults to target/release/hat.
+set -euo pipefail
+DATA="${1:?usage: bench_pytorch.sh DATA.jsonl [hat binary] [threads]}"
+HAT="${2:-target/release/hat}"
+THREADS="${3:-2}"
+TORCH=2.15.0
+HOME_DIR="${HAT_HOME:-$HOME/.cache/hat}"
+VENV="$HOME_DIR/torch-venv"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+if ! "$VENV/bin/python" -c "import torch, transformers; assert torch.__version__.startswith('$TORCH')" 2>/dev/null; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH" transformers numpy "setuptools>=77"
+fi
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+RAYON_NUM_THREADS="$THREADS" "$HAT" bench train --data "$DATA" --json --dump "$WORK" > "$WORK/hat.txt"
+# the first line is the CPU header; the rest is the JSON array of rows
+head -1 "$WORK/hat.txt"
+tail -n +2 "$WORK/hat.txt" > "$WORK/hat.json"
+for w in "$WORK"/workload-*.json; do
+  OMP_NUM_THREADS="$THREADS" "$VENV/bin/python" "$HERE/bench_pytorch.py" "$w" --threads "$THREADS" >> "$WORK/torch.jsonl"
+done
+python3 - "$WORK/hat.json" "$WORK/torch.jsonl" <<'EOF'
+import json, sys
+hat = json.load(open(sys.argv[1]))
+torch = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+print(f"PyTorch {torch[0]['torch']}, {torch[0]['threads']} threads")
+print("| workload | tokens | hat tok/s | PyTorch tok/s | ratio | hat peak GB | PyTorch peak GB |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for h, t in zip(hat, torch):
+    assert h["name"] == t["name"] and h["tokens"] == t["tokens"], (h, t)
+    hp = "-" if h["peak_rss_gb"] is None else f"{h['peak_rss_gb']:.2f}"
+    print(f"| {h['name']} | {h['tokens']} | {h['tokens_per_s']:.1f} | {t['tokens_per_s']:.1f} | "
+          f"{h['tokens_per_s'] / t['tokens_per_s']:.2f}x | {hp} | {t['peak_rss_gb']:.2f} |")
+EOF
