@@ -355,6 +355,20 @@ fn invalid_arguments_are_usage_errors() {
         .failure()
         .code(2);
     hat().arg("frobnicate").assert().failure().code(2);
+    // Issue 13: `--threads 10000` hung and `--count 1000000000` aborted on a 264 GB allocation.
+    for args in [
+        vec!["generate", "--threads", "10000", "--user", "hi"],
+        vec!["tasks", "sample", "--count", "1000000000"],
+        vec!["data", "gen", "--tasks", "100000000000"],
+        vec!["augment", "--harness", "x", "--out", "y", "--count", "99999999"],
+    ] {
+        hat()
+            .args(&args)
+            .assert()
+            .failure()
+            .code(2)
+            .stderr(predicate::str::contains("is not in"));
+    }
 }
 
 /// The IFEval data in the repository (crate hat-ifeval).

@@ -176,8 +176,8 @@ pub struct GenerateArgs {
     /// Weight format: original, q8_0, q4_0, f32, f16, bf16.
     #[arg(long, default_value = "original")]
     pub format: String,
-    /// Compute threads (0 = all cores).
-    #[arg(long, default_value_t = 0)]
+    /// Compute threads (0 = all cores; at most 256).
+    #[arg(long, default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=256))]
     pub threads: usize,
     /// Print generated ids and log-probabilities as JSON after the text.
     #[arg(long)]

@@ -12,7 +12,8 @@ pub struct AugmentArgs {
     /// The base harness directory.
     #[arg(long)]
     harness: PathBuf,
-    #[arg(long)]
+    /// Variants to write (at most 100,000).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     count: usize,
     #[arg(long, default_value_t = 0)]
     seed: u64,

@@ -20,8 +20,8 @@ pub struct ModelArgs {
     /// Weight format for the embedded engine: original, q8_0, q4_0, f32, f16, bf16.
     #[arg(long, default_value = "original")]
     pub format: String,
-    /// Compute threads for the embedded engine (0 = all cores).
-    #[arg(long, default_value_t = 0)]
+    /// Compute threads for the embedded engine (0 = all cores; at most 256).
+    #[arg(long, default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=256))]
     pub threads: usize,
     /// Endpoint for `openai:` models, e.g. http://127.0.0.1:8000/v1.
     #[arg(long, env = "HAT_BASE_URL")]

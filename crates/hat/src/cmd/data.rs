@@ -26,19 +26,19 @@ pub struct GenArgs {
     /// The base harness directory.
     #[arg(long, default_value = "harnesses/livestream")]
     harness: PathBuf,
-    /// Augmented harness states besides the base one.
-    #[arg(long, default_value_t = 8)]
+    /// Augmented harness states besides the base one (at most 100,000).
+    #[arg(long, default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=100_000))]
     variants: usize,
     #[arg(long, default_value = "train")]
     pool: String,
-    /// Number of tasks (train split only).
-    #[arg(long, default_value_t = 1000)]
+    /// Number of tasks (train split only; at most 10,000,000).
+    #[arg(long, default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
     tasks: usize,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Tasks per (harness state, stream): K > 1 draws runs of K tasks sharing a stream and a
     /// state, whose trajectories share their prompt prefix and pack together in training.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     group: usize,
     #[arg(long)]
     out: PathBuf,

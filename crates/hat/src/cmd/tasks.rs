@@ -11,7 +11,8 @@ pub enum TasksCmd {
     Sample {
         #[arg(long, default_value = "test")]
         split: String,
-        #[arg(long, default_value_t = 19)]
+        /// Tasks to print (at most 1,000,000).
+        #[arg(long, default_value_t = 19, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
         count: usize,
         #[arg(long, default_value_t = 0)]
         seed: u64,
