@@ -115,6 +115,60 @@ pub fn patterns_for_pre(pre: &str) -> Result<(Vec<String>, bool)> {
     })
 }
 
+/// Pieces longer than this that exhaust the regex engine are cut into chunks of this size.
+const PRE_TOKEN_CHUNK: usize = 4096;
+
+/// Splits `piece` into the matches of `re` and the gaps between them. A piece on which the
+/// backtracking engine gives up (a run of a megabyte of letters or spaces exceeds its stack)
+/// is cut into [`PRE_TOKEN_CHUNK`]-byte chunks at character boundaries, each split on its own:
+/// ordinary text never takes this path, and the whole encoding stays linear in the input.
+fn split_by<'a>(re: &Regex, piece: &'a str, out: &mut Vec<&'a str>) -> Result<()> {
+    let mark = out.len();
+    let mut last = 0;
+    let mut failed = None;
+    for m in re.find_iter(piece) {
+        let m = match m {
+            Ok(m) => m,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        };
+        if m.start() > last {
+            out.push(&piece[last..m.start()]);
+        }
+        if m.end() > m.start() {
+            out.push(m.as_str());
+        }
+        last = m.end();
+    }
+    match failed {
+        None => {
+            if last < piece.len() {
+                out.push(&piece[last..]);
+            }
+            Ok(())
+        }
+        Some(e) if piece.len() <= PRE_TOKEN_CHUNK => Err(Error::Tokenizer(format!(
+            "the pre-tokenizer regex failed on a {}-byte piece: {e}",
+            piece.len()
+        ))),
+        Some(_) => {
+            out.truncate(mark);
+            let mut start = 0;
+            while start < piece.len() {
+                let mut end = (start + PRE_TOKEN_CHUNK).min(piece.len());
+                while !piece.is_char_boundary(end) {
+                    end -= 1;
+                }
+                split_by(re, &piece[start..end], out)?;
+                start = end;
+            }
+            Ok(())
+        }
+    }
+}
+
 impl Tokenizer {
     /// Builds the tokenizer from a spec.
     pub fn new(spec: TokenizerSpec) -> Result<Self> {
@@ -299,20 +353,7 @@ impl Tokenizer {
         for re in &self.pre {
             let mut next = Vec::with_capacity(pieces.len() * 2);
             for piece in pieces {
-                let mut last = 0;
-                for m in re.find_iter(piece) {
-                    let m = m.map_err(|e| Error::Tokenizer(format!("regex: {e}")))?;
-                    if m.start() > last {
-                        next.push(&piece[last..m.start()]);
-                    }
-                    if m.end() > m.start() {
-                        next.push(m.as_str());
-                    }
-                    last = m.end();
-                }
-                if last < piece.len() {
-                    next.push(&piece[last..]);
-                }
+                split_by(re, piece, &mut next)?;
             }
             pieces = next;
         }
@@ -349,22 +390,67 @@ impl Tokenizer {
                     },
                 }
             }
-            loop {
-                let mut best: Option<(usize, u32, u32)> = None;
-                for i in 0..word.len().saturating_sub(1) {
-                    if let Some(&(rank, merged)) = self.merges.get(&(word[i], word[i + 1])) {
-                        if best.is_none_or(|(_, r, _)| rank < r) {
-                            best = Some((i, rank, merged));
-                        }
-                    }
-                }
-                let Some((i, _, merged)) = best else { break };
-                word[i] = merged;
-                word.remove(i + 1);
-            }
+            self.merge_word(&mut word);
             out.extend_from_slice(&word);
         }
         Ok(())
+    }
+
+    /// Applies the BPE merges to one pre-token, lowest rank first and leftmost among equal
+    /// ranks. A heap of candidate pairs over a linked list of symbols makes it O(n log n) in
+    /// the word's length (rescanning the word after every merge was quadratic: 20,000
+    /// repeated letters took seconds, 120,000 never finished).
+    fn merge_word(&self, word: &mut Vec<u32>) {
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
+        let n = word.len();
+        if n < 2 {
+            return;
+        }
+        const NONE: usize = usize::MAX;
+        let mut next: Vec<usize> = (1..=n).map(|i| if i < n { i } else { NONE }).collect();
+        let mut prev: Vec<usize> = (0..n).map(|i| i.checked_sub(1).unwrap_or(NONE)).collect();
+        let mut alive = vec![true; n];
+        // (rank, left position, left id, right id): stale entries are skipped when popped
+        let mut heap = BinaryHeap::new();
+        let push =
+            |heap: &mut BinaryHeap<Reverse<(u32, usize, u32, u32)>>, i: usize, a: u32, b: u32| {
+                if let Some(&(rank, _)) = self.merges.get(&(a, b)) {
+                    heap.push(Reverse((rank, i, a, b)));
+                }
+            };
+        for i in 0..n - 1 {
+            push(&mut heap, i, word[i], word[i + 1]);
+        }
+        while let Some(Reverse((_, i, a, b))) = heap.pop() {
+            let j = next[i];
+            if !alive[i] || j == NONE || word[i] != a || word[j] != b {
+                continue;
+            }
+            let Some(&(_, merged)) = self.merges.get(&(a, b)) else {
+                continue;
+            };
+            word[i] = merged;
+            alive[j] = false;
+            next[i] = next[j];
+            if next[j] != NONE {
+                prev[next[j]] = i;
+            }
+            if prev[i] != NONE {
+                push(&mut heap, prev[i], word[prev[i]], merged);
+            }
+            if next[i] != NONE {
+                push(&mut heap, i, merged, word[next[i]]);
+            }
+        }
+        let mut k = 0;
+        for i in 0..n {
+            if alive[i] {
+                word[k] = word[i];
+                k += 1;
+            }
+        }
+        word.truncate(k);
     }
 
     /// Raw bytes of one token (special tokens give their text).
@@ -412,6 +498,96 @@ impl Tokenizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The merge loop this module used before (rescan after every merge): the reference for
+    /// the heap-based one.
+    fn merge_word_naive(t: &Tokenizer, word: &mut Vec<u32>) {
+        loop {
+            let mut best: Option<(usize, u32, u32)> = None;
+            for i in 0..word.len().saturating_sub(1) {
+                if let Some(&(rank, merged)) = t.merges.get(&(word[i], word[i + 1])) {
+                    if best.is_none_or(|(_, r, _)| rank < r) {
+                        best = Some((i, rank, merged));
+                    }
+                }
+            }
+            let Some((i, _, merged)) = best else { break };
+            word[i] = merged;
+            word.remove(i + 1);
+        }
+    }
+
+    /// A tokenizer whose merges overlap and tie: every pair of `a b c` and their products.
+    fn overlapping() -> Tokenizer {
+        let bu = bytes_to_unicode();
+        let mut tokens: Vec<String> = bu.iter().map(|c| c.to_string()).collect();
+        let mut merges = Vec::new();
+        for (x, y) in [
+            ("a", "a"),
+            ("a", "b"),
+            ("b", "a"),
+            ("aa", "a"),
+            ("ab", "a"),
+            ("b", "c"),
+            ("aa", "aa"),
+            ("c", "c"),
+            ("a", "bc"),
+        ] {
+            let m = format!("{x}{y}");
+            if !tokens.contains(&m) {
+                tokens.push(m);
+            }
+            merges.push(format!("{x} {y}"));
+        }
+        let kinds = vec![TokenKind::Normal; tokens.len()];
+        Tokenizer::new(TokenizerSpec {
+            tokens,
+            kinds,
+            merges,
+            pre_patterns: vec![],
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn heap_merges_equal_the_rescanning_loop(w in "[abc]{0,60}") {
+            let t = overlapping();
+            let ids: Vec<u32> = w.chars().map(|c| t.vocab[&c.to_string()]).collect();
+            let (mut fast, mut slow) = (ids.clone(), ids);
+            t.merge_word(&mut fast);
+            merge_word_naive(&t, &mut slow);
+            proptest::prop_assert_eq!(fast, slow);
+        }
+    }
+
+    /// Issue 13: a megabyte of one character class exceeded the regex engine's stack and the
+    /// message failed to encode.
+    #[test]
+    fn megabyte_runs_encode_and_round_trip() {
+        for pre in ["smollm", "qwen2", "llama-bpe"] {
+            let t = toy(pre);
+            for s in [
+                " ".repeat(1 << 20),
+                "\n".repeat(1 << 20),
+                "x".repeat(1 << 20),
+                "!?".repeat(1 << 19),
+                "hello world ".repeat(1 << 16),
+            ] {
+                let ids = t.encode(&s, false).unwrap();
+                assert_eq!(t.decode(&ids, false), s, "{pre}");
+            }
+        }
+    }
+
+    /// Issue 13: 120,000 repeated letters never finished (quadratic merging).
+    #[test]
+    fn a_very_long_word_encodes_in_linearithmic_time() {
+        let t = overlapping();
+        let ids = t.encode(&"a".repeat(200_000), false).unwrap();
+        assert_eq!(ids.len(), 50_000); // "aaaa" tokens
+    }
 
     fn toy(pre: &str) -> Tokenizer {
         let bu = bytes_to_unicode();
