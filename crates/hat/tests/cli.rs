@@ -360,7 +360,15 @@ fn invalid_arguments_are_usage_errors() {
         vec!["generate", "--threads", "10000", "--user", "hi"],
         vec!["tasks", "sample", "--count", "1000000000"],
         vec!["data", "gen", "--tasks", "100000000000"],
-        vec!["augment", "--harness", "x", "--out", "y", "--count", "99999999"],
+        vec![
+            "augment",
+            "--harness",
+            "x",
+            "--out",
+            "y",
+            "--count",
+            "99999999",
+        ],
     ] {
         hat()
             .args(&args)
