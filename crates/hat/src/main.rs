@@ -66,6 +66,7 @@ fn main() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    exit_quietly_when_stdout_closes();
     let result = match cli.command {
         Command::Harness(c) => cmd::harness::run(c),
         Command::World(c) => cmd::world::run(c),
@@ -82,6 +83,17 @@ fn main() {
     if let Err(e) = result {
         eprintln!("error: {}", describe(&e));
         std::process::exit(1);
+    }
+}
+
+/// `hat ... | head` closes stdout early: Rust ignores SIGPIPE, so the next `println!` panicked
+/// with "failed printing to stdout". The command-line tools end quietly on it instead, as Unix
+/// tools do. A long-running server must not call this (a client hanging up would kill it).
+fn exit_quietly_when_stdout_closes() {
+    #[cfg(unix)]
+    // SAFETY: restores the default disposition of one signal before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

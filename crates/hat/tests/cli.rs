@@ -801,3 +801,21 @@ fn walk(dir: &Path) -> Vec<String> {
     }
     out
 }
+
+/// Issue 13: `hat ... | head` panicked with "failed printing to stdout: Broken pipe".
+#[cfg(unix)]
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    use std::process::Stdio;
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("hat"))
+        .args(["tasks", "sample", "--split", "train", "--count", "20000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_ne!(out.status.code(), Some(101), "{stderr}");
+}
