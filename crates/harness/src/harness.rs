@@ -456,18 +456,45 @@ impl Harness {
                 None
             }
         };
+        let budget = m
+            .prompt
+            .max_chars
+            .unwrap_or(crate::render::DEFAULT_PROMPT_BUDGET);
+        if !(500..=100_000).contains(&budget) {
+            problems.push(Problem::new(
+                "harness.toml",
+                at("harness.toml", "max_chars"),
+                "[prompt] max_chars must be between 500 and 100000",
+            ));
+        }
         if let Some(r) = &renderer {
-            if let Err(e) = r.render(&view, &m.prompt.sections, &sample_stream()) {
-                let file = if spec.template.is_some() {
-                    template_file.as_str()
-                } else {
-                    "harness.toml"
-                };
-                problems.push(Problem::new(
+            let file = if spec.template.is_some() {
+                template_file.as_str()
+            } else {
+                "harness.toml"
+            };
+            match r.render(&view, &m.prompt.sections, &sample_stream()) {
+                Err(e) => problems.push(Problem::new(
                     file,
                     None,
                     format!("the prompt fails to render: {e}"),
-                ));
+                )),
+                Ok(text) => {
+                    let n = text.chars().count();
+                    if n > budget {
+                        problems.push(Problem::new(
+                            file,
+                            None,
+                            format!(
+                                "the system prompt renders to {n} characters for a sample stream, \
+                                 over its budget of {budget} ([prompt] max_chars in harness.toml, \
+                                 default {}): shorten skills, tool descriptions or rules, or raise \
+                                 the budget",
+                                crate::render::DEFAULT_PROMPT_BUDGET
+                            ),
+                        ))
+                    }
+                }
             }
         }
         if !problems.is_empty() {

@@ -113,6 +113,16 @@ fn type_of(v: &Value) -> String {
     }
 }
 
+/// The system prompt's default budget in characters: about twice the production prompt
+/// (5,600-5,900) and above every augmented layout, far below a prompt that would not fit a
+/// compact model's context. A harness may set its own (`[prompt] max_chars`).
+pub const DEFAULT_PROMPT_BUDGET: usize = 12_000;
+/// Template instructions one render may execute: the built-in layouts need a few thousand;
+/// a template with runaway loops stops with an error instead of running for minutes.
+pub const TEMPLATE_FUEL: u64 = 1_000_000;
+/// Largest rendered prompt, whatever the budget says.
+pub const MAX_RENDER_BYTES: usize = 1 << 20;
+
 /// The built-in layouts plus an optional custom template, compiled once.
 pub struct Renderer {
     env: Environment<'static>,
@@ -152,6 +162,7 @@ impl Renderer {
         env.set_undefined_behavior(UndefinedBehavior::Lenient);
         env.set_trim_blocks(false);
         env.set_keep_trailing_newline(false);
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.add_template("markdown", include_str!("templates/markdown.j2"))
             .map_err(|e| e.to_string())?;
         env.add_template("xml", include_str!("templates/xml.j2"))
@@ -189,6 +200,12 @@ impl Renderer {
             .get_template(name)
             .map_err(|e| describe_template_error(&e))?;
         let out = tmpl.render(ctx).map_err(|e| describe_template_error(&e))?;
+        if out.len() > MAX_RENDER_BYTES {
+            return Err(format!(
+                "the template renders {} bytes, more than the {MAX_RENDER_BYTES} any prompt may have",
+                out.len()
+            ));
+        }
         Ok(out.trim().to_string())
     }
 }

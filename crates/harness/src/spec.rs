@@ -70,6 +70,10 @@ pub struct PromptConfig {
     pub format: String,
     #[serde(default = "default_sections")]
     pub sections: Vec<String>,
+    /// The rendered system prompt's budget in characters (default
+    /// [`crate::render::DEFAULT_PROMPT_BUDGET`]), checked by `hat harness check`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_chars: Option<usize>,
 }
 
 fn default_format() -> String {
@@ -85,6 +89,7 @@ impl Default for PromptConfig {
             template: None,
             format: default_format(),
             sections: default_sections(),
+            max_chars: None,
         }
     }
 }

@@ -819,3 +819,48 @@ fn a_closed_stdout_ends_the_command_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_ne!(out.status.code(), Some(101), "{stderr}");
 }
+
+/// Issue 13: templates had no limits (nested loops ran away, `render` printed 100 MB) and a
+/// 1 MB tool description passed `check`.
+#[test]
+fn harness_check_enforces_template_fuel_and_the_prompt_budget() {
+    let d = broken_copy(|p| {
+        std::fs::write(
+            p.join("prompt.j2"),
+            "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+        )
+        .unwrap();
+        let m = std::fs::read_to_string(p.join("harness.toml"))
+            .unwrap()
+            .replace(
+                "format = \"markdown\"",
+                "format = \"markdown\"\ntemplate = \"prompt.j2\"",
+            );
+        std::fs::write(p.join("harness.toml"), m).unwrap();
+    });
+    fails_cleanly(
+        hat()
+            .args(["harness", "check"])
+            .arg(d.path())
+            .timeout(std::time::Duration::from_secs(60)),
+    )
+    .stderr(predicate::str::contains("prompt.j2").and(predicate::str::contains("fuel")));
+
+    let d = broken_copy(|p| {
+        let t = std::fs::read_to_string(p.join("tools/check_stock.json"))
+            .unwrap()
+            .replace(
+                "Units in stock for a product, optionally for one size and colour.",
+                &"very long description ".repeat(45_000),
+            );
+        std::fs::write(p.join("tools/check_stock.json"), t).unwrap();
+    });
+    fails_cleanly(hat().args(["harness", "check"]).arg(d.path()))
+        .stderr(predicate::str::contains("over its budget of 12000"));
+    // the production harness is within its budget
+    hat()
+        .args(["harness", "check"])
+        .arg(production())
+        .assert()
+        .success();
+}
