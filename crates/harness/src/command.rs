@@ -28,7 +28,25 @@ pub enum CommandOutcome {
     Failed(String),
 }
 
-/// Runs `argv` with `input` on stdin, from `cwd` when given.
+/// The `PATH` a hook runs with: its environment is otherwise empty, so nothing of the
+/// server's (keys, tokens) reaches it.
+pub const HOOK_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Whether `prog` names a file inside the harness folder: `./a/b`, no `..`, `.` or empty
+/// component, no backslash.
+pub fn is_local_program(prog: &str) -> bool {
+    let Some(rest) = prog.strip_prefix("./") else {
+        return false;
+    };
+    !rest.is_empty()
+        && !rest.contains('\\')
+        && rest
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..")
+}
+
+/// Runs `argv` with `input` on stdin, from `cwd` when given, with an empty environment apart
+/// from [`HOOK_PATH`].
 pub fn run(
     argv: &[String],
     cwd: Option<&Path>,
@@ -48,7 +66,9 @@ pub fn run(
         _ => prog.into(),
     };
     let mut cmd = Command::new(program);
-    cmd.args(args)
+    cmd.env_clear()
+        .env("PATH", HOOK_PATH)
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -83,8 +103,15 @@ pub fn run(
         Err(e) => return CommandOutcome::Failed(format!("waiting for `{prog}` failed: {e}")),
     };
     let grace = Duration::from_millis(200);
-    let stdout = out_rx.recv_timeout(grace).unwrap_or_default();
-    let stderr = err_rx.recv_timeout(grace).unwrap_or_default();
+    let (stdout, out_over) = out_rx.recv_timeout(grace).unwrap_or_default();
+    let (stderr, err_over) = err_rx.recv_timeout(grace).unwrap_or_default();
+    if out_over || err_over {
+        return CommandOutcome::Failed(format!(
+            "`{prog}` wrote more than {MAX_OUTPUT_BYTES} bytes to its {}; a hook answers with a \
+             short JSON object",
+            if out_over { "stdout" } else { "stderr" }
+        ));
+    }
     match status.code() {
         Some(0) => {
             let t = stdout.trim();
@@ -116,14 +143,17 @@ pub fn run(
     }
 }
 
-fn read_pipe<R: Read + Send + 'static>(pipe: Option<R>) -> mpsc::Receiver<String> {
+/// Reads up to [`MAX_OUTPUT_BYTES`] of a pipe; the flag says there was more.
+fn read_pipe<R: Read + Send + 'static>(pipe: Option<R>) -> mpsc::Receiver<(String, bool)> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let mut s = String::new();
+        let mut bytes = Vec::new();
         if let Some(p) = pipe {
-            let _ = p.take(MAX_OUTPUT_BYTES).read_to_string(&mut s);
+            let _ = p.take(MAX_OUTPUT_BYTES + 1).read_to_end(&mut bytes);
         }
-        let _ = tx.send(s);
+        let over = bytes.len() as u64 > MAX_OUTPUT_BYTES;
+        bytes.truncate(MAX_OUTPUT_BYTES as usize);
+        let _ = tx.send((String::from_utf8_lossy(&bytes).into_owned(), over));
     });
     rx
 }
@@ -135,6 +165,50 @@ mod tests {
 
     fn sh(script: &str) -> Vec<String> {
         vec!["sh".into(), "-c".into(), script.into()]
+    }
+
+    #[test]
+    fn only_local_programs_are_accepted() {
+        for ok in ["./hooks/x.sh", "./x", "./a/b/c.py"] {
+            assert!(is_local_program(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "sh",
+            "/bin/sh",
+            "./",
+            "./../../../../bin/sh",
+            "./a/../../b",
+            "./a//b",
+            "./a\\b",
+            "hooks/x.sh",
+            "././x",
+        ] {
+            assert!(!is_local_program(bad), "{bad}");
+        }
+    }
+
+    /// Issue 13: output over 64 KiB was reported as "killed by a signal"; the environment of
+    /// the server leaked into hooks.
+    #[test]
+    fn big_output_is_named_and_the_environment_is_empty() {
+        let t = Duration::from_secs(10);
+        let input = json!({"event": "before_reply", "reply": "hi"});
+        match run(
+            &sh("cat >/dev/null; head -c 200000 /dev/zero | tr '\\0' x"),
+            None,
+            &input,
+            t,
+        ) {
+            CommandOutcome::Failed(m) => {
+                assert!(m.contains("more than 65536 bytes to its stdout"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            run(&sh("cat >/dev/null; echo \"{\\\"home\\\": \\\"$HOME\\\", \\\"path\\\": \\\"$PATH\\\"}\""), None, &input, t),
+            CommandOutcome::Allow(Some(json!({"home": "", "path": HOOK_PATH})))
+        );
     }
 
     #[test]

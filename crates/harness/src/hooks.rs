@@ -291,11 +291,18 @@ pub fn compile(spec: &HookSpec) -> Result<Hook, Vec<String>> {
             })
         }
         "command" => {
-            if spec.command.is_empty() {
-                errs.push(format!(
-                    "hook `{}`: a command hook needs `command = [\"program\", \"arg\", ...]`",
+            match spec.command.first() {
+                None => errs.push(format!(
+                    "hook `{}`: a command hook needs `command = [\"./hooks/program\", \"arg\", ...]`",
                     spec.id
-                ));
+                )),
+                Some(p) if !command::is_local_program(p) => errs.push(format!(
+                    "hook `{}`: the program `{p}` must be a file inside the harness folder, written \
+                     `./path` without `..` (e.g. `./hooks/check.sh`; name an interpreter on the \
+                     script's #! line)",
+                    spec.id
+                )),
+                Some(_) => {}
             }
             let ms = spec.timeout_ms.unwrap_or(command::DEFAULT_TIMEOUT_MS);
             if ms == 0 || ms > 60_000 {

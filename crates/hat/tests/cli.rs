@@ -864,3 +864,21 @@ fn harness_check_enforces_template_fuel_and_the_prompt_budget() {
         .assert()
         .success();
 }
+
+/// Issue 13: `command = [""]` and `./../../../../bin/sh` passed as hook programs.
+#[test]
+fn harness_check_refuses_hook_programs_outside_the_folder() {
+    for prog in ["", "./../../../../bin/sh", "/bin/sh", "sh"] {
+        let d = broken_copy(|p| {
+            let h = std::fs::read_to_string(p.join("hooks.toml"))
+                .unwrap()
+                .replace("\"./hooks/no-medical-claims.sh\"", &format!("\"{prog}\""));
+            std::fs::write(p.join("hooks.toml"), h).unwrap();
+        });
+        fails_cleanly(hat().args(["harness", "check"]).arg(d.path())).stderr(
+            predicate::str::contains("hooks.toml").and(predicate::str::contains(
+                "must be a file inside the harness folder",
+            )),
+        );
+    }
+}
