@@ -108,10 +108,12 @@ pub fn existing_keys(path: &Path) -> Result<HashSet<(String, String)>, DataError
         if line.trim().is_empty() {
             continue;
         }
-        let v: Value = serde_json::from_str(&line).map_err(|e| DataError::Parse {
-            file: path.display().to_string(),
-            line: i + 1,
-            message: e.to_string(),
+        let v: Value = serde_json::from_str(line.trim_start_matches('\u{feff}')).map_err(|e| {
+            DataError::Parse {
+                file: path.display().to_string(),
+                line: i + 1,
+                message: e.to_string(),
+            }
         })?;
         keys.insert((
             v["task_id"].as_str().unwrap_or("").to_string(),

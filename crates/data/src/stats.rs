@@ -52,11 +52,14 @@ impl Stats {
             if line.trim().is_empty() {
                 continue;
             }
-            let r: Record = serde_json::from_str(&line).map_err(|e| DataError::Parse {
-                file: path.display().to_string(),
-                line: i + 1,
-                message: e.to_string(),
-            })?;
+            let r: Record =
+                serde_json::from_str(line.trim_start_matches('\u{feff}')).map_err(|e| {
+                    DataError::Parse {
+                        file: path.display().to_string(),
+                        line: i + 1,
+                        message: e.to_string(),
+                    }
+                })?;
             s.add(&r);
         }
         Ok(s)

@@ -95,10 +95,13 @@ fn read_ids(path: &Path) -> Result<HashSet<String>, EvalError> {
         if line.trim().is_empty() {
             continue;
         }
-        let v: Value = serde_json::from_str(&line).map_err(|e| EvalError::Parse {
-            file: path.display().to_string(),
-            line: i + 1,
-            message: e.to_string(),
+        // a byte-order mark from an editor is not part of the JSON
+        let v: Value = serde_json::from_str(line.trim_start_matches('\u{feff}')).map_err(|e| {
+            EvalError::Parse {
+                file: path.display().to_string(),
+                line: i + 1,
+                message: e.to_string(),
+            }
         })?;
         if let Some(id) = v["id"].as_str() {
             ids.insert(id.to_string());
@@ -297,16 +300,25 @@ fn summarise_agent(
     let mut comps: BTreeMap<String, Tally> = BTreeMap::new();
     let mut by_type: BTreeMap<String, Tally> = BTreeMap::new();
     let mut item_seconds = 0.0;
+    // an item written twice (a run killed between its write and the next) counts once
+    let mut seen: HashSet<String> = HashSet::new();
     for (i, line) in text
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
     {
-        let v: Value = serde_json::from_str(line).map_err(|e| EvalError::Parse {
-            file: path.display().to_string(),
-            line: i + 1,
-            message: e.to_string(),
+        let v: Value = serde_json::from_str(line.trim_start_matches('\u{feff}')).map_err(|e| {
+            EvalError::Parse {
+                file: path.display().to_string(),
+                line: i + 1,
+                message: e.to_string(),
+            }
         })?;
+        if let Some(id) = v["id"].as_str() {
+            if !seen.insert(id.to_string()) {
+                continue;
+            }
+        }
         let ok = v["pass"].as_bool().unwrap_or(false);
         overall.add(ok);
         by_type

@@ -162,6 +162,8 @@ fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
 
 /// Line endings normalised so a checkout on Windows hashes the same.
 pub fn normalize(text: &str) -> String {
+    // a byte-order mark from an editor would hide the front matter's opening `---`
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     if text.contains('\r') {
         text.replace("\r\n", "\n")
     } else {

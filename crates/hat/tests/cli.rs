@@ -520,6 +520,32 @@ fn eval_runs_the_oracle_resumes_and_compares() {
         .arg(&a)
         .assert()
         .success();
+    // Issue 13: an item written twice (a killed run) was counted twice on --resume.
+    let items = a.join("lsqa/items.jsonl");
+    let text = std::fs::read_to_string(&items).unwrap();
+    let first = text.lines().next().unwrap().to_string();
+    std::fs::write(&items, format!("\u{feff}{text}{first}\n")).unwrap();
+    hat()
+        .args([
+            "eval",
+            "--model",
+            "oracle",
+            "--suite",
+            "lsqa",
+            "--limit",
+            "20",
+            "--resume",
+            "--harness",
+        ])
+        .arg(production())
+        .arg("--out")
+        .arg(&a)
+        .assert()
+        .success();
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(a.join("lsqa/results.json")).unwrap())
+            .unwrap();
+    assert_eq!(r["total"], 20, "{r}");
     hat()
         .args([
             "eval",
@@ -881,4 +907,24 @@ fn harness_check_refuses_hook_programs_outside_the_folder() {
             )),
         );
     }
+}
+
+/// Issue 13: a UTF-8 byte-order mark broke SKILL.md front matter and harness.toml.
+#[test]
+fn harness_files_with_a_byte_order_mark_load() {
+    let d = broken_copy(|p| {
+        for f in [
+            "skills/greet-and-thank/SKILL.md",
+            "harness.toml",
+            "tools/check_stock.json",
+        ] {
+            let t = std::fs::read_to_string(p.join(f)).unwrap();
+            std::fs::write(p.join(f), format!("\u{feff}{t}")).unwrap();
+        }
+    });
+    hat()
+        .args(["harness", "check"])
+        .arg(d.path())
+        .assert()
+        .success();
 }

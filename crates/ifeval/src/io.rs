@@ -57,7 +57,8 @@ fn read(path: &Path) -> Result<String, IfevalError> {
 fn lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
     text.lines()
         .enumerate()
-        .map(|(i, l)| (i + 1, l))
+        // a byte-order mark from an editor is not part of the JSON
+        .map(|(i, l)| (i + 1, l.trim_start_matches('\u{feff}')))
         .filter(|(_, l)| !l.trim().is_empty())
 }
 

@@ -119,14 +119,17 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<Trajectory>> {
         if line.trim().is_empty() {
             continue;
         }
-        let record: Record = serde_json::from_str(&line).map_err(|e| TrainError::Data {
-            file: path.display().to_string(),
-            line: i + 1,
-            message: format!(
+        let record: Record =
+            serde_json::from_str(line.trim_start_matches('\u{feff}')).map_err(|e| {
+                TrainError::Data {
+                    file: path.display().to_string(),
+                    line: i + 1,
+                    message: format!(
                 "not a `hat data gen` record ({e}); each line must be one JSON object with \
                  `messages`, `tools`, `harness_hash`, `task_id`, ..."
             ),
-        })?;
+                }
+            })?;
         if record.messages.is_empty() {
             return Err(TrainError::Data {
                 file: path.display().to_string(),
