@@ -928,3 +928,31 @@ fn harness_files_with_a_byte_order_mark_load() {
         .assert()
         .success();
 }
+
+/// Issue 13: `--temperature -1` was read as a flag; an endpoint's timeout was a hard-coded 300 s.
+#[test]
+fn negative_temperatures_are_values_with_a_clear_error() {
+    fails_cleanly(
+        hat()
+            .args([
+                "run",
+                "--model",
+                "openai:x",
+                "--base-url",
+                "http://127.0.0.1:9",
+                "--temperature",
+                "-1",
+                "--comment",
+                "hi",
+                "--harness",
+            ])
+            .arg(production()),
+    )
+    .stderr(predicate::str::contains("--temperature must be between 0"));
+    hat()
+        .args(["run", "--request-timeout-s", "0", "--comment", "hi"])
+        .assert()
+        .failure()
+        .code(2)
+        .stderr(predicate::str::contains("is not in 1..=3600"));
+}

@@ -160,11 +160,11 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = 128)]
     pub max_tokens: usize,
     /// 0 = greedy.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub temperature: f32,
     #[arg(long, default_value_t = 0)]
     pub top_k: usize,
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub top_p: f32,
     #[arg(long, default_value_t = 1.0)]
     pub repetition_penalty: f32,

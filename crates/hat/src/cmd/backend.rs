@@ -29,8 +29,12 @@ pub struct ModelArgs {
     /// Environment variable holding the endpoint's API key.
     #[arg(long)]
     pub api_key_env: Option<String>,
+    /// Seconds an endpoint may take for one request before the turn fails (live streams need
+    /// a few seconds; a slow evaluation endpoint may need more).
+    #[arg(long, default_value_t = 60, value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=3600))]
+    pub request_timeout_s: u64,
     /// Sampling temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub temperature: f64,
     /// Token limit of one model turn.
     #[arg(long, default_value_t = 256)]
@@ -42,6 +46,12 @@ pub fn chat_model(a: &ModelArgs) -> Result<(ModelIdentity, Box<dyn ChatModel>)> 
     let Some(model) = a.model.as_deref() else {
         bail!("--model is required (openai:<name> with --base-url)")
     };
+    if !(a.temperature.is_finite() && (0.0..=2.0).contains(&a.temperature)) {
+        bail!(
+            "--temperature must be between 0 (greedy) and 2, not {}",
+            a.temperature
+        )
+    }
     let decoding = json!({"temperature": a.temperature, "max_tokens": a.max_tokens});
     if let Some(name) = model.strip_prefix("openai:") {
         let Some(base_url) = a.base_url.clone() else {
@@ -58,7 +68,7 @@ pub fn chat_model(a: &ModelArgs) -> Result<(ModelIdentity, Box<dyn ChatModel>)> 
             api_key_env: a.api_key_env.clone(),
             temperature: a.temperature,
             max_tokens: a.max_tokens,
-            timeout: Duration::from_secs(300),
+            timeout: Duration::from_secs(a.request_timeout_s),
         };
         return Ok((identity, Box::new(OpenAiTeacher::new(cfg)?)));
     }

@@ -54,8 +54,11 @@ pub struct GenArgs {
     /// Environment variable that holds the API key (unset: no key is sent).
     #[arg(long)]
     api_key_env: Option<String>,
-    #[arg(long, default_value_t = 0.7)]
+    #[arg(long, default_value_t = 0.7, allow_negative_numbers = true)]
     temperature: f64,
+    /// Seconds the teacher endpoint may take for one request.
+    #[arg(long, default_value_t = 120, value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=3600))]
+    request_timeout_s: u64,
     /// Append to an existing file, skipping trajectories already in it.
     #[arg(long, conflicts_with = "force")]
     resume: bool,
@@ -89,6 +92,12 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
     let mut teacher = match a.teacher.as_str() {
         "oracle" => Teacher::Oracle,
         "openai" => {
+            if !(a.temperature.is_finite() && (0.0..=2.0).contains(&a.temperature)) {
+                bail!(
+                    "--temperature must be between 0 (greedy) and 2, not {}",
+                    a.temperature
+                )
+            }
             let (Some(base_url), Some(model)) = (a.base_url.clone(), a.model.clone()) else {
                 bail!("--teacher openai needs --base-url and --model (or HAT_TEACHER_BASE_URL / HAT_TEACHER_MODEL)");
             };
@@ -98,7 +107,7 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
                 api_key_env: a.api_key_env.clone(),
                 temperature: a.temperature,
                 max_tokens: 512,
-                timeout: Duration::from_secs(120),
+                timeout: Duration::from_secs(a.request_timeout_s),
             };
             Teacher::Chat {
                 name: format!("openai:{model}"),
