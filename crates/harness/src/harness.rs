@@ -413,6 +413,14 @@ impl Harness {
                             problems.push(Problem::new("hooks.toml", line, format!("hook `{}` matches tool `{t}`, which the harness does not define", h.id)));
                         }
                     }
+                    if let Action::Check { rule, .. } = &c.action {
+                        if let Some(e) = &rule.ends_with {
+                            let n = e.chars().count();
+                            if n >= m.reply.max_chars {
+                                problems.push(Problem::new("hooks.toml", line, format!("hook `{}`: ends_with needs {n} characters, not less than the reply limit ([reply] max_chars = {}), so no reply can pass", h.id, m.reply.max_chars)));
+                            }
+                        }
+                    }
                     if let Action::Command { argv, .. } = &c.action {
                         let prog = &argv[0];
                         let local = prog

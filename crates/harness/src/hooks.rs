@@ -127,6 +127,52 @@ pub const DEFAULT_FALLBACK: &str =
     "Thanks for asking! Let me double-check that and come back to you in a moment.";
 
 /// Compiles one hook; `Err` holds every problem found.
+/// Check rules that can never pass, or that contradict themselves: every reply would fail
+/// them, and data generation would write nothing.
+fn lint_check(id: &str, rule: &CheckRule) -> Vec<String> {
+    let mut errs = Vec::new();
+    let blank = |v: &[String]| v.iter().any(|p| p.trim().is_empty());
+    if blank(&rule.forbid) || blank(&rule.require) {
+        errs.push(format!(
+            "hook `{id}`: an empty phrase in forbid or require never matches anything; remove it"
+        ));
+    }
+    for f in &rule.forbid {
+        if let Some(r) = rule
+            .require
+            .iter()
+            .find(|r| !f.trim().is_empty() && crate::text::contains_phrase(r, f))
+        {
+            errs.push(format!(
+                "hook `{id}`: `{r}` is required but contains the forbidden `{f}`, so no reply can pass"
+            ));
+        }
+    }
+    if let Some(e) = &rule.ends_with {
+        if rule
+            .forbid
+            .iter()
+            .any(|f| !f.trim().is_empty() && crate::text::contains_phrase(e, f))
+        {
+            errs.push(format!(
+                "hook `{id}`: ends_with `{e}` contains a forbidden phrase, so no reply can pass"
+            ));
+        }
+    }
+    if let Some(m) = rule.max_chars {
+        if m == 0 {
+            errs.push(format!("hook `{id}`: max_chars = 0 rejects every reply"));
+        }
+        let needed = rule.ends_with.as_deref().map_or(0, |e| e.chars().count());
+        if m > 0 && needed >= m {
+            errs.push(format!(
+                "hook `{id}`: ends_with needs {needed} characters, not less than max_chars = {m}"
+            ));
+        }
+    }
+    errs
+}
+
 pub fn compile(spec: &HookSpec) -> Result<Hook, Vec<String>> {
     let mut errs = Vec::new();
     if spec.id.trim().is_empty() {
@@ -247,6 +293,7 @@ pub fn compile(spec: &HookSpec) -> Result<Hook, Vec<String>> {
             {
                 errs.push(format!("hook `{}`: a check needs at least one of forbid, require, ends_with, max_chars", spec.id));
             }
+            errs.extend(lint_check(&spec.id, &rule));
             Some(Action::Check {
                 rule,
                 on_fail,

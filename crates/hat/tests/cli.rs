@@ -956,3 +956,56 @@ fn negative_temperatures_are_values_with_a_clear_error() {
         .code(2)
         .stderr(predicate::str::contains("is not in 1..=3600"));
 }
+
+/// Issue 13: dead or contradictory hook rules passed `check`, and `data gen` then wrote 0
+/// trajectories and exited 0.
+#[test]
+fn dead_hook_rules_are_refused_and_an_empty_data_gen_fails() {
+    for (rule, want) in [
+        ("forbid = [\"\"]", "an empty phrase"),
+        ("max_chars = 0", "max_chars = 0"),
+        (
+            "forbid = [\"deal\"]\nrequire = [\"great deal\"]",
+            "no reply can pass",
+        ),
+        ("ends_with = \"", "not less than the reply limit"),
+    ] {
+        let rule = if rule.starts_with("ends_with") {
+            format!("ends_with = \"{}\"", "x".repeat(400))
+        } else {
+            rule.to_string()
+        };
+        let d = broken_copy(|p| {
+            let mut h = std::fs::read_to_string(p.join("hooks.toml")).unwrap();
+            h.push_str(&format!(
+                "\n[[hooks]]\nid = \"dead\"\nevent = \"before_reply\"\naction = \"check\"\n{rule}\non_fail = \"retry\"\n"
+            ));
+            std::fs::write(p.join("hooks.toml"), h).unwrap();
+        });
+        fails_cleanly(hat().args(["harness", "check"]).arg(d.path()))
+            .stderr(predicate::str::contains("hook `dead`").and(predicate::str::contains(want)));
+    }
+    // a contradiction across two hooks, which check does not see: every reply is rejected
+    let d = broken_copy(|p| {
+        let mut h = std::fs::read_to_string(p.join("hooks.toml")).unwrap();
+        h.push_str("\n[[hooks]]\nid = \"need\"\nevent = \"before_reply\"\naction = \"check\"\nrequire = [\"zebra crossing\"]\non_fail = \"retry\"\n");
+        h.push_str("\n[[hooks]]\nid = \"deny\"\nevent = \"before_reply\"\naction = \"check\"\nforbid = [\"zebra\"]\non_fail = \"retry\"\n");
+        std::fs::write(p.join("hooks.toml"), h).unwrap();
+    });
+    fails_cleanly(
+        hat()
+            .args([
+                "data",
+                "gen",
+                "--tasks",
+                "6",
+                "--variants",
+                "0",
+                "--harness",
+            ])
+            .arg(d.path())
+            .arg("--out")
+            .arg(d.path().join("out.jsonl")),
+    )
+    .stderr(predicate::str::contains("no trajectory was written"));
+}

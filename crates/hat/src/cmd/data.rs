@@ -176,5 +176,20 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
     for r in report.rejections.iter().take(5) {
         println!("  rejected {r}");
     }
+    if report.written == 0 && report.skipped_existing == 0 {
+        bail!(
+            "no trajectory was written: {} of {} tasks were rejected by the scorer and {} did not \
+             apply to the harness states{}; check the harness's hooks (a rule that can never pass \
+             rejects every reply) with `hat harness render` and `hat run`",
+            report.rejected,
+            report.attempted,
+            report.not_applicable,
+            report
+                .rejections
+                .first()
+                .map(|r| format!(" (first rejection: {r})"))
+                .unwrap_or_default()
+        );
+    }
     Ok(())
 }
