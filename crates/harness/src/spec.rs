@@ -182,7 +182,7 @@ pub struct BindingSpec {
 }
 
 /// A JSON Pointer, or a pointer with a value map for renamed enum values.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum ArgSourceSpec {
     Pointer(String),
@@ -191,6 +191,55 @@ pub enum ArgSourceSpec {
         /// Value the model writes -> canonical value.
         map: BTreeMap<String, String>,
     },
+}
+
+/// Read by hand so a misspelt key is named (serde's untagged enums only say "data did not
+/// match any variant").
+impl<'de> Deserialize<'de> for ArgSourceSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        const EXPECTED: &str =
+            "a JSON Pointer string like \"/product_id\", or {\"from\": \"/sz\", \"map\": {\"medium\": \"M\"}}";
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = ArgSourceSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(EXPECTED)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(ArgSourceSpec::Pointer(v.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<Self::Value, A::Error> {
+                let (mut from, mut map) = (None, None);
+                while let Some(k) = m.next_key::<String>()? {
+                    match k.as_str() {
+                        "from" => from = Some(m.next_value::<String>()?),
+                        "map" => map = Some(m.next_value::<BTreeMap<String, String>>()?),
+                        other => {
+                            return Err(serde::de::Error::custom(format!(
+                                "unknown key `{other}` in a binding argument (it takes `from` and \
+                                 `map`; or write {EXPECTED})"
+                            )))
+                        }
+                    }
+                }
+                let from = from.ok_or_else(|| {
+                    serde::de::Error::custom(
+                        "a mapped binding argument needs `from` (a JSON Pointer)",
+                    )
+                })?;
+                let map = map.ok_or_else(|| {
+                    serde::de::Error::custom(
+                        "a mapped binding argument needs `map` (value -> canonical value)",
+                    )
+                })?;
+                Ok(ArgSourceSpec::Mapped { from, map })
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl ArgSourceSpec {

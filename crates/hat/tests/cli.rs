@@ -1009,3 +1009,22 @@ fn dead_hook_rules_are_refused_and_an_empty_data_gen_fails() {
     )
     .stderr(predicate::str::contains("no trajectory was written"));
 }
+
+/// Issue 13: a misspelt binding key read "data did not match any variant of untagged enum".
+#[test]
+fn a_misspelt_binding_key_is_named() {
+    let d = broken_copy(|p| {
+        let t = std::fs::read_to_string(p.join("tools/check_stock.json"))
+            .unwrap()
+            .replace(
+                "\"size\": \"/size\"",
+                "\"size\": {\"frm\": \"/size\", \"map\": {}}",
+            );
+        std::fs::write(p.join("tools/check_stock.json"), t).unwrap();
+    });
+    fails_cleanly(hat().args(["harness", "check"]).arg(d.path())).stderr(
+        predicate::str::contains("tools/check_stock.json")
+            .and(predicate::str::contains("unknown key `frm`"))
+            .and(predicate::str::contains("untagged").not()),
+    );
+}
