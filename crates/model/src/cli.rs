@@ -72,7 +72,7 @@ pub fn run_model(cmd: ModelCommand) -> anyhow::Result<()> {
         }
         ModelCommand::Info(a) => {
             let p = model_path(a.path);
-            let (info, tok) = inspect(&p)?;
+            let (info, tok) = inspect(&p).with_context(|| format!("model {}", p.display()))?;
             let c = &info.config;
             println!("source:        {}", info.source);
             println!("architecture:  {}", c.arch.name());
@@ -205,7 +205,10 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
         })
     } else if let Some(f) = &a.chat {
         let s = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-        Some(parse_chat_file(&s)?)
+        Some(
+            parse_chat_file(s.trim_start_matches('\u{feff}'))
+                .with_context(|| format!("chat file {}", f.display()))?,
+        )
     } else {
         None
     };

@@ -13,6 +13,13 @@ use crate::error::{Error, Result};
 use crate::tokenizer::{patterns_for_pre, TokenKind, TokenizerSpec};
 use crate::weights::{RawTensor, WeightMap};
 
+fn wrong_type(k: &str, v: &Value, want: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "GGUF metadata `{k}` is {:?}, not {want} (a corrupt or hand-edited file)",
+        v.value_type()
+    ))
+}
+
 /// An opened GGUF file (header parsed, tensors not yet read).
 #[derive(Debug)]
 pub struct GgufFile {
@@ -66,9 +73,27 @@ impl GgufFile {
         })
     }
     fn req_uint(&self, k: &str) -> Result<usize> {
-        self.uint(k)
-            .map(|x| x as usize)
-            .ok_or_else(|| Error::Missing(format!("GGUF metadata `{k}`")))
+        match (self.get(k), self.uint(k)) {
+            (_, Some(x)) => Ok(x as usize),
+            (None, None) => Err(Error::Missing(format!("GGUF metadata `{k}`"))),
+            (Some(v), None) => Err(wrong_type(k, v, "a non-negative integer")),
+        }
+    }
+    /// An optional unsigned value: absent is `None`, present with another type an error.
+    fn opt_uint(&self, k: &str) -> Result<Option<u64>> {
+        match (self.get(k), self.uint(k)) {
+            (_, Some(x)) => Ok(Some(x)),
+            (None, None) => Ok(None),
+            (Some(v), None) => Err(wrong_type(k, v, "a non-negative integer")),
+        }
+    }
+    /// An optional float: absent is `None`, present with another type an error.
+    fn opt_float(&self, k: &str) -> Result<Option<f64>> {
+        match (self.get(k), self.float(k)) {
+            (_, Some(x)) => Ok(Some(x)),
+            (None, None) => Ok(None),
+            (Some(v), None) => Err(wrong_type(k, v, "a float")),
+        }
     }
     fn float(&self, k: &str) -> Option<f64> {
         self.get(k).and_then(|v| match v {
@@ -96,15 +121,15 @@ impl GgufFile {
         let hidden = self.req_uint(&format!("{p}.embedding_length"))?;
         let heads = self.req_uint(&format!("{p}.attention.head_count"))?;
         let kv = self
-            .uint(&format!("{p}.attention.head_count_kv"))
+            .opt_uint(&format!("{p}.attention.head_count_kv"))?
             .map(|x| x as usize)
             .unwrap_or(heads);
         let head_dim = self
-            .uint(&format!("{p}.attention.key_length"))
-            .or(self.uint(&format!("{p}.rope.dimension_count")))
+            .opt_uint(&format!("{p}.attention.key_length"))?
+            .or(self.opt_uint(&format!("{p}.rope.dimension_count"))?)
             .map(|x| x as usize)
             .unwrap_or(hidden.checked_div(heads).unwrap_or(0));
-        let vocab = match self.uint(&format!("{p}.vocab_size")) {
+        let vocab = match self.opt_uint(&format!("{p}.vocab_size"))? {
             Some(v) => v as usize,
             None => match self.get("tokenizer.ggml.tokens") {
                 Some(Value::Array(a)) => a.len(),
@@ -122,10 +147,10 @@ impl GgufFile {
             num_kv_heads: kv,
             head_dim,
             rms_eps: self
-                .float(&format!("{p}.attention.layer_norm_rms_epsilon"))
+                .opt_float(&format!("{p}.attention.layer_norm_rms_epsilon"))?
                 .unwrap_or(1e-5),
             rope_theta: self
-                .float(&format!("{p}.rope.freq_base"))
+                .opt_float(&format!("{p}.rope.freq_base"))?
                 .unwrap_or(10000.0) as f32,
             rope_layout: match arch {
                 Architecture::Llama => RopeLayout::Interleaved,
@@ -134,7 +159,7 @@ impl GgufFile {
             rope_scaling: None,
             rope_freq_factors: None,
             max_position: self
-                .uint(&format!("{p}.context_length"))
+                .opt_uint(&format!("{p}.context_length"))?
                 .map(|x| x as usize)
                 .unwrap_or(4096),
             tie_embeddings: tie,

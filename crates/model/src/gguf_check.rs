@@ -278,6 +278,36 @@ mod tests {
         assert!(e.contains("`w`") && e.contains("truncated"), "{e}");
     }
 
+    /// Issue 13: a wrongly typed value was reported as missing.
+    #[test]
+    fn a_wrongly_typed_value_is_named_with_its_type() {
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend(0u64.to_le_bytes());
+        b.extend(2u64.to_le_bytes());
+        for (k, v) in [
+            ("general.architecture", "llama"),
+            ("llama.embedding_length", "big"),
+        ] {
+            string(&mut b, k);
+            b.extend(8u32.to_le_bytes());
+            string(&mut b, v);
+        }
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), b).unwrap();
+        let e = GgufFile::open(f.path())
+            .unwrap()
+            .config()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("llama.embedding_length")
+                && e.contains("String")
+                && e.contains("not a non-negative integer"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn garbage_and_absurd_counts_are_clear_errors() {
         let f = tempfile::NamedTempFile::new().unwrap();
