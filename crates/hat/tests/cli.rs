@@ -131,6 +131,14 @@ fn harness_render_prints_the_prompt_and_the_event_turn() {
             .arg(&ev),
     )
     .stderr(predicate::str::contains("not an event"));
+    // Issue 13: `--help` says JSON, and inline JSON was read as a path
+    hat()
+        .args(["harness", "render"])
+        .arg(production())
+        .args(["--event", r#"{"type": "comment", "viewer": "bob", "text": "hi there"}"#])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("[comment] bob: hi there"));
 }
 
 #[test]

@@ -18,9 +18,10 @@ pub enum HarnessCmd {
     /// Print the exact prompt the model would see.
     Render {
         dir: PathBuf,
-        /// An event as JSON, e.g. {"type": "comment", "viewer": "lily", "text": "is it in M?"}.
+        /// An event as inline JSON, e.g. '{"type": "comment", "viewer": "lily", "text": "is it
+        /// in M?"}', or the path of a file holding it.
         #[arg(long)]
-        event: Option<PathBuf>,
+        event: Option<String>,
         /// The stream's store (from `hat world gen`); default: a generated world.
         #[arg(long)]
         stream: Option<PathBuf>,
@@ -72,10 +73,16 @@ pub fn run(cmd: HarnessCmd) -> Result<()> {
                 None => World::generate(seed)?,
             };
             let event: Event = match &event {
-                Some(p) => {
-                    let text = std::fs::read_to_string(p)
-                        .with_context(|| format!("reading event file {}", p.display()))?;
-                    serde_json::from_str(&text).with_context(|| format!("{}: not an event; expected e.g. {{\"type\": \"comment\", \"viewer\": \"lily\", \"text\": \"hi\"}}", p.display()))?
+                Some(arg) => {
+                    let (text, origin) = if arg.trim_start().starts_with('{') {
+                        (arg.clone(), "--event".to_string())
+                    } else {
+                        let text = std::fs::read_to_string(arg).with_context(|| {
+                            format!("reading event file {arg} (or give the event as inline JSON)")
+                        })?;
+                        (text, arg.clone())
+                    };
+                    serde_json::from_str(text.trim_start_matches('\u{feff}')).with_context(|| format!("{origin}: not an event; expected e.g. {{\"type\": \"comment\", \"viewer\": \"lily\", \"text\": \"hi\"}}"))?
                 }
                 None => Event::Comment {
                     viewer: "lily_0921".into(),
