@@ -13,7 +13,7 @@ pub struct AugmentArgs {
     #[arg(long)]
     harness: PathBuf,
     /// Variants to write (at most 100,000).
-    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=100_000))]
     count: usize,
     #[arg(long, default_value_t = 0)]
     seed: u64,
