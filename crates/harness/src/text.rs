@@ -141,6 +141,29 @@ pub fn viewer_text(s: &str, max: usize) -> String {
     }
 }
 
+/// Text made safe for a terminal: control characters other than newline and tab (an ANSI
+/// escape from a model reply, a product title or a comment) are shown as `\xNN` / `\u{...}`
+/// instead of being interpreted.
+pub fn terminal_safe(s: &str) -> std::borrow::Cow<'_, str> {
+    let bad = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !s.chars().any(bad) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if bad(c) {
+            if (c as u32) < 0x100 {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            } else {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Cuts `s` to at most `max` characters, preferring a word boundary.
 pub fn truncate_chars(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
@@ -256,6 +279,19 @@ mod tests {
             viewer_text(&"x".repeat(50), 10),
             format!("{}…", "x".repeat(9))
         );
+    }
+
+    #[test]
+    fn terminal_output_shows_escapes_instead_of_running_them() {
+        assert_eq!(
+            terminal_safe("red \x1b[31mtext\x1b[0m\nok\t"),
+            "red \\x1b[31mtext\\x1b[0m\nok\t"
+        );
+        assert_eq!(terminal_safe("\u{9b}x"), "\\x9bx");
+        assert!(matches!(
+            terminal_safe("plain"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     proptest::proptest! {

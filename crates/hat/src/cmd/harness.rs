@@ -111,10 +111,13 @@ pub fn run(cmd: HarnessCmd) -> Result<()> {
                     world.catalog().products.len()
                 );
             } else {
+                // a store's product titles may carry terminal escapes: show them, never run them
                 println!(
-                    "=== system ({} chars, harness {}) ===\n{system}\n\n=== user ===\n{turn}",
+                    "=== system ({} chars, harness {}) ===\n{}\n\n=== user ===\n{}",
                     system.chars().count(),
-                    h.short_hash()
+                    h.short_hash(),
+                    hat_harness::text::terminal_safe(&system),
+                    hat_harness::text::terminal_safe(&turn)
                 );
             }
             Ok(())

@@ -71,6 +71,8 @@ pub fn run(a: RunArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
+    // model, hook and viewer text may carry terminal escapes: show them, never run them
+    let safe = hat_harness::text::terminal_safe;
     println!("model {} · harness {}", identity.name, h.short_hash());
     for m in traj.messages.iter().skip(1) {
         println!(
@@ -78,9 +80,9 @@ pub fn run(a: RunArgs) -> Result<()> {
             m.role,
             m.name
                 .as_deref()
-                .map(|n| format!(" ({n})"))
+                .map(|n| format!(" ({})", safe(n)))
                 .unwrap_or_default(),
-            m.content
+            safe(&m.content)
         );
     }
     for (i, t) in traj.turns.iter().enumerate() {
@@ -99,15 +101,15 @@ pub fn run(a: RunArgs) -> Result<()> {
         );
     }
     for d in &traj.hook_log {
-        println!("[hook {}] {}", d.hook, d.outcome);
+        println!("[hook {}] {}", d.hook, safe(&d.outcome));
     }
     for e in &traj.attempt.format_errors {
-        println!("[error] {e}");
+        println!("[error] {}", safe(&e.to_string()));
     }
     println!(
         "=== reply ({:.2}s) ===\n{}",
         latency.as_secs_f64(),
-        traj.attempt.reply
+        safe(&traj.attempt.reply)
     );
     Ok(())
 }
