@@ -254,11 +254,43 @@ pub(crate) fn load(conn: &Connection, cat: &Catalog, live: &LiveState) -> rusqli
 fn all<T>(
     conn: &Connection,
     query: &str,
-    row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    mut row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
 ) -> rusqlite::Result<Vec<T>> {
     let mut stmt = conn.prepare(query)?;
-    let rows = stmt.query_map([], row)?;
-    rows.collect()
+    let names: Vec<String> = stmt.column_names().iter().map(|n| n.to_string()).collect();
+    let mut out = Vec::new();
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        // a bad value names its column and row, not just a column index
+        let n = out.len() + 1;
+        out.push(row(r).map_err(|e| with_column(e, &names, n))?);
+    }
+    Ok(out)
+}
+
+/// Rewrites a value-conversion error to name the column and the (1-based) row.
+fn with_column(e: rusqlite::Error, names: &[String], row: usize) -> rusqlite::Error {
+    use rusqlite::Error as E;
+    let col = |i: usize| names.get(i).map_or("?", String::as_str).to_string();
+    let msg = match &e {
+        E::IntegralValueOutOfRange(i, v) => {
+            format!("row {row}, column `{}`: {v} is out of range", col(*i))
+        }
+        E::FromSqlConversionFailure(i, t, inner) => {
+            format!(
+                "row {row}, column `{}`: a {t} value that does not fit ({inner})",
+                col(*i)
+            )
+        }
+        E::InvalidColumnType(i, _, t) => {
+            format!(
+                "row {row}, column `{}`: a {t} value where another type is expected",
+                col(*i)
+            )
+        }
+        _ => return e,
+    };
+    E::ToSqlConversionFailure(msg.into())
 }
 
 /// The first of [`TABLES`] the database lacks, if any.

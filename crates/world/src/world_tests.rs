@@ -234,3 +234,24 @@ fn out_of_range_store_values_are_refused_with_their_row() {
         assert!(e.contains(want) && e.contains(&id), "{e}");
     }
 }
+
+/// Issue 13: world integer errors named no column or row.
+#[test]
+fn a_badly_typed_store_value_names_its_column_and_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = World::generate(3).unwrap();
+    let id = w.catalog().products[1].id.clone();
+    let path = dir.path().join("w.sqlite");
+    w.save(&path).unwrap();
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(&format!(
+            "UPDATE products SET warranty_months = 'forever' WHERE id = '{id}'"
+        ))
+        .unwrap();
+    let e = World::open(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("`warranty_months`") && e.contains("row 2") && e.contains("products"),
+        "{e}"
+    );
+}
