@@ -28,18 +28,27 @@ RAYON_NUM_THREADS="$THREADS" "$HAT" bench train --data "$DATA" --json --dump "$W
 head -1 "$WORK/hat.txt"
 tail -n +2 "$WORK/hat.txt" > "$WORK/hat.json"
 for w in "$WORK"/workload-*.json; do
-  OMP_NUM_THREADS="$THREADS" "$VENV/bin/python" "$HERE/bench_pytorch.py" "$w" --threads "$THREADS" >> "$WORK/torch.jsonl"
+  # a workload PyTorch cannot run (killed for memory) is a row of the table, not the end of it
+  OMP_NUM_THREADS="$THREADS" "$VENV/bin/python" "$HERE/bench_pytorch.py" "$w" --threads "$THREADS" >> "$WORK/torch.jsonl" || {
+    rc=$?
+    python3 -c 'import json,sys; w=json.load(open(sys.argv[1])); print(json.dumps({"name": w["name"], "tokens": sum(len(s["ids"]) for s in w["sequences"]), "failed": "exit " + sys.argv[2] + (" (killed: out of memory)" if sys.argv[2] == "137" else "")}))' "$w" "$rc" >> "$WORK/torch.jsonl"
+  }
 done
 python3 - "$WORK/hat.json" "$WORK/torch.jsonl" <<'EOF'
 import json, sys
 hat = json.load(open(sys.argv[1]))
 torch = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
-print(f"PyTorch {torch[0]['torch']}, {torch[0]['threads']} threads")
+ok = [t for t in torch if "failed" not in t]
+if ok:
+    print(f"PyTorch {ok[0]['torch']}, {ok[0]['threads']} threads")
 print("| workload | tokens | hat tok/s | PyTorch tok/s | ratio | hat peak GB | PyTorch peak GB |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
 for h, t in zip(hat, torch):
     assert h["name"] == t["name"] and h["tokens"] == t["tokens"], (h, t)
     hp = "-" if h["peak_rss_gb"] is None else f"{h['peak_rss_gb']:.2f}"
+    if "failed" in t:
+        print(f"| {h['name']} | {h['tokens']} | {h['tokens_per_s']:.1f} | failed: {t['failed']} | - | {hp} | - |")
+        continue
     print(f"| {h['name']} | {h['tokens']} | {h['tokens_per_s']:.1f} | {t['tokens_per_s']:.1f} | "
           f"{h['tokens_per_s'] / t['tokens_per_s']:.2f}x | {hp} | {t['peak_rss_gb']:.2f} |")
 EOF
