@@ -135,7 +135,10 @@ fn harness_render_prints_the_prompt_and_the_event_turn() {
     hat()
         .args(["harness", "render"])
         .arg(production())
-        .args(["--event", r#"{"type": "comment", "viewer": "bob", "text": "hi there"}"#])
+        .args([
+            "--event",
+            r#"{"type": "comment", "viewer": "bob", "text": "hi there"}"#,
+        ])
         .assert()
         .success()
         .stdout(predicate::str::contains("[comment] bob: hi there"));
