@@ -16,23 +16,27 @@ const MAX_ARRAY_DEPTH: usize = 4;
 /// Why a header was refused.
 pub type Reason = String;
 
+/// A forward-only walk over the header. The position is counted here and values are skipped
+/// by reading through the caller's buffer: a seek per value (the vocabulary alone is 49,152
+/// strings) would cost a system call each and drop the buffer.
 struct Header<'a, R> {
     r: &'a mut R,
     size: u64,
+    pos: u64,
     /// GGUF v1 writes 32-bit lengths.
     v1: bool,
 }
 
-impl<R: Read + Seek> Header<'_, R> {
-    fn left(&mut self) -> Result<u64, Reason> {
-        let pos = self.r.stream_position().map_err(|e| e.to_string())?;
-        Ok(self.size.saturating_sub(pos))
+impl<R: Read> Header<'_, R> {
+    fn left(&self) -> Result<u64, Reason> {
+        Ok(self.size.saturating_sub(self.pos))
     }
     fn bytes<const N: usize>(&mut self) -> Result<[u8; N], Reason> {
         let mut b = [0u8; N];
         self.r
             .read_exact(&mut b)
             .map_err(|_| "the header ends early".to_string())?;
+        self.pos += N as u64;
         Ok(b)
     }
     fn u32(&mut self) -> Result<u32, Reason> {
@@ -52,9 +56,12 @@ impl<R: Read + Seek> Header<'_, R> {
         if n > self.left()? {
             return Err(format!("{what} claims {n} bytes, more than the file holds"));
         }
-        self.r
-            .seek(SeekFrom::Current(n as i64))
+        let copied = std::io::copy(&mut self.r.by_ref().take(n), &mut std::io::sink())
             .map_err(|e| e.to_string())?;
+        if copied != n {
+            return Err(format!("{what}: the header ends early"));
+        }
+        self.pos += n;
         Ok(())
     }
     fn string(&mut self, what: &str) -> Result<Vec<u8>, Reason> {
@@ -68,6 +75,7 @@ impl<R: Read + Seek> Header<'_, R> {
         self.r
             .read_exact(&mut v)
             .map_err(|_| format!("{what}: the string ends early"))?;
+        self.pos += n;
         Ok(v)
     }
     /// Skips a value of type `ty`; returns it when it is an integer.
@@ -137,7 +145,12 @@ pub fn precheck<R: Read + Seek>(r: &mut R) -> Result<(), Reason> {
     let start = r.stream_position().map_err(|e| e.to_string())?;
     let size = r.seek(SeekFrom::End(0)).map_err(|e| e.to_string())?;
     r.seek(SeekFrom::Start(start)).map_err(|e| e.to_string())?;
-    let mut h = Header { r, size, v1: false };
+    let mut h = Header {
+        r,
+        size,
+        pos: start,
+        v1: false,
+    };
     let magic = h.bytes::<4>()?;
     if &magic != b"GGUF" {
         return Err("not a GGUF file (the magic bytes are not `GGUF`)".into());
