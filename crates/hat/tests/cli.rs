@@ -514,45 +514,32 @@ fn eval_runs_the_oracle_resumes_and_compares() {
             .arg(&a),
     )
     .stderr(predicate::str::contains("--resume"));
-    hat()
-        .args([
-            "eval",
-            "--model",
-            "oracle",
-            "--suite",
-            "lsqa",
-            "--limit",
-            "20",
-            "--resume",
-            "--harness",
-        ])
-        .arg(production())
-        .arg("--out")
-        .arg(&a)
-        .assert()
-        .success();
+    let resume_to_20 = || {
+        hat()
+            .args([
+                "eval",
+                "--model",
+                "oracle",
+                "--suite",
+                "lsqa",
+                "--limit",
+                "20",
+                "--resume",
+                "--harness",
+            ])
+            .arg(production())
+            .arg("--out")
+            .arg(&a)
+            .assert()
+            .success();
+    };
+    resume_to_20();
     // Issue 13: an item written twice (a killed run) was counted twice on --resume.
     let items = a.join("lsqa/items.jsonl");
     let text = std::fs::read_to_string(&items).unwrap();
     let first = text.lines().next().unwrap().to_string();
     std::fs::write(&items, format!("\u{feff}{text}{first}\n")).unwrap();
-    hat()
-        .args([
-            "eval",
-            "--model",
-            "oracle",
-            "--suite",
-            "lsqa",
-            "--limit",
-            "20",
-            "--resume",
-            "--harness",
-        ])
-        .arg(production())
-        .arg("--out")
-        .arg(&a)
-        .assert()
-        .success();
+    resume_to_20();
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(a.join("lsqa/results.json")).unwrap())
             .unwrap();

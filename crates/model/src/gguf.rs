@@ -73,11 +73,9 @@ impl GgufFile {
         })
     }
     fn req_uint(&self, k: &str) -> Result<usize> {
-        match (self.get(k), self.uint(k)) {
-            (_, Some(x)) => Ok(x as usize),
-            (None, None) => Err(Error::Missing(format!("GGUF metadata `{k}`"))),
-            (Some(v), None) => Err(wrong_type(k, v, "a non-negative integer")),
-        }
+        self.opt_uint(k)?
+            .map(|x| x as usize)
+            .ok_or_else(|| Error::Missing(format!("GGUF metadata `{k}`")))
     }
     /// An optional unsigned value: absent is `None`, present with another type an error.
     fn opt_uint(&self, k: &str) -> Result<Option<u64>> {

@@ -22,58 +22,57 @@ fn read_json(path: &Path) -> Result<Value> {
     })
 }
 
+/// Whole-model tensors: (Hugging Face name, GGUF name).
+const GLOBAL_NAMES: [(&str, &str); 3] = [
+    ("model.embed_tokens.weight", "token_embd.weight"),
+    ("model.norm.weight", "output_norm.weight"),
+    ("lm_head.weight", "output.weight"),
+];
+
+/// Per-layer modules: (Hugging Face module, GGUF module); one table for both directions.
+const LAYER_NAMES: [(&str, &str); 9] = [
+    ("input_layernorm", "attn_norm"),
+    ("post_attention_layernorm", "ffn_norm"),
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.k_proj", "attn_k"),
+    ("self_attn.v_proj", "attn_v"),
+    ("self_attn.o_proj", "attn_output"),
+    ("mlp.gate_proj", "ffn_gate"),
+    ("mlp.up_proj", "ffn_up"),
+    ("mlp.down_proj", "ffn_down"),
+];
+
 /// Maps a Hugging Face tensor name to the GGUF name used internally.
 pub fn gguf_name(hf: &str) -> Option<String> {
+    // the `model.` prefix is optional on the way in
     let s = hf.strip_prefix("model.").unwrap_or(hf);
-    match s {
-        "embed_tokens.weight" => return Some("token_embd.weight".into()),
-        "norm.weight" => return Some("output_norm.weight".into()),
-        "lm_head.weight" => return Some("output.weight".into()),
-        _ => {}
+    if let Some((_, g)) = GLOBAL_NAMES
+        .iter()
+        .find(|(h, _)| h.strip_prefix("model.").unwrap_or(h) == s)
+    {
+        return Some(g.to_string());
     }
-    let rest = s.strip_prefix("layers.")?;
-    let (i, rest) = rest.split_once('.')?;
-    let (module, kind) = rest.rsplit_once('.')?;
-    let m = match module {
-        "input_layernorm" => "attn_norm",
-        "post_attention_layernorm" => "ffn_norm",
-        "self_attn.q_proj" => "attn_q",
-        "self_attn.k_proj" => "attn_k",
-        "self_attn.v_proj" => "attn_v",
-        "self_attn.o_proj" => "attn_output",
-        "mlp.gate_proj" => "ffn_gate",
-        "mlp.up_proj" => "ffn_up",
-        "mlp.down_proj" => "ffn_down",
-        _ => return None,
-    };
+    let (i, module, kind) = split_layer(s.strip_prefix("layers.")?)?;
+    let (_, m) = LAYER_NAMES.iter().find(|(h, _)| *h == module)?;
     Some(format!("blk.{i}.{m}.{kind}"))
 }
 
 /// Maps an internal (GGUF) tensor name back to its Hugging Face name; the inverse of
 /// [`gguf_name`].
 pub fn hf_name(gguf: &str) -> Option<String> {
-    match gguf {
-        "token_embd.weight" => return Some("model.embed_tokens.weight".into()),
-        "output_norm.weight" => return Some("model.norm.weight".into()),
-        "output.weight" => return Some("lm_head.weight".into()),
-        _ => {}
+    if let Some((h, _)) = GLOBAL_NAMES.iter().find(|(_, g)| *g == gguf) {
+        return Some(h.to_string());
     }
-    let rest = gguf.strip_prefix("blk.")?;
+    let (i, module, kind) = split_layer(gguf.strip_prefix("blk.")?)?;
+    let (h, _) = LAYER_NAMES.iter().find(|(_, g)| *g == module)?;
+    Some(format!("model.layers.{i}.{h}.{kind}"))
+}
+
+/// `3.self_attn.q_proj.weight` -> (`3`, `self_attn.q_proj`, `weight`).
+fn split_layer(rest: &str) -> Option<(&str, &str, &str)> {
     let (i, rest) = rest.split_once('.')?;
     let (module, kind) = rest.rsplit_once('.')?;
-    let m = match module {
-        "attn_norm" => "input_layernorm",
-        "ffn_norm" => "post_attention_layernorm",
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_output" => "self_attn.o_proj",
-        "ffn_gate" => "mlp.gate_proj",
-        "ffn_up" => "mlp.up_proj",
-        "ffn_down" => "mlp.down_proj",
-        _ => return None,
-    };
-    Some(format!("model.layers.{i}.{m}.{kind}"))
+    Some((i, module, kind))
 }
 
 /// A Hugging Face model folder.

@@ -36,13 +36,6 @@ fn reset_peak() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
-fn peak_gb() -> Option<f64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0 / 1024.0)
-}
-
 /// One workload as JSON, for measuring the same work in another trainer
 /// (`crates/train/scripts/bench_pytorch.sh`).
 #[derive(Serialize)]
@@ -144,7 +137,11 @@ fn measure(
         loss_tokens: seqs.iter().map(|s| s.targets.len()).sum(),
         seconds,
         tokens_per_s: tokens as f64 / seconds,
-        peak_rss_gb: if peak_ok { peak_gb() } else { None },
+        peak_rss_gb: if peak_ok {
+            hat_model::bench::peak_rss_mib().map(|m| m / 1024.0)
+        } else {
+            None
+        },
     })
 }
 

@@ -248,34 +248,12 @@ fn a_killed_run_resumes_to_bit_identical_weights_and_exports() {
         .squeeze(0)
         .unwrap();
     let got = got.narrow(0, 0, 6).unwrap();
-    let diff = (got - want)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
+    let diff = common::max_abs_diff(&got, &want);
     assert!(diff < 1e-3, "exported logits differ by {diff}");
 }
 
 fn weights_of_model(path: &std::path::Path) -> HashMap<String, Vec<f32>> {
-    TrainModel::load(path)
-        .unwrap()
-        .model
-        .vars()
-        .iter()
-        .map(|(n, v)| {
-            (
-                n.clone(),
-                v.as_tensor()
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1::<f32>()
-                    .unwrap(),
-            )
-        })
-        .collect()
+    vars_of(&TrainModel::load(path).unwrap().model)
 }
 
 #[test]
@@ -371,14 +349,7 @@ fn a_hugging_face_export_round_trips_through_gguf_exactly() {
         let seq = Packed::causal(vec![5, 9, 17, 33, 2, 8, 40], &[true; 7]).unwrap();
         let a = start.logits(&seq).unwrap();
         let b = from_gguf.logits(&seq).unwrap();
-        let diff = (a - b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let diff = common::max_abs_diff(&a, &b);
         assert!(diff < 1e-4, "{arch}: GGUF logits differ by {diff}");
         // a second export replaces the first; a folder that is not an export is refused
         hat_train::export::export(&from_gguf, &gguf, "hf", &back).unwrap();

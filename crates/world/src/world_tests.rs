@@ -203,34 +203,38 @@ fn world_can_move_to_another_thread() {
     is_send::<World>();
 }
 
+/// The error of opening world 3 saved and then edited with `sql`; `{id0}`/`{id1}` in it stand
+/// for the first and second product ids, which are returned too.
+fn open_after_edit(sql: &str) -> (String, [String; 2]) {
+    let dir = tempfile::tempdir().unwrap();
+    let w = World::generate(3).unwrap();
+    let ids = [0, 1].map(|i| w.catalog().products[i].id.clone());
+    let path = dir.path().join("w.sqlite");
+    w.save(&path).unwrap();
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(&sql.replace("{id0}", &ids[0]).replace("{id1}", &ids[1]))
+        .unwrap();
+    (World::open(&path).unwrap_err().to_string(), ids)
+}
+
 /// Issue 13: `price_cents = i64::MAX` on a product with a running sale gave a negative unit
 /// price, and a 2^31 % flash sale was shown; store values are range-checked on open, naming the
 /// table, column and row.
 #[test]
 fn out_of_range_store_values_are_refused_with_their_row() {
-    let dir = tempfile::tempdir().unwrap();
-    let w = World::generate(3).unwrap();
-    let id = w.catalog().products[0].id.clone();
-    let path = dir.path().join("w.sqlite");
     for (sql, want) in [
         (
-            format!("UPDATE products SET price_cents = 9223372036854775807 WHERE id = '{id}'"),
+            "UPDATE products SET price_cents = 9223372036854775807 WHERE id = '{id0}'",
             "`price_cents`",
         ),
         (
-            format!(
-                "INSERT INTO flash_sales (pos, product, discount_pct, starts_at, ends_at) \
-                 VALUES (999, '{id}', 2147483648, '2026-01-01T00:00:00Z', '2026-01-01T00:10:00Z')"
-            ),
+            "INSERT INTO flash_sales (pos, product, discount_pct, starts_at, ends_at) \
+             VALUES (999, '{id0}', 2147483648, '2026-01-01T00:00:00Z', '2026-01-01T00:10:00Z')",
             "`discount_pct`",
         ),
     ] {
-        w.save(&path).unwrap();
-        rusqlite::Connection::open(&path)
-            .unwrap()
-            .execute_batch(&sql)
-            .unwrap();
-        let e = World::open(&path).unwrap_err().to_string();
+        let (e, [id, _]) = open_after_edit(sql);
         assert!(e.contains(want) && e.contains(&id), "{e}");
     }
 }
@@ -238,18 +242,8 @@ fn out_of_range_store_values_are_refused_with_their_row() {
 /// Issue 13: world integer errors named no column or row.
 #[test]
 fn a_badly_typed_store_value_names_its_column_and_row() {
-    let dir = tempfile::tempdir().unwrap();
-    let w = World::generate(3).unwrap();
-    let id = w.catalog().products[1].id.clone();
-    let path = dir.path().join("w.sqlite");
-    w.save(&path).unwrap();
-    rusqlite::Connection::open(&path)
-        .unwrap()
-        .execute_batch(&format!(
-            "UPDATE products SET warranty_months = 'forever' WHERE id = '{id}'"
-        ))
-        .unwrap();
-    let e = World::open(&path).unwrap_err().to_string();
+    let (e, _) =
+        open_after_edit("UPDATE products SET warranty_months = 'forever' WHERE id = '{id1}'");
     assert!(
         e.contains("`warranty_months`") && e.contains("row 2") && e.contains("products"),
         "{e}"

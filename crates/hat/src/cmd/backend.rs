@@ -41,17 +41,20 @@ pub struct ModelArgs {
     pub max_tokens: u32,
 }
 
+/// An endpoint's sampling temperature: 0 (greedy) to 2.
+pub fn check_temperature(t: f64) -> Result<()> {
+    if !(t.is_finite() && (0.0..=2.0).contains(&t)) {
+        bail!("--temperature must be between 0 (greedy) and 2, not {t}")
+    }
+    Ok(())
+}
+
 /// The chat model a spec names, with the identity results record.
 pub fn chat_model(a: &ModelArgs) -> Result<(ModelIdentity, Box<dyn ChatModel>)> {
     let Some(model) = a.model.as_deref() else {
         bail!("--model is required (openai:<name> with --base-url)")
     };
-    if !(a.temperature.is_finite() && (0.0..=2.0).contains(&a.temperature)) {
-        bail!(
-            "--temperature must be between 0 (greedy) and 2, not {}",
-            a.temperature
-        )
-    }
+    check_temperature(a.temperature)?;
     let decoding = json!({"temperature": a.temperature, "max_tokens": a.max_tokens});
     if let Some(name) = model.strip_prefix("openai:") {
         let Some(base_url) = a.base_url.clone() else {

@@ -92,12 +92,7 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
     let mut teacher = match a.teacher.as_str() {
         "oracle" => Teacher::Oracle,
         "openai" => {
-            if !(a.temperature.is_finite() && (0.0..=2.0).contains(&a.temperature)) {
-                bail!(
-                    "--temperature must be between 0 (greedy) and 2, not {}",
-                    a.temperature
-                )
-            }
+            super::backend::check_temperature(a.temperature)?;
             let (Some(base_url), Some(model)) = (a.base_url.clone(), a.model.clone()) else {
                 bail!("--teacher openai needs --base-url and --model (or HAT_TEACHER_BASE_URL / HAT_TEACHER_MODEL)");
             };

@@ -68,51 +68,25 @@ fn metadata_from_hf(dir: &Path, cfg: &ModelConfig) -> Result<HashMap<String, Val
     };
     put("general.architecture".into(), Value::String(arch.into()));
     put("general.name".into(), Value::String("hat-trained".into()));
-    put(
-        format!("{arch}.context_length"),
-        Value::U32(cfg.max_position as u32),
-    );
-    put(
-        format!("{arch}.embedding_length"),
-        Value::U32(cfg.hidden_size as u32),
-    );
-    put(
-        format!("{arch}.block_count"),
-        Value::U32(cfg.num_layers as u32),
-    );
-    put(
-        format!("{arch}.feed_forward_length"),
-        Value::U32(cfg.intermediate_size as u32),
-    );
-    put(
-        format!("{arch}.attention.head_count"),
-        Value::U32(cfg.num_heads as u32),
-    );
-    put(
-        format!("{arch}.attention.head_count_kv"),
-        Value::U32(cfg.num_kv_heads as u32),
-    );
-    put(
-        format!("{arch}.attention.key_length"),
-        Value::U32(cfg.head_dim as u32),
-    );
-    put(
-        format!("{arch}.attention.value_length"),
-        Value::U32(cfg.head_dim as u32),
-    );
-    put(
-        format!("{arch}.rope.dimension_count"),
-        Value::U32(cfg.head_dim as u32),
-    );
+    for (key, n) in [
+        ("context_length", cfg.max_position),
+        ("embedding_length", cfg.hidden_size),
+        ("block_count", cfg.num_layers),
+        ("feed_forward_length", cfg.intermediate_size),
+        ("attention.head_count", cfg.num_heads),
+        ("attention.head_count_kv", cfg.num_kv_heads),
+        ("attention.key_length", cfg.head_dim),
+        ("attention.value_length", cfg.head_dim),
+        ("rope.dimension_count", cfg.head_dim),
+        ("vocab_size", cfg.vocab_size),
+    ] {
+        put(format!("{arch}.{key}"), Value::U32(n as u32));
+    }
     put(
         format!("{arch}.attention.layer_norm_rms_epsilon"),
         Value::F32(cfg.rms_eps as f32),
     );
     put(format!("{arch}.rope.freq_base"), Value::F32(cfg.rope_theta));
-    put(
-        format!("{arch}.vocab_size"),
-        Value::U32(cfg.vocab_size as u32),
-    );
     put("tokenizer.ggml.model".into(), Value::String("gpt2".into()));
     let pre = ["smollm", "llama-bpe", "qwen2", "gpt2"]
         .into_iter()

@@ -93,6 +93,18 @@ pub fn tiny_model_arch(dir: &Path, seed: u64, arch: &str) -> PathBuf {
     dir.to_path_buf()
 }
 
+/// Largest absolute difference of two tensors of one shape.
+pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
 /// A `hat data gen`-shaped record.
 pub fn record(task: &str, system: &str, turns: &[(&str, &str)]) -> serde_json::Value {
     let mut messages = vec![serde_json::json!({"role": "system", "content": system})];
