@@ -20,6 +20,19 @@ pub enum TooLong {
     Drop,
 }
 
+/// Values given on the command line, on top of a preset, a TOML file or a saved run.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub data: Vec<PathBuf>,
+    pub model: Option<PathBuf>,
+    pub max_steps: Option<usize>,
+    pub lr: Option<f64>,
+    pub tokens_per_step: Option<usize>,
+    pub seed: Option<u64>,
+    /// Conversations per packed sequence.
+    pub pack: Option<usize>,
+}
+
 /// Supervised fine-tuning run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -139,6 +152,87 @@ impl SftConfig {
         toml::to_string_pretty(self).unwrap_or_default()
     }
 
+    /// Applies command-line values on top of a config (a fresh run).
+    pub fn apply(&mut self, o: &Overrides) {
+        if !o.data.is_empty() {
+            self.data = o.data.clone();
+        }
+        if let Some(m) = &o.model {
+            self.model = m.clone();
+        }
+        if let Some(x) = o.max_steps {
+            self.max_steps = x;
+        }
+        if let Some(x) = o.lr {
+            self.optim.lr = x;
+        }
+        if let Some(x) = o.tokens_per_step {
+            self.tokens_per_step = x;
+        }
+        if let Some(x) = o.seed {
+            self.seed = x;
+        }
+        if let Some(x) = o.pack {
+            self.pack.max_conversations = x;
+        }
+    }
+
+    /// Applies command-line values to a saved run that is being resumed. Repeating the run's
+    /// own values is fine; a different value is an error naming the flag, since it would
+    /// silently make a different run, except `max_steps`: a new total extends (or shortens)
+    /// the run, and the learning-rate schedule is recomputed over the new total from the
+    /// step the run has reached. Returns whether the config changed (and must be saved).
+    pub fn resume_with(&mut self, o: &Overrides) -> Result<bool> {
+        let differs = |flag: &str, saved: String, given: String| -> Result<()> {
+            Err(TrainError::Config {
+                path: format!("--{flag}"),
+                message: format!(
+                    "the run being resumed has {flag} = {saved}, not {given}; a resumed run keeps \
+                     its config.toml (only --max-steps may change: it extends the run); start a \
+                     new run folder to change it"
+                ),
+            })
+        };
+        if !o.data.is_empty() && o.data != self.data {
+            differs("data", format!("{:?}", self.data), format!("{:?}", o.data))?;
+        }
+        if let Some(m) = o.model.as_ref().filter(|m| **m != self.model) {
+            differs(
+                "model",
+                self.model.display().to_string(),
+                m.display().to_string(),
+            )?;
+        }
+        if let Some(x) = o.lr.filter(|x| *x != self.optim.lr) {
+            differs("lr", self.optim.lr.to_string(), x.to_string())?;
+        }
+        if let Some(x) = o.tokens_per_step.filter(|x| *x != self.tokens_per_step) {
+            differs(
+                "tokens-per-step",
+                self.tokens_per_step.to_string(),
+                x.to_string(),
+            )?;
+        }
+        if let Some(x) = o.seed.filter(|x| *x != self.seed) {
+            differs("seed", self.seed.to_string(), x.to_string())?;
+        }
+        if let Some(x) = o.pack.filter(|x| *x != self.pack.max_conversations) {
+            differs(
+                "pack",
+                self.pack.max_conversations.to_string(),
+                x.to_string(),
+            )?;
+        }
+        match o.max_steps {
+            Some(x) if x != self.max_steps => {
+                self.max_steps = x;
+                self.validate()?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// Checks values that would make a run meaningless.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: &str| {
@@ -171,5 +265,77 @@ impl SftConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn saved() -> SftConfig {
+        let mut c = SftConfig::preset("cpu").unwrap();
+        c.data = vec!["a.jsonl".into()];
+        c.model = "m.gguf".into();
+        c
+    }
+
+    #[test]
+    fn resume_accepts_its_own_flags_and_extends_by_max_steps() {
+        let mut c = saved();
+        let same = Overrides {
+            data: vec!["a.jsonl".into()],
+            model: Some("m.gguf".into()),
+            lr: Some(c.optim.lr),
+            seed: Some(c.seed),
+            ..Default::default()
+        };
+        assert!(!c.resume_with(&same).unwrap());
+        assert_eq!(c, saved());
+        let longer = Overrides {
+            max_steps: Some(64),
+            ..same
+        };
+        assert!(c.resume_with(&longer).unwrap());
+        assert_eq!(c.max_steps, 64);
+        // the schedule over the new total: past the old end the rate is above its floor again
+        assert!(c.optim.lr_at(28, 64) > c.optim.lr_at(28, 28) * 2.0);
+    }
+
+    #[test]
+    fn resume_names_a_flag_that_would_change_the_run() {
+        for (o, flag) in [
+            (
+                Overrides {
+                    data: vec!["b.jsonl".into()],
+                    ..Default::default()
+                },
+                "--data",
+            ),
+            (
+                Overrides {
+                    lr: Some(1.0),
+                    ..Default::default()
+                },
+                "--lr",
+            ),
+            (
+                Overrides {
+                    pack: Some(1),
+                    ..Default::default()
+                },
+                "--pack",
+            ),
+            (
+                Overrides {
+                    max_steps: Some(0),
+                    ..Default::default()
+                },
+                "config",
+            ),
+        ] {
+            let mut c = saved();
+            let e = c.resume_with(&o).unwrap_err().to_string();
+            assert!(e.contains(flag), "{e}");
+        }
     }
 }

@@ -50,7 +50,8 @@ pub struct SftArgs {
     /// Start from a preset: cpu (~90 min on 2 cores), gpu, smoke.
     #[arg(long)]
     preset: Option<String>,
-    /// Continue the run in --out from its latest checkpoint, with its saved config.
+    /// Continue the run in --out from its latest checkpoint, with its saved config (flags
+    /// repeating it are fine; --max-steps N extends the run to N steps).
     #[arg(long)]
     resume: bool,
     #[arg(long)]
@@ -85,39 +86,40 @@ fn model_path(m: &str) -> PathBuf {
     }
 }
 
-fn resolve(a: &SftArgs) -> Result<SftConfig> {
+/// The run's config, and whether it must be (re)written to the run folder.
+fn resolve(a: &SftArgs) -> Result<(SftConfig, bool)> {
+    let o = hat_train::config::Overrides {
+        data: a.data.clone(),
+        model: (a.model != "default").then(|| model_path(&a.model)),
+        max_steps: a.max_steps,
+        lr: a.lr,
+        tokens_per_step: a.tokens_per_step,
+        seed: a.seed,
+        pack: a.pack,
+    };
     let saved = a.out.join("config.toml");
     if a.resume && saved.exists() {
-        return SftConfig::from_toml(&saved).map_err(Into::into);
+        let mut c = SftConfig::from_toml(&saved)?;
+        let changed = c.resume_with(&o)?;
+        if changed {
+            eprintln!(
+                "extending the run to {} steps (the learning-rate schedule is recomputed over the new total)",
+                c.max_steps
+            );
+        }
+        return Ok((c, changed));
     }
     let mut c = match (&a.config, &a.preset) {
         (Some(p), _) => SftConfig::from_toml(p)?,
         (None, Some(p)) => SftConfig::preset(p)?,
         (None, None) => SftConfig::default(),
     };
-    if !a.data.is_empty() {
-        c.data = a.data.clone();
+    if c.model.as_os_str().is_empty() {
+        c.model = model_path("default");
     }
-    if c.model.as_os_str().is_empty() || a.model != "default" {
-        c.model = model_path(&a.model);
-    }
-    if let Some(x) = a.max_steps {
-        c.max_steps = x;
-    }
-    if let Some(x) = a.lr {
-        c.optim.lr = x;
-    }
-    if let Some(x) = a.tokens_per_step {
-        c.tokens_per_step = x;
-    }
-    if let Some(x) = a.seed {
-        c.seed = x;
-    }
-    if let Some(x) = a.pack {
-        c.pack.max_conversations = x;
-    }
+    c.apply(&o);
     c.validate()?;
-    Ok(c)
+    Ok((c, true))
 }
 
 pub fn run(cmd: TrainCmd) -> Result<()> {
@@ -148,10 +150,10 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
 }
 
 fn sft_cmd(a: SftArgs) -> Result<()> {
-    let cfg = resolve(&a)?;
+    let (cfg, write) = resolve(&a)?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let saved = a.out.join("config.toml");
-    if !(a.resume && saved.exists()) {
+    if write {
         std::fs::write(&saved, cfg.to_toml())
             .with_context(|| format!("writing {}", saved.display()))?;
     }
