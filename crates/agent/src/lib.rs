@@ -190,6 +190,21 @@ impl ChatModel for LocalModel {
         Ok(completion(out, t0.elapsed().as_secs_f64()))
     }
 
+    fn generate_streaming(
+        &mut self,
+        messages: &[Message],
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Completion, TeacherError> {
+        let t0 = Instant::now();
+        let req = self.request(messages)?;
+        let mut cb = |e: &hat_model::TokenEvent| e.text_delta.is_empty() || on_text(e.text_delta);
+        let out = self
+            .engine
+            .generate(&req, Some(&mut cb))
+            .map_err(model_err)?;
+        Ok(completion(out, t0.elapsed().as_secs_f64()))
+    }
+
     fn generate_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<Completion>, TeacherError> {
         let t0 = Instant::now();
         let reqs = chats
@@ -218,5 +233,7 @@ fn completion(o: GenerateOutput, seconds: f64) -> Completion {
         prompt_tokens: o.prompt_tokens,
         cached_tokens: o.cached_tokens,
         seconds,
+        prefill_seconds: o.prefill_secs,
+        decode_seconds: o.decode_secs,
     }
 }

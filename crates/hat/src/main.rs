@@ -51,6 +51,8 @@ enum Command {
     /// Train models: supervised fine-tuning, export.
     #[command(subcommand)]
     Train(cmd::train::TrainCmd),
+    /// Serve live streams and an OpenAI-compatible API.
+    Serve(cmd::serve::ServeArgs),
 }
 
 fn main() {
@@ -66,12 +68,15 @@ fn main() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    exit_quietly_when_stdout_closes();
+    if !matches!(cli.command, Command::Serve(_)) {
+        exit_quietly_when_stdout_closes();
+    }
     let result = match cli.command {
         Command::Harness(c) => cmd::harness::run(c),
         Command::World(c) => cmd::world::run(c),
         Command::Augment(a) => cmd::augment::run(a),
         Command::Run(a) => cmd::run::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
         Command::Tasks(c) => cmd::tasks::run(c),
         Command::Data(c) => cmd::data::run(c),
         Command::Eval(c) => cmd::eval::run(c),

@@ -38,6 +38,16 @@ pub struct Completion {
     pub cached_tokens: usize,
     /// Wall time of the call; rows of one batch share the batch's time equally.
     pub seconds: f64,
+    /// Of which prompt processing and token generation, where the model reports them
+    /// (the embedded engine; a batch reports its own totals on every row).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub prefill_seconds: f64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub decode_seconds: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl From<String> for Completion {
@@ -72,6 +82,19 @@ pub trait ChatModel {
         })
     }
 
+    /// [`ChatModel::generate`], calling `on_text` with each piece of new text as it is
+    /// generated (return `false` to stop early). Models that cannot stream call it once
+    /// with the whole answer.
+    fn generate_streaming(
+        &mut self,
+        messages: &[Message],
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Completion, TeacherError> {
+        let c = self.generate(messages)?;
+        on_text(&c.text);
+        Ok(c)
+    }
+
     /// [`ChatModel::complete_batch`] with token ids, log-probabilities and timing.
     fn generate_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<Completion>, TeacherError> {
         let t0 = Instant::now();
@@ -91,11 +114,19 @@ pub trait ChatModel {
 pub struct EpisodeConfig {
     /// Model turns at most, tool rounds and retries included.
     pub max_turns: usize,
+    /// Keep what the episode's tool calls changed in the world (a live stream: a claimed
+    /// coupon stays claimed). Off for evaluation and data generation, which roll every
+    /// episode back so the next task sees the same world. An episode that fails is rolled
+    /// back either way.
+    pub keep_changes: bool,
 }
 
 impl Default for EpisodeConfig {
     fn default() -> Self {
-        EpisodeConfig { max_turns: 5 }
+        EpisodeConfig {
+            max_turns: 5,
+            keep_changes: false,
+        }
     }
 }
 
@@ -167,6 +198,16 @@ impl<'a> Episode<'a> {
         self.done
     }
 
+    /// The conversation so far (the prompt, then every model turn and what it was fed back).
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// The hook decisions so far.
+    pub fn hook_log(&self) -> &[HookDecision] {
+        &self.log
+    }
+
     /// Feeds one model output (a [`Completion`], or plain text) and advances the episode.
     pub fn feed(&mut self, out: impl Into<Completion>) -> Result<(), TeacherError> {
         if self.done {
@@ -233,9 +274,12 @@ impl<'a> Episode<'a> {
         self.done = true;
         if self.open {
             self.open = false;
-            self.world
-                .end_episode()
-                .map_err(|e| TeacherError::World(e.to_string()))?;
+            let r = if self.cfg.keep_changes {
+                self.world.commit_episode()
+            } else {
+                self.world.end_episode()
+            };
+            r.map_err(|e| TeacherError::World(e.to_string()))?;
         }
         Ok(())
     }

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
 use crate::catalog::{Catalog, CouponScope, FAQ_TOPICS, STORE_FAQ_TOPICS};
-use crate::error::OpError;
+use crate::error::{OpError, WorldError};
 use crate::money::Money;
 use crate::time::Timestamp;
 use crate::World;
@@ -544,4 +544,28 @@ proptest! {
         }
         w.end_episode().unwrap();
     }
+}
+
+#[test]
+fn a_committed_episode_keeps_its_changes_and_survives_save_and_open() {
+    let w = coupon_world();
+    w.begin_episode().unwrap();
+    call(
+        &w,
+        Op::FlashSale,
+        json!({"product": "P1", "minutes": "15", "discount_pct": 20}),
+    )
+    .unwrap();
+    w.commit_episode().unwrap();
+    assert!(matches!(w.commit_episode(), Err(WorldError::NoEpisode)));
+    assert_eq!(w.live_flash_sales().unwrap().len(), 1);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.sqlite");
+    w.save(&path).unwrap();
+    let back = World::open(&path).unwrap();
+    assert_eq!(back.live_flash_sales().unwrap().len(), 1);
+    assert_eq!(
+        call(&back, Op::Quote, json!({"product": "P1"})).unwrap()["unit_price"],
+        80
+    );
 }

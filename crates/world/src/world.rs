@@ -360,6 +360,16 @@ impl World {
             .map_err(WorldError::sql("rolling back an episode"))
     }
 
+    /// Keeps every change since the matching [`World::begin_episode`] (a live stream).
+    pub fn commit_episode(&self) -> Result<(), WorldError> {
+        if self.conn.is_autocommit() {
+            return Err(WorldError::NoEpisode);
+        }
+        self.conn
+            .execute_batch("RELEASE episode")
+            .map_err(WorldError::sql("keeping an episode's changes"))
+    }
+
     /// The product on stage now.
     pub fn on_stage(&self) -> Result<&Product, WorldError> {
         let id: String = self

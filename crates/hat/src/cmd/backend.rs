@@ -50,7 +50,7 @@ pub fn check_temperature(t: f64) -> Result<()> {
 }
 
 /// The chat model a spec names, with the identity results record.
-pub fn chat_model(a: &ModelArgs) -> Result<(ModelIdentity, Box<dyn ChatModel>)> {
+pub fn chat_model(a: &ModelArgs) -> Result<(ModelIdentity, Box<dyn ChatModel + Send>)> {
     let Some(model) = a.model.as_deref() else {
         bail!("--model is required (openai:<name> with --base-url)")
     };

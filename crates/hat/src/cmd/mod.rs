@@ -6,6 +6,7 @@ pub mod data;
 pub mod eval;
 pub mod harness;
 pub mod run;
+pub mod serve;
 pub mod tasks;
 pub mod train;
 pub mod world;

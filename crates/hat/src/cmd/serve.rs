@@ -1,0 +1,124 @@
+//! `hat serve`: the live-stream server on the embedded engine or an OpenAI-compatible backend.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use hat_serve::{ServeConfig, Server};
+
+use crate::cmd::backend::{chat_model, ModelArgs};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The harness folder; it is watched, and a valid change is swapped in live.
+    #[arg(long, default_value = "harnesses/livestream", env = "HAT_HARNESS")]
+    harness: PathBuf,
+    /// Do not watch the harness folder (swap only through POST /v1/harness).
+    #[arg(long)]
+    no_watch: bool,
+    #[arg(long, default_value = "127.0.0.1:8080", env = "HAT_ADDR")]
+    addr: SocketAddr,
+    /// Streams' stores and state, and uploaded harnesses (kept across restarts).
+    #[arg(long, default_value = "runs/serve", env = "HAT_DATA_DIR")]
+    data_dir: PathBuf,
+    /// Environment variable holding a key that `/v1/*` requests must send as a bearer token.
+    #[arg(long = "server-api-key-env", env = "HAT_SERVER_API_KEY_ENV")]
+    server_api_key_env: Option<String>,
+    /// Streams answered together in one engine batch.
+    #[arg(long, default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
+    max_batch: usize,
+    /// Events waiting per stream at most (beyond: 429, or a less important event is evicted).
+    #[arg(long, default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
+    queue: usize,
+    #[arg(long, default_value_t = 256, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
+    max_streams: usize,
+    /// Seconds a question may wait before it is dropped (greetings and chit-chat: a third).
+    #[arg(long, default_value_t = 60, value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=86_400))]
+    stale_s: u64,
+    /// The name `/v1/models` lists (default: the model's file name).
+    #[arg(long)]
+    served_name: Option<String>,
+}
+
+pub fn run(a: ServeArgs) -> Result<()> {
+    let harness =
+        hat_serve::load_dir(&a.harness, a.harness.display().to_string()).map_err(|e| {
+            if let hat_serve::ServeError::InvalidHarness(problems) = &e {
+                for p in problems {
+                    eprintln!("{}/{p}", a.harness.display());
+                }
+            }
+            anyhow::anyhow!("{}: {e}", a.harness.display())
+        })?;
+    let (identity, model) = chat_model(&a.model)?;
+    let api_key = match &a.server_api_key_env {
+        Some(var) => match std::env::var(var) {
+            Ok(k) if !k.is_empty() => Some(k),
+            _ => bail!("--server-api-key-env {var}: the variable is not set or empty"),
+        },
+        None => None,
+    };
+    let cfg = ServeConfig {
+        data_dir: a.data_dir.clone(),
+        triage: hat_serve::triage::TriageConfig {
+            capacity: a.queue,
+            stale_questions: Duration::from_secs(a.stale_s),
+            stale_social: Duration::from_secs((a.stale_s / 3).max(1)),
+        },
+        max_streams: a.max_streams,
+        max_batch: a.max_batch,
+        max_tokens: a.model.max_tokens,
+        api_key,
+        request_timeout: Duration::from_secs(a.model.request_timeout_s.max(60)),
+        watch: (!a.no_watch).then(|| a.harness.clone()),
+        model_name: a.served_name.clone().unwrap_or(identity.name.clone()),
+        ..ServeConfig::default()
+    };
+    let hash = harness.harness.short_hash().to_string();
+    let server = Server::start(cfg, model, harness)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(a.addr)
+            .await
+            .with_context(|| format!("binding {} (is another server running there?)", a.addr))?;
+        eprintln!(
+            "serving {} with harness {hash} on http://{}  (data in {})",
+            identity.name,
+            listener.local_addr().unwrap_or(a.addr),
+            a.data_dir.display()
+        );
+        server.run(listener, shutdown_signal()).await?;
+        eprintln!("stopped; in-flight replies finished, state saved");
+        anyhow::Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

@@ -1,0 +1,161 @@
+//! Live harness updates: show the versions, swap in a new one (a server-side folder or an
+//! uploaded zip), roll back, and watch the `--harness` folder.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::api::{body, parse};
+use crate::app::App;
+use crate::error::{Result, ServeError};
+use crate::harnesses::{fingerprint, load_dir, unpack_zip, Version};
+
+pub async fn show(State(app): State<Arc<App>>) -> Json<Value> {
+    let (versions, rejected) = app.harnesses.list();
+    let active = app.harnesses.active();
+    Json(json!({
+        "active": active.hash(),
+        "versions": versions,
+        "last_rejected": rejected,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PathRequest {
+    /// A harness folder on the server.
+    path: PathBuf,
+}
+
+/// Checks a loaded version and makes it active, or records why not.
+fn activate(app: &App, loaded: Result<Version>, source: &str) -> Result<Json<Value>> {
+    match loaded {
+        Ok(v) => {
+            let hash = v.hash().to_string();
+            let summary = v.harness.summary();
+            let changed = app.harnesses.activate(v);
+            app.metrics.set_harness(&hash);
+            tracing::info!(harness = %hash, %source, changed, "harness activated");
+            Ok(Json(
+                json!({"active": hash, "changed": changed, "summary": summary}),
+            ))
+        }
+        Err(ServeError::InvalidHarness(problems)) => {
+            app.harnesses.reject(source.to_string(), &problems);
+            tracing::warn!(%source, problems = problems.len(), "harness rejected");
+            Err(ServeError::InvalidHarness(problems))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// `POST /v1/harness`: `{"path": DIR}` for a folder on the server, or a zip archive of the
+/// folder as the body (`Content-Type: application/zip`). Validated like `hat harness
+/// check`; an invalid harness changes nothing (422 with its problems).
+pub async fn upload(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    b: std::result::Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>> {
+    let b = body(b)?;
+    let ctype = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let zip = ctype.starts_with("application/zip") || b.starts_with(b"PK\x03\x04");
+    let root = app.cfg.data_dir.join("harnesses");
+    let (loaded, source) = if zip {
+        let (loaded, source) = tokio::task::spawn_blocking(move || match unpack_zip(&b, &root) {
+            Ok((dir, source)) => (load_dir(&dir, source.clone()), source),
+            Err(e) => (Err(e), "upload".to_string()),
+        })
+        .await
+        .map_err(|e| ServeError::internal("loading the harness", e))?;
+        (loaded, source)
+    } else {
+        let r: PathRequest = parse(&b)?;
+        if !r.path.is_dir() {
+            return Err(ServeError::bad(
+                "path",
+                format!("{} is not a folder on the server", r.path.display()),
+            ));
+        }
+        let source = r.path.display().to_string();
+        let s = source.clone();
+        let loaded = tokio::task::spawn_blocking(move || load_dir(&r.path, s))
+            .await
+            .map_err(|e| ServeError::internal("loading the harness", e))?;
+        (loaded, source)
+    };
+    activate(&app, loaded, &source)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RollbackRequest {
+    /// A version's hash, or a unique prefix of at least 8 characters.
+    hash: String,
+}
+
+/// `POST /v1/harness/rollback {"hash": ...}`: makes an earlier version active again.
+pub async fn rollback(
+    State(app): State<Arc<App>>,
+    b: std::result::Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>> {
+    let r: RollbackRequest = parse(&body(b)?)?;
+    let v = app.harnesses.rollback(&r.hash)?;
+    app.metrics.set_harness(v.hash());
+    tracing::info!(harness = %v.hash(), "rolled back");
+    Ok(Json(
+        json!({"active": v.hash(), "summary": v.harness.summary()}),
+    ))
+}
+
+/// Watches a harness folder: when its files change and then hold still for one interval,
+/// the folder is loaded and, if valid and different, swapped in.
+pub async fn watch(app: Arc<App>, dir: PathBuf) {
+    let every = app.cfg.watch_interval;
+    let fp = |d: PathBuf| async move {
+        tokio::task::spawn_blocking(move || fingerprint(&d))
+            .await
+            .unwrap_or(0)
+    };
+    let mut seen = fp(dir.clone()).await;
+    loop {
+        tokio::time::sleep(every).await;
+        if app.stop.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let now = fp(dir.clone()).await;
+        if now == seen {
+            continue;
+        }
+        // wait until an editor has finished writing
+        tokio::time::sleep(every).await;
+        let settled = fp(dir.clone()).await;
+        if settled != now {
+            continue;
+        }
+        seen = settled;
+        let source = dir.display().to_string();
+        let d = dir.clone();
+        let s = source.clone();
+        let loaded = match tokio::task::spawn_blocking(move || load_dir(&d, s)).await {
+            Ok(l) => l,
+            Err(_) => continue,
+        };
+        if let Ok(v) = &loaded {
+            if v.hash() == app.harnesses.active().hash() {
+                continue;
+            }
+        }
+        let _ = activate(&app, loaded, &source);
+    }
+}

@@ -1,0 +1,127 @@
+//! The HTTP API: every route declared here, in one place.
+//!
+//! | route | what |
+//! | --- | --- |
+//! | `GET /health` | liveness, model, active harness |
+//! | `GET /metrics` | Prometheus text |
+//! | `POST /v1/streams`, `GET /v1/streams` | create (from a seed, or an uploaded SQLite store), list |
+//! | `GET /v1/streams/{id}` | a stream's state |
+//! | `POST /v1/streams/{id}/events` | viewer events (`?wait=true` answers with the replies) |
+//! | `GET /v1/streams/{id}/events` | the host's output over SSE (`?after=SEQ` or `Last-Event-ID` replays) |
+//! | `GET /v1/harness`, `POST /v1/harness`, `POST /v1/harness/rollback` | versions, swap, roll back |
+//! | `GET /v1/models`, `POST /v1/chat/completions` | OpenAI-compatible |
+
+pub mod harness;
+pub mod openai;
+pub mod ops;
+pub mod streams;
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use serde::de::DeserializeOwned;
+
+use crate::app::App;
+use crate::error::{Result, ServeError};
+
+pub fn router(app: Arc<App>) -> Router {
+    let upload = DefaultBodyLimit::max(crate::harnesses::MAX_ARCHIVE_BYTES);
+    let v1 = Router::new()
+        .route("/streams", post(streams::create).get(streams::list))
+        .route("/streams/{id}", get(streams::show))
+        .route(
+            "/streams/{id}/events",
+            post(streams::post_events).get(streams::sse),
+        )
+        .route(
+            "/harness",
+            get(harness::show).post(harness::upload).layer(upload),
+        )
+        .route("/harness/rollback", post(harness::rollback))
+        .route("/models", get(openai::models))
+        .route("/chat/completions", post(openai::chat))
+        .route_layer(axum::middleware::from_fn_with_state(app.clone(), auth));
+    Router::new()
+        .route("/health", get(ops::health))
+        .route("/metrics", get(ops::metrics))
+        .nest("/v1", v1)
+        .fallback(ops::not_found)
+        .layer(DefaultBodyLimit::max(app.cfg.max_body_bytes))
+        .with_state(app)
+}
+
+async fn auth(State(app): State<Arc<App>>, req: Request, next: Next) -> Result<Response> {
+    if let Some(key) = &app.cfg.api_key {
+        let ok = req
+            .headers()
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|k| constant_time_eq(k.as_bytes(), key.as_bytes()));
+        if !ok {
+            app.metrics.reject("unauthorized");
+            return Err(ServeError::Unauthorized);
+        }
+    }
+    Ok(next.run(req).await)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A body read as bytes, with the limit's rejection as a JSON error.
+pub fn body(b: std::result::Result<Bytes, BytesRejection>) -> Result<Bytes> {
+    b.map_err(|e| match e {
+        BytesRejection::FailedToBufferBody(_) => {
+            ServeError::TooLarge(format!("the request body is too large or broken: {e}"))
+        }
+        other => ServeError::bad("body", other.to_string()),
+    })
+}
+
+/// Parses a JSON body; an error names the field (`events[2].text`) and what was wrong.
+pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    if bytes.is_empty() {
+        return Err(ServeError::bad("body", "empty; send a JSON object"));
+    }
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        use serde_json::error::Category;
+        if matches!(
+            inner.classify(),
+            Category::Syntax | Category::Eof | Category::Io
+        ) {
+            return ServeError::bad("body", format!("not valid JSON: {inner}"));
+        }
+        let field = if path == "." || path == "?" {
+            "body".to_string()
+        } else {
+            path
+        };
+        ServeError::bad(field, inner.to_string())
+    })
+}
+
+/// Parses a JSON value already read (for bodies of more than one shape).
+pub fn parse_value<T: DeserializeOwned>(v: serde_json::Value, prefix: &str) -> Result<T> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let field = match (prefix.is_empty(), path == ".") {
+            (true, true) => "body".to_string(),
+            (true, false) => path,
+            (false, true) => prefix.to_string(),
+            (false, false) => format!("{prefix}.{path}"),
+        };
+        ServeError::bad(field, inner.to_string())
+    })
+}

@@ -1,0 +1,40 @@
+//! Health, metrics, and the answer to unknown routes.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, Uri};
+use axum::response::IntoResponse;
+use axum::Json;
+use serde_json::{json, Value};
+
+use crate::app::App;
+use crate::error::ServeError;
+
+pub async fn health(State(app): State<Arc<App>>) -> Json<Value> {
+    let active = app.harnesses.active();
+    let streams = app.streams.read().unwrap_or_else(|e| e.into_inner()).len();
+    Json(json!({
+        "status": "ok",
+        "model": app.cfg.model_name,
+        "harness": active.hash(),
+        "streams": streams,
+    }))
+}
+
+pub async fn metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        app.metrics.render(),
+    )
+}
+
+pub async fn not_found(uri: Uri) -> ServeError {
+    ServeError::NotFound(format!(
+        "no route {}; see GET /health, /metrics, /v1/streams, /v1/harness, /v1/models, /v1/chat/completions",
+        hat_harness::text::viewer_text(uri.path(), 200)
+    ))
+}

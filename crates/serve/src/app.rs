@@ -1,0 +1,243 @@
+//! The server's shared state, its start-up (streams restored from the data folder, the
+//! engine worker started) and its shutdown (in-flight replies finish, state is saved).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use hat_teacher::episode::{ChatModel, EpisodeConfig};
+use hat_world::World;
+
+use crate::error::{Result, ServeError};
+use crate::harnesses::{Harnesses, Version};
+use crate::metrics::Metrics;
+use crate::stream::{valid_id, Meta, Stream};
+use crate::triage::TriageConfig;
+use crate::worker::{Command, Worker, WorkerConfig};
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Streams (`streams/<id>/{world.sqlite,meta.json}`) and uploaded harnesses.
+    pub data_dir: PathBuf,
+    pub triage: TriageConfig,
+    pub max_streams: usize,
+    /// Streams answered together in one engine batch.
+    pub max_batch: usize,
+    /// Token limit of one agent turn.
+    pub max_tokens: u32,
+    pub max_turns: usize,
+    /// `Authorization: Bearer <key>` required on `/v1/*` when set.
+    pub api_key: Option<String>,
+    /// A request waiting on the model longer than this fails with 504.
+    pub request_timeout: Duration,
+    /// A harness folder to watch: a valid change is swapped in live.
+    pub watch: Option<PathBuf>,
+    pub watch_interval: Duration,
+    /// The name `/v1/models` lists.
+    pub model_name: String,
+    /// Largest JSON body.
+    pub max_body_bytes: usize,
+    /// Chat-completion requests waiting at most.
+    pub max_chat_queue: usize,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            data_dir: PathBuf::from("runs/serve"),
+            triage: TriageConfig::default(),
+            max_streams: 256,
+            max_batch: 8,
+            max_tokens: 256,
+            max_turns: 5,
+            api_key: None,
+            request_timeout: Duration::from_secs(120),
+            watch: None,
+            watch_interval: Duration::from_secs(2),
+            model_name: "hat".into(),
+            max_body_bytes: 1 << 20,
+            max_chat_queue: 64,
+        }
+    }
+}
+
+/// State shared by every handler.
+pub struct App {
+    pub cfg: ServeConfig,
+    pub streams: RwLock<HashMap<String, Arc<Stream>>>,
+    pub harnesses: Arc<Harnesses>,
+    pub metrics: Arc<Metrics>,
+    pub tx: Sender<Command>,
+    pub chat_waiting: AtomicUsize,
+    pub stop: Arc<AtomicBool>,
+    /// Serialises stream creation (id choice and folder).
+    pub create_lock: tokio::sync::Mutex<()>,
+}
+
+impl App {
+    pub fn stream(&self, id: &str) -> Result<Arc<Stream>> {
+        self.streams
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+            .ok_or_else(|| {
+                ServeError::NotFound(format!(
+                    "no stream `{}`; create one with POST /v1/streams",
+                    hat_harness::text::viewer_text(id, 64)
+                ))
+            })
+    }
+
+    pub fn streams_dir(&self) -> PathBuf {
+        self.cfg.data_dir.join("streams")
+    }
+
+    /// Registers a stream and hands its world to the worker.
+    pub fn add_stream(&self, stream: Arc<Stream>, world: World) -> Result<()> {
+        let mut map = self.streams.write().unwrap_or_else(|e| e.into_inner());
+        map.insert(stream.id.clone(), stream.clone());
+        self.metrics.streams.set(map.len() as i64);
+        if self.tx.send(Command::Add(stream, Box::new(world))).is_err() {
+            return Err(ServeError::ShuttingDown);
+        }
+        Ok(())
+    }
+}
+
+/// A started server: the state and the engine worker's thread.
+pub struct Server {
+    pub app: Arc<App>,
+    worker: std::thread::JoinHandle<()>,
+}
+
+impl Server {
+    /// Restores the streams saved in the data folder and starts the engine worker.
+    pub fn start(
+        cfg: ServeConfig,
+        model: Box<dyn ChatModel + Send>,
+        harness: Version,
+    ) -> Result<Server> {
+        let dirs = [cfg.data_dir.join("streams"), cfg.data_dir.join("harnesses")];
+        for d in &dirs {
+            std::fs::create_dir_all(d)
+                .map_err(|e| ServeError::internal(format!("creating {}", d.display()), e))?;
+        }
+        let metrics = Arc::new(Metrics::new());
+        metrics.set_harness(harness.hash());
+        let harnesses = Arc::new(Harnesses::new(harness));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut model = model;
+        model.set_max_tokens(cfg.max_tokens);
+        let worker = Worker {
+            model,
+            harnesses: harnesses.clone(),
+            metrics: metrics.clone(),
+            cfg: WorkerConfig {
+                max_batch: cfg.max_batch,
+                episode: EpisodeConfig {
+                    max_turns: cfg.max_turns,
+                    keep_changes: true,
+                },
+                max_tokens: cfg.max_tokens,
+            },
+            rx,
+            stop: stop.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("hat-engine".into())
+            .spawn(move || worker.run())
+            .map_err(|e| ServeError::internal("starting the engine worker", e))?;
+        let app = Arc::new(App {
+            cfg,
+            streams: RwLock::new(HashMap::new()),
+            harnesses,
+            metrics,
+            tx,
+            chat_waiting: AtomicUsize::new(0),
+            stop,
+            create_lock: tokio::sync::Mutex::new(()),
+        });
+        let restored = restore(&app)?;
+        if restored > 0 {
+            tracing::info!(
+                streams = restored,
+                "restored streams from {}",
+                app.streams_dir().display()
+            );
+        }
+        Ok(Server {
+            app,
+            worker: handle,
+        })
+    }
+
+    /// Serves on `listener` until `shutdown` resolves, then lets in-flight replies finish and
+    /// stops the worker.
+    pub async fn run(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<()> {
+        let router = crate::api::router(self.app.clone());
+        if let Some(dir) = self.app.cfg.watch.clone() {
+            tokio::spawn(crate::api::harness::watch(self.app.clone(), dir));
+        }
+        let served = axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await;
+        self.app.stop.store(true, Ordering::SeqCst);
+        let _ = self.app.tx.send(Command::Wake);
+        let worker = self.worker;
+        let _ = tokio::task::spawn_blocking(move || worker.join()).await;
+        served.map_err(|e| ServeError::internal("serving", e))
+    }
+}
+
+/// Loads every saved stream; a stream folder that cannot be read is reported and skipped
+/// (never deleted).
+fn restore(app: &App) -> Result<usize> {
+    let dir = app.streams_dir();
+    let entries = std::fs::read_dir(&dir)
+        .map_err(|e| ServeError::internal(format!("reading {}", dir.display()), e))?;
+    let mut n = 0;
+    for e in entries.flatten() {
+        let path = e.path();
+        let Some(id) = path
+            .file_name()
+            .and_then(|s| s.to_str())
+            .map(str::to_string)
+        else {
+            continue;
+        };
+        if !valid_id(&id) || !path.is_dir() {
+            continue;
+        }
+        match load_stream(&path, &id) {
+            Ok((meta, world)) => {
+                let s = Arc::new(Stream::new(path.clone(), meta, app.cfg.triage));
+                app.add_stream(s, world)?;
+                n += 1;
+            }
+            Err(e) => tracing::error!(stream = %id, error = %e, "not restored"),
+        }
+    }
+    Ok(n)
+}
+
+fn load_stream(dir: &Path, id: &str) -> Result<(Meta, World)> {
+    let meta_path = dir.join("meta.json");
+    let text = std::fs::read(&meta_path)
+        .map_err(|e| ServeError::internal(format!("reading {}", meta_path.display()), e))?;
+    let mut meta: Meta = serde_json::from_slice(&text)
+        .map_err(|e| ServeError::internal(format!("parsing {}", meta_path.display()), e))?;
+    meta.id = id.to_string();
+    let world = World::open(dir.join("world.sqlite"))
+        .map_err(|e| ServeError::internal(format!("opening {}", dir.display()), e))?;
+    Ok((meta, world))
+}

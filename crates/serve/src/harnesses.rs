@@ -1,0 +1,358 @@
+//! Harness versions: the active one, its history, live swaps and rollbacks.
+//!
+//! A new harness (a server-side folder, or an uploaded zip archive unpacked under the data
+//! folder) is loaded with the same checks as `hat harness check` before anything changes;
+//! an invalid one is rejected with its problems and the active version keeps serving.
+//! Replies hold an `Arc` of the version they started on, so a swap never mixes two
+//! versions inside one reply.
+
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hat_harness::{Harness, HarnessError, Problem};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::error::{Result, ServeError};
+
+/// Limits on an uploaded archive (the harness reader's own limits apply after unpacking).
+pub const MAX_ARCHIVE_BYTES: usize = 16 << 20;
+pub const MAX_ARCHIVE_ENTRIES: usize = 1024;
+pub const MAX_UNPACKED_BYTES: u64 = 16 << 20;
+/// Versions remembered for rollback.
+pub const HISTORY: usize = 64;
+
+/// One loaded harness.
+pub struct Version {
+    pub harness: Harness,
+    /// Where it came from: a folder path, or `upload:<sha256 of the archive>`.
+    pub source: String,
+    pub loaded_at: u64,
+}
+
+impl Version {
+    pub fn hash(&self) -> &str {
+        &self.harness.hash
+    }
+}
+
+/// What `GET /v1/harness` shows of a version.
+#[derive(Debug, Clone, Serialize)]
+pub struct VersionInfo {
+    pub hash: String,
+    pub name: String,
+    pub source: String,
+    pub loaded_at: u64,
+    pub active: bool,
+    pub summary: String,
+}
+
+/// A rejected attempt, kept so the operator sees why the watch or an upload changed nothing.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rejection {
+    pub source: String,
+    pub at: u64,
+    pub problems: Vec<String>,
+}
+
+struct State {
+    versions: Vec<Arc<Version>>,
+    active: usize,
+    last_rejected: Option<Rejection>,
+}
+
+/// The server's harness versions.
+pub struct Harnesses {
+    state: RwLock<State>,
+}
+
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Loads and checks a harness folder.
+pub fn load_dir(dir: &Path, source: String) -> Result<Version> {
+    match Harness::load(dir) {
+        Ok(harness) => Ok(Version {
+            harness,
+            source,
+            loaded_at: now_s(),
+        }),
+        Err(HarnessError::Invalid(problems)) => Err(ServeError::InvalidHarness(problems)),
+        Err(e) => Err(ServeError::InvalidHarness(vec![Problem::new(
+            dir.display().to_string(),
+            None,
+            e.to_string(),
+        )])),
+    }
+}
+
+impl Harnesses {
+    pub fn new(first: Version) -> Self {
+        Harnesses {
+            state: RwLock::new(State {
+                versions: vec![Arc::new(first)],
+                active: 0,
+                last_rejected: None,
+            }),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        // a panic while holding the lock cannot leave the state half-written (every
+        // writer swaps whole values), so a poisoned lock is still consistent
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The version new replies start on.
+    pub fn active(&self) -> Arc<Version> {
+        let s = self.read();
+        s.versions[s.active].clone()
+    }
+
+    /// Makes `v` active (or re-activates an identical version already known). Returns
+    /// whether the active hash changed.
+    pub fn activate(&self, v: Version) -> bool {
+        let mut s = self.write();
+        let before = s.versions[s.active].hash().to_string();
+        if let Some(i) = s.versions.iter().position(|x| x.hash() == v.hash()) {
+            s.active = i;
+        } else {
+            s.versions.push(Arc::new(v));
+            if s.versions.len() > HISTORY {
+                // never forget the active one
+                let drop_at = usize::from(s.active == 0);
+                s.versions.remove(drop_at);
+            }
+            s.active = s.versions.len() - 1;
+        }
+        s.versions[s.active].hash() != before
+    }
+
+    /// Activates an earlier version by hash (or a unique prefix of at least 8 characters).
+    pub fn rollback(&self, hash: &str) -> Result<Arc<Version>> {
+        let mut s = self.write();
+        let hits: Vec<usize> = (0..s.versions.len())
+            .filter(|&i| hash.len() >= 8 && s.versions[i].hash().starts_with(hash))
+            .collect();
+        match hits.as_slice() {
+            [i] => {
+                s.active = *i;
+                Ok(s.versions[*i].clone())
+            }
+            [] => Err(ServeError::NotFound(format!(
+                "no harness version {hash} in the history (GET /v1/harness lists them; give at least 8 characters)"
+            ))),
+            _ => Err(ServeError::bad(
+                "hash",
+                format!("{hash} matches {} versions; give more characters", hits.len()),
+            )),
+        }
+    }
+
+    pub fn reject(&self, source: String, problems: &[Problem]) {
+        self.write().last_rejected = Some(Rejection {
+            source,
+            at: now_s(),
+            problems: problems.iter().map(|p| p.to_string()).collect(),
+        });
+    }
+
+    /// The history, oldest first, and the last rejected attempt.
+    pub fn list(&self) -> (Vec<VersionInfo>, Option<Rejection>) {
+        let s = self.read();
+        let v = s
+            .versions
+            .iter()
+            .enumerate()
+            .map(|(i, v)| VersionInfo {
+                hash: v.hash().to_string(),
+                name: v.harness.spec.manifest.harness.name.clone(),
+                source: v.source.clone(),
+                loaded_at: v.loaded_at,
+                active: i == s.active,
+                summary: v.harness.summary(),
+            })
+            .collect();
+        (v, s.last_rejected.clone())
+    }
+}
+
+fn archive_err(message: impl Into<String>) -> ServeError {
+    ServeError::bad("archive", message)
+}
+
+/// Unpacks an uploaded zip archive of a harness folder into `<root>/<sha256>/` and returns
+/// that folder. Paths that leave the folder, links, and archives past the limits are
+/// refused; the archive may hold the harness at its top or inside one folder.
+pub fn unpack_zip(bytes: &[u8], root: &Path) -> Result<(PathBuf, String)> {
+    if bytes.len() > MAX_ARCHIVE_BYTES {
+        return Err(archive_err(format!(
+            "{} bytes; archives are limited to {MAX_ARCHIVE_BYTES}",
+            bytes.len()
+        )));
+    }
+    let digest = hex::encode(Sha256::digest(bytes));
+    let dest = root.join(&digest[..16]);
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes))
+        .map_err(|e| archive_err(format!("not a zip archive: {e}")))?;
+    if zip.len() > MAX_ARCHIVE_ENTRIES {
+        return Err(archive_err(format!(
+            "{} entries; at most {MAX_ARCHIVE_ENTRIES}",
+            zip.len()
+        )));
+    }
+    let tmp = root.join(format!(".unpack-{}-{}", &digest[..16], std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let result = (|| {
+        let mut total = 0u64;
+        for i in 0..zip.len() {
+            let mut f = zip
+                .by_index(i)
+                .map_err(|e| archive_err(format!("entry {i}: {e}")))?;
+            let name = f.name().to_string();
+            let rel = f
+                .enclosed_name()
+                .filter(|p| p.components().all(|c| matches!(c, Component::Normal(_))))
+                .ok_or_else(|| archive_err(format!("`{name}` leaves the harness folder")))?;
+            if f.is_symlink() {
+                return Err(archive_err(format!(
+                    "`{name}` is a link; only files and folders are accepted"
+                )));
+            }
+            let out = tmp.join(&rel);
+            if f.is_dir() {
+                std::fs::create_dir_all(&out)
+                    .map_err(|e| ServeError::internal(format!("creating {}", out.display()), e))?;
+                continue;
+            }
+            if let Some(parent) = out.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    ServeError::internal(format!("creating {}", parent.display()), e)
+                })?;
+            }
+            let mut data = Vec::new();
+            let left = MAX_UNPACKED_BYTES - total;
+            (&mut f)
+                .take(left + 1)
+                .read_to_end(&mut data)
+                .map_err(|e| archive_err(format!("`{name}`: {e}")))?;
+            total += data.len() as u64;
+            if total > MAX_UNPACKED_BYTES {
+                return Err(archive_err(format!(
+                    "unpacks to more than {MAX_UNPACKED_BYTES} bytes"
+                )));
+            }
+            std::fs::write(&out, &data)
+                .map_err(|e| ServeError::internal(format!("writing {}", out.display()), e))?;
+            #[cfg(unix)]
+            if let Some(mode) = f.unix_mode() {
+                use std::os::unix::fs::PermissionsExt;
+                // keep only the executable bits a command hook needs
+                let m = 0o644 | (mode & 0o111);
+                let _ = std::fs::set_permissions(&out, std::fs::Permissions::from_mode(m));
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    // a harness zipped as its folder: descend into the single top folder
+    let mut top = tmp.clone();
+    if !top.join("harness.toml").exists() {
+        let entries: Vec<PathBuf> = std::fs::read_dir(&tmp)
+            .map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        if let [only] = entries.as_slice() {
+            if only.is_dir() {
+                top = only.clone();
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dest);
+    std::fs::rename(&top, &dest)
+        .map_err(|e| ServeError::internal(format!("moving the upload to {}", dest.display()), e))?;
+    let _ = std::fs::remove_dir_all(&tmp);
+    Ok((dest, format!("upload:{}", &digest[..16])))
+}
+
+/// A cheap fingerprint of a folder (names, sizes, modification times) for the file watch.
+pub fn fingerprint(dir: &Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut stack = vec![dir.to_path_buf()];
+    let mut seen = 0;
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        let mut entries: Vec<_> = rd.filter_map(|e| e.ok()).collect();
+        entries.sort_by_key(|e| e.path());
+        for e in entries {
+            seen += 1;
+            if seen > 4096 {
+                return h.finish();
+            }
+            let p = e.path();
+            p.hash(&mut h);
+            if let Ok(m) = std::fs::symlink_metadata(&p) {
+                m.len().hash(&mut h);
+                m.modified().ok().hash(&mut h);
+                if m.is_dir() {
+                    stack.push(p);
+                }
+            }
+        }
+    }
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn zip_of(files: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        for (name, data) in files {
+            w.start_file(*name, zip::write::SimpleFileOptions::default())
+                .unwrap();
+            w.write_all(data).unwrap();
+        }
+        w.finish().unwrap().into_inner()
+    }
+
+    #[test]
+    fn an_archive_that_leaves_its_folder_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let z = zip_of(&[("../evil.toml", b"x")]);
+        let e = unpack_zip(&z, dir.path()).unwrap_err().to_string();
+        assert!(e.contains("leaves the harness folder"), "{e}");
+        assert!(!dir.path().parent().unwrap().join("evil.toml").exists());
+        let e = unpack_zip(b"not a zip", dir.path())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a zip archive"), "{e}");
+    }
+
+    #[test]
+    fn an_archive_of_the_folder_unpacks_to_its_contents() {
+        let dir = tempfile::tempdir().unwrap();
+        let z = zip_of(&[("h/harness.toml", b"a"), ("h/tools/x.json", b"{}")]);
+        let (out, source) = unpack_zip(&z, dir.path()).unwrap();
+        assert!(out.join("harness.toml").is_file());
+        assert!(out.join("tools/x.json").is_file());
+        assert!(source.starts_with("upload:"));
+    }
+}

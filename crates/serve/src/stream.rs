@@ -1,0 +1,275 @@
+//! A live stream as the server holds it: its waiting events, what it has said, its
+//! counters, and the event log clients follow over SSE. The stream's world (catalog and
+//! what tools changed) lives with the engine worker and is saved beside `meta.json` in the
+//! stream's folder after every reply, so a restart loses nothing.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hat_tasks::task::Turn;
+use hat_world::Event;
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+use crate::error::{Result, ServeError};
+use crate::triage::{Admission, Class, Dropped, Queue, TriageConfig};
+
+/// Events kept for clients that (re)connect with `Last-Event-ID` or `?after=`.
+pub const REPLAY: usize = 512;
+/// Earlier turns shown to the model (the training data has at most one).
+pub const HISTORY_TURNS: usize = 2;
+/// Recent activity lines shown to the model (joins, gifts).
+pub const RECENT_LINES: usize = 3;
+
+pub fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Where one reply's time went, in seconds.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Latency {
+    /// Waiting in the stream's queue.
+    pub queue: f64,
+    /// Prompt processing (all model turns).
+    pub prefill: f64,
+    /// Token generation (all model turns).
+    pub decode: f64,
+    /// Tool calls, hooks and the loop's own work.
+    pub tools_hooks: f64,
+    /// From the event's arrival to the reply.
+    pub total: f64,
+}
+
+/// What the host did, as clients see it over SSE.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Body {
+    /// An event was accepted (queued, merged into a waiting duplicate, or folded).
+    Accepted {
+        id: u64,
+        event: Event,
+        #[serde(flatten)]
+        admission: Admission,
+    },
+    /// A waiting event (and what merged into it) will not be answered.
+    Dropped(Dropped),
+    Like {
+        viewer: String,
+        likes: u64,
+    },
+    /// The host started on an event.
+    Started {
+        id: u64,
+        /// Events answered by this reply (merged duplicates, folded joins).
+        answers: Vec<u64>,
+        event: Event,
+        class: Class,
+        harness: String,
+    },
+    /// One model turn as generated (tool calls in the harness's syntax, or the draft reply
+    /// before reply hooks review it).
+    Turn {
+        id: u64,
+        index: usize,
+        text: String,
+        prompt_tokens: usize,
+        cached_tokens: usize,
+        generated_tokens: usize,
+        seconds: f64,
+    },
+    ToolResult {
+        id: u64,
+        name: String,
+        result: String,
+    },
+    Hook {
+        id: u64,
+        hook: String,
+        outcome: String,
+    },
+    /// The reply viewers see (after reply hooks).
+    Reply {
+        id: u64,
+        answers: Vec<u64>,
+        text: String,
+        harness: String,
+        tool_calls: Vec<String>,
+        errors: Vec<String>,
+        latency: Latency,
+    },
+    Error {
+        id: Option<u64>,
+        message: String,
+    },
+}
+
+/// One entry of the event log.
+#[derive(Debug, Clone, Serialize)]
+pub struct OutEvent {
+    pub seq: u64,
+    /// Unix time, seconds.
+    pub at: f64,
+    #[serde(flatten)]
+    pub body: Body,
+}
+
+/// Counts shown in the stream's state and the server's metrics.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Counters {
+    pub received: u64,
+    pub replied: u64,
+    pub merged: u64,
+    pub folded: u64,
+    pub dropped_stale: u64,
+    pub dropped_evicted: u64,
+    pub rejected_full: u64,
+    pub likes: u64,
+    pub errors: u64,
+}
+
+/// What is saved in `meta.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Meta {
+    pub id: String,
+    pub seed: Option<u64>,
+    pub created_at: f64,
+    pub counters: Counters,
+    pub history: VecDeque<Turn>,
+    pub recent: VecDeque<String>,
+    pub next_event: u64,
+    pub next_seq: u64,
+    /// The world's live state after the last reply (on stage, pins, flash sales).
+    pub state: serde_json::Value,
+}
+
+pub struct Inner {
+    pub meta: Meta,
+    pub in_flight: Option<u64>,
+    ring: VecDeque<Arc<OutEvent>>,
+}
+
+impl Inner {
+    pub fn next_id(&mut self) -> u64 {
+        self.meta.next_event += 1;
+        self.meta.next_event
+    }
+}
+
+/// A stream shared by the HTTP handlers and the engine worker.
+pub struct Stream {
+    pub id: String,
+    pub dir: PathBuf,
+    queue: Mutex<Queue>,
+    inner: Mutex<Inner>,
+    tx: broadcast::Sender<Arc<OutEvent>>,
+}
+
+impl Stream {
+    pub fn new(dir: PathBuf, meta: Meta, triage: TriageConfig) -> Stream {
+        let (tx, _) = broadcast::channel(REPLAY);
+        Stream {
+            id: meta.id.clone(),
+            dir,
+            queue: Mutex::new(Queue::new(triage)),
+            inner: Mutex::new(Inner {
+                meta,
+                in_flight: None,
+                ring: VecDeque::new(),
+            }),
+            tx,
+        }
+    }
+
+    pub fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn inner(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends to the event log and sends it to every subscriber.
+    pub fn emit(&self, body: Body) {
+        let mut g = self.inner();
+        g.meta.next_seq += 1;
+        let ev = Arc::new(OutEvent {
+            seq: g.meta.next_seq,
+            at: unix_now(),
+            body,
+        });
+        if g.ring.len() == REPLAY {
+            g.ring.pop_front();
+        }
+        g.ring.push_back(ev.clone());
+        // no subscriber is fine: the ring keeps it for the next one
+        let _ = self.tx.send(ev);
+    }
+
+    /// Subscribes, with the logged events after `after` to replay first.
+    pub fn subscribe(
+        &self,
+        after: Option<u64>,
+    ) -> (Vec<Arc<OutEvent>>, broadcast::Receiver<Arc<OutEvent>>) {
+        let g = self.inner();
+        let rx = self.tx.subscribe();
+        let replay = match after {
+            Some(a) => g.ring.iter().filter(|e| e.seq > a).cloned().collect(),
+            None => Vec::new(),
+        };
+        (replay, rx)
+    }
+
+    /// Records events that will not be answered.
+    pub fn report_dropped(&self, dropped: Vec<Dropped>) {
+        for d in dropped {
+            {
+                let mut g = self.inner();
+                let n = 1 + d.merged.len() as u64;
+                match d.reason {
+                    crate::triage::DropReason::Stale => g.meta.counters.dropped_stale += n,
+                    crate::triage::DropReason::Evicted => g.meta.counters.dropped_evicted += n,
+                }
+            }
+            self.emit(Body::Dropped(d));
+        }
+    }
+
+    /// Writes `meta.json` (atomically: a temporary file renamed over it).
+    pub fn save_meta(&self) -> Result<()> {
+        let text = serde_json::to_vec_pretty(&self.inner().meta)
+            .map_err(|e| ServeError::internal("encoding the stream state", e))?;
+        write_atomic(&self.dir.join("meta.json"), &text)
+    }
+}
+
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    std::fs::write(&tmp, bytes)
+        .and_then(|_| std::fs::rename(&tmp, path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            ServeError::internal(format!("writing {}", path.display()), e)
+        })
+}
+
+/// The line a join or gift leaves in the stream's recent activity.
+pub fn activity_line(e: &Event) -> Option<String> {
+    match e {
+        Event::ViewerJoin { viewer } => Some(format!("{viewer} joined")),
+        Event::Gift { viewer, gift, .. } => Some(format!("{viewer} sent a {gift}")),
+        _ => None,
+    }
+}
+
+/// A stream id: letters, digits, `-` and `_`, 1 to 64 characters (it names a folder).
+pub fn valid_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}

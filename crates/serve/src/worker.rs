@@ -1,0 +1,435 @@
+//! The engine worker: one thread that owns the model and every stream's world, and runs
+//! the agent loop.
+//!
+//! Each round it takes the most important waiting event of every stream that has one (one
+//! reply in flight per stream), starts their episodes on the harness version active at
+//! that moment, and decodes all of them as one batch, turn by turn, so many streams share
+//! the engine. Between rounds it serves `/v1/chat/completions` requests (streamed token by
+//! token when one runs alone). Tool calls change the stream's world for good (a claimed
+//! coupon stays claimed), and the world is saved after every reply.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hat_harness::{Message, Role};
+use hat_tasks::episode::Scene;
+use hat_tasks::task::{event_line, Turn};
+use hat_teacher::episode::{ChatModel, Completion, Episode, EpisodeConfig};
+use hat_world::World;
+use tokio::sync::{mpsc as tmpsc, oneshot};
+
+use crate::harnesses::{Harnesses, Version};
+use crate::metrics::Metrics;
+use crate::stream::{activity_line, Body, Latency, Stream, HISTORY_TURNS, RECENT_LINES};
+use crate::triage::Pending;
+
+/// A `/v1/chat/completions` request for the worker.
+pub struct ChatJob {
+    pub messages: Vec<Message>,
+    pub max_tokens: u32,
+    /// Text as it is generated (streaming requests).
+    pub deltas: Option<tmpsc::UnboundedSender<String>>,
+    pub done: oneshot::Sender<Result<Completion, String>>,
+    pub queued: Instant,
+}
+
+pub enum Command {
+    /// A new (or restored) stream and its world.
+    Add(Arc<Stream>, Box<World>),
+    Chat(ChatJob),
+    /// Something was queued.
+    Wake,
+}
+
+pub struct WorkerConfig {
+    pub max_batch: usize,
+    pub episode: EpisodeConfig,
+    /// The model's token limit for one agent turn (chat requests set their own).
+    pub max_tokens: u32,
+}
+
+pub struct Worker {
+    pub model: Box<dyn ChatModel + Send>,
+    pub harnesses: Arc<Harnesses>,
+    pub metrics: Arc<Metrics>,
+    pub cfg: WorkerConfig,
+    pub rx: Receiver<Command>,
+    /// Set on shutdown: finish what is in flight, then stop.
+    pub stop: Arc<AtomicBool>,
+}
+
+struct Live {
+    stream: Arc<Stream>,
+    world: Box<World>,
+}
+
+/// One event being answered.
+struct Job {
+    stream: Arc<Stream>,
+    pending: Pending,
+    event: hat_world::Event,
+    on_stage: String,
+    history: Vec<Turn>,
+    recent: Vec<String>,
+    version: Arc<Version>,
+    started: Instant,
+}
+
+impl Worker {
+    pub fn run(mut self) {
+        let mut streams: Vec<Live> = Vec::new();
+        let mut index: HashMap<String, usize> = HashMap::new();
+        let mut chats: std::collections::VecDeque<ChatJob> = Default::default();
+        let mut next = 0usize; // round-robin start, so no stream starves when batches are full
+        loop {
+            let busy = !chats.is_empty() || streams.iter().any(|l| !l.stream.queue().is_empty());
+            let first = if busy {
+                self.rx.try_recv().map_err(|e| match e {
+                    std::sync::mpsc::TryRecvError::Empty => RecvTimeoutError::Timeout,
+                    std::sync::mpsc::TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+                })
+            } else {
+                self.rx.recv_timeout(Duration::from_millis(250))
+            };
+            let mut cmds = Vec::new();
+            match first {
+                Ok(c) => cmds.push(c),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            cmds.extend(self.rx.try_iter());
+            for c in cmds {
+                match c {
+                    Command::Add(stream, world) => {
+                        if let Some(&i) = index.get(&stream.id) {
+                            streams[i] = Live { stream, world };
+                        } else {
+                            index.insert(stream.id.clone(), streams.len());
+                            streams.push(Live { stream, world });
+                        }
+                    }
+                    Command::Chat(job) => chats.push_back(job),
+                    Command::Wake => {}
+                }
+            }
+            let now = Instant::now();
+            let mut depth = 0;
+            for l in &streams {
+                let dropped = {
+                    let mut q = l.stream.queue();
+                    let d = q.sweep(now);
+                    depth += q.len();
+                    d
+                };
+                self.metrics.dropped(&dropped);
+                l.stream.report_dropped(dropped);
+            }
+            self.metrics.queue_depth.set(depth as i64);
+            if let Some(job) = chats.pop_front() {
+                self.chat(job);
+            }
+            if self.stop.load(Ordering::SeqCst) {
+                // in-flight replies finished with the last round; nothing new starts
+                for j in chats.drain(..) {
+                    let _ = j.done.send(Err("the server is shutting down".into()));
+                }
+                break;
+            }
+            if streams.is_empty() {
+                continue;
+            }
+            let n = streams.len();
+            let mut picked = Vec::new();
+            for k in 0..n {
+                if picked.len() == self.cfg.max_batch.max(1) {
+                    break;
+                }
+                let i = (next + k) % n;
+                if let Some(p) = streams[i].stream.queue().pop() {
+                    picked.push((i, p));
+                }
+            }
+            next = (next + 1) % n;
+            if !picked.is_empty() {
+                self.round(&streams, picked);
+            }
+        }
+        for l in &streams {
+            let _ = l.stream.save_meta();
+        }
+    }
+
+    fn chat(&mut self, job: ChatJob) {
+        let wait = job.queued.elapsed().as_secs_f64();
+        self.model.set_max_tokens(job.max_tokens);
+        let t0 = Instant::now();
+        let mut first: Option<f64> = None;
+        let out = match &job.deltas {
+            Some(tx) => self.model.generate_streaming(&job.messages, &mut |d| {
+                first.get_or_insert_with(|| t0.elapsed().as_secs_f64());
+                // a closed connection stops the generation
+                tx.send(d.to_string()).is_ok()
+            }),
+            None => self.model.generate(&job.messages),
+        };
+        self.model.set_max_tokens(self.cfg.max_tokens);
+        if let Ok(c) = &out {
+            self.metrics.generated(c);
+            self.metrics
+                .ttft
+                .observe(wait + first.unwrap_or_else(|| t0.elapsed().as_secs_f64()));
+        }
+        let _ = job.done.send(out.map_err(|e| e.to_string()));
+    }
+
+    /// Answers one event from each picked stream, as one batch.
+    fn round(&mut self, streams: &[Live], picked: Vec<(usize, Pending)>) {
+        let version = self.harnesses.active();
+        let mut jobs = Vec::new();
+        let mut worlds = Vec::new();
+        for (i, pending) in picked {
+            let l = &streams[i];
+            let on_stage = match l.world.on_stage() {
+                Ok(p) => p.id.clone(),
+                Err(e) => {
+                    l.stream.emit(Body::Error {
+                        id: Some(pending.id),
+                        message: format!("the stream's world: {e}"),
+                    });
+                    continue;
+                }
+            };
+            let (history, recent) = {
+                let mut g = l.stream.inner();
+                g.in_flight = Some(pending.id);
+                (
+                    g.meta.history.iter().cloned().collect(),
+                    g.meta.recent.iter().cloned().collect(),
+                )
+            };
+            let event = pending.event();
+            let queue_s = pending.arrived.elapsed().as_secs_f64();
+            self.metrics.queue_wait.observe(queue_s);
+            l.stream.emit(Body::Started {
+                id: pending.id,
+                answers: answers(&pending),
+                event: event.clone(),
+                class: pending.class,
+                harness: version.hash().to_string(),
+            });
+            jobs.push(Job {
+                stream: l.stream.clone(),
+                event,
+                pending,
+                on_stage,
+                history,
+                recent,
+                version: version.clone(),
+                started: Instant::now(),
+            });
+            worlds.push(&*l.world);
+        }
+        let ids: Vec<String> = jobs
+            .iter()
+            .map(|j| format!("live-{}", j.pending.id))
+            .collect();
+        let mut eps: Vec<Option<Episode<'_>>> = Vec::new();
+        let mut turns: Vec<Vec<Completion>> = vec![Vec::new(); jobs.len()];
+        let mut seen: Vec<(usize, usize)> = vec![(0, 0); jobs.len()];
+        for (k, j) in jobs.iter().enumerate() {
+            let scene = Scene {
+                id: &ids[k],
+                event: &j.event,
+                on_stage: &j.on_stage,
+                history: &j.history,
+                recent: &j.recent,
+            };
+            match Episode::start(scene, &j.version.harness, worlds[k], self.cfg.episode) {
+                Ok(ep) => {
+                    seen[k] = (ep.messages().len(), ep.hook_log().len());
+                    eps.push(Some(ep));
+                }
+                Err(e) => {
+                    self.fail(j, &e.to_string());
+                    eps.push(None);
+                }
+            }
+        }
+        loop {
+            let live: Vec<usize> = (0..eps.len())
+                .filter(|&k| eps[k].as_ref().is_some_and(|e| !e.is_done()))
+                .collect();
+            if live.is_empty() {
+                break;
+            }
+            let outs = {
+                let chats: Vec<&[Message]> = live
+                    .iter()
+                    .filter_map(|&k| eps[k].as_ref().and_then(|e| e.prompt()))
+                    .collect();
+                self.model.generate_batch(&chats)
+            };
+            let outs = match outs {
+                Ok(o) if o.len() == live.len() => o,
+                other => {
+                    let m = match other {
+                        Ok(o) => format!(
+                            "the model returned {} answers for {} prompts",
+                            o.len(),
+                            live.len()
+                        ),
+                        Err(e) => e.to_string(),
+                    };
+                    for &k in &live {
+                        self.fail(&jobs[k], &m);
+                        // dropping the episode rolls its world changes back
+                        eps[k] = None;
+                    }
+                    continue;
+                }
+            };
+            for (&k, out) in live.iter().zip(outs) {
+                let Some(ep) = eps[k].as_mut() else { continue };
+                let j = &jobs[k];
+                self.metrics.generated(&out);
+                j.stream.emit(Body::Turn {
+                    id: j.pending.id,
+                    index: turns[k].len(),
+                    text: out.text.clone(),
+                    prompt_tokens: out.prompt_tokens,
+                    cached_tokens: out.cached_tokens,
+                    generated_tokens: out.tokens.len(),
+                    seconds: out.seconds,
+                });
+                turns[k].push(out.clone());
+                if let Err(e) = ep.feed(out) {
+                    self.fail(j, &e.to_string());
+                    eps[k] = None;
+                    continue;
+                }
+                let (m0, h0) = seen[k];
+                for m in ep.messages().iter().skip(m0) {
+                    if m.role == Role::Tool {
+                        j.stream.emit(Body::ToolResult {
+                            id: j.pending.id,
+                            name: m.name.clone().unwrap_or_default(),
+                            result: m.content.clone(),
+                        });
+                    }
+                }
+                for d in ep.hook_log().iter().skip(h0) {
+                    j.stream.emit(Body::Hook {
+                        id: j.pending.id,
+                        hook: d.hook.clone(),
+                        outcome: d.outcome.clone(),
+                    });
+                }
+                seen[k] = (ep.messages().len(), ep.hook_log().len());
+            }
+        }
+        for (k, ep) in eps.into_iter().enumerate() {
+            let Some(ep) = ep else { continue };
+            let j = &jobs[k];
+            match ep.finish() {
+                Ok(t) => self.replied(j, &turns[k], t, worlds[k]),
+                Err(e) => self.fail(j, &e.to_string()),
+            }
+        }
+    }
+
+    fn fail(&self, j: &Job, message: &str) {
+        self.metrics.errors.inc();
+        {
+            let mut g = j.stream.inner();
+            g.meta.counters.errors += 1;
+            g.in_flight = None;
+        }
+        j.stream.emit(Body::Error {
+            id: Some(j.pending.id),
+            message: message.to_string(),
+        });
+    }
+
+    fn replied(&self, j: &Job, turns: &[Completion], t: hat_teacher::Trajectory, world: &World) {
+        let queue = j.started.duration_since(j.pending.arrived).as_secs_f64();
+        let busy = j.started.elapsed().as_secs_f64();
+        let prefill: f64 = turns.iter().map(|c| c.prefill_seconds).sum();
+        let decode: f64 = turns.iter().map(|c| c.decode_seconds).sum();
+        // models that do not split their time report it all as decoding
+        let model: f64 = turns.iter().map(|c| c.seconds).sum();
+        let decode = if prefill + decode == 0.0 {
+            model
+        } else {
+            decode
+        };
+        let latency = Latency {
+            queue,
+            prefill,
+            decode,
+            tools_hooks: (busy - prefill - decode).max(0.0),
+            total: queue + busy,
+        };
+        self.metrics.latency.observe(latency.total);
+        self.metrics.ttft.observe(latency.total);
+        self.metrics.replies.inc();
+        let reply = t.attempt.reply.clone();
+        {
+            let mut g = j.stream.inner();
+            g.in_flight = None;
+            let m = &mut g.meta;
+            m.counters.replied += 1;
+            if let Some(line) = activity_line(&j.event) {
+                m.recent.push_back(line);
+                while m.recent.len() > RECENT_LINES {
+                    m.recent.pop_front();
+                }
+            }
+            if !reply.is_empty() {
+                m.history.push_back(Turn {
+                    user: event_line(&j.event),
+                    assistant: reply.clone(),
+                });
+                while m.history.len() > HISTORY_TURNS {
+                    m.history.pop_front();
+                }
+            }
+            if let Ok(s) = world.try_stream_state() {
+                m.state = serde_json::json!({
+                    "on_stage": s.on_stage,
+                    "flash_sales": s.flash_sales,
+                    "pins": world.pins().unwrap_or_default(),
+                });
+            }
+        }
+        if let Err(e) = world.save(j.stream.dir.join("world.sqlite")) {
+            tracing::error!(stream = %j.stream.id, error = %e, "saving the stream's world");
+        }
+        if let Err(e) = j.stream.save_meta() {
+            tracing::error!(stream = %j.stream.id, error = %e, "saving the stream's state");
+        }
+        j.stream.emit(Body::Reply {
+            id: j.pending.id,
+            answers: answers(&j.pending),
+            text: reply,
+            harness: j.version.hash().to_string(),
+            tool_calls: t.attempt.calls.iter().map(|c| c.name.clone()).collect(),
+            errors: t.attempt.format_errors.clone(),
+            latency,
+        });
+    }
+}
+
+/// The event ids one reply answers: the event and what merged or folded into it.
+fn answers(p: &Pending) -> Vec<u64> {
+    std::iter::once(p.id)
+        .chain(p.merged.iter().copied())
+        .collect()
+}
+
+/// Sends `cmd` to the worker; `false` when the worker has stopped.
+pub fn send(tx: &Sender<Command>, cmd: Command) -> bool {
+    tx.send(cmd).is_ok()
+}

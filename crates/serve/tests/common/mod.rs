@@ -1,0 +1,174 @@
+//! A scripted model and an in-process server on a loopback port.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hat_harness::{Message, Role};
+use hat_serve::{ServeConfig, Server};
+use hat_teacher::episode::ChatModel;
+use hat_teacher::TeacherError;
+
+/// Answers like a well-behaved host, deterministically: a comment asking to "pin" gets a
+/// `pin_product` call first; every reply names the persona its system prompt shows, so a
+/// test can tell which harness version produced it.
+pub struct Scripted {
+    pub delay: Duration,
+}
+
+impl ChatModel for Scripted {
+    fn complete(&mut self, messages: &[Message]) -> Result<String, TeacherError> {
+        std::thread::sleep(self.delay);
+        let system = messages.first().map(|m| m.content.as_str()).unwrap_or("");
+        let persona = ["Mia", "Zoe"]
+            .into_iter()
+            .find(|p| system.contains(&format!("You are {p}")) || system.contains(p))
+            .unwrap_or("nobody");
+        let last = messages.last().expect("a prompt");
+        if last.role == Role::User
+            && last.content.contains("pin")
+            && !messages.iter().any(|m| m.role == Role::Tool)
+        {
+            return Ok(r#"<tool_call>{"name": "pin_product", "arguments": {"product_id": "P1"}}</tool_call>"#.into());
+        }
+        if last.role == Role::User && last.content.starts_with("[runtime]") {
+            return Ok(format!("Sorry! {persona} here, let me fix that."));
+        }
+        Ok(format!("Hi, {persona} here! Thanks for stopping by."))
+    }
+}
+
+pub fn harness_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream")
+}
+
+/// A copy of the production harness with the persona renamed (another version).
+pub fn renamed_harness(root: &Path, name: &str) -> PathBuf {
+    let dir = root.join(format!("h-{name}"));
+    copy_dir(&harness_dir(), &dir);
+    let t = dir.join("harness.toml");
+    let text = std::fs::read_to_string(&t).unwrap();
+    std::fs::write(
+        &t,
+        text.replace("name = \"Mia\"", &format!("name = \"{name}\"")),
+    )
+    .unwrap();
+    dir
+}
+
+/// A copy whose tool schema does not parse.
+pub fn broken_harness(root: &Path) -> PathBuf {
+    let dir = root.join("h-broken");
+    copy_dir(&harness_dir(), &dir);
+    std::fs::write(dir.join("tools/check_stock.json"), "{ not json").unwrap();
+    dir
+}
+
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let p = e.path();
+        let dest = to.join(e.file_name());
+        if p.is_dir() {
+            copy_dir(&p, &dest);
+        } else {
+            std::fs::copy(&p, &dest).unwrap();
+        }
+    }
+}
+
+pub struct Running {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Running {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Graceful shutdown: waits for in-flight replies and the worker.
+    pub fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+pub fn start(cfg: ServeConfig, delay: Duration) -> Running {
+    start_with(cfg, Box::new(Scripted { delay }), &harness_dir())
+}
+
+pub fn start_with(cfg: ServeConfig, model: Box<dyn ChatModel + Send>, harness: &Path) -> Running {
+    let version = hat_serve::load_dir(harness, harness.display().to_string()).unwrap();
+    let server = Server::start(cfg, model, version).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(l.local_addr().unwrap()).unwrap();
+            server
+                .run(l, async move {
+                    let _ = stop_rx.await;
+                })
+                .await
+                .unwrap();
+        });
+    });
+    let addr = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    Running {
+        addr,
+        stop: Some(stop_tx),
+        thread: Some(thread),
+    }
+}
+
+pub fn config(data: &Path) -> ServeConfig {
+    ServeConfig {
+        data_dir: data.to_path_buf(),
+        request_timeout: Duration::from_secs(60),
+        ..ServeConfig::default()
+    }
+}
+
+/// One request: status and body (4xx and 5xx are answers, not errors).
+pub fn call(method: &str, url: &str, body: Option<(&str, &[u8])>) -> (u16, String) {
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(90))
+        .build();
+    let req = agent.request(method, url);
+    let r = match body {
+        Some((ctype, b)) => req.set("Content-Type", ctype).send_bytes(b),
+        None => req.call(),
+    };
+    match r {
+        Ok(resp) => (resp.status(), resp.into_string().unwrap_or_default()),
+        Err(ureq::Error::Status(code, resp)) => (code, resp.into_string().unwrap_or_default()),
+        Err(e) => panic!("{method} {url}: {e}"),
+    }
+}
+
+pub fn json(method: &str, url: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    let b = body.to_string();
+    let (code, text) = call(method, url, Some(("application/json", b.as_bytes())));
+    let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON ({code}): {text}"));
+    (code, v)
+}
+
+pub fn get(url: &str) -> (u16, serde_json::Value) {
+    let (code, text) = call("GET", url, None);
+    let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON ({code}): {text}"));
+    (code, v)
+}

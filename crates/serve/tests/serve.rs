@@ -1,0 +1,324 @@
+//! The server end to end on loopback, with a scripted model: replies, persistence, the
+//! OpenAI API, live harness swaps, malformed requests, floods.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+fn create(r: &Running, id: &str) {
+    let (code, v) = json("POST", &r.url("/v1/streams"), &json!({"id": id, "seed": 3}));
+    assert_eq!(code, 201, "{v}");
+}
+
+fn ask(r: &Running, id: &str, text: &str) -> Value {
+    let (code, v) = json(
+        "POST",
+        &r.url(&format!("/v1/streams/{id}/events?wait=true")),
+        &json!({"type": "comment", "viewer": "lily", "text": text}),
+    );
+    assert_eq!(code, 200, "{v}");
+    v["results"][0].clone()
+}
+
+#[test]
+fn a_comment_gets_a_reply_naming_its_harness_and_latency() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(config(dir.path()), Duration::ZERO);
+    create(&r, "demo");
+    let active = get(&r.url("/v1/harness")).1["active"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let reply = ask(&r, "demo", "hi Mia, is the hoodie available in M?");
+    assert_eq!(reply["type"], "reply", "{reply}");
+    assert_eq!(reply["harness"], active.as_str());
+    assert!(
+        reply["text"].as_str().unwrap().contains("Mia here"),
+        "{reply}"
+    );
+    let lat = &reply["latency"];
+    assert!(lat["total"].as_f64().unwrap() >= lat["queue"].as_f64().unwrap());
+    // the SSE log replays what happened, in order
+    let (code, text) = sse_until(&r.url("/v1/streams/demo/events?after=0"), "event: reply");
+    assert_eq!(code, 200);
+    let kinds: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    // the reply hooks' decision is logged between the draft and the reply
+    assert_eq!(
+        kinds,
+        ["accepted", "started", "turn", "hook", "reply"],
+        "{text}"
+    );
+    let (_, state) = get(&r.url("/v1/streams/demo"));
+    assert_eq!(state["counters"]["replied"], 1);
+    assert_eq!(state["history"].as_array().unwrap().len(), 1);
+    r.stop();
+}
+
+/// Reads an SSE response until a line appears (the stream itself never ends).
+fn sse_until(url: &str, needle: &str) -> (u16, String) {
+    use std::io::BufRead;
+    let resp = ureq::AgentBuilder::new()
+        .timeout_read(Duration::from_secs(30))
+        .build()
+        .get(url)
+        .call()
+        .unwrap();
+    let code = resp.status();
+    let mut out = String::new();
+    for line in std::io::BufReader::new(resp.into_reader()).lines() {
+        let line = line.unwrap();
+        out.push_str(&line);
+        out.push('\n');
+        if line.starts_with(needle) {
+            break;
+        }
+    }
+    (code, out)
+}
+
+#[test]
+fn tool_changes_persist_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(config(dir.path()), Duration::ZERO);
+    create(&r, "s1");
+    let reply = ask(&r, "s1", "please pin the first one");
+    assert_eq!(reply["tool_calls"], json!(["pin_product"]), "{reply}");
+    r.stop();
+    let r = start(config(dir.path()), Duration::ZERO);
+    let (code, state) = get(&r.url("/v1/streams/s1"));
+    assert_eq!(code, 200, "{state}");
+    assert_eq!(state["state"]["pins"][0]["product"], "P1", "{state}");
+    assert_eq!(state["counters"]["replied"], 1);
+    // and the restored world still answers
+    assert_eq!(ask(&r, "s1", "what a nice stream")["type"], "reply");
+    r.stop();
+}
+
+#[test]
+fn openai_chat_completions_plain_and_streamed() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(config(dir.path()), Duration::ZERO);
+    let (code, v) = get(&r.url("/v1/models"));
+    assert_eq!(code, 200);
+    assert_eq!(v["data"][0]["object"], "model");
+    let req = json!({"model": "hat", "messages": [{"role": "system", "content": "You are Zoe"}, {"role": "user", "content": [{"type": "text", "text": "hello"}]}], "max_tokens": 32});
+    let (code, v) = json("POST", &r.url("/v1/chat/completions"), &req);
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "Hi, Zoe here! Thanks for stopping by."
+    );
+    assert!(v["usage"]["total_tokens"].is_u64());
+    let mut sreq = req.clone();
+    sreq["stream"] = json!(true);
+    sreq["stream_options"] = json!({"include_usage": true});
+    let b = sreq.to_string();
+    let (code, text) = call(
+        "POST",
+        &r.url("/v1/chat/completions"),
+        Some(("application/json", b.as_bytes())),
+    );
+    assert_eq!(code, 200);
+    let datas: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(datas.last(), Some(&"[DONE]"), "{text}");
+    let content: String = datas
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(content, "Hi, Zoe here! Thanks for stopping by.");
+    assert!(text.contains("\"finish_reason\":\"stop\""), "{text}");
+    assert!(text.contains("\"usage\""), "{text}");
+    r.stop();
+}
+
+#[test]
+fn harness_swaps_under_load_drop_nothing_and_never_mix_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_batch = 4;
+    let r = start(cfg, Duration::from_millis(5));
+    let zoe = renamed_harness(dir.path(), "Zoe");
+    let broken = broken_harness(dir.path());
+    let mia = harness_dir();
+    let hash_of = |p: &std::path::Path| hat_harness::Harness::load(p).unwrap().hash;
+    let (mia_hash, zoe_hash) = (hash_of(&mia), hash_of(&zoe));
+    for s in ["a", "b", "c"] {
+        create(&r, s);
+    }
+    let url = r.url("");
+    let poster = std::thread::spawn(move || {
+        let mut results = Vec::new();
+        for i in 0..30 {
+            let s = ["a", "b", "c"][i % 3];
+            let (code, v) = json(
+                "POST",
+                &format!("{url}/v1/streams/{s}/events?wait=true"),
+                &json!({"type": "comment", "viewer": format!("v{i}"), "text": format!("question number {i} about sizes?")}),
+            );
+            assert_eq!(code, 200, "{v}");
+            results.push(v["results"][0].clone());
+        }
+        results
+    });
+    for k in 0..20 {
+        let path = if k % 2 == 0 { &zoe } else { &mia };
+        let (code, v) = json("POST", &r.url("/v1/harness"), &json!({"path": path}));
+        assert_eq!(code, 200, "{v}");
+        if k == 10 {
+            let before = get(&r.url("/v1/harness")).1["active"].clone();
+            let (code, v) = json("POST", &r.url("/v1/harness"), &json!({"path": broken}));
+            assert_eq!(code, 422, "{v}");
+            let p = &v["error"]["problems"][0];
+            assert_eq!(p["file"], "tools/check_stock.json", "{v}");
+            assert!(p["line"].is_u64(), "{v}");
+            assert_eq!(get(&r.url("/v1/harness")).1["active"], before);
+        }
+        std::thread::sleep(Duration::from_millis(15));
+    }
+    let results = poster.join().unwrap();
+    assert_eq!(results.len(), 30);
+    for res in &results {
+        assert_eq!(res["type"], "reply", "{res}");
+        let h = res["harness"].as_str().unwrap();
+        let text = res["text"].as_str().unwrap();
+        if h == mia_hash {
+            assert!(text.contains("Mia here"), "{res}");
+        } else {
+            assert_eq!(h, zoe_hash);
+            assert!(text.contains("Zoe here"), "{res}");
+        }
+    }
+    // rollback by hash prefix
+    let (code, v) = json(
+        "POST",
+        &r.url("/v1/harness/rollback"),
+        &json!({"hash": &zoe_hash[..12]}),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(get(&r.url("/v1/harness")).1["active"], zoe_hash.as_str());
+    let (_, h) = get(&r.url("/v1/harness"));
+    assert!(
+        h["last_rejected"]["problems"][0]
+            .as_str()
+            .unwrap()
+            .contains("check_stock.json"),
+        "{h}"
+    );
+    r.stop();
+}
+
+#[test]
+fn malformed_requests_get_a_clear_4xx_and_the_server_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(config(dir.path()), Duration::ZERO);
+    create(&r, "m");
+    let ev = "/v1/streams/m/events";
+    let big = vec![b'a'; 2 << 20];
+    let long_text = json!({"type": "comment", "viewer": "v", "text": "x".repeat(5000)}).to_string();
+    let many = json!({"events": (0..65).map(|_| json!({"type": "join", "viewer": "v"})).collect::<Vec<_>>()}).to_string();
+    let cases: Vec<(&str, String, Vec<u8>, &str)> = vec![
+        ("POST", ev.into(), b"{not json".to_vec(), "body"),
+        ("POST", ev.into(), b"".to_vec(), "body"),
+        ("POST", ev.into(), b"[1,2]".to_vec(), "body"),
+        ("POST", ev.into(), br#"{"type":"comment","viewer":"v","text":5}"#.to_vec(), "text"),
+        ("POST", ev.into(), br#"{"type":"comment","viewer":"v","text":"a","mood":"x"}"#.to_vec(), "mood"),
+        ("POST", ev.into(), br#"{"type":"dance","viewer":"v"}"#.to_vec(), "dance"),
+        ("POST", ev.into(), br#"{"type":"comment","viewer":"","text":"a"}"#.to_vec(), "viewer"),
+        ("POST", ev.into(), long_text.into_bytes(), "text"),
+        ("POST", ev.into(), many.into_bytes(), "events"),
+        ("POST", ev.into(), br#"{"events":[{"type":"join","viewer":"a"},{"type":"gift","viewer":"b","gift":"rose","count":0}]}"#.to_vec(), "events[1].count"),
+        ("POST", ev.into(), b"{\"type\":\"comment\",\"viewer\":\"v\",\"text\":\"\xff\xfe\"}".to_vec(), "body"),
+        ("POST", ev.into(), big.clone(), "large"),
+        ("POST", "/v1/streams/nope/events".into(), br#"{"type":"join","viewer":"a"}"#.to_vec(), "no stream"),
+        ("POST", "/v1/streams/..%2F..%2Fetc/events".into(), br#"{"type":"join","viewer":"a"}"#.to_vec(), "no stream"),
+        ("GET", "/v1/streams/nope".into(), Vec::new(), "no stream"),
+        ("POST", "/v1/streams".into(), br#"{"id":"../x"}"#.to_vec(), "id"),
+        ("POST", "/v1/streams".into(), br#"{"id":"m"}"#.to_vec(), "exists"),
+        ("POST", "/v1/streams".into(), br#"{"seed":-1}"#.to_vec(), "seed"),
+        ("POST", "/v1/harness".into(), br#"{"path":"/definitely/not/here"}"#.to_vec(), "path"),
+        ("POST", "/v1/harness".into(), b"PK\x03\x04garbage".to_vec(), "archive"),
+        ("POST", "/v1/harness/rollback".into(), br#"{"hash":"abc"}"#.to_vec(), "no harness version"),
+        ("POST", "/v1/chat/completions".into(), br#"{"messages":[]}"#.to_vec(), "messages"),
+        ("POST", "/v1/chat/completions".into(), br#"{"messages":[{"role":"wizard","content":"x"}]}"#.to_vec(), "role"),
+        ("POST", "/v1/chat/completions".into(), br#"{"messages":[{"role":"user","content":"x"}],"max_tokens":0}"#.to_vec(), "max_tokens"),
+        ("POST", "/v1/chat/completions".into(), br#"{"messages":[{"role":"user","content":"x"}],"n":3}"#.to_vec(), "n"),
+        ("GET", "/v2/nothing".into(), Vec::new(), "no route"),
+    ];
+    let mut n = 0;
+    while n < 200 {
+        for (method, path, body, needle) in &cases {
+            let b = (*method == "POST").then_some(("application/json", body.as_slice()));
+            let (code, text) = call(method, &r.url(path), b);
+            assert!((400..500).contains(&code), "{method} {path}: {code} {text}");
+            let v: Value =
+                serde_json::from_str(&text).unwrap_or_else(|_| panic!("{path}: not JSON: {text}"));
+            let msg = v["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+                + v["error"]["field"].as_str().unwrap_or_default();
+            assert!(msg.contains(needle), "{path} ({needle}): {text}");
+            n += 1;
+        }
+    }
+    assert_eq!(get(&r.url("/health")).1["status"], "ok");
+    assert_eq!(ask(&r, "m", "still there?")["type"], "reply");
+    r.stop();
+}
+
+#[test]
+fn an_event_flood_gets_429s_with_bounded_queues_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.triage.capacity = 4;
+    let r = start(cfg, Duration::from_millis(100));
+    create(&r, "f");
+    let (mut ok, mut limited) = (0, 0);
+    for i in 0..200 {
+        let (code, v) = json(
+            "POST",
+            &r.url("/v1/streams/f/events"),
+            &json!({"type": "comment", "viewer": format!("v{i}"), "text": format!("so fun {i}")}),
+        );
+        match code {
+            202 => ok += 1,
+            429 => {
+                limited += 1;
+                assert_eq!(v["error"]["type"], "rate_limit_error");
+            }
+            c => panic!("{c}: {v}"),
+        }
+        let (_, s) = get(&r.url("/v1/streams/f"));
+        let waiting: u64 = s["queue"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert!(waiting <= 4, "{s}");
+    }
+    assert!(limited > 100 && ok >= 4, "ok {ok}, 429 {limited}");
+    let (_, m) = call("GET", &r.url("/metrics"), None);
+    assert!(
+        m.contains("hat_requests_rejected_total{reason=\"queue_full\"}"),
+        "{m}"
+    );
+    // once the flood stops, a question is answered
+    assert_eq!(ask(&r, "f", "how much is link 2?")["type"], "reply");
+    r.stop();
+}
