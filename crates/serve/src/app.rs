@@ -199,6 +199,86 @@ impl Server {
     }
 }
 
+/// A server running on a thread of its own (tests, benchmarks, embedding).
+pub struct Background {
+    pub addr: std::net::SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<()>>>,
+}
+
+impl Background {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Graceful shutdown: in-flight replies finish, state is saved.
+    pub fn stop(mut self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .map_err(|_| ServeError::internal("the server thread", "panicked"))?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+impl Server {
+    /// Serves on `addr` (port 0: any free port) from a thread with its own runtime.
+    pub fn spawn(self, addr: std::net::SocketAddr) -> Result<Background> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("hat-serve".into())
+            .spawn(move || -> Result<()> {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .map_err(|e| ServeError::internal("starting the async runtime", e))?;
+                rt.block_on(async move {
+                    let l = match tokio::net::TcpListener::bind(addr).await {
+                        Ok(l) => l,
+                        Err(e) => {
+                            let _ =
+                                tx.send(Err(ServeError::internal(format!("binding {addr}"), e)));
+                            return Ok(());
+                        }
+                    };
+                    let _ = tx.send(
+                        l.local_addr()
+                            .map_err(|e| ServeError::internal("local address", e)),
+                    );
+                    self.run(l, async move {
+                        let _ = stop_rx.await;
+                    })
+                    .await
+                })
+            })
+            .map_err(|e| ServeError::internal("starting the server thread", e))?;
+        let addr = rx
+            .recv()
+            .map_err(|_| ServeError::internal("starting the server", "the thread ended"))??;
+        Ok(Background {
+            addr,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+}
+
 /// Loads every saved stream; a stream folder that cannot be read is reported and skipped
 /// (never deleted).
 fn restore(app: &App) -> Result<usize> {

@@ -14,6 +14,7 @@
 
 pub mod api;
 pub mod app;
+pub mod bench;
 pub mod error;
 pub mod harnesses;
 pub mod metrics;
@@ -21,6 +22,6 @@ pub mod stream;
 pub mod triage;
 pub mod worker;
 
-pub use app::{App, ServeConfig, Server};
+pub use app::{App, Background, ServeConfig, Server};
 pub use error::{Result, ServeError};
 pub use harnesses::{load_dir, Version};

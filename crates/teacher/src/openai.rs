@@ -72,6 +72,37 @@ impl ChatModel for OpenAiTeacher {
     }
 
     fn complete(&mut self, messages: &[Message]) -> Result<String, TeacherError> {
+        self.request(messages)
+    }
+
+    /// The chats go to the endpoint at once (one connection each), so a server that batches
+    /// (vLLM, SGLang, llama.cpp's server with parallel slots) decodes them together.
+    fn complete_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<String>, TeacherError> {
+        if chats.len() <= 1 {
+            return chats.iter().map(|m| self.request(m)).collect();
+        }
+        let this = &*self;
+        std::thread::scope(|s| {
+            let handles: Vec<_> = chats
+                .iter()
+                .map(|m| s.spawn(move || this.request(m)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(TeacherError::Model(
+                            "an endpoint request thread panicked".into(),
+                        ))
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+impl OpenAiTeacher {
+    fn request(&self, messages: &[Message]) -> Result<String, TeacherError> {
         let url = self.url();
         let body = json!({
             "model": self.cfg.model,
@@ -176,6 +207,29 @@ mod tests {
             .as_str()
             .unwrap()
             .starts_with("[tool_result name=get_product]"));
+    }
+
+    #[test]
+    fn a_batch_goes_out_at_once_and_every_chat_gets_an_answer() {
+        let answers: Vec<String> = (0..3).map(|i| format!("answer {i}")).collect();
+        let (url, h) = serve(answers.clone());
+        let mut t = OpenAiTeacher::new(OpenAiConfig {
+            base_url: url,
+            model: "m".into(),
+            api_key_env: None,
+            temperature: 0.0,
+            max_tokens: 16,
+            timeout: Duration::from_secs(10),
+        })
+        .unwrap();
+        let chats: Vec<Vec<Message>> = (0..3)
+            .map(|i| vec![Message::user(format!("q{i}"))])
+            .collect();
+        let refs: Vec<&[Message]> = chats.iter().map(|c| c.as_slice()).collect();
+        let mut out = t.complete_batch(&refs).unwrap();
+        out.sort();
+        assert_eq!(out, answers);
+        assert_eq!(h.join().unwrap().len(), 3);
     }
 
     #[test]

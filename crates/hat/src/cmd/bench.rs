@@ -36,6 +36,9 @@ pub enum BenchCmd {
         #[arg(long)]
         dump: Option<PathBuf>,
     },
+    /// The live-stream server under a simulated audience, beside llama.cpp's server as the
+    /// upstream of the same pipeline.
+    Serve(crate::cmd::bench_serve::ServeBenchArgs),
     /// Oracle trajectories generated and scored per minute (single thread).
     Datagen {
         #[arg(long, default_value = "harnesses/livestream")]
@@ -105,6 +108,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             }
             Ok(())
         }
+        BenchCmd::Serve(a) => crate::cmd::bench_serve::run(a),
         BenchCmd::Datagen {
             harness,
             tasks,

@@ -2,6 +2,7 @@
 pub mod augment;
 pub mod backend;
 pub mod bench;
+pub mod bench_serve;
 pub mod data;
 pub mod eval;
 pub mod harness;

@@ -1,0 +1,320 @@
+//! `hat bench serve`: a simulated audience against a running server.
+//!
+//! Each stream gets seeded Poisson arrivals (one event per `period` seconds on average) with
+//! occasional bursts, drawn from the Live-Stream QA test tasks of that stream's catalog (so
+//! questions name products the stream really sells). Every event is posted with
+//! `?wait=true`; its end-to-end latency is the time from the post to the reply (tool calls
+//! and hooks included). The report gives percentiles, throughput, drops and errors, and the
+//! server's own breakdown of where the time went.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hat_tasks::{Split, TaskSet, WorldCache};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::error::{Result, ServeError};
+
+/// The audience.
+#[derive(Debug, Clone)]
+pub struct Audience {
+    pub streams: usize,
+    /// Mean seconds between events of one stream.
+    pub period_s: f64,
+    /// Chance that an arrival is a burst.
+    pub burst_prob: f64,
+    /// Events in a burst.
+    pub burst_size: usize,
+    /// Seconds of arrivals (the run waits for the last replies after that).
+    pub duration_s: f64,
+    pub seed: u64,
+}
+
+impl Default for Audience {
+    fn default() -> Self {
+        Audience {
+            streams: 4,
+            period_s: 5.0,
+            burst_prob: 0.1,
+            burst_size: 3,
+            duration_s: 60.0,
+            seed: 1,
+        }
+    }
+}
+
+/// One planned event.
+#[derive(Debug, Clone)]
+pub struct Arrival {
+    pub at: f64,
+    pub stream: usize,
+    pub event: Value,
+}
+
+/// Tasks to draw from, by catalog seed.
+pub struct Mix {
+    pub by_world: Vec<(u64, Vec<Value>)>,
+}
+
+impl Mix {
+    /// The Live-Stream QA test tasks' events (the same generator and split as the suite).
+    pub fn lsqa(count: usize, seed: u64) -> Result<Mix> {
+        let mut worlds = WorldCache::default();
+        let tasks = TaskSet::generate(Split::Test, count, seed, &mut worlds)
+            .map_err(|e| ServeError::internal("drawing the test tasks", e))?;
+        let mut by: BTreeMap<u64, Vec<Value>> = BTreeMap::new();
+        for t in tasks {
+            if let Ok(v) = serde_json::to_value(&t.event) {
+                by.entry(t.world_seed).or_default().push(v);
+            }
+        }
+        Ok(Mix {
+            by_world: by.into_iter().collect(),
+        })
+    }
+}
+
+/// The seeded arrival plan: exponential gaps per stream, bursts of several events at once.
+pub fn plan(a: &Audience, mix: &Mix) -> Vec<Arrival> {
+    let mut rng = ChaCha8Rng::seed_from_u64(a.seed);
+    let mut out = Vec::new();
+    if mix.by_world.is_empty() {
+        return out;
+    }
+    for s in 0..a.streams {
+        let pool = &mix.by_world[s % mix.by_world.len()].1;
+        let mut t = 0.0;
+        loop {
+            let u: f64 = rng.gen_range(f64::EPSILON..1.0);
+            t += -u.ln() * a.period_s;
+            if t >= a.duration_s {
+                break;
+            }
+            let n = if rng.gen_bool(a.burst_prob.clamp(0.0, 1.0)) {
+                a.burst_size.max(1)
+            } else {
+                1
+            };
+            for _ in 0..n {
+                out.push(Arrival {
+                    at: t,
+                    stream: s,
+                    event: pool[rng.gen_range(0..pool.len())].clone(),
+                });
+            }
+        }
+    }
+    out.sort_by(|x, y| x.at.total_cmp(&y.at));
+    out
+}
+
+/// What happened to one event.
+#[derive(Debug, Clone)]
+struct Outcome {
+    kind: String,
+    e2e: f64,
+    server: Option<Value>,
+}
+
+/// Latency percentiles and counts of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub label: String,
+    pub streams: usize,
+    pub sent: usize,
+    pub replies: usize,
+    pub dropped: usize,
+    pub errors: usize,
+    /// Refused with 429.
+    pub rejected: usize,
+    pub p50_s: f64,
+    pub p95_s: f64,
+    pub p99_s: f64,
+    pub mean_s: f64,
+    pub replies_per_s: f64,
+    /// Server-side means over replies: queue, prefill, decode, tools and hooks.
+    pub mean_queue_s: f64,
+    pub mean_prefill_s: f64,
+    pub mean_decode_s: f64,
+    pub mean_tools_hooks_s: f64,
+    pub wall_s: f64,
+}
+
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn post(agent: &ureq::Agent, url: &str, body: &Value) -> std::result::Result<(u16, Value), String> {
+    match agent
+        .post(url)
+        .set("Content-Type", "application/json")
+        .send_string(&body.to_string())
+    {
+        Ok(r) => {
+            let code = r.status();
+            r.into_json::<Value>()
+                .map(|v| (code, v))
+                .map_err(|e| e.to_string())
+        }
+        Err(ureq::Error::Status(code, r)) => Ok((code, r.into_json().unwrap_or(Value::Null))),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Creates the streams (`<prefix>-<k>`, catalog of the mix's k-th world) and plays the
+/// audience against `base` (e.g. `http://127.0.0.1:8080`).
+pub fn run(base: &str, label: &str, prefix: &str, a: &Audience, mix: &Mix) -> Result<Report> {
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(600))
+        .max_idle_connections_per_host(256)
+        .build();
+    for s in 0..a.streams {
+        let seed = mix.by_world[s % mix.by_world.len()].0;
+        let (code, v) = post(
+            &agent,
+            &format!("{base}/v1/streams"),
+            &json!({"id": format!("{prefix}-{s}"), "seed": seed}),
+        )
+        .map_err(|e| ServeError::internal("creating a bench stream", e))?;
+        if code != 201 {
+            return Err(ServeError::internal(
+                "creating a bench stream",
+                format!("{code}: {v}"),
+            ));
+        }
+    }
+    let arrivals = plan(a, mix);
+    let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
+    let t0 = Instant::now();
+    let mut threads = Vec::with_capacity(arrivals.len());
+    for arr in &arrivals {
+        let wait = Duration::from_secs_f64(arr.at).saturating_sub(t0.elapsed());
+        std::thread::sleep(wait);
+        let url = format!("{base}/v1/streams/{prefix}-{}/events?wait=true", arr.stream);
+        let (agent, event, outcomes) = (agent.clone(), arr.event.clone(), outcomes.clone());
+        threads.push(std::thread::spawn(move || {
+            let sent = Instant::now();
+            let o = match post(&agent, &url, &event) {
+                Ok((200, v)) => {
+                    let r = &v["results"][0];
+                    Outcome {
+                        kind: r["type"].as_str().unwrap_or("none").to_string(),
+                        e2e: sent.elapsed().as_secs_f64(),
+                        server: r.get("latency").cloned(),
+                    }
+                }
+                Ok((429, _)) => Outcome {
+                    kind: "rejected".into(),
+                    e2e: 0.0,
+                    server: None,
+                },
+                Ok((code, v)) => Outcome {
+                    kind: format!("http {code}: {v}"),
+                    e2e: 0.0,
+                    server: None,
+                },
+                Err(e) => Outcome {
+                    kind: format!("transport: {e}"),
+                    e2e: 0.0,
+                    server: None,
+                },
+            };
+            outcomes.lock().unwrap_or_else(|e| e.into_inner()).push(o);
+        }));
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let outs = outcomes.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let replies: Vec<&Outcome> = outs.iter().filter(|o| o.kind == "reply").collect();
+    let mut lat: Vec<f64> = replies.iter().map(|o| o.e2e).collect();
+    lat.sort_by(f64::total_cmp);
+    let mean = |f: &dyn Fn(&Value) -> f64| {
+        let v: Vec<f64> = replies
+            .iter()
+            .filter_map(|o| o.server.as_ref())
+            .map(f)
+            .collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    };
+    for o in outs
+        .iter()
+        .filter(|o| o.kind.starts_with("http") || o.kind.starts_with("transport"))
+    {
+        tracing::warn!(outcome = %o.kind, "bench request failed");
+    }
+    Ok(Report {
+        label: label.to_string(),
+        streams: a.streams,
+        sent: outs.len(),
+        replies: replies.len(),
+        dropped: outs.iter().filter(|o| o.kind == "dropped").count(),
+        errors: outs
+            .iter()
+            .filter(|o| !matches!(o.kind.as_str(), "reply" | "dropped" | "rejected"))
+            .count(),
+        rejected: outs.iter().filter(|o| o.kind == "rejected").count(),
+        p50_s: percentile(&lat, 50.0),
+        p95_s: percentile(&lat, 95.0),
+        p99_s: percentile(&lat, 99.0),
+        mean_s: lat.iter().sum::<f64>() / lat.len().max(1) as f64,
+        replies_per_s: replies.len() as f64 / wall.max(1e-9),
+        mean_queue_s: mean(&|v| v["queue"].as_f64().unwrap_or(0.0)),
+        mean_prefill_s: mean(&|v| v["prefill"].as_f64().unwrap_or(0.0)),
+        mean_decode_s: mean(&|v| v["decode"].as_f64().unwrap_or(0.0)),
+        mean_tools_hooks_s: mean(&|v| v["tools_hooks"].as_f64().unwrap_or(0.0)),
+        wall_s: wall,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_is_seeded_and_near_its_rate() {
+        let mix = Mix {
+            by_world: vec![(1, vec![json!({"type": "join", "viewer": "a"})])],
+        };
+        let a = Audience {
+            streams: 4,
+            period_s: 5.0,
+            burst_prob: 0.0,
+            burst_size: 1,
+            duration_s: 1000.0,
+            seed: 7,
+        };
+        let p = plan(&a, &mix);
+        assert_eq!(p.len(), plan(&a, &mix).len());
+        // 4 streams x 200 expected arrivals; Poisson spread is ~sqrt(800)
+        assert!((700..900).contains(&p.len()), "{}", p.len());
+        assert!(p.windows(2).all(|w| w[0].at <= w[1].at));
+        let bursty = plan(
+            &Audience {
+                burst_prob: 1.0,
+                burst_size: 3,
+                ..a.clone()
+            },
+            &mix,
+        );
+        assert_eq!(bursty.len() % 3, 0);
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 95.0), 95.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert!(percentile(&[], 50.0).is_nan());
+    }
+}
