@@ -35,7 +35,7 @@ pub enum Backend {
     Oracle,
     Chat {
         identity: ModelIdentity,
-        model: Box<dyn ChatModel>,
+        model: Box<dyn ChatModel + Send>,
     },
 }
 
@@ -67,6 +67,9 @@ pub struct EvalConfig {
     pub max_tokens: u32,
     /// Token limit of one IFEval answer.
     pub ifeval_max_tokens: u32,
+    /// Live-Stream QA on these tasks (JSON lines from `hat tasks sample`) instead of its
+    /// built-in test items.
+    pub tasks: Option<PathBuf>,
 }
 
 /// Appends one JSON line with a single write, so an interrupted run never leaves a line
@@ -142,7 +145,10 @@ pub fn run_agent(
     let started = Instant::now();
     let mut worlds = WorldCache::default();
     let AgentSuite { states, mut items } = match which {
-        Suite::Lsqa => suite::lsqa(&cfg.harness_dir, &mut worlds)?,
+        Suite::Lsqa => match &cfg.tasks {
+            Some(path) => suite::tasks_file(&cfg.harness_dir, path)?,
+            None => suite::lsqa(&cfg.harness_dir, &mut worlds)?,
+        },
         Suite::Hvqa => suite::hvqa(&cfg.harness_dir, &mut worlds)?,
         Suite::Ifeval => return Err(EvalError::Usage("ifeval is not an agent suite".into())),
     };
@@ -262,13 +268,18 @@ pub fn run_agent(
     }
     progress(total, total);
     let hashes: Vec<&str> = states.iter().map(|h| h.hash.as_str()).collect();
-    summarise_agent(
+    let mut s = summarise_agent(
         which,
         &dir,
         backend.identity(),
         &hashes,
         started.elapsed().as_secs_f64(),
-    )
+    )?;
+    if let (Suite::Lsqa, Some(path)) = (which, &cfg.tasks) {
+        s.detail["tasks_file"] = json!(path.display().to_string());
+        write_json(&dir.join("results.json"), &s.detail)?;
+    }
+    Ok(s)
 }
 
 #[derive(Default, Serialize)]

@@ -82,6 +82,42 @@ pub fn lsqa(harness_dir: &Path, worlds: &mut WorldCache) -> Result<AgentSuite, E
     })
 }
 
+/// Most tasks a `--tasks` file may hold.
+pub const MAX_TASKS_FILE: usize = 100_000;
+
+/// A team's own tasks, in the JSON-lines form `hat tasks sample` prints, under one harness
+/// (Live-Stream QA on other items).
+pub fn tasks_file(harness_dir: &Path, path: &Path) -> Result<AgentSuite, EvalError> {
+    let h = Harness::load(harness_dir)?;
+    let text = std::fs::read_to_string(path).map_err(|e| EvalError::io(path, e))?;
+    let mut items = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim_start_matches('\u{feff}').trim();
+        if line.is_empty() {
+            continue;
+        }
+        let task: Task = serde_json::from_str(line).map_err(|e| EvalError::Parse {
+            file: path.display().to_string(),
+            line: i + 1,
+            message: format!("{e} (each line is a task as `hat tasks sample` prints it)"),
+        })?;
+        items.push(AgentItem { task, state: 0 });
+        if items.len() > MAX_TASKS_FILE {
+            return Err(EvalError::Usage(format!(
+                "{}: more than {MAX_TASKS_FILE} tasks",
+                path.display()
+            )));
+        }
+    }
+    if items.is_empty() {
+        return Err(EvalError::Usage(format!("{}: no tasks", path.display())));
+    }
+    Ok(AgentSuite {
+        states: vec![h],
+        items,
+    })
+}
+
 pub fn hvqa(harness_dir: &Path, worlds: &mut WorldCache) -> Result<AgentSuite, EvalError> {
     let base = hat_augment::load_spec(harness_dir)?;
     let mut states = Vec::with_capacity(HVQA_VARIANTS);

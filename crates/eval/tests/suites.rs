@@ -19,6 +19,7 @@ fn cfg(out: &Path, limit: Option<usize>, resume: bool) -> EvalConfig {
         batch: 8,
         max_tokens: 128,
         ifeval_max_tokens: 1024,
+        tasks: None,
     }
 }
 
@@ -189,4 +190,53 @@ fn an_agent_suite_after_ifeval_uses_the_agent_token_limit() {
         .all(|&m| m == c.ifeval_max_tokens));
     assert!(seen.len() > ifeval_calls);
     assert!(seen[ifeval_calls..].iter().all(|&m| m == c.max_tokens));
+}
+
+#[test]
+fn a_tasks_file_replaces_the_built_in_items_and_names_a_bad_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut worlds = WorldCache::default();
+    let tasks = hat_tasks::TaskSet::generate(hat_tasks::Split::Test, 19, 5, &mut worlds).unwrap();
+    let file = dir.path().join("tasks.jsonl");
+    let lines: Vec<String> = tasks
+        .iter()
+        .map(|t| serde_json::to_string(t).unwrap())
+        .collect();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let mut c = cfg(&dir.path().join("out"), None, false);
+    c.tasks = Some(file.clone());
+    let s =
+        hat_eval::run::run_agent(Suite::Lsqa, &c, &mut Backend::Oracle, &mut |_, _| {}).unwrap();
+    assert_eq!(s.detail["total"], 19);
+    assert_eq!(s.headline, 100.0);
+    assert_eq!(s.detail["tasks_file"], file.display().to_string());
+    std::fs::write(&file, format!("{}\n{{\"id\": 3}}\n", lines[0])).unwrap();
+    c.out_dir = dir.path().join("out2");
+    let e = hat_eval::run::run_agent(Suite::Lsqa, &c, &mut Backend::Oracle, &mut |_, _| {})
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("tasks.jsonl") && e.contains('2'), "{e}");
+}
+
+#[test]
+fn the_gate_passes_an_equal_harness_and_fails_past_its_threshold() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+    let mut g = hat_eval::gate::GateConfig {
+        tasks: None,
+        limit: Some(19),
+        threshold: 2.0,
+        out_dir: dir.path().to_path_buf(),
+        batch: 8,
+        max_tokens: 128,
+    };
+    let r = hat_eval::gate::gate(&h, &h, &mut Backend::Oracle, &g).unwrap();
+    assert!(r.pass, "{r}");
+    assert_eq!((r.old_score, r.new_score, r.items), (100.0, 100.0, 19));
+    // a gate that demands an improvement fails on an equal harness (and reuses the results)
+    g.threshold = -1.0;
+    let r = hat_eval::gate::gate(&h, &h, &mut Backend::Oracle, &g).unwrap();
+    assert!(!r.pass);
+    assert!(r.to_string().contains("FAILED"), "{r}");
 }

@@ -1026,3 +1026,57 @@ fn a_misspelt_binding_key_is_named() {
             .and(predicate::str::contains("untagged").not()),
     );
 }
+
+#[test]
+fn harness_gate_passes_an_equal_harness_and_exits_1_with_a_report_when_it_regresses() {
+    let out = tempfile::tempdir().unwrap();
+    let p = production();
+    let gate = |threshold: &str| {
+        let mut c = hat();
+        c.args(["harness", "gate"])
+            .arg(&p)
+            .arg("--against")
+            .arg(&p)
+            .args([
+                "--model",
+                "oracle",
+                "--gate-limit",
+                "19",
+                "--gate-threshold",
+                threshold,
+            ])
+            .arg("--gate-out")
+            .arg(out.path());
+        c
+    };
+    gate("2")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("gate passed").and(predicate::str::contains("100.0")));
+    // demanding an improvement of one point fails on the same harness
+    fails_cleanly(&mut gate("-1"))
+        .stdout(predicate::str::contains("gate FAILED"))
+        .stderr(predicate::str::contains("--gate-threshold"));
+}
+
+#[test]
+fn eval_scores_a_tasks_file_from_tasks_sample() {
+    let d = tempfile::tempdir().unwrap();
+    let out = hat()
+        .args(["tasks", "sample", "--count", "19", "--seed", "4"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let file = d.path().join("mine.jsonl");
+    std::fs::write(&file, &out.stdout).unwrap();
+    hat()
+        .args(["eval", "--model", "oracle", "--suite", "lsqa", "--tasks"])
+        .arg(&file)
+        .arg("--harness")
+        .arg(production())
+        .arg("--out")
+        .arg(d.path().join("r"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("100.0%").and(predicate::str::contains("19")));
+}

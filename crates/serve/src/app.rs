@@ -43,6 +43,8 @@ pub struct ServeConfig {
     pub max_body_bytes: usize,
     /// Chat-completion requests waiting at most.
     pub max_chat_queue: usize,
+    /// Checked before every live swap (upload, path, watch; not rollbacks).
+    pub gate: Option<crate::harnesses::Gate>,
 }
 
 impl Default for ServeConfig {
@@ -61,6 +63,7 @@ impl Default for ServeConfig {
             model_name: "hat".into(),
             max_body_bytes: 1 << 20,
             max_chat_queue: 64,
+            gate: None,
         }
     }
 }

@@ -33,6 +33,9 @@ pub enum ServeError {
     /// A harness that fails the same checks as `hat harness check`; nothing was changed.
     #[error("the harness has {} problem(s); the active harness keeps serving", .0.len())]
     InvalidHarness(Vec<Problem>),
+    /// The regression gate refused a harness; nothing was changed.
+    #[error("the regression gate refused the harness; the active harness keeps serving:\n{0}")]
+    GateFailed(String),
     #[error("the server is shutting down")]
     ShuttingDown,
     #[error("timed out after {0} s")]
@@ -66,7 +69,9 @@ impl ServeError {
             ServeError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ServeError::Unauthorized => StatusCode::UNAUTHORIZED,
             ServeError::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
-            ServeError::InvalidHarness(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ServeError::InvalidHarness(_) | ServeError::GateFailed(_) => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             ServeError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             ServeError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ServeError::Model(_) => StatusCode::BAD_GATEWAY,
@@ -83,6 +88,7 @@ impl ServeError {
             ServeError::Unauthorized => "authentication_error",
             ServeError::Overloaded(_) => "rate_limit_error",
             ServeError::InvalidHarness(_) => "invalid_harness",
+            ServeError::GateFailed(_) => "gate_failed",
             ServeError::ShuttingDown => "unavailable",
             ServeError::Timeout(_) => "timeout",
             ServeError::Model(_) => "model_error",

@@ -24,6 +24,24 @@ pub const MAX_UNPACKED_BYTES: u64 = 16 << 20;
 /// Versions remembered for rollback.
 pub const HISTORY: usize = 64;
 
+/// A check a new harness must pass before it goes live (`hat serve --gate`: the regression
+/// gate runs live-stream tasks under the new and the active harness). Blocking; the server
+/// calls it off the async runtime.
+pub trait SwapGate: Send + Sync {
+    /// `Err` holds the report that explains the refusal.
+    fn check(&self, new: &Path, active: &Path) -> std::result::Result<String, String>;
+}
+
+/// A gate in the server's config.
+#[derive(Clone)]
+pub struct Gate(pub std::sync::Arc<dyn SwapGate>);
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Gate")
+    }
+}
+
 /// One loaded harness.
 pub struct Version {
     pub harness: Harness,

@@ -322,3 +322,47 @@ fn an_event_flood_gets_429s_with_bounded_queues_and_recovers() {
     assert_eq!(ask(&r, "f", "how much is link 2?")["type"], "reply");
     r.stop();
 }
+
+/// Refuses any harness whose persona is Zoe (a stand-in for a regression-gate failure).
+struct NoZoe;
+impl hat_serve::harnesses::SwapGate for NoZoe {
+    fn check(&self, new: &std::path::Path, _active: &std::path::Path) -> Result<String, String> {
+        let t = std::fs::read_to_string(new.join("harness.toml")).unwrap();
+        if t.contains("\"Zoe\"") {
+            Err("gate FAILED: lsqa 40.0 against 80.0".into())
+        } else {
+            Ok("gate passed".into())
+        }
+    }
+}
+
+#[test]
+fn a_harness_refused_by_the_gate_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.gate = Some(hat_serve::harnesses::Gate(std::sync::Arc::new(NoZoe)));
+    let r = start(cfg, Duration::ZERO);
+    let before = get(&r.url("/v1/harness")).1["active"].clone();
+    let zoe = renamed_harness(dir.path(), "Zoe");
+    let (code, v) = json("POST", &r.url("/v1/harness"), &json!({"path": zoe}));
+    assert_eq!(code, 422, "{v}");
+    assert_eq!(v["error"]["type"], "gate_failed");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("40.0"),
+        "{v}"
+    );
+    let (_, h) = get(&r.url("/v1/harness"));
+    assert_eq!(h["active"], before);
+    assert!(
+        h["last_rejected"]["problems"][0]
+            .as_str()
+            .unwrap()
+            .contains("gate FAILED"),
+        "{h}"
+    );
+    let ann = renamed_harness(dir.path(), "Ann");
+    let (code, v) = json("POST", &r.url("/v1/harness"), &json!({"path": ann}));
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["changed"], true);
+    r.stop();
+}

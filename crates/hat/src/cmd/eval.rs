@@ -65,6 +65,10 @@ pub struct RunArgs {
     /// Episodes decoded together as one batch.
     #[arg(long, default_value_t = 8)]
     batch: usize,
+    /// Score lsqa on these tasks (JSON lines, as `hat tasks sample` prints them) instead of
+    /// its built-in test items.
+    #[arg(long)]
+    tasks: Option<PathBuf>,
 }
 
 pub fn run(a: EvalArgs) -> Result<()> {
@@ -119,6 +123,7 @@ fn run_suites(r: RunArgs) -> Result<()> {
         batch: r.batch,
         max_tokens: r.model.max_tokens,
         ifeval_max_tokens: r.ifeval_max_tokens,
+        tasks: r.tasks.clone(),
     };
     let mut rows = Vec::new();
     for s in suites {

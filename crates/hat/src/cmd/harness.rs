@@ -32,6 +32,55 @@ pub enum HarnessCmd {
         #[arg(long)]
         size: bool,
     },
+    /// Regression gate: run live-stream tasks under NEW and under the harness it would
+    /// replace, with one model; exit 1 with a report when NEW scores worse by more than the
+    /// threshold.
+    Gate(GateArgs),
+}
+
+#[derive(clap::Args)]
+pub struct GateArgs {
+    /// The new harness folder.
+    new: PathBuf,
+    /// The harness it would replace.
+    #[arg(long)]
+    against: PathBuf,
+    #[command(flatten)]
+    model: crate::cmd::backend::ModelArgs,
+    #[command(flatten)]
+    gate: GateOpts,
+}
+
+/// Gate options, shared with `hat serve --gate`.
+#[derive(clap::Args, Clone)]
+pub struct GateOpts {
+    /// Tasks (JSON lines, as `hat tasks sample` prints them: a team's own comments with their
+    /// expected intents); default: the Live-Stream QA test items.
+    #[arg(long)]
+    pub gate_tasks: Option<PathBuf>,
+    /// Only the first N items (the built-in items rotate through all 19 task types).
+    #[arg(long, default_value_t = 76)]
+    pub gate_limit: usize,
+    /// Points (of 100) the new harness may lose (negative: it must gain that many).
+    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
+    pub gate_threshold: f64,
+    /// Where per-harness results are kept (a later gate against the same harness and model
+    /// reuses them).
+    #[arg(long, default_value = "runs/gate")]
+    pub gate_out: PathBuf,
+}
+
+impl GateOpts {
+    pub fn config(&self, max_tokens: u32) -> hat_eval::gate::GateConfig {
+        hat_eval::gate::GateConfig {
+            tasks: self.gate_tasks.clone(),
+            limit: Some(self.gate_limit),
+            threshold: self.gate_threshold,
+            out_dir: self.gate_out.clone(),
+            batch: 8,
+            max_tokens,
+        }
+    }
 }
 
 pub fn load(dir: &Path) -> Result<Harness> {
@@ -54,6 +103,28 @@ pub fn load(dir: &Path) -> Result<Harness> {
 
 pub fn run(cmd: HarnessCmd) -> Result<()> {
     match cmd {
+        HarnessCmd::Gate(a) => {
+            load(&a.new)?;
+            load(&a.against)?;
+            let mut backend = if a.model.model.as_deref() == Some("oracle") {
+                hat_eval::Backend::Oracle
+            } else {
+                let (identity, model) = crate::cmd::backend::chat_model(&a.model)?;
+                hat_eval::Backend::Chat { identity, model }
+            };
+            let cfg = a.gate.config(a.model.max_tokens);
+            let report = hat_eval::gate::gate(&a.new, &a.against, &mut backend, &cfg)?;
+            print!("{report}");
+            if !report.pass {
+                bail!(
+                    "{} scores {:.1} points below {}; fix it or raise --gate-threshold",
+                    a.new.display(),
+                    report.old_score - report.new_score,
+                    a.against.display()
+                );
+            }
+            Ok(())
+        }
         HarnessCmd::Check { dir } => {
             let h = load(&dir)?;
             println!("ok: {}", h.summary());

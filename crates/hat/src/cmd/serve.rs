@@ -43,6 +43,31 @@ pub struct ServeArgs {
     /// The name `/v1/models` lists (default: the model's file name).
     #[arg(long)]
     served_name: Option<String>,
+    /// Run the regression gate before every live swap (a second copy of the model scores
+    /// the new and the active harness on live-stream tasks; a harness that loses more than
+    /// --gate-threshold points is refused).
+    #[arg(long)]
+    gate: bool,
+    #[command(flatten)]
+    gate_opts: crate::cmd::harness::GateOpts,
+}
+
+/// The regression gate on its own copy of the model, so gating never blocks live replies'
+/// engine worker (it does share the CPU).
+struct EvalGate {
+    backend: std::sync::Mutex<hat_eval::Backend>,
+    cfg: hat_eval::gate::GateConfig,
+}
+
+impl hat_serve::harnesses::SwapGate for EvalGate {
+    fn check(&self, new: &std::path::Path, active: &std::path::Path) -> Result<String, String> {
+        let mut b = self.backend.lock().unwrap_or_else(|e| e.into_inner());
+        match hat_eval::gate::gate(new, active, &mut b, &self.cfg) {
+            Ok(r) if r.pass => Ok(r.to_string()),
+            Ok(r) => Err(r.to_string()),
+            Err(e) => Err(format!("the gate could not run: {e}")),
+        }
+    }
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
@@ -79,6 +104,14 @@ pub fn run(a: ServeArgs) -> Result<()> {
         model_name: a.served_name.clone().unwrap_or(identity.name.clone()),
         ..ServeConfig::default()
     };
+    let mut cfg = cfg;
+    if a.gate {
+        let (identity, model) = chat_model(&a.model)?;
+        cfg.gate = Some(hat_serve::harnesses::Gate(std::sync::Arc::new(EvalGate {
+            backend: std::sync::Mutex::new(hat_eval::Backend::Chat { identity, model }),
+            cfg: a.gate_opts.config(a.model.max_tokens),
+        })));
+    }
     let hash = harness.harness.short_hash().to_string();
     let server = Server::start(cfg, model, harness)?;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -34,6 +34,31 @@ struct PathRequest {
     path: PathBuf,
 }
 
+/// Runs the regression gate (when the server has one) on a loaded version.
+async fn gated(app: &App, loaded: Result<Version>) -> Result<Version> {
+    let v = loaded?;
+    let Some(gate) = app.cfg.gate.clone() else {
+        return Ok(v);
+    };
+    let active = app.harnesses.active();
+    if active.hash() == v.hash() {
+        return Ok(v);
+    }
+    let (Some(new), Some(old)) = (v.harness.root.clone(), active.harness.root.clone()) else {
+        return Ok(v);
+    };
+    let verdict = tokio::task::spawn_blocking(move || gate.0.check(&new, &old))
+        .await
+        .map_err(|e| ServeError::internal("the regression gate", e))?;
+    match verdict {
+        Ok(report) => {
+            tracing::info!(%report, "gate passed");
+            Ok(v)
+        }
+        Err(report) => Err(ServeError::GateFailed(report)),
+    }
+}
+
 /// Checks a loaded version and makes it active, or records why not.
 fn activate(app: &App, loaded: Result<Version>, source: &str) -> Result<Json<Value>> {
     match loaded {
@@ -51,6 +76,14 @@ fn activate(app: &App, loaded: Result<Version>, source: &str) -> Result<Json<Val
             app.harnesses.reject(source.to_string(), &problems);
             tracing::warn!(%source, problems = problems.len(), "harness rejected");
             Err(ServeError::InvalidHarness(problems))
+        }
+        Err(ServeError::GateFailed(report)) => {
+            app.harnesses.reject(
+                source.to_string(),
+                &[hat_harness::Problem::new("(gate)", None, report.clone())],
+            );
+            tracing::warn!(%source, "harness refused by the gate");
+            Err(ServeError::GateFailed(report))
         }
         Err(e) => Err(e),
     }
@@ -94,6 +127,7 @@ pub async fn upload(
             .map_err(|e| ServeError::internal("loading the harness", e))?;
         (loaded, source)
     };
+    let loaded = gated(&app, loaded).await;
     activate(&app, loaded, &source)
 }
 
@@ -156,6 +190,7 @@ pub async fn watch(app: Arc<App>, dir: PathBuf) {
                 continue;
             }
         }
+        let loaded = gated(&app, loaded).await;
         let _ = activate(&app, loaded, &source);
     }
 }
