@@ -45,6 +45,9 @@ pub struct ServeConfig {
     pub max_chat_queue: usize,
     /// Checked before every live swap (upload, path, watch; not rollbacks).
     pub gate: Option<crate::harnesses::Gate>,
+    /// A stream created at start-up when it does not exist yet (id, catalog seed), so a
+    /// first comment can be posted right away.
+    pub default_stream: Option<(String, u64)>,
 }
 
 impl Default for ServeConfig {
@@ -64,6 +67,7 @@ impl Default for ServeConfig {
             max_body_bytes: 1 << 20,
             max_chat_queue: 64,
             gate: None,
+            default_stream: None,
         }
     }
 }
@@ -98,6 +102,61 @@ impl App {
 
     pub fn streams_dir(&self) -> PathBuf {
         self.cfg.data_dir.join("streams")
+    }
+
+    /// Creates stream `id` (its folder must not exist yet): a catalog generated from `seed`,
+    /// or the `hat world gen` store in `store`. Blocking (SQLite and files).
+    pub fn new_stream(
+        &self,
+        id: String,
+        seed: Option<u64>,
+        store: Option<&[u8]>,
+    ) -> Result<serde_json::Value> {
+        let dir = self.streams_dir().join(&id);
+        let world = match (seed, store) {
+            (Some(s), _) => {
+                World::generate(s).map_err(|e| ServeError::internal("generating the world", e))?
+            }
+            (None, store) => {
+                let tmp = dir.with_extension("upload.sqlite");
+                std::fs::write(&tmp, store.unwrap_or_default())
+                    .map_err(|e| ServeError::internal("saving the upload", e))?;
+                let w = World::open(&tmp);
+                let _ = std::fs::remove_file(&tmp);
+                w.map_err(|e| {
+                    ServeError::bad(
+                        "body",
+                        format!("not a stream store from `hat world gen`: {e}"),
+                    )
+                })?
+            }
+        };
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| ServeError::internal(format!("creating {}", dir.display()), e))?;
+        let cleanup = |e: ServeError| {
+            let _ = std::fs::remove_dir_all(&dir);
+            e
+        };
+        world
+            .save(dir.join("world.sqlite"))
+            .map_err(|e| cleanup(ServeError::internal("saving the world", e)))?;
+        let state = crate::api::streams::world_state(&world);
+        let meta = Meta {
+            id: id.clone(),
+            seed,
+            created_at: crate::stream::unix_now(),
+            counters: Default::default(),
+            history: Default::default(),
+            recent: Default::default(),
+            next_event: 0,
+            next_seq: 0,
+            state: state.clone(),
+        };
+        let stream = Arc::new(Stream::new(dir.clone(), meta, self.cfg.triage));
+        stream.save_meta().map_err(cleanup)?;
+        let summary = serde_json::json!({"id": id, "seed": seed, "title": world.stream().title, "state": state});
+        self.add_stream(stream, world)?;
+        Ok(summary)
     }
 
     /// Registers a stream and hands its world to the worker.
@@ -173,6 +232,22 @@ impl Server {
                 "restored streams from {}",
                 app.streams_dir().display()
             );
+        }
+        if let Some((id, seed)) = app.cfg.default_stream.clone() {
+            if !valid_id(&id) {
+                return Err(ServeError::bad(
+                    "default stream",
+                    "1 to 64 letters, digits, `-` or `_`",
+                ));
+            }
+            let known = app
+                .streams
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains_key(&id);
+            if !known && !app.streams_dir().join(&id).exists() {
+                app.new_stream(id, Some(seed), None)?;
+            }
         }
         Ok(Server {
             app,

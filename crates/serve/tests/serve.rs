@@ -366,3 +366,20 @@ fn a_harness_refused_by_the_gate_changes_nothing() {
     assert_eq!(v["changed"], true);
     r.stop();
 }
+
+#[test]
+fn a_default_stream_exists_from_the_start_and_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.default_stream = Some(("demo".into(), 1));
+    let r = start(cfg.clone(), Duration::ZERO);
+    assert_eq!(
+        ask(&r, "demo", "hello, is the first one in stock?")["type"],
+        "reply"
+    );
+    r.stop();
+    // restarting keeps the stream (and its counters) instead of making a new one
+    let r = start(cfg, Duration::ZERO);
+    assert_eq!(get(&r.url("/v1/streams/demo")).1["counters"]["replied"], 1);
+    r.stop();
+}

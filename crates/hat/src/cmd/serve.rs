@@ -40,6 +40,10 @@ pub struct ServeArgs {
     /// Seconds a question may wait before it is dropped (greetings and chit-chat: a third).
     #[arg(long, default_value_t = 60, value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=86_400))]
     stale_s: u64,
+    /// A stream created at start-up if missing (catalog seed 1), so a comment can be posted
+    /// right away; `--default-stream ''` creates none.
+    #[arg(long, default_value = "demo")]
+    default_stream: String,
     /// The name `/v1/models` lists (default: the model's file name).
     #[arg(long)]
     served_name: Option<String>,
@@ -102,6 +106,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         request_timeout: Duration::from_secs(a.model.request_timeout_s.max(60)),
         watch: (!a.no_watch).then(|| a.harness.clone()),
         model_name: a.served_name.clone().unwrap_or(identity.name.clone()),
+        default_stream: (!a.default_stream.is_empty()).then(|| (a.default_stream.clone(), 1)),
         ..ServeConfig::default()
     };
     let mut cfg = cfg;

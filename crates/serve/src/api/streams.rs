@@ -1,6 +1,6 @@
 //! Streams: create, list, show, post viewer events, follow the host's output over SSE.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ use hat_world::{Event, World};
 use crate::api::{body, parse, parse_value};
 use crate::app::App;
 use crate::error::{Result, ServeError};
-use crate::stream::{unix_now, valid_id, Body, Counters, Meta, OutEvent, Stream};
+use crate::stream::{valid_id, Body, OutEvent};
 use crate::triage::Admission;
 use crate::worker::Command;
 
@@ -95,62 +95,15 @@ pub async fn create(
             .find(|c| !dir_root.join(c).exists())
             .unwrap_or_default(),
     };
-    let dir = dir_root.join(&id);
-    let made = {
-        let dir = dir.clone();
-        let b = b.clone();
-        tokio::task::spawn_blocking(move || -> Result<World> {
-            let world = match seed {
-                Some(s) => World::generate(s)
-                    .map_err(|e| ServeError::internal("generating the world", e))?,
-                None => {
-                    let tmp = dir.with_extension("upload.sqlite");
-                    std::fs::write(&tmp, &b)
-                        .map_err(|e| ServeError::internal("saving the upload", e))?;
-                    let w = World::open(&tmp);
-                    let _ = std::fs::remove_file(&tmp);
-                    w.map_err(|e| {
-                        ServeError::bad(
-                            "body",
-                            format!("not a stream store from `hat world gen`: {e}"),
-                        )
-                    })?
-                }
-            };
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| ServeError::internal(format!("creating {}", dir.display()), e))?;
-            world
-                .save(dir.join("world.sqlite"))
-                .map_err(|e| ServeError::internal("saving the world", e))?;
-            Ok(world)
-        })
+    let store = (seed.is_none()).then_some(b);
+    let app2 = app.clone();
+    let summary = tokio::task::spawn_blocking(move || app2.new_stream(id, seed, store.as_deref()))
         .await
-        .map_err(|e| ServeError::internal("creating the stream", e))?
-    };
-    let world = made?;
-    let state = world_state(&world);
-    let meta = Meta {
-        id: id.clone(),
-        seed,
-        created_at: unix_now(),
-        counters: Counters::default(),
-        history: VecDeque::new(),
-        recent: VecDeque::new(),
-        next_event: 0,
-        next_seq: 0,
-        state: state.clone(),
-    };
-    let stream = Arc::new(Stream::new(dir, meta, app.cfg.triage));
-    if let Err(e) = stream.save_meta() {
-        let _ = std::fs::remove_dir_all(&stream.dir);
-        return Err(e);
-    }
-    let summary = json!({"id": id, "seed": seed, "title": world.stream().title, "state": state});
-    app.add_stream(stream, world)?;
+        .map_err(|e| ServeError::internal("creating the stream", e))??;
     Ok((StatusCode::CREATED, Json(summary)))
 }
 
-fn world_state(w: &World) -> Value {
+pub fn world_state(w: &World) -> Value {
     match w.try_stream_state() {
         Ok(s) => {
             json!({"on_stage": s.on_stage, "flash_sales": s.flash_sales, "pins": w.pins().unwrap_or_default()})
