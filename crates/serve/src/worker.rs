@@ -8,11 +8,13 @@
 //! token when one runs alone). Tool calls change the stream's world for good (a claimed
 //! coupon stays claimed), and the world is saved after every reply.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use typed_arena::Arena;
 
 use hat_harness::{Message, Role};
 use hat_tasks::episode::Scene;
@@ -66,8 +68,12 @@ struct Live {
     world: Box<World>,
 }
 
+/// How long a round keeps taking new events while chat requests or new streams wait.
+const MAX_ROUND: Duration = Duration::from_secs(2);
+
 /// One event being answered.
 struct Job {
+    scene_id: String,
     stream: Arc<Stream>,
     pending: Pending,
     event: hat_world::Event,
@@ -78,27 +84,71 @@ struct Job {
     started: Instant,
 }
 
+/// An episode in the running batch.
+struct Slot<'a> {
+    stream: usize,
+    job: &'a Job,
+    world: &'a World,
+    ep: Episode<'a>,
+    turns: Vec<Completion>,
+    /// Messages and hook decisions already sent as events.
+    seen: (usize, usize),
+}
+
+/// The next event of up to `room` streams that are not busy, round robin from `next`.
+fn pick(
+    streams: &[Live],
+    next: &mut usize,
+    room: usize,
+    busy: &HashSet<usize>,
+) -> Vec<(usize, Pending)> {
+    let n = streams.len();
+    let mut out = Vec::new();
+    for k in 0..n {
+        if out.len() >= room {
+            break;
+        }
+        let i = (*next + k) % n;
+        if busy.contains(&i) {
+            continue;
+        }
+        if let Some(p) = streams[i].stream.queue().pop() {
+            out.push((i, p));
+        }
+    }
+    if n > 0 {
+        *next = (*next + 1) % n;
+    }
+    out
+}
+
 impl Worker {
     pub fn run(mut self) {
         let mut streams: Vec<Live> = Vec::new();
         let mut index: HashMap<String, usize> = HashMap::new();
         let mut chats: std::collections::VecDeque<ChatJob> = Default::default();
+        let mut deferred: Vec<Command> = Vec::new();
         let mut next = 0usize; // round-robin start, so no stream starves when batches are full
         loop {
-            let busy = !chats.is_empty() || streams.iter().any(|l| !l.stream.queue().is_empty());
-            let first = if busy {
-                self.rx.try_recv().map_err(|e| match e {
-                    std::sync::mpsc::TryRecvError::Empty => RecvTimeoutError::Timeout,
-                    std::sync::mpsc::TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
-                })
-            } else {
-                self.rx.recv_timeout(Duration::from_millis(250))
-            };
-            let mut cmds = Vec::new();
-            match first {
-                Ok(c) => cmds.push(c),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
+            let mut cmds = std::mem::take(&mut deferred);
+            if cmds.is_empty() {
+                let busy =
+                    !chats.is_empty() || streams.iter().any(|l| !l.stream.queue().is_empty());
+                let first = if busy {
+                    self.rx.try_recv().map_err(|e| match e {
+                        std::sync::mpsc::TryRecvError::Empty => RecvTimeoutError::Timeout,
+                        std::sync::mpsc::TryRecvError::Disconnected => {
+                            RecvTimeoutError::Disconnected
+                        }
+                    })
+                } else {
+                    self.rx.recv_timeout(Duration::from_millis(250))
+                };
+                match first {
+                    Ok(c) => cmds.push(c),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
             }
             cmds.extend(self.rx.try_iter());
             for c in cmds {
@@ -115,19 +165,7 @@ impl Worker {
                     Command::Wake => {}
                 }
             }
-            let now = Instant::now();
-            let mut depth = 0;
-            for l in &streams {
-                let dropped = {
-                    let mut q = l.stream.queue();
-                    let d = q.sweep(now);
-                    depth += q.len();
-                    d
-                };
-                self.metrics.dropped(&dropped);
-                l.stream.report_dropped(dropped);
-            }
-            self.metrics.queue_depth.set(depth as i64);
+            self.sweep(&streams);
             if let Some(job) = chats.pop_front() {
                 self.chat(job);
             }
@@ -138,28 +176,36 @@ impl Worker {
                 }
                 break;
             }
-            if streams.is_empty() {
-                continue;
-            }
-            let n = streams.len();
-            let mut picked = Vec::new();
-            for k in 0..n {
-                if picked.len() == self.cfg.max_batch.max(1) {
-                    break;
-                }
-                let i = (next + k) % n;
-                if let Some(p) = streams[i].stream.queue().pop() {
-                    picked.push((i, p));
-                }
-            }
-            next = (next + 1) % n;
+            let picked = pick(
+                &streams,
+                &mut next,
+                self.cfg.max_batch.max(1),
+                &HashSet::new(),
+            );
             if !picked.is_empty() {
-                self.round(&streams, picked);
+                deferred = self.round(&streams, picked, &mut next);
             }
         }
         for l in &streams {
             let _ = l.stream.save_meta();
         }
+    }
+
+    /// Drops events that waited too long, and updates the queue-depth gauge.
+    fn sweep(&self, streams: &[Live]) {
+        let now = Instant::now();
+        let mut depth = 0;
+        for l in streams {
+            let dropped = {
+                let mut q = l.stream.queue();
+                let d = q.sweep(now);
+                depth += q.len();
+                d
+            };
+            self.metrics.dropped(&dropped);
+            l.stream.report_dropped(dropped);
+        }
+        self.metrics.queue_depth.set(depth as i64);
     }
 
     fn chat(&mut self, job: ChatJob) {
@@ -185,133 +231,149 @@ impl Worker {
         let _ = job.done.send(out.map_err(|e| e.to_string()));
     }
 
-    /// Answers one event from each picked stream, as one batch.
-    fn round(&mut self, streams: &[Live], picked: Vec<(usize, Pending)>) {
+    /// Starts answering `pending` on stream `i`: the episode begins on the harness version
+    /// active now.
+    fn begin<'a>(
+        &self,
+        arena: &'a Arena<Job>,
+        streams: &'a [Live],
+        i: usize,
+        pending: Pending,
+    ) -> Option<Slot<'a>> {
+        let l = &streams[i];
+        let on_stage = match l.world.on_stage() {
+            Ok(p) => p.id.clone(),
+            Err(e) => {
+                l.stream.emit(Body::Error {
+                    id: Some(pending.id),
+                    message: format!("the stream's world: {e}"),
+                });
+                return None;
+            }
+        };
+        let (history, recent) = {
+            let mut g = l.stream.inner();
+            g.in_flight = Some(pending.id);
+            (
+                g.meta.history.iter().cloned().collect(),
+                g.meta.recent.iter().cloned().collect(),
+            )
+        };
         let version = self.harnesses.active();
-        let mut jobs = Vec::new();
-        let mut worlds = Vec::new();
-        for (i, pending) in picked {
-            let l = &streams[i];
-            let on_stage = match l.world.on_stage() {
-                Ok(p) => p.id.clone(),
-                Err(e) => {
-                    l.stream.emit(Body::Error {
-                        id: Some(pending.id),
-                        message: format!("the stream's world: {e}"),
-                    });
-                    continue;
-                }
-            };
-            let (history, recent) = {
-                let mut g = l.stream.inner();
-                g.in_flight = Some(pending.id);
-                (
-                    g.meta.history.iter().cloned().collect(),
-                    g.meta.recent.iter().cloned().collect(),
-                )
-            };
-            let event = pending.event();
-            let queue_s = pending.arrived.elapsed().as_secs_f64();
-            self.metrics.queue_wait.observe(queue_s);
-            l.stream.emit(Body::Started {
-                id: pending.id,
-                answers: answers(&pending),
-                event: event.clone(),
-                class: pending.class,
-                harness: version.hash().to_string(),
-            });
-            jobs.push(Job {
-                stream: l.stream.clone(),
-                event,
-                pending,
-                on_stage,
-                history,
-                recent,
-                version: version.clone(),
-                started: Instant::now(),
-            });
-            worlds.push(&*l.world);
-        }
-        let ids: Vec<String> = jobs
-            .iter()
-            .map(|j| format!("live-{}", j.pending.id))
-            .collect();
-        let mut eps: Vec<Option<Episode<'_>>> = Vec::new();
-        let mut turns: Vec<Vec<Completion>> = vec![Vec::new(); jobs.len()];
-        let mut seen: Vec<(usize, usize)> = vec![(0, 0); jobs.len()];
-        for (k, j) in jobs.iter().enumerate() {
-            let scene = Scene {
-                id: &ids[k],
-                event: &j.event,
-                on_stage: &j.on_stage,
-                history: &j.history,
-                recent: &j.recent,
-            };
-            match Episode::start(scene, &j.version.harness, worlds[k], self.cfg.episode) {
-                Ok(ep) => {
-                    seen[k] = (ep.messages().len(), ep.hook_log().len());
-                    eps.push(Some(ep));
-                }
-                Err(e) => {
-                    self.fail(j, &e.to_string());
-                    eps.push(None);
-                }
+        let event = pending.event();
+        self.metrics
+            .queue_wait
+            .observe(pending.arrived.elapsed().as_secs_f64());
+        l.stream.emit(Body::Started {
+            id: pending.id,
+            answers: answers(&pending),
+            event: event.clone(),
+            class: pending.class,
+            harness: version.hash().to_string(),
+        });
+        let job: &'a Job = arena.alloc(Job {
+            scene_id: format!("live-{}", pending.id),
+            stream: l.stream.clone(),
+            event,
+            pending,
+            on_stage,
+            history,
+            recent,
+            version,
+            started: Instant::now(),
+        });
+        let scene = Scene {
+            id: &job.scene_id,
+            event: &job.event,
+            on_stage: &job.on_stage,
+            history: &job.history,
+            recent: &job.recent,
+        };
+        match Episode::start(scene, &job.version.harness, &l.world, self.cfg.episode) {
+            Ok(ep) => Some(Slot {
+                seen: (ep.messages().len(), ep.hook_log().len()),
+                ep,
+                job,
+                stream: i,
+                world: &l.world,
+                turns: Vec::new(),
+            }),
+            Err(e) => {
+                self.fail(job, &e.to_string());
+                None
             }
         }
+    }
+
+    /// Answers the picked events as one batch, turn by turn. Between turns, a stream with
+    /// no reply in flight and an event waiting joins the batch (continuous batching at turn
+    /// granularity); a finished reply goes out at once. The round ends when nothing is left
+    /// to decode, or stops taking new events once it has run `MAX_ROUND` while a chat request
+    /// or a new stream waits. Returns the commands that arrived meanwhile.
+    fn round(
+        &mut self,
+        streams: &[Live],
+        picked: Vec<(usize, Pending)>,
+        next: &mut usize,
+    ) -> Vec<Command> {
+        let arena: Arena<Job> = Arena::new();
+        let mut slots: Vec<Slot<'_>> = Vec::new();
+        let mut deferred: Vec<Command> = Vec::new();
+        let began = Instant::now();
+        let mut admit = picked;
         loop {
-            let live: Vec<usize> = (0..eps.len())
-                .filter(|&k| eps[k].as_ref().is_some_and(|e| !e.is_done()))
-                .collect();
-            if live.is_empty() {
+            for (i, p) in admit.drain(..) {
+                if let Some(s) = self.begin(&arena, streams, i, p) {
+                    slots.push(s);
+                }
+            }
+            if slots.is_empty() {
                 break;
             }
             let outs = {
-                let chats: Vec<&[Message]> = live
-                    .iter()
-                    .filter_map(|&k| eps[k].as_ref().and_then(|e| e.prompt()))
-                    .collect();
+                let chats: Vec<&[Message]> = slots.iter().filter_map(|s| s.ep.prompt()).collect();
                 self.model.generate_batch(&chats)
             };
             let outs = match outs {
-                Ok(o) if o.len() == live.len() => o,
+                Ok(o) if o.len() == slots.len() => o,
                 other => {
                     let m = match other {
                         Ok(o) => format!(
                             "the model returned {} answers for {} prompts",
                             o.len(),
-                            live.len()
+                            slots.len()
                         ),
                         Err(e) => e.to_string(),
                     };
-                    for &k in &live {
-                        self.fail(&jobs[k], &m);
-                        // dropping the episode rolls its world changes back
-                        eps[k] = None;
+                    // dropping an episode rolls its world changes back
+                    for s in slots.drain(..) {
+                        self.fail(s.job, &m);
                     }
-                    continue;
+                    Vec::new()
                 }
             };
-            for (&k, out) in live.iter().zip(outs) {
-                let Some(ep) = eps[k].as_mut() else { continue };
-                let j = &jobs[k];
+            let mut done = Vec::new();
+            for (k, out) in outs.into_iter().enumerate() {
+                let s = &mut slots[k];
+                let j = s.job;
                 self.metrics.generated(&out);
                 j.stream.emit(Body::Turn {
                     id: j.pending.id,
-                    index: turns[k].len(),
+                    index: s.turns.len(),
                     text: out.text.clone(),
                     prompt_tokens: out.prompt_tokens,
                     cached_tokens: out.cached_tokens,
                     generated_tokens: out.tokens.len(),
                     seconds: out.seconds,
                 });
-                turns[k].push(out.clone());
-                if let Err(e) = ep.feed(out) {
+                s.turns.push(out.clone());
+                if let Err(e) = s.ep.feed(out) {
                     self.fail(j, &e.to_string());
-                    eps[k] = None;
+                    done.push((k, false));
                     continue;
                 }
-                let (m0, h0) = seen[k];
-                for m in ep.messages().iter().skip(m0) {
+                let (m0, h0) = s.seen;
+                for m in s.ep.messages().iter().skip(m0) {
                     if m.role == Role::Tool {
                         j.stream.emit(Body::ToolResult {
                             id: j.pending.id,
@@ -320,27 +382,45 @@ impl Worker {
                         });
                     }
                 }
-                for d in ep.hook_log().iter().skip(h0) {
+                for d in s.ep.hook_log().iter().skip(h0) {
                     j.stream.emit(Body::Hook {
                         id: j.pending.id,
                         hook: d.hook.clone(),
                         outcome: d.outcome.clone(),
                     });
                 }
-                seen[k] = (ep.messages().len(), ep.hook_log().len());
+                s.seen = (s.ep.messages().len(), s.ep.hook_log().len());
+                if s.ep.is_done() {
+                    done.push((k, true));
+                }
+            }
+            for &(k, ok) in done.iter().rev() {
+                let s = slots.remove(k);
+                if !ok {
+                    continue;
+                }
+                match s.ep.finish() {
+                    Ok(t) => self.replied(s.job, &s.turns, t, s.world),
+                    Err(e) => self.fail(s.job, &e.to_string()),
+                }
+            }
+            deferred.extend(self.rx.try_iter().filter(|c| !matches!(c, Command::Wake)));
+            let others_wait = !deferred.is_empty() && began.elapsed() > MAX_ROUND;
+            if others_wait || self.stop.load(Ordering::SeqCst) {
+                continue;
+            }
+            self.sweep(streams);
+            let busy: HashSet<usize> = slots.iter().map(|s| s.stream).collect();
+            let room = self.cfg.max_batch.max(1).saturating_sub(slots.len());
+            if room > 0 {
+                admit = pick(streams, next, room, &busy);
             }
         }
-        for (k, ep) in eps.into_iter().enumerate() {
-            let Some(ep) = ep else { continue };
-            let j = &jobs[k];
-            match ep.finish() {
-                Ok(t) => self.replied(j, &turns[k], t, worlds[k]),
-                Err(e) => self.fail(j, &e.to_string()),
-            }
-        }
+        deferred
     }
 
     fn fail(&self, j: &Job, message: &str) {
+        tracing::warn!(stream = %j.stream.id, event = j.pending.id, error = %message, "no reply");
         self.metrics.errors.inc();
         {
             let mut g = j.stream.inner();
@@ -372,6 +452,16 @@ impl Worker {
             tools_hooks: (busy - prefill - decode).max(0.0),
             total: queue + busy,
         };
+        tracing::info!(
+            stream = %j.stream.id,
+            event = j.pending.id,
+            class = j.pending.class.as_str(),
+            harness = %j.version.harness.short_hash(),
+            turns = turns.len(),
+            total_s = latency.total,
+            queue_s = latency.queue,
+            "reply"
+        );
         self.metrics.latency.observe(latency.total);
         self.metrics.ttft.observe(latency.total);
         self.metrics.replies.inc();

@@ -383,3 +383,40 @@ fn a_default_stream_exists_from_the_start_and_survives_a_restart() {
     assert_eq!(get(&r.url("/v1/streams/demo")).1["counters"]["replied"], 1);
     r.stop();
 }
+
+/// The `at` of the first log entry of `kind` on a stream.
+fn first_at(r: &Running, stream: &str, kind: &str) -> f64 {
+    let (_, text) = sse_until(
+        &r.url(&format!("/v1/streams/{stream}/events?after=0")),
+        &format!("event: {kind}"),
+    );
+    let data = text
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("data: "))
+        .unwrap();
+    let v: Value = serde_json::from_str(data).unwrap();
+    v["at"].as_f64().unwrap()
+}
+
+#[test]
+fn a_stream_joins_the_running_batch_at_the_next_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    // a model turn takes 1 s, so b's post lands inside a's first turn with a wide margin
+    let r = start(config(dir.path()), Duration::from_millis(1000));
+    create(&r, "a");
+    create(&r, "b");
+    // a needs two model turns (a tool call, then the reply)
+    let (code, _) = json(
+        "POST",
+        &r.url("/v1/streams/a/events"),
+        &json!({"type": "comment", "viewer": "x", "text": "please pin it"}),
+    );
+    assert_eq!(code, 202);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(ask(&r, "b", "hello there")["type"], "reply");
+    assert_eq!(ask(&r, "a", "and the price?")["type"], "reply");
+    // b started while a's first reply was still being made, not after it
+    assert!(first_at(&r, "b", "started") < first_at(&r, "a", "reply"));
+    r.stop();
+}
