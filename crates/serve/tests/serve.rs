@@ -420,3 +420,54 @@ fn a_stream_joins_the_running_batch_at_the_next_turn() {
     assert!(first_at(&r, "b", "started") < first_at(&r, "a", "reply"));
     r.stop();
 }
+
+#[test]
+fn openai_tool_calls_go_out_and_results_come_back_in_the_harness_syntax() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(config(dir.path()), Duration::ZERO);
+    let tools = json!([{"type": "function", "function": {"name": "check_stock", "description": "units left",
+        "parameters": {"type": "object", "properties": {"id": {"type": "string"}}}}}]);
+    let req = json!({"messages": [{"role": "user", "content": "stock please"}], "tools": tools});
+    let (code, v) = json("POST", &r.url("/v1/chat/completions"), &req);
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
+    let tc = v["choices"][0]["message"]["tool_calls"][0].clone();
+    assert_eq!(tc["function"]["name"], "check_stock");
+    assert_eq!(
+        serde_json::from_str::<Value>(tc["function"]["arguments"].as_str().unwrap()).unwrap(),
+        json!({"id": "P1"})
+    );
+    // the client runs the tool and sends the result back by call id
+    let req2 = json!({"messages": [
+        {"role": "user", "content": "stock please"},
+        {"role": "assistant", "content": null, "tool_calls": [tc]},
+        {"role": "tool", "tool_call_id": tc["id"], "content": "5"}
+    ], "tools": tools});
+    let (code, v) = json("POST", &r.url("/v1/chat/completions"), &req2);
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["choices"][0]["message"]["content"], "There are 5 left.");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    // streamed: the call arrives as one delta with its index
+    let mut sreq = req.clone();
+    sreq["stream"] = json!(true);
+    let b = sreq.to_string();
+    let (code, text) = call(
+        "POST",
+        &r.url("/v1/chat/completions"),
+        Some(("application/json", b.as_bytes())),
+    );
+    assert_eq!(code, 200);
+    assert!(
+        text.contains("\"tool_calls\":[{") && text.contains("\"index\":0"),
+        "{text}"
+    );
+    assert!(text.contains("\"finish_reason\":\"tool_calls\""), "{text}");
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    // tool_choice naming an unknown tool is a 400 naming the field
+    let mut bad = req.clone();
+    bad["tool_choice"] = json!({"type": "function", "function": {"name": "nope"}});
+    let (code, v) = json("POST", &r.url("/v1/chat/completions"), &bad);
+    assert_eq!(code, 400);
+    assert_eq!(v["error"]["field"], "tool_choice.function.name");
+    r.stop();
+}

@@ -13,6 +13,7 @@
 
 pub mod harness;
 pub mod openai;
+pub mod openai_tools;
 pub mod ops;
 pub mod streams;
 

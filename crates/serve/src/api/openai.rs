@@ -19,9 +19,13 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use hat_harness::Message;
+use std::collections::HashMap;
+
+use hat_harness::syntax::CallSyntax;
+use hat_harness::{Message, Role};
 use hat_teacher::episode::Completion;
 
+use crate::api::openai_tools as tools;
 use crate::api::{body, parse};
 use crate::app::App;
 use crate::error::{Result, ServeError};
@@ -60,6 +64,10 @@ struct WireMessage {
     content: Option<Content>,
     #[serde(default)]
     name: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<tools::WireToolCall>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
 }
 
 /// The request fields this server reads; other OpenAI fields are accepted and ignored.
@@ -79,7 +87,9 @@ struct ChatRequest {
     #[serde(default)]
     n: Option<u32>,
     #[serde(default)]
-    tools: Option<Vec<Value>>,
+    tools: Vec<tools::ToolDef>,
+    #[serde(default)]
+    tool_choice: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -88,40 +98,73 @@ struct StreamOptions {
     include_usage: bool,
 }
 
-fn messages(req: Vec<WireMessage>) -> Result<Vec<Message>> {
+/// The conversation for the model: text parts joined, earlier tool calls written in the
+/// harness's syntax, tool results named after their call, and the tools section (when the
+/// request has tools) at the end of the system prompt.
+fn messages(
+    req: Vec<WireMessage>,
+    syntax: CallSyntax,
+    section: Option<String>,
+) -> Result<Vec<Message>> {
     if req.is_empty() {
         return Err(ServeError::bad(
             "messages",
             "empty; send at least one message",
         ));
     }
-    req.into_iter()
-        .enumerate()
-        .map(|(i, m)| {
-            let content = match m.content {
-                None => String::new(),
-                Some(Content::Text(t)) => t,
-                Some(Content::Parts(parts)) => {
-                    let mut s = String::new();
-                    for (k, p) in parts.into_iter().enumerate() {
-                        if p.kind != "text" {
-                            return Err(ServeError::bad(
-                                format!("messages[{i}].content[{k}].type"),
-                                format!("`{}`: only text parts are supported", p.kind),
-                            ));
-                        }
-                        s.push_str(&p.text.unwrap_or_default());
+    let mut names = HashMap::new();
+    let mut out: Vec<Message> = Vec::with_capacity(req.len() + 1);
+    for (i, m) in req.into_iter().enumerate() {
+        let content = match m.content {
+            None => String::new(),
+            Some(Content::Text(t)) => t,
+            Some(Content::Parts(parts)) => {
+                let mut s = String::new();
+                for (k, p) in parts.into_iter().enumerate() {
+                    if p.kind != "text" {
+                        return Err(ServeError::bad(
+                            format!("messages[{i}].content[{k}].type"),
+                            format!("`{}`: only text parts are supported", p.kind),
+                        ));
                     }
-                    s
+                    s.push_str(&p.text.unwrap_or_default());
                 }
-            };
-            Ok(Message {
-                role: m.role,
+                s
+            }
+        };
+        let msg = match m.role {
+            Role::Assistant if !m.tool_calls.is_empty() => {
+                tools::names_by_id(&m.tool_calls, &mut names);
+                Message::assistant(tools::assistant_text(&content, &m.tool_calls, syntax, i)?)
+            }
+            Role::Tool => {
+                let name = m
+                    .name
+                    .or_else(|| {
+                        m.tool_call_id
+                            .as_ref()
+                            .and_then(|id| names.get(id).cloned())
+                    })
+                    .unwrap_or_else(|| "tool".into());
+                Message::tool(name, content)
+            }
+            role => Message {
+                role,
                 content,
                 name: m.name,
-            })
-        })
-        .collect()
+            },
+        };
+        out.push(msg);
+    }
+    if let Some(section) = section {
+        match out.first_mut() {
+            Some(first) if first.role == Role::System => {
+                first.content = format!("{}\n\n{section}", first.content);
+            }
+            _ => out.insert(0, Message::system(section)),
+        }
+    }
+    Ok(out)
 }
 
 fn usage(c: &Completion) -> Value {
@@ -150,13 +193,6 @@ pub async fn chat(
     if req.n.is_some_and(|n| n != 1) {
         return Err(ServeError::bad("n", "only n = 1 is supported"));
     }
-    if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return Err(ServeError::bad(
-            "tools",
-            "tool definitions are not supported on /v1/chat/completions yet; the live-stream API \
-             (/v1/streams) runs tools through the harness",
-        ));
-    }
     let max_tokens = req
         .max_completion_tokens
         .or(req.max_tokens)
@@ -167,7 +203,21 @@ pub async fn chat(
             format!("{max_tokens}; must be 1 to {MAX_COMPLETION_TOKENS}"),
         ));
     }
-    let msgs = messages(req.messages)?;
+    // tools are written and read in the active harness's call syntax
+    let active = app.harnesses.active();
+    let syntax = active.harness.syntax;
+    let section = if req.tools.is_empty() {
+        None
+    } else {
+        tools::tools_section(
+            &req.tools,
+            req.tool_choice.as_ref(),
+            syntax,
+            active.harness.max_calls(),
+        )?
+    };
+    let with_tools = section.is_some();
+    let msgs = messages(req.messages, syntax, section)?;
     let model = req.model.unwrap_or_else(|| app.cfg.model_name.clone());
     if app.chat_waiting.fetch_add(1, Ordering::SeqCst) >= app.cfg.max_chat_queue {
         app.chat_waiting.fetch_sub(1, Ordering::SeqCst);
@@ -178,7 +228,8 @@ pub async fn chat(
         )));
     }
     let (done_tx, done_rx) = oneshot::channel();
-    let (delta_tx, delta_rx) = if req.stream {
+    // with tools, the answer is parsed before anything is sent (a call is not content)
+    let (delta_tx, delta_rx) = if req.stream && !with_tools {
         let (t, r) = mpsc::unbounded_channel();
         (Some(t), Some(r))
     } else {
@@ -200,6 +251,7 @@ pub async fn chat(
     let timeout = app.cfg.request_timeout;
     let Some(delta_rx) = delta_rx else {
         let out = tokio::time::timeout(timeout, done_rx).await;
+        let stream = req.stream;
         app.chat_waiting.fetch_sub(1, Ordering::SeqCst);
         let c = match out {
             Err(_) => return Err(ServeError::Timeout(timeout.as_secs())),
@@ -207,6 +259,50 @@ pub async fn chat(
             Ok(Ok(Err(e))) => return Err(ServeError::Model(e)),
             Ok(Ok(Ok(c))) => c,
         };
+        let (message, finish) = if with_tools {
+            let (m, f) = tools::answer(&c.text, syntax, &id);
+            (
+                m,
+                if f == "stop" {
+                    finish_reason(&c, max_tokens)
+                } else {
+                    f
+                },
+            )
+        } else {
+            (
+                json!({"role": "assistant", "content": c.text}),
+                finish_reason(&c, max_tokens),
+            )
+        };
+        if stream {
+            // a streamed request with tools: the parsed answer as one delta, then the end
+            let mut delta = message.clone();
+            if let Some(calls) = delta["tool_calls"].as_array_mut() {
+                for (k, c) in calls.iter_mut().enumerate() {
+                    c["index"] = json!(k);
+                }
+            }
+            let chunk = |delta: Value, finish: Option<&str>| {
+                SseEvent::default().data(
+                    json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+                    .to_string(),
+                )
+            };
+            let mut evs = vec![chunk(delta, None), chunk(json!({}), Some(finish))];
+            if req.stream_options.is_some_and(|o| o.include_usage) {
+                evs.push(SseEvent::default().data(
+                    json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                           "choices": [], "usage": usage(&c)})
+                    .to_string(),
+                ));
+            }
+            evs.push(SseEvent::default().data("[DONE]"));
+            return Ok(
+                Sse::new(stream::iter(evs.into_iter().map(Ok::<_, Infallible>))).into_response(),
+            );
+        }
         return Ok(Json(json!({
             "id": id,
             "object": "chat.completion",
@@ -214,8 +310,8 @@ pub async fn chat(
             "model": model,
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": c.text},
-                "finish_reason": finish_reason(&c, max_tokens),
+                "message": message,
+                "finish_reason": finish,
             }],
             "usage": usage(&c),
         }))

@@ -26,6 +26,15 @@ impl ChatModel for Scripted {
             .find(|p| system.contains(&format!("You are {p}")) || system.contains(p))
             .unwrap_or("nobody");
         let last = messages.last().expect("a prompt");
+        if last.role == Role::Tool && last.name.as_deref() == Some("check_stock") {
+            return Ok(format!("There are {} left.", last.content));
+        }
+        if last.role == Role::User && last.content.contains("stock please") {
+            return Ok(
+                r#"<tool_call>{"name": "check_stock", "arguments": {"id": "P1"}}</tool_call>"#
+                    .into(),
+            );
+        }
         if last.role == Role::User
             && last.content.contains("pin")
             && !messages.iter().any(|m| m.role == Role::Tool)
