@@ -91,6 +91,8 @@ struct Slot<'a> {
     world: &'a World,
     ep: Episode<'a>,
     turns: Vec<Completion>,
+    /// Wall time of the batches this episode was part of (its model time as it waited).
+    model_wall: f64,
     /// Messages and hook decisions already sent as events.
     seen: (usize, usize),
 }
@@ -297,6 +299,7 @@ impl Worker {
                 stream: i,
                 world: &l.world,
                 turns: Vec::new(),
+                model_wall: 0.0,
             }),
             Err(e) => {
                 self.fail(job, &e.to_string());
@@ -330,10 +333,15 @@ impl Worker {
             if slots.is_empty() {
                 break;
             }
+            let t0 = Instant::now();
             let outs = {
                 let chats: Vec<&[Message]> = slots.iter().filter_map(|s| s.ep.prompt()).collect();
                 self.model.generate_batch(&chats)
             };
+            let wall = t0.elapsed().as_secs_f64();
+            for s in slots.iter_mut() {
+                s.model_wall += wall;
+            }
             let outs = match outs {
                 Ok(o) if o.len() == slots.len() => o,
                 other => {
@@ -400,7 +408,7 @@ impl Worker {
                     continue;
                 }
                 match s.ep.finish() {
-                    Ok(t) => self.replied(s.job, &s.turns, t, s.world),
+                    Ok(t) => self.replied(s.job, &s.turns, s.model_wall, t, s.world),
                     Err(e) => self.fail(s.job, &e.to_string()),
                 }
             }
@@ -433,15 +441,22 @@ impl Worker {
         });
     }
 
-    fn replied(&self, j: &Job, turns: &[Completion], t: hat_teacher::Trajectory, world: &World) {
+    fn replied(
+        &self,
+        j: &Job,
+        turns: &[Completion],
+        model_wall: f64,
+        t: hat_teacher::Trajectory,
+        world: &World,
+    ) {
         let queue = j.started.duration_since(j.pending.arrived).as_secs_f64();
         let busy = j.started.elapsed().as_secs_f64();
         let prefill: f64 = turns.iter().map(|c| c.prefill_seconds).sum();
         let decode: f64 = turns.iter().map(|c| c.decode_seconds).sum();
-        // models that do not split their time report it all as decoding
-        let model: f64 = turns.iter().map(|c| c.seconds).sum();
+        // models that do not split their time (endpoints) report the batches' wall time as
+        // decoding: each request waited for its whole batch
         let decode = if prefill + decode == 0.0 {
-            model
+            model_wall
         } else {
             decode
         };
