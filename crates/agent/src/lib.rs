@@ -43,6 +43,8 @@ pub struct LocalModel {
     system_len: VecDeque<(String, Option<usize>)>,
     /// Token sequences of recent system prompts, to find shared prefixes.
     recent: VecDeque<Vec<u32>>,
+    /// Keep every prompt's state in the prefix cache for the conversation's next turn.
+    pub cache_turns: bool,
     /// Name and content hash of the weights.
     pub name: String,
     pub hash: String,
@@ -87,6 +89,7 @@ impl LocalModel {
             max_new_tokens,
             system_len: VecDeque::new(),
             recent: VecDeque::new(),
+            cache_turns: false,
             name,
             hash,
         })
@@ -162,6 +165,7 @@ impl LocalModel {
         let mut req = GenerateRequest::new(tokens, self.max_new_tokens);
         req.sampling = self.sampling.clone();
         req.cache_prefix_len = prefix;
+        req.cache_whole_prompt = self.cache_turns;
         Ok(req)
     }
 }
@@ -169,6 +173,10 @@ impl LocalModel {
 impl ChatModel for LocalModel {
     fn set_max_tokens(&mut self, max: u32) {
         self.max_new_tokens = max as usize;
+    }
+
+    fn keep_conversations_cached(&mut self, on: bool) {
+        self.cache_turns = on;
     }
 
     fn complete(&mut self, messages: &[Message]) -> Result<String, TeacherError> {

@@ -169,6 +169,7 @@ pub fn bench_engine(
     prompt.extend(engine.tokenizer.encode(" Is it waterproof?", false)?);
     let req = GenerateRequest {
         cache_prefix_len: Some(prefix.len()),
+        cache_whole_prompt: false,
         ..GenerateRequest::new(prompt.clone(), 1)
     };
     engine.generate(&req, None)?; // fills the cache

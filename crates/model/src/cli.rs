@@ -236,6 +236,7 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
         stop_tokens: Vec::new(),
         stop_strings: a.stop.clone(),
         cache_prefix_len: None,
+        cache_whole_prompt: false,
     };
     let mut out = std::io::stdout();
     let mut cb = |ev: &TokenEvent| {

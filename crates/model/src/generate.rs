@@ -31,6 +31,10 @@ pub struct GenerateRequest {
     /// Number of leading prompt tokens to store in the prefix cache (e.g. the rendered
     /// system prompt). Any cached prefix is reused whether or not this is set.
     pub cache_prefix_len: Option<usize>,
+    /// Also store the whole prompt once it is computed, so a longer prompt that continues it
+    /// (the next turn of the same conversation) starts from there instead of from the
+    /// system prompt.
+    pub cache_whole_prompt: bool,
 }
 
 impl GenerateRequest {
@@ -43,6 +47,7 @@ impl GenerateRequest {
             stop_tokens: Vec::new(),
             stop_strings: Vec::new(),
             cache_prefix_len: None,
+            cache_whole_prompt: false,
         }
     }
 }
@@ -223,6 +228,12 @@ impl Engine {
         }
         if done < prompt.len() {
             logits = self.prefill(&mut cache, &prompt[done..])?;
+            if req.cache_whole_prompt {
+                self.prefix_cache
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(prompt.to_vec(), cache.clone(), logits.clone());
+            }
         }
         Ok((cache, logits, cached))
     }

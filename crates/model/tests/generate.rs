@@ -275,3 +275,29 @@ fn no_leak_across_many_requests() {
     );
     assert_eq!(eng.prefix_cache_stats().0, 1);
 }
+
+#[test]
+fn a_cached_whole_prompt_starts_the_next_turn() {
+    let e = expected("llama");
+    let eng = eng();
+    let first = GenerateRequest {
+        cache_whole_prompt: true,
+        ..GenerateRequest::new(e.ids[..8].to_vec(), 4)
+    };
+    assert_eq!(eng.generate(&first, None).unwrap().cached_tokens, 0);
+    // the next turn: the same prompt, continued
+    let next = GenerateRequest {
+        cache_whole_prompt: true,
+        ..GenerateRequest::new(e.ids.clone(), 8)
+    };
+    let out = eng.generate(&next, None).unwrap();
+    assert_eq!(out.cached_tokens, 8);
+    let fresh = engine(load_gguf("llama", LoadOptions::default()));
+    assert_eq!(
+        out.tokens,
+        fresh
+            .generate(&GenerateRequest::new(e.ids.clone(), 8), None)
+            .unwrap()
+            .tokens
+    );
+}

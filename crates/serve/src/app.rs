@@ -196,6 +196,8 @@ impl Server {
         let stop = Arc::new(AtomicBool::new(false));
         let mut model = model;
         model.set_max_tokens(cfg.max_tokens);
+        // an episode's next turn (after a tool result) continues its last prompt
+        model.keep_conversations_cached(true);
         let worker = Worker {
             model,
             harnesses: harnesses.clone(),

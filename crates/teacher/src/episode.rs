@@ -66,6 +66,11 @@ pub trait ChatModel {
     /// Sets the token limit of one answer (IFEval answers need more than an agent turn).
     fn set_max_tokens(&mut self, _max: u32) {}
 
+    /// Serving hint: keep each prompt's computed state, so the next turn of the same
+    /// conversation (after a tool result) starts from it. Models without such a cache
+    /// ignore it.
+    fn keep_conversations_cached(&mut self, _on: bool) {}
+
     /// Continues several chats; models that decode in batches override this.
     fn complete_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<String>, TeacherError> {
         chats.iter().map(|m| self.complete(m)).collect()

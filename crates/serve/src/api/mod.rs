@@ -34,7 +34,12 @@ use crate::error::{Result, ServeError};
 pub fn router(app: Arc<App>) -> Router {
     let upload = DefaultBodyLimit::max(crate::harnesses::MAX_ARCHIVE_BYTES);
     let v1 = Router::new()
-        .route("/streams", post(streams::create).get(streams::list))
+        .route(
+            "/streams",
+            post(streams::create)
+                .layer(upload.clone())
+                .get(streams::list),
+        )
         .route("/streams/{id}", get(streams::show))
         .route(
             "/streams/{id}/events",
