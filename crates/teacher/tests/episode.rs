@@ -236,6 +236,7 @@ impl ChatModel for Tokened {
             cached_tokens: 60,
             seconds: 0.25,
             text,
+            ..Completion::default()
         })
     }
 }

@@ -36,9 +36,7 @@ pub fn router(app: Arc<App>) -> Router {
     let v1 = Router::new()
         .route(
             "/streams",
-            post(streams::create)
-                .layer(upload.clone())
-                .get(streams::list),
+            post(streams::create).layer(upload).get(streams::list),
         )
         .route("/streams/{id}", get(streams::show))
         .route(
