@@ -21,6 +21,7 @@ pub struct ServeArgs {
     /// Do not watch the harness folder (swap only through POST /v1/harness).
     #[arg(long)]
     no_watch: bool,
+    /// Address to listen on (loopback by default; put a TLS proxy in front for the internet).
     #[arg(long, default_value = "127.0.0.1:8080", env = "HAT_ADDR")]
     addr: SocketAddr,
     /// Streams' stores and state, and uploaded harnesses (kept across restarts).
@@ -35,6 +36,7 @@ pub struct ServeArgs {
     /// Events waiting per stream at most (beyond: 429, or a less important event is evicted).
     #[arg(long, default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     queue: usize,
+    /// Streams the server holds at most (beyond: POST /v1/streams answers 429).
     #[arg(long, default_value_t = 256, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     max_streams: usize,
     /// Seconds a question may wait before it is dropped (greetings and chit-chat: a third).
