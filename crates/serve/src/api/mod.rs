@@ -57,7 +57,36 @@ pub fn router(app: Arc<App>) -> Router {
         .nest("/v1", v1)
         .fallback(ops::not_found)
         .layer(DefaultBodyLimit::max(app.cfg.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            declared_length,
+        ))
         .with_state(app)
+}
+
+/// Refuses a body whose declared length is over the route's limit before reading any of it
+/// (bodies without a length are cut off by the body limit as they stream in).
+async fn declared_length(
+    State(app): State<Arc<App>>,
+    req: Request,
+    next: Next,
+) -> Result<Response> {
+    let limit = match req.uri().path() {
+        "/v1/harness" | "/v1/streams" => crate::harnesses::MAX_ARCHIVE_BYTES,
+        _ => app.cfg.max_body_bytes,
+    };
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(n) = declared.filter(|&n| n > limit as u64) {
+        app.metrics.reject("too_large");
+        return Err(ServeError::TooLarge(format!(
+            "the request body is too large: {n} bytes declared, at most {limit}"
+        )));
+    }
+    Ok(next.run(req).await)
 }
 
 async fn auth(State(app): State<Arc<App>>, req: Request, next: Next) -> Result<Response> {
