@@ -140,7 +140,7 @@ impl App {
         world
             .save(dir.join("world.sqlite"))
             .map_err(|e| cleanup(ServeError::internal("saving the world", e)))?;
-        let state = crate::api::streams::world_state(&world);
+        let state = crate::stream::world_state(&world);
         let meta = Meta {
             id: id.clone(),
             seed,

@@ -257,6 +257,19 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         })
 }
 
+/// What the stream's state shows of its world: on stage, flash sales, pins (`Null` when the
+/// store cannot be read).
+pub fn world_state(w: &hat_world::World) -> serde_json::Value {
+    match w.try_stream_state() {
+        Ok(s) => serde_json::json!({
+            "on_stage": s.on_stage,
+            "flash_sales": s.flash_sales,
+            "pins": w.pins().unwrap_or_default(),
+        }),
+        Err(_) => serde_json::Value::Null,
+    }
+}
+
 /// The line a join or gift leaves in the stream's recent activity.
 pub fn activity_line(e: &Event) -> Option<String> {
     match e {

@@ -501,12 +501,9 @@ impl Worker {
                     m.history.pop_front();
                 }
             }
-            if let Ok(s) = world.try_stream_state() {
-                m.state = serde_json::json!({
-                    "on_stage": s.on_stage,
-                    "flash_sales": s.flash_sales,
-                    "pins": world.pins().unwrap_or_default(),
-                });
+            let state = crate::stream::world_state(world);
+            if !state.is_null() {
+                m.state = state;
             }
         }
         if let Err(e) = world.save(j.stream.dir.join("world.sqlite")) {

@@ -119,12 +119,7 @@ fn openai_chat_completions_plain_and_streamed() {
     let mut sreq = req.clone();
     sreq["stream"] = json!(true);
     sreq["stream_options"] = json!({"include_usage": true});
-    let b = sreq.to_string();
-    let (code, text) = call(
-        "POST",
-        &r.url("/v1/chat/completions"),
-        Some(("application/json", b.as_bytes())),
-    );
+    let (code, text) = post_text(&r.url("/v1/chat/completions"), &sreq);
     assert_eq!(code, 200);
     let datas: Vec<&str> = text
         .lines()
@@ -291,7 +286,7 @@ fn malformed_requests_get_a_clear_4xx_and_the_server_keeps_serving() {
 /// POSTs headers declaring `len` body bytes, sends none, and reads the status and body.
 fn declared_only(r: &Running, path: &str, len: usize) -> (u16, String) {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(r.addr).unwrap();
+    let mut s = std::net::TcpStream::connect(r.addr()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     write!(
         s,
@@ -478,12 +473,7 @@ fn openai_tool_calls_go_out_and_results_come_back_in_the_harness_syntax() {
     // streamed: the call arrives as one delta with its index
     let mut sreq = req.clone();
     sreq["stream"] = json!(true);
-    let b = sreq.to_string();
-    let (code, text) = call(
-        "POST",
-        &r.url("/v1/chat/completions"),
-        Some(("application/json", b.as_bytes())),
-    );
+    let (code, text) = post_text(&r.url("/v1/chat/completions"), &sreq);
     assert_eq!(code, 200);
     assert!(
         text.contains("\"tool_calls\":[{") && text.contains("\"index\":0"),

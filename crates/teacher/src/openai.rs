@@ -185,18 +185,23 @@ mod tests {
         (format!("http://{addr}/v1"), h)
     }
 
-    #[test]
-    fn completes_against_a_local_endpoint() {
-        let (url, h) = serve(vec!["hello there".into()]);
-        let mut t = OpenAiTeacher::new(OpenAiConfig {
-            base_url: url,
+    /// A teacher on a loopback endpoint, no key.
+    fn local(base_url: String) -> OpenAiTeacher {
+        OpenAiTeacher::new(OpenAiConfig {
+            base_url,
             model: "m".into(),
             api_key_env: None,
             temperature: 0.0,
             max_tokens: 16,
             timeout: Duration::from_secs(10),
         })
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn completes_against_a_local_endpoint() {
+        let (url, h) = serve(vec!["hello there".into()]);
+        let mut t = local(url);
         let out = t
             .complete(&[Message::system("s"), Message::tool("get_product", "{}")])
             .unwrap();
@@ -213,15 +218,7 @@ mod tests {
     fn a_batch_goes_out_at_once_and_every_chat_gets_an_answer() {
         let answers: Vec<String> = (0..3).map(|i| format!("answer {i}")).collect();
         let (url, h) = serve(answers.clone());
-        let mut t = OpenAiTeacher::new(OpenAiConfig {
-            base_url: url,
-            model: "m".into(),
-            api_key_env: None,
-            temperature: 0.0,
-            max_tokens: 16,
-            timeout: Duration::from_secs(10),
-        })
-        .unwrap();
+        let mut t = local(url);
         let chats: Vec<Vec<Message>> = (0..3)
             .map(|i| vec![Message::user(format!("q{i}"))])
             .collect();

@@ -184,6 +184,29 @@ fn finish_reason(c: &Completion, max: u32) -> &'static str {
     }
 }
 
+/// One `chat.completion.chunk` SSE event; with `usage`, the usage chunk (no choices).
+fn chunk(
+    id: &str,
+    created: u64,
+    model: &str,
+    delta: Value,
+    finish: Option<&str>,
+    usage: Option<Value>,
+) -> SseEvent {
+    let mut v = json!({
+        "id": id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    });
+    if let Some(u) = usage {
+        v["choices"] = json!([]);
+        v["usage"] = u;
+    }
+    SseEvent::default().data(v.to_string())
+}
+
 /// `POST /v1/chat/completions`.
 pub async fn chat(
     State(app): State<Arc<App>>,
@@ -283,19 +306,18 @@ pub async fn chat(
                     c["index"] = json!(k);
                 }
             }
-            let chunk = |delta: Value, finish: Option<&str>| {
-                SseEvent::default().data(
-                    json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-                           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-                    .to_string(),
-                )
-            };
-            let mut evs = vec![chunk(delta, None), chunk(json!({}), Some(finish))];
+            let mut evs = vec![
+                chunk(&id, created, &model, delta, None, None),
+                chunk(&id, created, &model, json!({}), Some(finish), None),
+            ];
             if req.stream_options.is_some_and(|o| o.include_usage) {
-                evs.push(SseEvent::default().data(
-                    json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-                           "choices": [], "usage": usage(&c)})
-                    .to_string(),
+                evs.push(chunk(
+                    &id,
+                    created,
+                    &model,
+                    json!({}),
+                    None,
+                    Some(usage(&c)),
                 ));
             }
             evs.push(SseEvent::default().data("[DONE]"));
@@ -319,18 +341,7 @@ pub async fn chat(
     };
     let include_usage = req.stream_options.is_some_and(|o| o.include_usage);
     let chunk = move |delta: Value, finish: Option<&str>, usage: Option<Value>| {
-        let mut v = json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        });
-        if let Some(u) = usage {
-            v["choices"] = json!([]);
-            v["usage"] = u;
-        }
-        SseEvent::default().data(v.to_string())
+        chunk(&id, created, &model, delta, finish, usage)
     };
     let c1 = chunk.clone();
     let head = stream::iter([Ok::<_, Infallible>(chunk(

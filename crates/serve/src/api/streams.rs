@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_stream::wrappers::BroadcastStream;
 
-use hat_world::{Event, World};
+use hat_world::Event;
 
 use crate::api::{body, parse, parse_value};
 use crate::app::App;
@@ -101,15 +101,6 @@ pub async fn create(
         .await
         .map_err(|e| ServeError::internal("creating the stream", e))??;
     Ok((StatusCode::CREATED, Json(summary)))
-}
-
-pub fn world_state(w: &World) -> Value {
-    match w.try_stream_state() {
-        Ok(s) => {
-            json!({"on_stage": s.on_stage, "flash_sales": s.flash_sales, "pins": w.pins().unwrap_or_default()})
-        }
-        Err(_) => Value::Null,
-    }
 }
 
 pub async fn list(State(app): State<Arc<App>>) -> Json<Value> {

@@ -1,7 +1,6 @@
 //! A scripted model and an in-process server on a loopback port.
 #![allow(dead_code)]
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -88,25 +87,21 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-pub struct Running {
-    pub addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
+/// A server on a loopback port; `stop` shuts it down gracefully.
+pub struct Running(hat_serve::Background);
 
 impl Running {
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        format!("{}{path}", self.0.url())
+    }
+
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.0.addr
     }
 
     /// Graceful shutdown: waits for in-flight replies and the worker.
-    pub fn stop(mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap();
-        }
+    pub fn stop(self) {
+        self.0.stop().unwrap();
     }
 }
 
@@ -117,31 +112,13 @@ pub fn start(cfg: ServeConfig, delay: Duration) -> Running {
 pub fn start_with(cfg: ServeConfig, model: Box<dyn ChatModel + Send>, harness: &Path) -> Running {
     let version = hat_serve::load_dir(harness, harness.display().to_string()).unwrap();
     let server = Server::start(cfg, model, version).unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(l.local_addr().unwrap()).unwrap();
-            server
-                .run(l, async move {
-                    let _ = stop_rx.await;
-                })
-                .await
-                .unwrap();
-        });
-    });
-    let addr = rx.recv_timeout(Duration::from_secs(30)).unwrap();
-    Running {
-        addr,
-        stop: Some(stop_tx),
-        thread: Some(thread),
-    }
+    Running(server.spawn(([127, 0, 0, 1], 0).into()).unwrap())
+}
+
+/// POSTs a JSON body and returns the status and the raw text (SSE answers are not JSON).
+pub fn post_text(url: &str, body: &serde_json::Value) -> (u16, String) {
+    let b = body.to_string();
+    call("POST", url, Some(("application/json", b.as_bytes())))
 }
 
 pub fn config(data: &Path) -> ServeConfig {
