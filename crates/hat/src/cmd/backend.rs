@@ -41,6 +41,15 @@ pub struct ModelArgs {
     pub max_tokens: u32,
 }
 
+/// A model argument as a path: `default` is SmolLM2-135M-Instruct from `hat model fetch`.
+pub fn model_path(model: &str) -> std::path::PathBuf {
+    if model == "default" {
+        hat_model::fetch::default_model_path()
+    } else {
+        std::path::PathBuf::from(model)
+    }
+}
+
 /// An endpoint's sampling temperature: 0 (greedy) to 2.
 pub fn check_temperature(t: f64) -> Result<()> {
     if !(t.is_finite() && (0.0..=2.0).contains(&t)) {
@@ -75,11 +84,7 @@ pub fn chat_model(a: &ModelArgs) -> Result<(ModelIdentity, Box<dyn ChatModel + S
         };
         return Ok((identity, Box::new(OpenAiTeacher::new(cfg)?)));
     }
-    let path = if model == "default" {
-        hat_model::fetch::default_model_path()
-    } else {
-        std::path::PathBuf::from(model)
-    };
+    let path = model_path(model);
     if !path.exists() {
         if model == "default" {
             bail!("the default model is not downloaded yet; run `hat model fetch` first");

@@ -73,11 +73,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             json,
             dump,
         } => {
-            let path = if model == "default" {
-                hat_model::fetch::default_model_path()
-            } else {
-                PathBuf::from(model)
-            };
+            let path = crate::cmd::backend::model_path(&model);
             println!(
                 "cpu: {} | simd path: {} | threads: {}",
                 hat_model::simd::cpu_flags(),

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::cmd::backend::model_path;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
@@ -57,14 +58,6 @@ pub struct ServeBenchArgs {
     no_peer: bool,
     #[arg(long)]
     json: bool,
-}
-
-fn model_path(m: &str) -> PathBuf {
-    if m == "default" {
-        hat_model::fetch::default_model_path()
-    } else {
-        PathBuf::from(m)
-    }
 }
 
 fn cfg(a: &ServeBenchArgs, data: &std::path::Path, name: &str) -> ServeConfig {

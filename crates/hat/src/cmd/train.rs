@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use crate::cmd::backend::model_path;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
@@ -76,14 +77,6 @@ pub struct ExportArgs {
     format: String,
     #[arg(long)]
     out: PathBuf,
-}
-
-fn model_path(m: &str) -> PathBuf {
-    if m == "default" {
-        hat_model::fetch::default_model_path()
-    } else {
-        PathBuf::from(m)
-    }
 }
 
 /// The run's config, and whether it must be (re)written to the run folder.
