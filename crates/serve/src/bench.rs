@@ -47,6 +47,41 @@ impl Default for Audience {
     }
 }
 
+impl Audience {
+    /// Values that would make a plan endless or empty are errors naming the flag.
+    pub fn check(&self) -> Result<()> {
+        let bad = |f: &str, m: String| Err(ServeError::bad(f, m));
+        if self.streams == 0 || self.streams > 10_000 {
+            return bad("--streams", format!("{}; must be 1 to 10000", self.streams));
+        }
+        if !(self.period_s.is_finite() && self.period_s >= 0.01) {
+            return bad(
+                "--period-s",
+                format!("{}; must be at least 0.01", self.period_s),
+            );
+        }
+        if !(self.duration_s.is_finite() && self.duration_s > 0.0 && self.duration_s <= 86_400.0) {
+            return bad(
+                "--duration-s",
+                format!("{}; must be in (0, 86400]", self.duration_s),
+            );
+        }
+        if !(0.0..=1.0).contains(&self.burst_prob) {
+            return bad(
+                "--burst-prob",
+                format!("{}; must be in [0, 1]", self.burst_prob),
+            );
+        }
+        if !(1..=1000).contains(&self.burst_size) {
+            return bad(
+                "--burst-size",
+                format!("{}; must be 1 to 1000", self.burst_size),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// One planned event.
 #[derive(Debug, Clone)]
 pub struct Arrival {
@@ -172,6 +207,10 @@ fn post(agent: &ureq::Agent, url: &str, body: &Value) -> std::result::Result<(u1
 /// Creates the streams (`<prefix>-<k>`, catalog of the mix's k-th world) and plays the
 /// audience against `base` (e.g. `http://127.0.0.1:8080`).
 pub fn run(base: &str, label: &str, prefix: &str, a: &Audience, mix: &Mix) -> Result<Report> {
+    a.check()?;
+    if mix.by_world.is_empty() {
+        return Err(ServeError::bad("mix", "no events to draw from"));
+    }
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(600))
         .max_idle_connections_per_host(256)
@@ -307,6 +346,45 @@ mod tests {
             &mix,
         );
         assert_eq!(bursty.len() % 3, 0);
+    }
+
+    #[test]
+    fn an_audience_that_would_never_end_is_an_error() {
+        let ok = Audience::default();
+        assert!(ok.check().is_ok());
+        for (a, flag) in [
+            (
+                Audience {
+                    period_s: 0.0,
+                    ..ok.clone()
+                },
+                "--period-s",
+            ),
+            (
+                Audience {
+                    duration_s: f64::INFINITY,
+                    ..ok.clone()
+                },
+                "--duration-s",
+            ),
+            (
+                Audience {
+                    streams: 0,
+                    ..ok.clone()
+                },
+                "--streams",
+            ),
+            (
+                Audience {
+                    burst_prob: 2.0,
+                    ..ok.clone()
+                },
+                "--burst-prob",
+            ),
+        ] {
+            let e = a.check().unwrap_err().to_string();
+            assert!(e.contains(flag), "{e}");
+        }
     }
 
     #[test]

@@ -190,6 +190,17 @@ fn start_llama_server(
 }
 
 pub fn run(a: ServeBenchArgs) -> Result<()> {
+    for &n in &a.streams {
+        Audience {
+            streams: n,
+            period_s: a.period_s,
+            burst_prob: a.burst_prob,
+            burst_size: a.burst_size,
+            duration_s: a.duration_s,
+            seed: a.seed,
+        }
+        .check()?;
+    }
     let path = model_path(&a.model);
     if !path.is_file() {
         bail!(
