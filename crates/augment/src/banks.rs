@@ -268,10 +268,13 @@ pub type Words = &'static [&'static str];
 pub type Vocab = (&'static str, &'static [Words], &'static [Words]);
 
 /// Naming styles for tool names and parameter names.
-/// `snake` (`stock_lookup`), `camel` (`stockLookup`); held-out: `pascal`
-/// (`StockLookup`), `kebab` (`inventory-query`), `opaque` (`t_4821`).
-pub const TOOL_NAME_STYLES: Split<&str> =
-    Split::new(&["snake", "camel"], &["pascal", "kebab", "opaque"]);
+/// `snake` (`stock_lookup`), `camel` (`stockLookup`), `screaming`
+/// (`STOCK_LOOKUP`); held-out: `pascal` (`StockLookup`), `kebab`
+/// (`inventory-query`), `opaque` (`t_4821`).
+pub const TOOL_NAME_STYLES: Split<&str> = Split::new(
+    &["snake", "camel", "screaming"],
+    &["pascal", "kebab", "opaque"],
+);
 
 /// Word vocabularies per canonical operation for tool names.
 pub const TOOL_NAME_VOCAB: &[Vocab] = &[
@@ -279,6 +282,8 @@ pub const TOOL_NAME_VOCAB: &[Vocab] = &[
         "product",
         &[
             &["product", "details"],
+            &["view", "product"],
+            &["product", "card"],
             &["fetch", "product"],
             &["item", "info"],
         ],
@@ -292,6 +297,8 @@ pub const TOOL_NAME_VOCAB: &[Vocab] = &[
         "stock",
         &[
             &["stock", "lookup"],
+            &["stock", "level"],
+            &["check", "availability"],
             &["inventory", "check"],
             &["get", "inventory"],
         ],
@@ -305,6 +312,8 @@ pub const TOOL_NAME_VOCAB: &[Vocab] = &[
         "coupons",
         &[
             &["coupon", "list"],
+            &["active", "coupons"],
+            &["coupon", "search"],
             &["get", "coupons"],
             &["find", "coupons"],
         ],
@@ -316,7 +325,13 @@ pub const TOOL_NAME_VOCAB: &[Vocab] = &[
     ),
     (
         "quote",
-        &[&["price", "quote"], &["final", "price"], &["get", "price"]],
+        &[
+            &["price", "quote"],
+            &["final", "price"],
+            &["get", "price"],
+            &["quote", "total"],
+            &["order", "price"],
+        ],
         &[
             &["checkout", "total"],
             &["compute", "payable"],
@@ -327,6 +342,8 @@ pub const TOOL_NAME_VOCAB: &[Vocab] = &[
         "shipping",
         &[
             &["delivery", "info"],
+            &["ship", "estimate"],
+            &["delivery", "window"],
             &["shipping", "estimate"],
             &["get", "delivery"],
         ],
@@ -340,6 +357,8 @@ pub const TOOL_NAME_VOCAB: &[Vocab] = &[
         "search",
         &[
             &["find", "products"],
+            &["search", "items"],
+            &["filter", "products"],
             &["product", "search"],
             &["browse", "catalog"],
         ],
@@ -353,6 +372,8 @@ pub const TOOL_NAME_VOCAB: &[Vocab] = &[
         "faq",
         &[
             &["policy", "lookup"],
+            &["store", "faq"],
+            &["policy", "info"],
             &["faq", "search"],
             &["get", "policy"],
         ],
@@ -364,7 +385,13 @@ pub const TOOL_NAME_VOCAB: &[Vocab] = &[
     ),
     (
         "pin",
-        &[&["pin", "item"], &["show", "link"], &["feature", "product"]],
+        &[
+            &["pin", "item"],
+            &["show", "link"],
+            &["feature", "product"],
+            &["highlight", "item"],
+            &["show", "product"],
+        ],
         &[
             &["spotlight", "sku"],
             &["stage", "item"],
@@ -375,6 +402,8 @@ pub const TOOL_NAME_VOCAB: &[Vocab] = &[
         "flash_sale",
         &[
             &["flash", "sale"],
+            &["quick", "sale"],
+            &["run", "flash", "deal"],
             &["launch", "flash", "sale"],
             &["start", "promo"],
         ],
@@ -386,69 +415,115 @@ pub const TOOL_NAME_VOCAB: &[Vocab] = &[
     ),
 ];
 
-/// Naming styles for parameters: `snake`, `camel`; held-out `pascal`, `flat` (`pricecap`).
-pub const PARAM_NAME_STYLES: Split<&str> = Split::new(&["snake", "camel"], &["pascal", "flat"]);
+/// Naming styles for parameters: `snake`, `camel`, `screaming`; held-out `pascal`, `flat` (`pricecap`).
+pub const PARAM_NAME_STYLES: Split<&str> =
+    Split::new(&["snake", "camel", "screaming"], &["pascal", "flat"]);
 
 /// Word vocabularies per canonical argument (or parameter name) for parameter names.
 pub const PARAM_NAME_VOCAB: &[Vocab] = &[
     (
         "product",
-        &[&["item", "id"], &["product", "ref"]],
+        &[
+            &["item", "id"],
+            &["product", "ref"],
+            &["goods", "id"],
+            &["item", "code"],
+        ],
         &[&["sku"], &["pid"], &["listing"]],
     ),
     (
         "size",
-        &[&["size", "label"], &["variant", "size"]],
+        &[
+            &["size", "label"],
+            &["variant", "size"],
+            &["size", "code"],
+            &["chosen", "size"],
+        ],
         &[&["sz"], &["fit"]],
     ),
     (
         "color",
-        &[&["colour"], &["color", "name"]],
+        &[&["colour"], &["color", "name"], &["colorway"], &["tint"]],
         &[&["shade"], &["hue"]],
     ),
     (
         "quantity",
-        &[&["qty"], &["count"]],
+        &[&["qty"], &["count"], &["amount"], &["how", "many"]],
         &[&["units"], &["n", "items"]],
     ),
     (
         "coupon",
-        &[&["coupon", "code"], &["voucher", "id"]],
+        &[
+            &["coupon", "code"],
+            &["voucher", "id"],
+            &["code"],
+            &["coupon", "id"],
+        ],
         &[&["promo"], &["discount", "ref"]],
     ),
     (
         "region",
-        &[&["destination"], &["ship", "to"]],
+        &[
+            &["destination"],
+            &["ship", "to"],
+            &["city"],
+            &["deliver", "to"],
+        ],
         &[&["province"], &["dest", "area"]],
     ),
     (
         "query",
-        &[&["keywords"], &["search", "text"]],
+        &[
+            &["keywords"],
+            &["search", "text"],
+            &["query", "text"],
+            &["lookup", "words"],
+        ],
         &[&["q"], &["terms"]],
     ),
     (
         "category",
-        &[&["product", "category"], &["cat"]],
+        &[&["product", "category"], &["cat"], &["kind"], &["group"]],
         &[&["section"], &["aisle"]],
     ),
     (
         "max_price",
-        &[&["budget"], &["price", "cap"]],
+        &[
+            &["budget"],
+            &["price", "cap"],
+            &["upper", "limit"],
+            &["spend", "max"],
+        ],
         &[&["ceiling"], &["max", "cost"]],
     ),
     (
         "topic",
-        &[&["subject"], &["faq", "topic"]],
+        &[
+            &["subject"],
+            &["faq", "topic"],
+            &["question", "type"],
+            &["policy", "area"],
+        ],
         &[&["area"], &["theme"]],
     ),
     (
         "minutes",
-        &[&["duration", "min"], &["length", "minutes"]],
+        &[
+            &["duration", "min"],
+            &["length", "minutes"],
+            &["run", "minutes"],
+            &["time", "limit"],
+        ],
         &[&["mins"], &["ttl"]],
     ),
     (
         "discount_pct",
-        &[&["discount", "percent"], &["percent", "off"]],
+        &[
+            &["discount", "percent"],
+            &["percent", "off"],
+            &["off", "percent"],
+            &["discount", "rate"],
+        ],
         &[&["pct"], &["markdown"]],
     ),
 ];
@@ -564,8 +639,10 @@ pub const DISTRACTOR_TOOLS: Split<DistractorTool> = Split::new(
 // ---------------------------------------------------------- prompt structure
 
 pub const FORMATS: Split<&str> = Split::new(&["markdown", "xml"], &["json"]);
-pub const CALL_SYNTAXES: Split<&str> =
-    Split::new(&["json-tags", "json-block"], &["function", "xml-invoke"]);
+pub const CALL_SYNTAXES: Split<&str> = Split::new(
+    &["json-tags", "json-block", "bracket", "tool-use", "react"],
+    &["function", "xml-invoke"],
+);
 /// Section orders: training orders put the persona first; held-out ones do not.
 pub const SECTION_ORDER_RULE: Split<&str> = Split::new(&["persona-first"], &["persona-not-first"]);
 pub const PERSONA_NAMES: Split<&str> = Split::new(

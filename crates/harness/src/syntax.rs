@@ -22,14 +22,23 @@ pub enum CallSyntax {
     Function,
     /// `<invoke name="...">{...}</invoke>`
     XmlInvoke,
+    /// `[[name {...}]]`: the name, a space and the arguments as JSON, in double brackets.
+    Bracket,
+    /// `<tool_use><name>...</name><input>{...}</input></tool_use>`
+    ToolUse,
+    /// ReAct style: `Action: name` and, on the next line, `Action Input: {...}`.
+    React,
 }
 
 impl CallSyntax {
-    pub const ALL: [CallSyntax; 4] = [
+    pub const ALL: [CallSyntax; 7] = [
         CallSyntax::JsonTags,
         CallSyntax::JsonBlock,
         CallSyntax::Function,
         CallSyntax::XmlInvoke,
+        CallSyntax::Bracket,
+        CallSyntax::ToolUse,
+        CallSyntax::React,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -38,6 +47,9 @@ impl CallSyntax {
             CallSyntax::JsonBlock => "json-block",
             CallSyntax::Function => "function",
             CallSyntax::XmlInvoke => "xml-invoke",
+            CallSyntax::Bracket => "bracket",
+            CallSyntax::ToolUse => "tool-use",
+            CallSyntax::React => "react",
         }
     }
 
@@ -75,6 +87,12 @@ impl CallSyntax {
                 format!("CALL {}({})", call.name, parts.join(", "))
             }
             CallSyntax::XmlInvoke => format!("<invoke name=\"{}\">{}</invoke>", call.name, args),
+            CallSyntax::Bracket => format!("[[{} {}]]", call.name, args),
+            CallSyntax::ToolUse => format!(
+                "<tool_use><name>{}</name><input>{}</input></tool_use>",
+                call.name, args
+            ),
+            CallSyntax::React => format!("Action: {}\nAction Input: {}", call.name, args),
         }
     }
 
@@ -98,6 +116,9 @@ impl CallSyntax {
             CallSyntax::JsonBlock => "To use a tool, write a fenced code block tagged tool, holding a JSON object with \"tool\" and \"args\"",
             CallSyntax::Function => "To use a tool, write CALL, the tool name and its arguments as key=JSON value pairs, on a line of its own",
             CallSyntax::XmlInvoke => "To use a tool, write an invoke element named after the tool, holding the arguments as a JSON object",
+            CallSyntax::Bracket => "To use a tool, write two opening square brackets, the tool name, a space, the arguments as a JSON object and two closing square brackets",
+            CallSyntax::ToolUse => "To use a tool, write a tool_use element holding a name element with the tool's name and an input element with the arguments as a JSON object",
+            CallSyntax::React => "To use a tool, write a line Action: with the tool name, then a line Action Input: with the arguments as a JSON object",
         };
         format!(
             "{how}, exactly like this:\n{}\nUse at most {max_per_turn} calls per turn and nothing else in that message; you will get each tool's result back. When you have what you need, or when no tool is needed, write only your reply to the viewers.",
@@ -118,6 +139,19 @@ impl CallSyntax {
                 call_from_object(&v, "tool", "args")
             }),
             CallSyntax::Function => parse_function(output),
+            CallSyntax::Bracket => parse_bracket(output),
+            CallSyntax::ToolUse => parse_tagged(output, "<tool_use>", "</tool_use>", |body| {
+                let name = element(body, "name")?.trim();
+                if name.is_empty() {
+                    return Err(ParseError("the <name> of a tool_use is empty".into()));
+                }
+                let input = element(body, "input")?;
+                Ok(ToolCall {
+                    name: name.to_string(),
+                    arguments: arguments_object(input, "<input>")?,
+                })
+            }),
+            CallSyntax::React => parse_react(output),
         }
     }
 }
@@ -230,6 +264,123 @@ fn parse_invoke(output: &str) -> Result<Parsed, ParseError> {
     Ok(Parsed {
         calls,
         text: text.trim().to_string(),
+    })
+}
+
+/// The text between `<tag>` and `</tag>` inside `body`.
+fn element<'a>(body: &'a str, tag: &str) -> Result<&'a str, ParseError> {
+    let open = format!("<{tag}>");
+    let close = format!("</{tag}>");
+    let start = body
+        .find(&open)
+        .ok_or_else(|| ParseError(format!("a tool_use needs a {open} element")))?
+        + open.len();
+    let len = body[start..]
+        .find(&close)
+        .ok_or_else(|| ParseError(format!("{open} is never closed with {close}")))?;
+    Ok(&body[start..start + len])
+}
+
+/// Arguments written as a JSON object (empty text: no arguments).
+fn arguments_object(text: &str, place: &str) -> Result<Value, ParseError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(Value::Object(Map::new()));
+    }
+    let v = parse_json(text)?;
+    if !v.is_object() {
+        return Err(ParseError(format!(
+            "the arguments in {place} must be a JSON object"
+        )));
+    }
+    Ok(v)
+}
+
+fn parse_bracket(output: &str) -> Result<Parsed, ParseError> {
+    let mut calls = Vec::new();
+    let mut text = String::new();
+    let mut rest = output;
+    while let Some(start) = rest.find("[[") {
+        text.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let name_end = after.find(|c: char| !is_ident(c)).unwrap_or(after.len());
+        let name = &after[..name_end];
+        if name.is_empty() {
+            return Err(ParseError(
+                "a call needs the tool name right after [[, like [[tool_name {...}]]".into(),
+            ));
+        }
+        let body = after[name_end..].trim_start();
+        // The JSON is read as a stream so brackets inside it cannot end the call.
+        let (arguments, used) = if body.starts_with('{') {
+            let mut it = serde_json::Deserializer::from_str(body).into_iter::<Value>();
+            match it.next() {
+                Some(Ok(v)) => (v, it.byte_offset()),
+                Some(Err(e)) => {
+                    return Err(ParseError(format!(
+                        "the arguments of [[{name} ...]] are not valid JSON ({e})"
+                    )))
+                }
+                None => {
+                    return Err(ParseError(format!(
+                        "the arguments of [[{name} ...]] are missing"
+                    )))
+                }
+            }
+        } else {
+            (Value::Object(Map::new()), 0)
+        };
+        let tail = body[used..].trim_start();
+        let Some(after_call) = tail.strip_prefix("]]") else {
+            return Err(ParseError(format!(
+                "the call [[{name} ...]] is never closed with ]] after its JSON arguments"
+            )));
+        };
+        calls.push(ToolCall {
+            name: name.to_string(),
+            arguments,
+        });
+        rest = after_call;
+    }
+    text.push_str(rest);
+    Ok(Parsed {
+        calls,
+        text: text.trim().to_string(),
+    })
+}
+
+fn parse_react(output: &str) -> Result<Parsed, ParseError> {
+    let mut calls = Vec::new();
+    let mut text = Vec::new();
+    let mut lines = output.lines();
+    while let Some(line) = lines.next() {
+        let Some(name) = line.trim().strip_prefix("Action:") else {
+            text.push(line);
+            continue;
+        };
+        let name = name.trim();
+        if name.is_empty() || !name.chars().all(is_ident) {
+            return Err(ParseError(format!(
+                "`Action: {name}` needs a tool name (letters, digits, _ or -)"
+            )));
+        }
+        let input = lines
+            .by_ref()
+            .find(|l| !l.trim().is_empty())
+            .and_then(|l| l.trim().strip_prefix("Action Input:"))
+            .ok_or_else(|| {
+                ParseError(format!(
+                    "`Action: {name}` must be followed by a line `Action Input: {{...}}` with the arguments as JSON"
+                ))
+            })?;
+        calls.push(ToolCall {
+            name: name.to_string(),
+            arguments: arguments_object(input, "Action Input")?,
+        });
+    }
+    Ok(Parsed {
+        calls,
+        text: text.join("\n").trim().to_string(),
     })
 }
 
@@ -392,6 +543,49 @@ mod tests {
         assert!(CallSyntax::XmlInvoke
             .parse("<invoke name=\"x\">{}")
             .is_err());
+        for bad in [
+            "[[ {}]]",
+            "[[x {\"a\": 1}",
+            "[[x {\"a\": ]]",
+            "[[x {} extra]]",
+        ] {
+            assert!(CallSyntax::Bracket.parse(bad).is_err(), "{bad}");
+        }
+        for bad in [
+            "<tool_use><input>{}</input></tool_use>",
+            "<tool_use><name>x</name></tool_use>",
+            "<tool_use><name>x</name><input>[1]</input></tool_use>",
+            "<tool_use><name>x</name><input>{}</input>",
+        ] {
+            assert!(CallSyntax::ToolUse.parse(bad).is_err(), "{bad}");
+        }
+        for bad in [
+            "Action: x",
+            "Action: x\nhello",
+            "Action: \nAction Input: {}",
+            "Action: x\nAction Input: {\"a\"",
+        ] {
+            assert!(CallSyntax::React.parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn calls_without_arguments_and_brackets_in_json() {
+        let p = CallSyntax::Bracket
+            .parse("[[list_coupons]] and [[x {\"a\": [[1]]}]]")
+            .unwrap();
+        assert_eq!(p.calls[0].arguments, json!({}));
+        assert_eq!(p.calls[1].arguments, json!({"a": [[1]]}));
+        assert_eq!(p.text, "and");
+        let p = CallSyntax::React
+            .parse("Action: list_coupons\n\nAction Input: {}")
+            .unwrap();
+        assert_eq!(p.calls[0].name, "list_coupons");
+        // Plain text that merely mentions an action is a reply, not a call.
+        let p = CallSyntax::React
+            .parse("Our next Action: giveaway!")
+            .unwrap();
+        assert!(p.calls.is_empty());
     }
 
     #[test]

@@ -64,6 +64,51 @@ fn replaying_the_oracle_through_the_loop_passes_every_kind() {
     }
 }
 
+/// Every call syntax the runtime knows (HSA's training and held-out pools) carries the
+/// oracle's calls through the loop: written as the syntax writes them, parsed back, scored.
+#[test]
+fn replaying_the_oracle_passes_under_every_call_syntax() {
+    let base = production();
+    let mut worlds = WorldCache::default();
+    let tasks = TaskSet::generate(Split::Test, 19, 5, &mut worlds).unwrap();
+    for syntax in hat_harness::CallSyntax::ALL {
+        let mut spec = base.spec.clone();
+        spec.manifest.calls.syntax = syntax.as_str().to_string();
+        let h = Harness::compile(spec, base.root.clone()).unwrap();
+        let example = syntax.format(&hat_harness::ToolCall {
+            name: "tool_name".into(),
+            arguments: serde_json::json!({"param": "value"}),
+        });
+        for t in &tasks {
+            let w = worlds.get(t.world_seed).unwrap();
+            let exp = expect(t, &h, w).unwrap();
+            let gold =
+                oracle::trajectory(t, &h, w, &exp, &mut ChaCha8Rng::seed_from_u64(0)).unwrap();
+            assert!(
+                gold.messages[0].content.contains(&example),
+                "the prompt does not show how to write a {} call",
+                syntax.as_str()
+            );
+            let n_prompt = 2 + t.history.len() * 2;
+            let outputs: Vec<String> = gold.messages[n_prompt - 1..]
+                .iter()
+                .filter(|m| m.role == Role::Assistant)
+                .map(|m| m.content.clone())
+                .collect();
+            let traj = run(
+                &t.scene(),
+                &h,
+                w,
+                &mut Script(outputs, 0),
+                EpisodeConfig::default(),
+            )
+            .unwrap();
+            let s = score(&exp, &h, &traj.attempt);
+            assert!(s.pass, "{} under {}: {}", t.id, syntax.as_str(), s.reason());
+        }
+    }
+}
+
 #[test]
 fn garbage_models_are_bounded_and_fail_with_reasons() {
     let h = production();

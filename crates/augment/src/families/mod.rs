@@ -118,6 +118,11 @@ pub(crate) fn style_name<S: AsRef<str>>(words: &[S], style: &str, rng: &mut ChaC
         "pascal" => w.iter().map(|x| capitalize(x)).collect(),
         "kebab" => w.join("-"),
         "flat" => w.concat(),
+        "screaming" => w
+            .iter()
+            .map(|x| x.to_ascii_uppercase())
+            .collect::<Vec<_>>()
+            .join("_"),
         "opaque" => format!("t_{}", rng.gen_range(1000..10000)),
         _ => w.join("_"),
     };
