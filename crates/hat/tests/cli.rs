@@ -1080,3 +1080,57 @@ fn eval_scores_a_tasks_file_from_tasks_sample() {
         .success()
         .stdout(predicate::str::contains("100.0%").and(predicate::str::contains("19")));
 }
+
+/// Stage 2 end to end on the tiny qwen2 fixture: a run, an extension by `--resume
+/// --max-steps`, a resume with a changed flag refused, and an export of the distilled run.
+#[test]
+fn train_distill_runs_resumes_and_exports_on_a_tiny_model() {
+    let d = tempfile::tempdir().unwrap();
+    let fixture = hat_train::fixture::tiny_model(&d.path().join("m"), 1, "qwen2").unwrap();
+    let run = d.path().join("run");
+    let base = |steps: &str| {
+        let mut c = hat();
+        c.args([
+            "train",
+            "distill",
+            "--preset",
+            "smoke",
+            "--rollout-format",
+            "f32",
+        ])
+        .arg("--model")
+        .arg(&fixture)
+        .arg("--teacher")
+        .arg(&fixture)
+        .arg("--out")
+        .arg(&run)
+        .args(["--max-steps", steps]);
+        c
+    };
+    base("2")
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("dropped as IFEval look-alikes"));
+    base("3").arg("--resume").assert().success();
+    let lines = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 3);
+    assert!(lines.contains("rollout_mismatch"), "{lines}");
+    fails_cleanly(base("3").arg("--resume").args(["--lr", "0.5"]))
+        .stderr(predicate::str::contains("only --max-steps may change"));
+    let out = d.path().join("distilled.gguf");
+    hat()
+        .args(["train", "export", "--format", "f32"])
+        .arg(&run)
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("step 3"));
+    assert!(std::fs::metadata(&out).unwrap().len() > 1000);
+    fails_cleanly(
+        hat()
+            .args(["train", "distill", "--out"])
+            .arg(d.path().join("x")),
+    )
+    .stderr(predicate::str::contains("--model"));
+}

@@ -97,6 +97,22 @@ pub fn save(
     Ok(dst)
 }
 
+/// The model a run started from (`model` in its `config.toml`, whichever stage wrote it):
+/// what its checkpoints are loaded into and whose metadata its exports carry.
+pub fn starting_model(run: &Path) -> Result<PathBuf> {
+    let path = run.join("config.toml");
+    let text = std::fs::read_to_string(&path).map_err(io(path.display()))?;
+    let bad = |message: String| TrainError::Config {
+        path: path.display().to_string(),
+        message,
+    };
+    let cfg: toml::Value = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    cfg.get("model")
+        .and_then(|m| m.as_str())
+        .map(PathBuf::from)
+        .ok_or_else(|| bad("names no starting `model`".into()))
+}
+
 /// The newest complete checkpoint of a run, if any.
 pub fn latest(run: &Path) -> Result<Option<PathBuf>> {
     let root = ckpt_root(run);

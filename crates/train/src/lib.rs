@@ -1,18 +1,22 @@
 //! HAT training: trajectories become tokens with an assistant-only loss ([`tokens`]),
 //! conversations sharing a prompt prefix are packed into one sequence ([`pack`]), and one
-//! training loop ([`sft`]) runs the model crate's [`hat_model::train::TrainModel`] with
+//! training loop ([`stage`], with SFT in [`sft`]) runs the model crate's [`hat_model::train::TrainModel`] with
 //! AdamW ([`optim`]), checkpoints that resume exactly ([`checkpoint`]), export to GGUF
-//! ([`export`]) and curves drawn to PNG ([`plot`]).
+//! ([`export`]) and curves drawn to PNG ([`plot`]). Every stage (SFT, on-policy distillation in
+//! [`distill`]) is a [`stage::Stage`] of the one loop in [`stage`].
 
 pub mod bench;
 pub mod checkpoint;
 pub mod config;
+pub mod distill;
 pub mod error;
 pub mod export;
+pub mod fixture;
 pub mod optim;
 pub mod pack;
 pub mod plot;
 pub mod sft;
+pub mod stage;
 pub mod tokens;
 
 pub use error::{Result, TrainError};

@@ -253,6 +253,7 @@ mod tests {
             seconds: step as f64,
             epoch: 0,
             val_loss: val,
+            extra: Default::default(),
         }
     }
 

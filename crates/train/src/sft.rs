@@ -1,50 +1,23 @@
-//! Supervised fine-tuning: the training loop over packed trajectories, with gradient
-//! accumulation to a token budget, validation, metrics, checkpoints and exact resume.
+//! Supervised fine-tuning as a [`Stage`] of the shared loop ([`crate::stage`]): packed
+//! trajectories, gradient accumulation to a budget of loss tokens per step, validation loss on
+//! held-out trajectories.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
 
 use hat_model::train::TrainModel;
 
-use crate::checkpoint::{self, RunState};
+use crate::checkpoint::RunState;
 use crate::config::{SftConfig, TooLong};
 use crate::error::{io, Result, TrainError};
-use crate::optim::AdamW;
 use crate::pack::{pack, Pack};
+use crate::stage::{add_gradients, train, LoopSettings, Stage, StepWork};
 use crate::tokens::{read_jsonl, Encoder, Sample};
 
-/// One line of `metrics.jsonl`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct StepMetrics {
-    pub step: usize,
-    pub loss: f64,
-    pub lr: f64,
-    pub grad_norm: f64,
-    /// Tokens processed this step (packed lengths) and their rate.
-    pub tokens: usize,
-    pub loss_tokens: usize,
-    pub tokens_per_s: f64,
-    pub seconds: f64,
-    pub epoch: usize,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub val_loss: Option<f64>,
-}
-
-/// What the loop reports as it goes.
-pub enum Event<'a> {
-    /// Data is ready: counts to print.
-    Prepared(&'a Prepared),
-    Resumed(&'a RunState),
-    Step(&'a StepMetrics, usize),
-    Saved(&'a Path),
-    Exported(&'a Path),
-}
+pub use crate::stage::{Event, StepMetrics};
 
 /// Tokenised, split and packed data.
 #[derive(Debug)]
@@ -158,14 +131,7 @@ pub fn accumulate(
     if !value.is_finite() {
         return Ok(value);
     }
-    let g = (nll / step_loss_tokens.max(1) as f64)?.backward()?;
-    for (acc, (_, var)) in grads.iter_mut().zip(model.vars()) {
-        if let Some(gt) = g.get(var.as_tensor()) {
-            for (a, b) in acc.iter_mut().zip(gt.flatten_all()?.to_vec1::<f32>()?) {
-                *a += b;
-            }
-        }
-    }
+    add_gradients(model, &(nll / step_loss_tokens.max(1) as f64)?, grads)?;
     Ok(value)
 }
 
@@ -176,6 +142,76 @@ fn epoch_order(n: usize, seed: u64, epoch: usize) -> Vec<usize> {
         seed ^ (epoch as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
     ));
     o
+}
+
+/// SFT as a [`Stage`]: each step takes packs in the epoch's order until the step's budget of
+/// loss tokens is reached.
+struct SftStage<'a> {
+    data: &'a Prepared,
+    tokens_per_step: usize,
+    seed: u64,
+    order: Vec<usize>,
+}
+
+impl Stage for SftStage<'_> {
+    fn start(&mut self, _model: &TrainModel, state: &RunState) -> Result<()> {
+        self.order = epoch_order(self.data.train.len(), self.seed, state.epoch);
+        Ok(())
+    }
+
+    fn step(
+        &mut self,
+        model: &TrainModel,
+        state: &mut RunState,
+        grads: &mut [Vec<f32>],
+    ) -> Result<StepWork> {
+        let train = &self.data.train;
+        let mut chosen = Vec::new();
+        let mut step_loss_tokens = 0usize;
+        while step_loss_tokens < self.tokens_per_step {
+            if state.cursor >= self.order.len() {
+                state.epoch += 1;
+                state.cursor = 0;
+                self.order = epoch_order(train.len(), self.seed, state.epoch);
+            }
+            let p = &train[self.order[state.cursor]];
+            state.cursor += 1;
+            step_loss_tokens += p.seq.targets.len();
+            chosen.push(p);
+            if chosen.len() >= train.len() && step_loss_tokens == 0 {
+                return Err(TrainError::Invalid(
+                    "the training data has no assistant tokens to learn".into(),
+                ));
+            }
+        }
+        let mut loss_sum = 0f64;
+        let mut tokens = 0usize;
+        for p in &chosen {
+            let value = accumulate(model, &p.seq, step_loss_tokens, grads)?;
+            if !value.is_finite() {
+                return Err(TrainError::Diverged {
+                    step: state.step,
+                    value,
+                });
+            }
+            loss_sum += value as f64;
+            tokens += p.seq.len();
+        }
+        Ok(StepWork {
+            loss: loss_sum / step_loss_tokens as f64,
+            tokens,
+            loss_tokens: step_loss_tokens,
+            extra: Default::default(),
+        })
+    }
+
+    fn validate(&mut self, model: &TrainModel) -> Result<Option<f64>> {
+        if self.data.val.is_empty() {
+            return Ok(None);
+        }
+        let (s, n) = evaluate(model, &self.data.val)?;
+        Ok(Some(s / n.max(1) as f64))
+    }
 }
 
 /// Runs (or resumes) a fine-tuning run in `out`.
@@ -197,120 +233,20 @@ pub fn run(
             "no training trajectories left after the split".into(),
         ));
     }
-    let sizes: Vec<usize> = model.vars().iter().map(|(_, v)| v.elem_count()).collect();
-    let mut opt = AdamW::new(cfg.optim, &sizes);
-    let mut state = RunState::default();
-    if resume {
-        if let Some(dir) = checkpoint::latest(out)? {
-            state = checkpoint::load(&dir, &model, &mut opt)?;
-            on(Event::Resumed(&state));
-        }
-    }
-    let metrics_path = out.join("metrics.jsonl");
-    // a resumed run rewrites the metrics up to its checkpoint, dropping lines of lost steps
-    let kept: Vec<String> = match std::fs::read_to_string(&metrics_path) {
-        Ok(t) if resume => t
-            .lines()
-            .filter(|l| {
-                serde_json::from_str::<serde_json::Value>(l)
-                    .ok()
-                    .and_then(|v| v["step"].as_u64())
-                    .is_some_and(|s| (s as usize) <= state.step)
-            })
-            .map(str::to_string)
-            .collect(),
-        _ => Vec::new(),
+    let settings = LoopSettings {
+        source: &cfg.model,
+        max_steps: cfg.max_steps,
+        eval_every: cfg.eval_every,
+        save_every: cfg.save_every,
+        keep: cfg.keep,
+        export: &cfg.export,
+        optim: cfg.optim,
     };
-    let mut metrics = std::fs::File::create(&metrics_path).map_err(io(metrics_path.display()))?;
-    for l in kept {
-        writeln!(metrics, "{l}").map_err(io(metrics_path.display()))?;
-    }
-    let vars = model.vars().to_vec();
-    let mut order = epoch_order(data.train.len(), cfg.seed, state.epoch);
-    while state.step < cfg.max_steps {
-        let started = Instant::now();
-        // choose this step's packs
-        let mut chosen = Vec::new();
-        let mut step_loss_tokens = 0usize;
-        while step_loss_tokens < cfg.tokens_per_step {
-            if state.cursor >= order.len() {
-                state.epoch += 1;
-                state.cursor = 0;
-                order = epoch_order(data.train.len(), cfg.seed, state.epoch);
-            }
-            let p = &data.train[order[state.cursor]];
-            state.cursor += 1;
-            step_loss_tokens += p.seq.targets.len();
-            chosen.push(p);
-            if chosen.len() >= data.train.len() && step_loss_tokens == 0 {
-                return Err(TrainError::Invalid(
-                    "the training data has no assistant tokens to learn".into(),
-                ));
-            }
-        }
-        let mut grads: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![0f32; n]).collect();
-        let mut loss_sum = 0f64;
-        let mut tokens = 0usize;
-        for p in &chosen {
-            let value = accumulate(&model, &p.seq, step_loss_tokens, &mut grads)?;
-            if !value.is_finite() {
-                return Err(TrainError::Diverged {
-                    step: state.step,
-                    value,
-                });
-            }
-            loss_sum += value as f64;
-            tokens += p.seq.len();
-        }
-        let lr = cfg.optim.lr_at(state.step, cfg.max_steps);
-        let grad_norm = match opt.step(&vars, &mut grads, lr) {
-            Err(TrainError::Diverged { value, .. }) => {
-                return Err(TrainError::Diverged {
-                    step: state.step,
-                    value,
-                })
-            }
-            r => r?,
-        };
-        state.step += 1;
-        state.tokens += tokens as u64;
-        state.loss_tokens += step_loss_tokens as u64;
-        let secs = started.elapsed().as_secs_f64();
-        state.seconds += secs;
-        let val_loss = if !data.val.is_empty()
-            && (state.step % cfg.eval_every.max(1) == 0 || state.step == cfg.max_steps)
-        {
-            let (s, n) = evaluate(&model, &data.val)?;
-            Some(s / n.max(1) as f64)
-        } else {
-            None
-        };
-        let m = StepMetrics {
-            step: state.step,
-            loss: loss_sum / step_loss_tokens as f64,
-            lr,
-            grad_norm,
-            tokens,
-            loss_tokens: step_loss_tokens,
-            tokens_per_s: tokens as f64 / secs,
-            seconds: state.seconds,
-            epoch: state.epoch,
-            val_loss,
-        };
-        writeln!(metrics, "{}", serde_json::to_string(&m)?).map_err(io(metrics_path.display()))?;
-        metrics.flush().map_err(io(metrics_path.display()))?;
-        on(Event::Step(&m, cfg.max_steps));
-        if state.step % cfg.save_every.max(1) == 0 || state.step == cfg.max_steps {
-            let dir = checkpoint::save(out, &model, &opt, &state, cfg.keep)?;
-            on(Event::Saved(&dir));
-        }
-    }
-    let mut last = out.to_path_buf();
-    for f in &cfg.export {
-        let path = crate::export::run_output(out, f);
-        crate::export::export(&model, &cfg.model, f, &path)?;
-        on(Event::Exported(&path));
-        last = path;
-    }
-    Ok(last)
+    let mut stage = SftStage {
+        data: &data,
+        tokens_per_step: cfg.tokens_per_step,
+        seed: cfg.seed,
+        order: Vec::new(),
+    };
+    train(&settings, &model, &mut stage, out, resume, on)
 }

@@ -70,6 +70,12 @@ impl Encoder {
         Ok(self.tok.encode(&text, true)?)
     }
 
+    /// Tokens of a conversation followed by the generation prompt: what the model sees when it
+    /// writes the next assistant turn.
+    pub fn prompt_tokens(&self, messages: &[Message]) -> Result<Vec<u32>> {
+        self.tokens(messages, true)
+    }
+
     /// Tokens and loss mask of a conversation; `id` names it in errors.
     pub fn encode(&self, id: &str, messages: &[Message]) -> Result<Sample> {
         let tokens = self.tokens(messages, false)?;

@@ -4,6 +4,7 @@ pub mod backend;
 pub mod bench;
 pub mod bench_serve;
 pub mod data;
+pub mod distill;
 pub mod eval;
 pub mod harness;
 pub mod run;

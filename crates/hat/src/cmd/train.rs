@@ -1,4 +1,4 @@
-//! `hat train`: supervised fine-tuning runs, export and plots.
+//! `hat train`: supervised fine-tuning and distillation runs, export and plots.
 
 use std::path::PathBuf;
 
@@ -13,6 +13,9 @@ use hat_train::sft::{self, Event};
 pub enum TrainCmd {
     /// Supervised fine-tuning on `hat data gen` trajectories (HSA-SFT or FH-SFT by the data).
     Sft(SftArgs),
+    /// Stage 2, on-policy distillation: the student samples, a frozen teacher scores every
+    /// token (per-token reverse KL); restores the general ability SFT erodes.
+    Distill(crate::cmd::distill::DistillArgs),
     /// Export a run's latest checkpoint as GGUF or as a Hugging Face folder.
     Export(ExportArgs),
     /// Draw loss, learning rate and gradient norm of one or more runs into one PNG.
@@ -119,6 +122,7 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
     hat_train::keep_freed_memory();
     match cmd {
         TrainCmd::Sft(a) => sft_cmd(a),
+        TrainCmd::Distill(a) => crate::cmd::distill::run(a),
         TrainCmd::Plot(a) => {
             let runs = a
                 .runs
@@ -130,12 +134,12 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
             Ok(())
         }
         TrainCmd::Export(a) => {
-            let cfg = SftConfig::from_toml(&a.run.join("config.toml"))?;
+            let source = hat_train::checkpoint::starting_model(&a.run)?;
             let dir = hat_train::checkpoint::latest(&a.run)?
                 .with_context(|| format!("{} has no checkpoint yet", a.run.display()))?;
-            let model = hat_model::train::TrainModel::load(&cfg.model)?.model;
+            let model = hat_model::train::TrainModel::load(&source)?.model;
             let step = hat_train::checkpoint::load_weights(&dir, &model)?;
-            hat_train::export::export(&model, &cfg.model, &a.format, &a.out)?;
+            hat_train::export::export(&model, &source, &a.format, &a.out)?;
             println!("wrote {} (step {step})", a.out.display());
             Ok(())
         }
@@ -151,7 +155,18 @@ fn sft_cmd(a: SftArgs) -> Result<()> {
             .with_context(|| format!("writing {}", saved.display()))?;
     }
     let mut bar: Option<indicatif::ProgressBar> = None;
-    let last = sft::run(&cfg, &a.out, a.resume, &mut |e| match e {
+    let last = sft::run(&cfg, &a.out, a.resume, &mut |e| report(&mut bar, e))?;
+    if let Some(pb) = bar {
+        pb.finish();
+    }
+    println!("{}", last.display());
+    Ok(())
+}
+
+/// Prints a training run's events: counts, a progress bar (and plain step lines when stderr is
+/// not a terminal), checkpoints and exports. Shared by every `hat train` stage.
+pub(crate) fn report(bar: &mut Option<indicatif::ProgressBar>, e: Event) {
+    match e {
         Event::Prepared(p) => eprintln!(
             "data: {} trajectories ({} dropped as too long), {} train packs ({} val); \
              {} tokens packed vs {} unpacked ({:.2}x less), {} loss tokens",
@@ -164,6 +179,7 @@ fn sft_cmd(a: SftArgs) -> Result<()> {
             p.unpacked_tokens as f64 / p.packed_tokens.max(1) as f64,
             p.loss_tokens
         ),
+        Event::Note(n) => eprintln!("{n}"),
         Event::Resumed(s) => eprintln!("resumed at step {} (epoch {})", s.step, s.epoch),
         Event::Step(m, total) => {
             let pb = bar.get_or_insert_with(|| {
@@ -188,18 +204,18 @@ fn sft_cmd(a: SftArgs) -> Result<()> {
                 m.loss, m.lr, m.grad_norm, m.tokens_per_s
             ));
             if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                let extra: String = m
+                    .extra
+                    .iter()
+                    .map(|(k, v)| format!(" {k} {v:.4}"))
+                    .collect();
                 eprintln!(
-                    "step {}/{total} loss {:.4}{val} lr {:.2e} grad_norm {:.3} {:.0} tok/s",
+                    "step {}/{total} loss {:.4}{val} lr {:.2e} grad_norm {:.3} {:.0} tok/s{extra}",
                     m.step, m.loss, m.lr, m.grad_norm, m.tokens_per_s
                 );
             }
         }
         Event::Saved(d) => tracing::info!("checkpoint {}", d.display()),
         Event::Exported(p) => eprintln!("exported {}", p.display()),
-    })?;
-    if let Some(pb) = bar {
-        pb.finish();
     }
-    println!("{}", last.display());
-    Ok(())
 }

@@ -1,0 +1,172 @@
+//! `hat train distill`: stage 2, general on-policy distillation.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use hat_train::distill::{self, DistillConfig};
+
+use crate::cmd::backend::model_path;
+
+#[derive(Args)]
+pub struct DistillArgs {
+    /// The student's starting weights (the stage-1 model): a GGUF file or Hugging Face folder.
+    #[arg(long)]
+    model: Option<String>,
+    /// The teacher of general prompts: `default` (the base SmolLM2-135M-Instruct), a GGUF file
+    /// or Hugging Face folder with the student's tokenizer.
+    #[arg(long)]
+    teacher: Option<String>,
+    /// The teacher of live-stream prompts (default: the student's starting weights).
+    #[arg(long)]
+    stream_teacher: Option<String>,
+    /// `hat data gen` files whose openings become live-stream prompts; repeat or comma-separate.
+    #[arg(long, value_delimiter = ',')]
+    stream_data: Vec<PathBuf>,
+    /// Share of each step's prompts that are live-stream prompts (0 to 1).
+    #[arg(long)]
+    stream_share: Option<f64>,
+    /// More general prompts: JSONL with `{"prompt": ...}` or `{"messages": [...]}` per line.
+    #[arg(long, value_delimiter = ',')]
+    prompts: Vec<PathBuf>,
+    /// Generated general prompts.
+    #[arg(long)]
+    general_prompts: Option<usize>,
+    /// Run folder (config, metrics.jsonl, checkpoints, exported models).
+    #[arg(long)]
+    out: PathBuf,
+    /// A TOML config (see `DistillConfig`); flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Start from a preset: cpu, gpu, smoke.
+    #[arg(long)]
+    preset: Option<String>,
+    /// Continue the run in --out from its latest checkpoint with its saved config
+    /// (--max-steps N extends it).
+    #[arg(long)]
+    resume: bool,
+    #[arg(long)]
+    max_steps: Option<usize>,
+    #[arg(long)]
+    lr: Option<f64>,
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Prompts sampled per optimiser step.
+    #[arg(long)]
+    prompts_per_step: Option<usize>,
+    /// Longest sampled answer in tokens.
+    #[arg(long)]
+    max_new_tokens: Option<usize>,
+    /// Weight format of the rollout snapshot: q8_0 (fast) or f32 (the trainer's numbers).
+    #[arg(long)]
+    rollout_format: Option<String>,
+}
+
+/// The config with the flags applied: to a saved run (only --max-steps may change) or a new one.
+fn resolve(a: &DistillArgs) -> Result<(DistillConfig, bool)> {
+    let saved = a.out.join("config.toml");
+    if a.resume && saved.exists() {
+        let mut c = DistillConfig::from_toml(&saved)?;
+        let before = c.clone();
+        apply(&mut c, a);
+        let mut check = c.clone();
+        check.max_steps = before.max_steps;
+        if check != before {
+            bail!(
+                "the run being resumed in {} has a different config than these flags; a resumed \
+                 run keeps its config.toml (only --max-steps may change: it extends the run); \
+                 start a new run folder to change it",
+                a.out.display()
+            );
+        }
+        let changed = c.max_steps != before.max_steps;
+        if changed {
+            c.validate()?;
+            eprintln!(
+                "extending the run to {} steps (the learning-rate schedule is recomputed over the new total)",
+                c.max_steps
+            );
+        }
+        return Ok((c, changed));
+    }
+    let mut c = match (&a.config, &a.preset) {
+        (Some(p), _) => DistillConfig::from_toml(p)?,
+        (None, Some(p)) => DistillConfig::preset(p)?,
+        (None, None) => DistillConfig::default(),
+    };
+    if c.teacher.as_os_str().is_empty() {
+        c.teacher = model_path("default");
+    }
+    apply(&mut c, a);
+    if c.model.as_os_str().is_empty() {
+        bail!("--model: give the student to distil (the stage-1 model, e.g. runs/hsa-sft/model-hf or a GGUF export)");
+    }
+    if c.stream_data.is_empty() && a.stream_share.is_none() {
+        // no live-stream data given: general prompts only
+        c.stream_share = 0.0;
+    }
+    c.validate()?;
+    Ok((c, true))
+}
+
+fn apply(c: &mut DistillConfig, a: &DistillArgs) {
+    if let Some(m) = &a.model {
+        c.model = model_path(m);
+    }
+    if let Some(t) = &a.teacher {
+        c.teacher = model_path(t);
+    }
+    if let Some(t) = &a.stream_teacher {
+        c.stream_teacher = Some(model_path(t));
+    }
+    if !a.stream_data.is_empty() {
+        c.stream_data = a.stream_data.clone();
+    }
+    if let Some(x) = a.stream_share {
+        c.stream_share = x;
+    }
+    if !a.prompts.is_empty() {
+        c.prompt_files = a.prompts.clone();
+    }
+    if let Some(x) = a.general_prompts {
+        c.general_prompts = x;
+    }
+    if let Some(x) = a.max_steps {
+        c.max_steps = x;
+    }
+    if let Some(x) = a.lr {
+        c.optim.lr = x;
+    }
+    if let Some(x) = a.seed {
+        c.seed = x;
+    }
+    if let Some(x) = a.prompts_per_step {
+        c.prompts_per_step = x;
+    }
+    if let Some(x) = a.max_new_tokens {
+        c.max_new_tokens = x;
+    }
+    if let Some(x) = &a.rollout_format {
+        c.rollout_format = x.clone();
+    }
+}
+
+pub fn run(a: DistillArgs) -> Result<()> {
+    let (cfg, write) = resolve(&a)?;
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let saved = a.out.join("config.toml");
+    if write {
+        std::fs::write(&saved, cfg.to_toml())
+            .with_context(|| format!("writing {}", saved.display()))?;
+    }
+    let mut bar: Option<indicatif::ProgressBar> = None;
+    let last = distill::run(&cfg, &a.out, a.resume, &mut |e| {
+        crate::cmd::train::report(&mut bar, e)
+    })?;
+    if let Some(pb) = bar {
+        pb.finish();
+    }
+    println!("{}", last.display());
+    Ok(())
+}

@@ -1,0 +1,607 @@
+//! Stage 2, general on-policy distillation, as a [`Stage`] of the shared loop: the student
+//! samples answers with the inference engine from a snapshot of its current weights (refreshed
+//! after every optimiser step), a frozen teacher scores every sampled position over the whole
+//! vocabulary, and the loss is the per-token reverse KL, KL(student || teacher), summed over
+//! the vocabulary and averaged over sampled tokens.
+//!
+//! General prompts are scored by the general teacher (the base model by default: it holds the
+//! general ability SFT erodes); live-stream prompts by the stream teacher (the student's own
+//! starting weights by default), so distillation pulls general answers back towards the base
+//! model without pulling the agent away from what stage 1 taught. The sampled ids are what
+//! the engine computed on; the trainer never re-tokenises text.
+
+pub mod prompts;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor, D};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use hat_model::train::{Packed, TrainModel};
+use hat_model::{
+    Engine, GenerateOutput, GenerateRequest, LoadOptions, SamplingParams, WeightFormat,
+};
+
+use crate::checkpoint::RunState;
+use crate::error::{Result, TrainError};
+use crate::optim::AdamWConfig;
+use crate::stage::{add_gradients, train, Event, LoopSettings, Stage, StepWork};
+use crate::tokens::Encoder;
+use prompts::{Prompt, Source};
+
+/// A distillation run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DistillConfig {
+    /// The student's starting weights (the stage-1 model): a GGUF file or Hugging Face folder.
+    pub model: PathBuf,
+    /// The teacher of general prompts (default: the base model).
+    pub teacher: PathBuf,
+    /// The teacher of live-stream prompts; unset: the student's starting weights.
+    pub stream_teacher: Option<PathBuf>,
+    /// Generated general prompts ([`prompts::general`]).
+    pub general_prompts: usize,
+    /// More general prompts, JSONL (`{"prompt": ...}` or `{"messages": [...]}` per line).
+    pub prompt_files: Vec<PathBuf>,
+    /// `hat data gen` files whose openings (system prompt + viewer event) are stream prompts.
+    pub stream_data: Vec<PathBuf>,
+    /// Share of each step's prompts that are live-stream prompts (needs `stream_data`).
+    pub stream_share: f64,
+    pub seed: u64,
+    pub max_steps: usize,
+    /// Prompts sampled per optimiser step (one answer each).
+    pub prompts_per_step: usize,
+    /// Longest sampled answer, in tokens.
+    pub max_new_tokens: usize,
+    /// Sampling temperature of the student's rollouts (1.0: its own distribution).
+    pub temperature: f32,
+    /// Weight format of the rollout snapshot: `q8_0` (fast) or `f32` (the trainer's numbers).
+    pub rollout_format: String,
+    /// General prompts held out; their reverse KL is the validation loss.
+    pub val_prompts: usize,
+    pub eval_every: usize,
+    pub save_every: usize,
+    pub keep: usize,
+    /// GGUF formats (or `hf`) written at the end.
+    pub export: Vec<String>,
+    pub optim: AdamWConfig,
+}
+
+impl Default for DistillConfig {
+    fn default() -> Self {
+        Self {
+            model: PathBuf::new(),
+            teacher: PathBuf::new(),
+            stream_teacher: None,
+            general_prompts: 4000,
+            prompt_files: Vec::new(),
+            stream_data: Vec::new(),
+            stream_share: 0.25,
+            seed: 1,
+            max_steps: 40,
+            prompts_per_step: 8,
+            max_new_tokens: 192,
+            temperature: 1.0,
+            rollout_format: "q8_0".into(),
+            val_prompts: 8,
+            eval_every: 10,
+            save_every: 5,
+            keep: 2,
+            export: vec!["q8_0".into()],
+            optim: AdamWConfig {
+                lr: 5e-5,
+                warmup_steps: 2,
+                ..AdamWConfig::default()
+            },
+        }
+    }
+}
+
+/// Presets for `hat train distill --preset`.
+pub const PRESETS: &[(&str, &str)] = &[
+    (
+        "cpu",
+        "40 steps of 8 prompts (at most 192 sampled tokens each) on 2 cores",
+    ),
+    ("gpu", "400 steps of 64 prompts, 512 tokens each"),
+    ("smoke", "a few steps, for checking a setup end to end"),
+];
+
+impl DistillConfig {
+    /// A preset by name.
+    pub fn preset(name: &str) -> Result<Self> {
+        let mut c = Self::default();
+        match name {
+            "cpu" => {}
+            "gpu" => {
+                c.max_steps = 400;
+                c.prompts_per_step = 64;
+                c.max_new_tokens = 512;
+                c.general_prompts = 20000;
+                c.val_prompts = 32;
+                c.save_every = 25;
+                c.eval_every = 50;
+            }
+            "smoke" => {
+                c.max_steps = 3;
+                c.prompts_per_step = 2;
+                c.max_new_tokens = 16;
+                c.general_prompts = 50;
+                c.val_prompts = 2;
+                c.eval_every = 2;
+                c.save_every = 1;
+            }
+            other => {
+                return Err(TrainError::Config {
+                    path: "--preset".into(),
+                    message: format!(
+                        "unknown preset `{other}` (known: {})",
+                        PRESETS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
+                    ),
+                })
+            }
+        }
+        Ok(c)
+    }
+
+    /// Reads a TOML file; unknown keys are errors naming the key.
+    pub fn from_toml(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(crate::error::io(path.display()))?;
+        toml::from_str(&text).map_err(|e| TrainError::Config {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    /// The TOML form.
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Checks values that would make a run meaningless.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| {
+            Err(TrainError::Config {
+                path: "config".into(),
+                message: m,
+            })
+        };
+        if self.model.as_os_str().is_empty() || self.teacher.as_os_str().is_empty() {
+            return bad("set both `model` (the student) and `teacher`".into());
+        }
+        if self.max_steps == 0 || self.prompts_per_step == 0 || self.max_new_tokens == 0 {
+            return bad("max_steps, prompts_per_step and max_new_tokens must be positive".into());
+        }
+        if !(0.0..=1.0).contains(&self.stream_share) {
+            return bad("stream_share must be in [0, 1]".into());
+        }
+        if self.stream_share > 0.0 && self.stream_data.is_empty() {
+            return bad(
+                "stream_share > 0 needs `stream_data` (a `hat data gen` file); or set stream_share = 0"
+                    .into(),
+            );
+        }
+        if !(self.temperature > 0.0 && self.temperature.is_finite()) {
+            return bad("temperature must be positive (on-policy sampling)".into());
+        }
+        if !["q8_0", "f32"].contains(&self.rollout_format.as_str()) {
+            return bad(format!(
+                "rollout_format `{}` (known: q8_0, f32)",
+                self.rollout_format
+            ));
+        }
+        if !(self.optim.lr > 0.0 && self.optim.lr.is_finite()) {
+            return bad("optim.lr must be a positive number".into());
+        }
+        for f in &self.export {
+            if !crate::export::FORMATS.contains(&f.as_str()) {
+                return bad(format!(
+                    "export format `{f}` (known: {})",
+                    crate::export::FORMATS.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The prompts of a run after duplicates of IFEval's were removed.
+#[derive(Debug)]
+pub struct PromptSet {
+    pub general: Vec<Prompt>,
+    pub stream: Vec<Prompt>,
+    pub val: Vec<Prompt>,
+    /// Prompts dropped as equal or near to an IFEval prompt.
+    pub excluded: usize,
+}
+
+/// Builds the run's prompts: generated and file prompts minus IFEval look-alikes, the first
+/// `val_prompts` of them held out, and the stream prompts.
+pub fn prompt_set(cfg: &DistillConfig) -> Result<PromptSet> {
+    let mut general = prompts::general(cfg.general_prompts, cfg.seed);
+    for f in &cfg.prompt_files {
+        general.extend(prompts::read_jsonl(f)?);
+    }
+    let (mut general, excluded) = prompts::exclude_near(general, &prompts::ifeval_prompts(), 0.5);
+    general.shuffle(&mut ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x0056_414c));
+    let n_val = cfg.val_prompts.min(general.len().saturating_sub(1));
+    let val = general.drain(..n_val).collect();
+    let mut stream = Vec::new();
+    for f in &cfg.stream_data {
+        stream.extend(prompts::stream(f, usize::MAX, cfg.seed)?);
+    }
+    if general.is_empty() && stream.is_empty() {
+        return Err(TrainError::Invalid(
+            "no prompts to distil on (general_prompts = 0 and no prompt files or stream data)"
+                .into(),
+        ));
+    }
+    Ok(PromptSet {
+        general,
+        stream,
+        val,
+        excluded,
+    })
+}
+
+fn load_engine(path: &Path, format: WeightFormat) -> Result<Engine> {
+    Ok(Engine::load(
+        path,
+        LoadOptions {
+            format,
+            ..Default::default()
+        },
+    )?)
+}
+
+/// A teacher must read the student's tokens as the same text.
+fn same_tokenizer(student: &Engine, teacher: &Engine, which: &str, path: &Path) -> Result<()> {
+    let probe = "Hi there! Is the hoodie (no.3) 20% off? 好的 ✨ <|im_end|>";
+    let (a, b) = (&student.tokenizer, &teacher.tokenizer);
+    if a.vocab_size() != b.vocab_size() || a.encode(probe, false)? != b.encode(probe, false)? {
+        return Err(TrainError::Invalid(format!(
+            "the {which} {} does not share the student's tokenizer (vocabulary {} vs {}); \
+             distillation compares distributions over the same token ids, so use a teacher of \
+             the same model family",
+            path.display(),
+            b.vocab_size(),
+            a.vocab_size()
+        )));
+    }
+    Ok(())
+}
+
+/// Log-probabilities `(n - p, vocab)` that `engine` gives each token of `ids[p..]` (`p` the
+/// prompt length), computed on exactly those ids.
+fn scored_rows(engine: &Engine, ids: &[u32], p: usize) -> Result<Tensor> {
+    let dev = Device::Cpu;
+    let mut cache = engine.model.new_cache(1);
+    if p > 1 {
+        let head = Tensor::from_slice(&ids[..p - 1], (1, p - 1), &dev)?;
+        engine.model.forward(&head, &mut cache, true)?;
+    }
+    let n = ids.len();
+    let tail = Tensor::from_slice(&ids[p - 1..n - 1], (1, n - p), &dev)?;
+    let logits = engine.model.forward(&tail, &mut cache, false)?.squeeze(0)?;
+    Ok(candle_nn::ops::log_softmax(
+        &logits.to_dtype(DType::F32)?,
+        D::Minus1,
+    )?)
+}
+
+/// One sampled answer, scored.
+struct Scored {
+    /// Summed reverse KL over the answer's tokens (a scalar with gradients).
+    kl: Tensor,
+    tokens: usize,
+    answer_tokens: usize,
+    /// Summed |rollout log-prob - trainer log-prob| of the sampled tokens.
+    mismatch: f64,
+    /// Summed teacher negative log-likelihood of the sampled tokens.
+    teacher_nll: f64,
+}
+
+/// The distillation stage.
+pub struct DistillStage {
+    cfg: DistillConfig,
+    encoder: Encoder,
+    prompts: PromptSet,
+    teacher: Engine,
+    /// `None`: the stream teacher is the frozen starting student, loaded lazily.
+    stream_teacher: Option<Engine>,
+    rollout: Option<Engine>,
+    snapshot: PathBuf,
+    max_positions: usize,
+}
+
+impl DistillStage {
+    /// Loads the teachers and builds the prompt set; `out` holds the rollout snapshot.
+    pub fn new(
+        cfg: &DistillConfig,
+        encoder: Encoder,
+        max_positions: usize,
+        out: &Path,
+    ) -> Result<Self> {
+        let prompts = prompt_set(cfg)?;
+        let teacher = load_engine(&cfg.teacher, WeightFormat::Original)?;
+        let stream_teacher = if cfg.stream_share > 0.0 && !prompts.stream.is_empty() {
+            let path = cfg.stream_teacher.as_ref().unwrap_or(&cfg.model);
+            // in the rollout's precision, so an unchanged student scores zero against itself
+            let format = if cfg.rollout_format == "f32" {
+                WeightFormat::F32
+            } else {
+                WeightFormat::Q8_0
+            };
+            Some(load_engine(path, format)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            cfg: cfg.clone(),
+            encoder,
+            prompts,
+            teacher,
+            stream_teacher,
+            rollout: None,
+            snapshot: out.join(format!("rollout-{}.gguf", cfg.rollout_format)),
+            max_positions,
+        })
+    }
+
+    /// The prompt set in use.
+    pub fn prompts(&self) -> &PromptSet {
+        &self.prompts
+    }
+
+    fn refresh(&mut self, model: &TrainModel) -> Result<()> {
+        self.rollout = None;
+        crate::export::gguf(
+            model,
+            &self.cfg.model,
+            &self.cfg.rollout_format,
+            &self.snapshot,
+        )?;
+        let format = if self.cfg.rollout_format == "f32" {
+            WeightFormat::F32
+        } else {
+            WeightFormat::Original
+        };
+        let engine = load_engine(&self.snapshot, format)?;
+        same_tokenizer(&engine, &self.teacher, "teacher", &self.cfg.teacher)?;
+        if let Some(t) = &self.stream_teacher {
+            let p = self.cfg.stream_teacher.as_ref().unwrap_or(&self.cfg.model);
+            same_tokenizer(&engine, t, "stream teacher", p)?;
+        }
+        self.rollout = Some(engine);
+        Ok(())
+    }
+
+    /// The prompts of `step`: drawn by a generator seeded with the run seed and the step, so a
+    /// resumed run draws the same ones.
+    fn draw(&self, step: usize) -> Vec<&Prompt> {
+        let mut rng = ChaCha8Rng::seed_from_u64(
+            self.cfg.seed ^ (step as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        );
+        let n = self.cfg.prompts_per_step;
+        let n_stream = if self.prompts.stream.is_empty() || self.stream_teacher.is_none() {
+            0
+        } else if self.prompts.general.is_empty() {
+            n
+        } else {
+            (n as f64 * self.cfg.stream_share).round() as usize
+        };
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let pool = if i < n_stream {
+                &self.prompts.stream
+            } else {
+                &self.prompts.general
+            };
+            out.push(&pool[rng.gen_range(0..pool.len())]);
+        }
+        out
+    }
+
+    /// Samples one answer per prompt with the rollout snapshot.
+    fn sample(&self, prompts: &[&Prompt], seed: u64) -> Result<Vec<(Vec<u32>, GenerateOutput)>> {
+        let engine = self
+            .rollout
+            .as_ref()
+            .ok_or_else(|| TrainError::Invalid("the rollout snapshot is not loaded".into()))?;
+        let mut reqs = Vec::with_capacity(prompts.len());
+        let mut ids = Vec::with_capacity(prompts.len());
+        for (i, p) in prompts.iter().enumerate() {
+            let prompt = self.encoder.prompt_tokens(&p.messages)?;
+            if prompt.len() + self.cfg.max_new_tokens > self.max_positions {
+                return Err(TrainError::TooLong {
+                    sample: p.id.clone(),
+                    tokens: prompt.len() + self.cfg.max_new_tokens,
+                    limit: self.max_positions,
+                });
+            }
+            let mut r = GenerateRequest::new(prompt.clone(), self.cfg.max_new_tokens);
+            r.sampling = SamplingParams {
+                temperature: self.cfg.temperature,
+                seed: seed.wrapping_add(i as u64),
+                ..SamplingParams::default()
+            };
+            reqs.push(r);
+            ids.push(prompt);
+        }
+        let outs = engine.generate_batch(&reqs)?;
+        Ok(ids.into_iter().zip(outs).collect())
+    }
+
+    /// The reverse KL of one sampled answer, with gradients through the student.
+    fn score(
+        &self,
+        model: &TrainModel,
+        prompt: &Prompt,
+        ids: Vec<u32>,
+        out: &GenerateOutput,
+    ) -> Result<Option<Scored>> {
+        if out.tokens.is_empty() {
+            return Ok(None);
+        }
+        let p = ids.len();
+        let mut all = ids;
+        all.extend_from_slice(&out.tokens);
+        let teacher = match prompt.source {
+            Source::Stream => self.stream_teacher.as_ref().unwrap_or(&self.teacher),
+            Source::General => &self.teacher,
+        };
+        let lt = scored_rows(teacher, &all, p)?;
+        let mask: Vec<bool> = (0..all.len()).map(|i| i >= p).collect();
+        let seq = Packed::causal(all, &mask)?;
+        let ls = candle_nn::ops::log_softmax(&model.logits(&seq)?, D::Minus1)?;
+        let kl = (ls.exp()? * (&ls - &lt)?)?.sum_all()?;
+        let tgt = Tensor::from_slice(&seq.targets, (seq.targets.len(), 1), &Device::Cpu)?;
+        let trainer_lp = ls
+            .detach()
+            .gather(&tgt, 1)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        let teacher_lp = lt.gather(&tgt, 1)?.flatten_all()?.to_vec1::<f32>()?;
+        let mismatch = trainer_lp
+            .iter()
+            .zip(&out.logprobs)
+            .map(|(a, b)| (a - b).abs() as f64)
+            .sum();
+        Ok(Some(Scored {
+            kl,
+            tokens: seq.len(),
+            answer_tokens: seq.targets.len(),
+            mismatch,
+            teacher_nll: -teacher_lp.iter().map(|&x| x as f64).sum::<f64>(),
+        }))
+    }
+}
+
+impl Stage for DistillStage {
+    fn start(&mut self, model: &TrainModel, _state: &RunState) -> Result<()> {
+        self.refresh(model)
+    }
+
+    fn step(
+        &mut self,
+        model: &TrainModel,
+        state: &mut RunState,
+        grads: &mut [Vec<f32>],
+    ) -> Result<StepWork> {
+        let t0 = Instant::now();
+        let prompts = self.draw(state.step);
+        let seed = self.cfg.seed ^ (state.step as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
+        let samples = self.sample(&prompts, seed)?;
+        let sample_secs = t0.elapsed().as_secs_f64();
+        let answer_tokens: usize = samples.iter().map(|(_, o)| o.tokens.len()).sum();
+        let t1 = Instant::now();
+        let (mut kl_sum, mut tokens, mut mismatch, mut nll) = (0f64, 0usize, 0f64, 0f64);
+        for (prompt, (ids, out)) in prompts.iter().zip(samples) {
+            let Some(s) = self.score(model, prompt, ids, &out)? else {
+                continue;
+            };
+            let value = s.kl.to_scalar::<f32>()?;
+            if !value.is_finite() {
+                return Err(TrainError::Diverged {
+                    step: state.step,
+                    value,
+                });
+            }
+            add_gradients(model, &(s.kl / answer_tokens.max(1) as f64)?, grads)?;
+            kl_sum += value as f64;
+            tokens += s.tokens;
+            mismatch += s.mismatch;
+            nll += s.teacher_nll;
+        }
+        if answer_tokens == 0 {
+            return Err(TrainError::Invalid(format!(
+                "step {}: every sampled answer was empty (the student stops at once); nothing to \
+                 distil",
+                state.step + 1
+            )));
+        }
+        let n = answer_tokens as f64;
+        let mut extra = BTreeMap::new();
+        extra.insert("sample_seconds".into(), sample_secs);
+        extra.insert("score_seconds".into(), t1.elapsed().as_secs_f64());
+        extra.insert("answer_tokens_mean".into(), n / prompts.len() as f64);
+        extra.insert("rollout_mismatch".into(), mismatch / n);
+        extra.insert("teacher_nll".into(), nll / n);
+        state.epoch = (state.step + 1) * self.cfg.prompts_per_step
+            / self
+                .prompts
+                .general
+                .len()
+                .max(self.prompts.stream.len())
+                .max(1);
+        Ok(StepWork {
+            loss: kl_sum / n,
+            tokens,
+            loss_tokens: answer_tokens,
+            extra,
+        })
+    }
+
+    fn validate(&mut self, model: &TrainModel) -> Result<Option<f64>> {
+        if self.prompts.val.is_empty() {
+            return Ok(None);
+        }
+        let val: Vec<&Prompt> = self.prompts.val.iter().collect();
+        let samples = self.sample(&val, self.cfg.seed ^ 0x5641_4c5f_4b4c)?;
+        let (mut sum, mut n) = (0f64, 0usize);
+        for (prompt, (ids, out)) in val.iter().zip(samples) {
+            if let Some(s) = self.score(model, prompt, ids, &out)? {
+                sum += s.kl.to_scalar::<f32>()? as f64;
+                n += s.answer_tokens;
+            }
+        }
+        Ok((n > 0).then(|| sum / n as f64))
+    }
+
+    fn updated(&mut self, model: &TrainModel, _state: &RunState) -> Result<()> {
+        self.refresh(model)
+    }
+}
+
+/// Runs (or resumes) a distillation run in `out`.
+pub fn run(
+    cfg: &DistillConfig,
+    out: &Path,
+    resume: bool,
+    on: &mut dyn FnMut(Event),
+) -> Result<PathBuf> {
+    cfg.validate()?;
+    std::fs::create_dir_all(out).map_err(crate::error::io(out.display()))?;
+    let loaded = TrainModel::load(&cfg.model)?;
+    let model = loaded.model;
+    let encoder = Encoder::new(loaded.tokenizer, loaded.chat_template.as_deref())?;
+    let mut stage = DistillStage::new(cfg, encoder, model.max_positions(), out)?;
+    let p = stage.prompts();
+    on(Event::Note(&format!(
+        "prompts: {} general ({} held out for validation, {} dropped as IFEval look-alikes), {} \
+         live-stream; {} a step, {:.0}% live-stream",
+        p.general.len(),
+        p.val.len(),
+        p.excluded,
+        p.stream.len(),
+        cfg.prompts_per_step,
+        cfg.stream_share * 100.0
+    )));
+    let settings = LoopSettings {
+        source: &cfg.model,
+        max_steps: cfg.max_steps,
+        eval_every: cfg.eval_every,
+        save_every: cfg.save_every,
+        keep: cfg.keep,
+        export: &cfg.export,
+        optim: cfg.optim,
+    };
+    let last = train(&settings, &model, &mut stage, out, resume, on)?;
+    let _ = std::fs::remove_file(&stage.snapshot);
+    Ok(last)
+}

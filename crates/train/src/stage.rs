@@ -1,0 +1,216 @@
+//! The one training loop every stage runs (SFT, on-policy distillation, RL): a [`Stage`]
+//! says how one optimiser step's gradient is made; the loop owns the optimiser and its
+//! schedule, divergence checks, validation timing, `metrics.jsonl`, atomic checkpoints with
+//! exact resume, and the export at the end.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use hat_model::train::TrainModel;
+
+use crate::checkpoint::{self, RunState};
+use crate::error::{io, Result, TrainError};
+use crate::optim::{AdamW, AdamWConfig};
+
+/// One line of `metrics.jsonl`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepMetrics {
+    pub step: usize,
+    pub loss: f64,
+    pub lr: f64,
+    pub grad_norm: f64,
+    /// Tokens processed this step (sequence lengths) and their rate.
+    pub tokens: usize,
+    pub loss_tokens: usize,
+    pub tokens_per_s: f64,
+    pub seconds: f64,
+    pub epoch: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_loss: Option<f64>,
+    /// Numbers only one stage has (distillation: sampling time, rollout/trainer mismatch).
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, f64>,
+}
+
+/// What the loop reports as it goes.
+pub enum Event<'a> {
+    /// SFT data is ready: counts to print.
+    Prepared(&'a crate::sft::Prepared),
+    /// A stage's own one-line report (what it loaded, how many prompts, ...).
+    Note(&'a str),
+    Resumed(&'a RunState),
+    Step(&'a StepMetrics, usize),
+    Saved(&'a Path),
+    Exported(&'a Path),
+}
+
+/// What one step of a stage did.
+#[derive(Debug, Clone, Default)]
+pub struct StepWork {
+    /// The step's loss per loss token (non-finite stops the run).
+    pub loss: f64,
+    /// Tokens run through the model, and those that carried loss.
+    pub tokens: usize,
+    pub loss_tokens: usize,
+    /// Stage-specific numbers for `metrics.jsonl`.
+    pub extra: BTreeMap<String, f64>,
+}
+
+/// A training stage: how one optimiser step's gradient is made.
+pub trait Stage {
+    /// Called once before the first step of this process (after a resume, `state` is the
+    /// checkpoint's): a stage that samples builds its snapshot of the weights here.
+    fn start(&mut self, _model: &TrainModel, _state: &RunState) -> Result<()> {
+        Ok(())
+    }
+    /// Adds the gradient of this step's loss (normalised per loss token) into `grads`, one
+    /// vector per variable of `model`, and advances its data cursor in `state`.
+    fn step(
+        &mut self,
+        model: &TrainModel,
+        state: &mut RunState,
+        grads: &mut [Vec<f32>],
+    ) -> Result<StepWork>;
+    /// The held-out loss, when the stage has one.
+    fn validate(&mut self, model: &TrainModel) -> Result<Option<f64>>;
+    /// The optimiser has just updated the weights.
+    fn updated(&mut self, _model: &TrainModel, _state: &RunState) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The settings the loop needs, whichever stage runs.
+#[derive(Debug, Clone)]
+pub struct LoopSettings<'a> {
+    /// The starting model (its metadata goes into exports).
+    pub source: &'a Path,
+    pub max_steps: usize,
+    pub eval_every: usize,
+    pub save_every: usize,
+    pub keep: usize,
+    pub export: &'a [String],
+    pub optim: AdamWConfig,
+}
+
+/// Adds the gradient of `loss` into `grads` (one vector per variable of `model`).
+pub fn add_gradients(
+    model: &TrainModel,
+    loss: &candle_core::Tensor,
+    grads: &mut [Vec<f32>],
+) -> Result<()> {
+    let g = loss.backward()?;
+    for (acc, (_, var)) in grads.iter_mut().zip(model.vars()) {
+        if let Some(gt) = g.get(var.as_tensor()) {
+            for (a, b) in acc.iter_mut().zip(gt.flatten_all()?.to_vec1::<f32>()?) {
+                *a += b;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs (or resumes) `stage` on `model` in the run folder `out`; returns the last export.
+pub fn train(
+    s: &LoopSettings,
+    model: &TrainModel,
+    stage: &mut dyn Stage,
+    out: &Path,
+    resume: bool,
+    on: &mut dyn FnMut(Event),
+) -> Result<PathBuf> {
+    std::fs::create_dir_all(out).map_err(io(out.display()))?;
+    let sizes: Vec<usize> = model.vars().iter().map(|(_, v)| v.elem_count()).collect();
+    let mut opt = AdamW::new(s.optim, &sizes);
+    let mut state = RunState::default();
+    if resume {
+        if let Some(dir) = checkpoint::latest(out)? {
+            state = checkpoint::load(&dir, model, &mut opt)?;
+            on(Event::Resumed(&state));
+        }
+    }
+    let metrics_path = out.join("metrics.jsonl");
+    // a resumed run rewrites the metrics up to its checkpoint, dropping lines of lost steps
+    let kept: Vec<String> = match std::fs::read_to_string(&metrics_path) {
+        Ok(t) if resume => t
+            .lines()
+            .filter(|l| {
+                serde_json::from_str::<serde_json::Value>(l)
+                    .ok()
+                    .and_then(|v| v["step"].as_u64())
+                    .is_some_and(|s| (s as usize) <= state.step)
+            })
+            .map(str::to_string)
+            .collect(),
+        _ => Vec::new(),
+    };
+    let mut metrics = std::fs::File::create(&metrics_path).map_err(io(metrics_path.display()))?;
+    for l in kept {
+        writeln!(metrics, "{l}").map_err(io(metrics_path.display()))?;
+    }
+    let vars = model.vars().to_vec();
+    stage.start(model, &state)?;
+    while state.step < s.max_steps {
+        let started = Instant::now();
+        let mut grads: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![0f32; n]).collect();
+        let work = stage.step(model, &mut state, &mut grads)?;
+        if !work.loss.is_finite() {
+            return Err(TrainError::Diverged {
+                step: state.step,
+                value: work.loss as f32,
+            });
+        }
+        let lr = s.optim.lr_at(state.step, s.max_steps);
+        let grad_norm = match opt.step(&vars, &mut grads, lr) {
+            Err(TrainError::Diverged { value, .. }) => {
+                return Err(TrainError::Diverged {
+                    step: state.step,
+                    value,
+                })
+            }
+            r => r?,
+        };
+        state.step += 1;
+        state.tokens += work.tokens as u64;
+        state.loss_tokens += work.loss_tokens as u64;
+        stage.updated(model, &state)?;
+        let secs = started.elapsed().as_secs_f64();
+        state.seconds += secs;
+        let val_loss = if state.step % s.eval_every.max(1) == 0 || state.step == s.max_steps {
+            stage.validate(model)?
+        } else {
+            None
+        };
+        let m = StepMetrics {
+            step: state.step,
+            loss: work.loss,
+            lr,
+            grad_norm,
+            tokens: work.tokens,
+            loss_tokens: work.loss_tokens,
+            tokens_per_s: work.tokens as f64 / secs,
+            seconds: state.seconds,
+            epoch: state.epoch,
+            val_loss,
+            extra: work.extra,
+        };
+        writeln!(metrics, "{}", serde_json::to_string(&m)?).map_err(io(metrics_path.display()))?;
+        metrics.flush().map_err(io(metrics_path.display()))?;
+        on(Event::Step(&m, s.max_steps));
+        if state.step % s.save_every.max(1) == 0 || state.step == s.max_steps {
+            let dir = checkpoint::save(out, model, &opt, &state, s.keep)?;
+            on(Event::Saved(&dir));
+        }
+    }
+    let mut last = out.to_path_buf();
+    for f in s.export {
+        let path = crate::export::run_output(out, f);
+        crate::export::export(model, s.source, f, &path)?;
+        on(Event::Exported(&path));
+        last = path;
+    }
+    Ok(last)
+}
