@@ -1134,3 +1134,61 @@ fn train_distill_runs_resumes_and_exports_on_a_tiny_model() {
     )
     .stderr(predicate::str::contains("--model"));
 }
+
+/// `hat train sft --lora-rank`: adapters are what the run saves, and the export is a whole
+/// model; a resume with another rank is refused by flag.
+#[test]
+fn train_sft_with_lora_saves_adapters_and_exports_a_merged_model() {
+    let d = tempfile::tempdir().unwrap();
+    let model = hat_train::fixture::tiny_model(&d.path().join("m"), 2, "qwen2").unwrap();
+    let data = d.path().join("d.jsonl");
+    let rec = |i: usize| {
+        serde_json::json!({
+            "messages": [
+                {"role": "system", "content": "You are a host. Coat 99."},
+                {"role": "user", "content": format!("viewer {i}: price of the coat?")},
+                {"role": "assistant", "content": "The coat is 99."}
+            ],
+            "tools": [], "harness_name": "h", "harness_hash": "x", "variant": "base",
+            "call_syntax": "json-tags", "task_id": format!("t{i}"), "task_type": "t",
+            "split": "train", "lang": "en", "calls": [], "teacher": "oracle", "score": {}
+        })
+        .to_string()
+    };
+    std::fs::write(&data, (0..6).map(|i| rec(i) + "\n").collect::<String>()).unwrap();
+    let run = d.path().join("run");
+    let sft = |rank: &str| {
+        let mut c = hat();
+        c.args(["train", "sft", "--preset", "smoke", "--lora-rank", rank])
+            .arg("--data")
+            .arg(&data)
+            .arg("--model")
+            .arg(&model)
+            .arg("--out")
+            .arg(&run);
+        c
+    };
+    sft("4").assert().success();
+    let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    assert!(
+        config.contains("[lora]") && config.contains("rank = 4"),
+        "{config}"
+    );
+    fails_cleanly(sft("8").arg("--resume")).stderr(predicate::str::contains("--lora-*"));
+    let out = d.path().join("merged.gguf");
+    hat()
+        .args(["train", "export", "--format", "f32"])
+        .arg(&run)
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success();
+    hat()
+        .args(["model", "info"])
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("blk.1.ffn_down.weight").or(predicate::str::contains("qwen2")),
+        );
+}

@@ -109,6 +109,13 @@ impl Linear {
     pub fn weight(&self) -> &LinearWeight {
         &self.weight
     }
+    /// Stops tracking gradients of a dense weight and bias (values shared, not copied).
+    pub(crate) fn freeze(&mut self) {
+        if let LinearWeight::Dense(w) = &self.weight {
+            self.weight = LinearWeight::Dense(w.detach());
+        }
+        self.bias = self.bias.as_ref().map(Tensor::detach);
+    }
     /// Applies the layer to `(..., in)`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let inner = x.dims().last().copied().unwrap_or(1).max(1);
@@ -165,6 +172,10 @@ impl Embedding {
     /// Wraps a `(vocab, hidden)` table.
     pub fn new(table: Tensor) -> Self {
         Self { table }
+    }
+    /// Stops tracking gradients of the table.
+    pub(crate) fn freeze(&mut self) {
+        self.table = self.table.detach();
     }
     /// The table.
     pub fn table(&self) -> &Tensor {
@@ -615,6 +626,22 @@ impl Block {
             GateUp::Fused(f) => f.pack_for_cpu(),
         }
         self.mlp.down.pack_for_cpu();
+    }
+    /// Stops tracking gradients of every weight of the block.
+    pub(crate) fn freeze(&mut self) {
+        for n in [&mut self.attn_norm, &mut self.ffn_norm] {
+            n.weight = n.weight.detach();
+        }
+        match &mut self.attn.qkv {
+            Qkv::Separate { q, k, v } => [q, k, v].into_iter().for_each(Linear::freeze),
+            Qkv::Fused(f) => f.freeze(),
+        }
+        self.attn.o.freeze();
+        match &mut self.mlp.gate_up {
+            GateUp::Separate { gate, up } => [gate, up].into_iter().for_each(Linear::freeze),
+            GateUp::Fused(f) => f.freeze(),
+        }
+        self.mlp.down.freeze();
     }
     /// All linear layers of the block.
     pub fn linears(&self) -> Vec<&Linear> {

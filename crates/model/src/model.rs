@@ -293,6 +293,16 @@ impl Transformer {
     pub fn device(&self) -> &Device {
         &self.device
     }
+    /// Makes every weight a constant for autograd (values unchanged; [`Self::vars`] still
+    /// names them): what low-rank adapters train around.
+    pub(crate) fn freeze(&mut self) {
+        self.embed.freeze();
+        for b in &mut self.blocks {
+            b.freeze();
+        }
+        self.norm.weight = self.norm.weight.detach();
+        self.lm_head.freeze();
+    }
     /// Trainable variables (empty unless loaded with `trainable`).
     pub fn vars(&self) -> &[(String, Var)] {
         &self.vars

@@ -97,9 +97,10 @@ pub fn save(
     Ok(dst)
 }
 
-/// The model a run started from (`model` in its `config.toml`, whichever stage wrote it):
-/// what its checkpoints are loaded into and whose metadata its exports carry.
-pub fn starting_model(run: &Path) -> Result<PathBuf> {
+/// The model a run started from (`model` in its `config.toml`, whichever stage wrote it),
+/// built the way the run trains it (with its `[lora]` adapters, if any), with the weights of
+/// its latest checkpoint; and that checkpoint's step. What `hat train export` writes.
+pub fn load_run(run: &Path) -> Result<(TrainModel, PathBuf, usize)> {
     let path = run.join("config.toml");
     let text = std::fs::read_to_string(&path).map_err(io(path.display()))?;
     let bad = |message: String| TrainError::Config {
@@ -107,10 +108,29 @@ pub fn starting_model(run: &Path) -> Result<PathBuf> {
         message,
     };
     let cfg: toml::Value = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
-    cfg.get("model")
+    let source = cfg
+        .get("model")
         .and_then(|m| m.as_str())
         .map(PathBuf::from)
-        .ok_or_else(|| bad("names no starting `model`".into()))
+        .ok_or_else(|| bad("names no starting `model`".into()))?;
+    let lora: Option<hat_model::train::LoraConfig> = match cfg.get("lora") {
+        Some(l) => Some(
+            l.clone()
+                .try_into()
+                .map_err(|e| bad(format!("[lora]: {e}")))?,
+        ),
+        None => None,
+    };
+    let dir = latest(run)?.ok_or_else(|| TrainError::Checkpoint {
+        path: run.join("checkpoints"),
+        message: "the run has no checkpoint yet".into(),
+    })?;
+    let model = match &lora {
+        Some(l) => TrainModel::load_lora(&source, l)?.model,
+        None => TrainModel::load(&source)?.model,
+    };
+    let step = load_weights(&dir, &model)?;
+    Ok((model, source, step))
 }
 
 /// The newest complete checkpoint of a run, if any.

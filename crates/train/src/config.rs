@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Result, TrainError};
 use crate::optim::AdamWConfig;
 use crate::pack::PackConfig;
+pub use hat_model::train::LoraConfig;
 
 /// What to do with a sample longer than a packed sequence may be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -31,6 +32,8 @@ pub struct Overrides {
     pub seed: Option<u64>,
     /// Conversations per packed sequence.
     pub pack: Option<usize>,
+    /// Train low-rank adapters instead of every weight.
+    pub lora: Option<LoraConfig>,
 }
 
 /// Supervised fine-tuning run.
@@ -60,6 +63,9 @@ pub struct SftConfig {
     pub export: Vec<String>,
     pub optim: AdamWConfig,
     pub pack: PackConfig,
+    /// Low-rank adapters instead of full fine-tuning (merged into the weights on export).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraConfig>,
 }
 
 impl Default for SftConfig {
@@ -79,6 +85,7 @@ impl Default for SftConfig {
             export: vec!["q8_0".into()],
             optim: AdamWConfig::default(),
             pack: PackConfig::default(),
+            lora: None,
         }
     }
 }
@@ -175,6 +182,9 @@ impl SftConfig {
         if let Some(x) = o.pack {
             self.pack.max_conversations = x;
         }
+        if let Some(l) = &o.lora {
+            self.lora = Some(l.clone());
+        }
     }
 
     /// Applies command-line values to a saved run that is being resumed. Repeating the run's
@@ -222,6 +232,9 @@ impl SftConfig {
                 self.pack.max_conversations.to_string(),
                 x.to_string(),
             )?;
+        }
+        if let Some(l) = o.lora.as_ref().filter(|l| Some(*l) != self.lora.as_ref()) {
+            differs("lora-*", format!("{:?}", self.lora), format!("{l:?}"))?;
         }
         match o.max_steps {
             Some(x) if x != self.max_steps => {

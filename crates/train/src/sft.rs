@@ -223,7 +223,10 @@ pub fn run(
 ) -> Result<PathBuf> {
     cfg.validate()?;
     std::fs::create_dir_all(out).map_err(io(out.display()))?;
-    let loaded = TrainModel::load(&cfg.model)?;
+    let loaded = match &cfg.lora {
+        Some(l) => TrainModel::load_lora(&cfg.model, l)?,
+        None => TrainModel::load(&cfg.model)?,
+    };
     let model = loaded.model;
     let enc = Encoder::new(loaded.tokenizer, loaded.chat_template.as_deref())?;
     let data = prepare(cfg, &enc, model.max_positions())?;

@@ -359,3 +359,93 @@ fn a_hugging_face_export_round_trips_through_gguf_exactly() {
         assert!(e.contains("not an earlier export"), "{e}");
     }
 }
+
+#[test]
+fn lora_trains_only_adapters_merges_them_on_export_and_resumes_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::tiny_model(&dir.path().join("m"), 3);
+    let data = dir.path().join("d.jsonl");
+    common::write_jsonl(&data, &common::dataset());
+    let lora_cfg = |steps| {
+        let mut c = run_cfg(&model, &data, steps);
+        c.lora = Some(hat_train::config::LoraConfig {
+            rank: 4,
+            alpha: 8.0,
+            ..Default::default()
+        });
+        c
+    };
+    let straight = dir.path().join("a");
+    hat_train::sft::run(&lora_cfg(4), &straight, false, &mut |_| {}).unwrap();
+    let w = weights(&straight);
+    // only adapters are trained and saved: 7 linears x 2 blocks x (A, B)
+    assert_eq!(w.len(), 28, "{:?}", w.keys().collect::<Vec<_>>());
+    assert!(w
+        .keys()
+        .all(|k| k.ends_with(".lora_a") || k.ends_with(".lora_b")));
+    // B starts at zero; every B moved, so every adapter received gradients
+    for (k, v) in w.iter().filter(|(k, _)| k.ends_with(".lora_b")) {
+        assert!(v.iter().any(|x| *x != 0.0), "{k} never moved");
+    }
+    let lines = std::fs::read_to_string(straight.join("metrics.jsonl")).unwrap();
+    let losses: Vec<f64> = lines
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    assert!(losses[3] < losses[0], "{losses:?}");
+    // killed after 2 steps, resumed to 4
+    let split = dir.path().join("b");
+    hat_train::sft::run(&lora_cfg(2), &split, false, &mut |_| {}).unwrap();
+    hat_train::sft::run(&lora_cfg(4), &split, true, &mut |_| {}).unwrap();
+    assert_eq!(w, weights(&split), "resumed adapters differ");
+
+    // export merges W + (alpha/rank) B A: the engine computes the adapted model's logits
+    std::fs::write(straight.join("config.toml"), lora_cfg(4).to_toml()).unwrap();
+    let (trained, source, step) = hat_train::checkpoint::load_run(&straight).unwrap();
+    assert_eq!((source.as_path(), step), (model.as_path(), 4));
+    let gguf = dir.path().join("m.gguf");
+    hat_train::export::gguf(&trained, &model, "f32", &gguf).unwrap();
+    let ids: Vec<u32> = vec![5, 9, 17, 33, 2, 8, 40];
+    let want = trained
+        .logits(&Packed::causal(ids.clone(), &[true; 7]).unwrap())
+        .unwrap();
+    let engine = hat_model::load(
+        &gguf,
+        hat_model::LoadOptions {
+            format: hat_model::WeightFormat::F32,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let x = Tensor::from_slice(&ids, (1, 7), &candle_core::Device::Cpu).unwrap();
+    let mut cache = engine.model.new_cache(1);
+    let got = engine
+        .model
+        .forward(&x, &mut cache, false)
+        .unwrap()
+        .squeeze(0)
+        .unwrap();
+    let diff = common::max_abs_diff(&got.narrow(0, 0, 6).unwrap(), &want);
+    assert!(diff < 1e-3, "merged export logits differ by {diff}");
+    // frozen weights are exported unchanged; adapted ones are not
+    let base = weights_of_model(&model);
+    let merged: HashMap<String, Vec<f32>> = trained
+        .weights()
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, v.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
+        .collect();
+    assert_eq!(merged["output_norm.weight"], base["output_norm.weight"]);
+    assert_ne!(merged["blk.0.attn_q.weight"], base["blk.0.attn_q.weight"]);
+    // a bad target is named
+    let mut bad = lora_cfg(1);
+    bad.lora.as_mut().unwrap().targets = vec!["qq".into()];
+    let e = hat_train::sft::run(&bad, &dir.path().join("c"), false, &mut |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`qq`"), "{e}");
+}

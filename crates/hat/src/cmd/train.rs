@@ -69,6 +69,15 @@ pub struct SftArgs {
     /// Conversations per packed sequence (1: no packing).
     #[arg(long)]
     pack: Option<usize>,
+    /// Train low-rank adapters of this rank instead of every weight (merged on export).
+    #[arg(long)]
+    lora_rank: Option<usize>,
+    /// LoRA scale numerator (the adapters' output is scaled by alpha / rank) [default: 2 x rank].
+    #[arg(long, requires = "lora_rank")]
+    lora_alpha: Option<f64>,
+    /// Linears of every block that get adapters [default: q,k,v,o,gate,up,down].
+    #[arg(long, value_delimiter = ',', requires = "lora_rank")]
+    lora_targets: Vec<String>,
 }
 
 #[derive(Args)]
@@ -92,6 +101,19 @@ fn resolve(a: &SftArgs) -> Result<(SftConfig, bool)> {
         tokens_per_step: a.tokens_per_step,
         seed: a.seed,
         pack: a.pack,
+        lora: a.lora_rank.map(|rank| {
+            let d = hat_train::config::LoraConfig::default();
+            hat_train::config::LoraConfig {
+                rank,
+                alpha: a.lora_alpha.unwrap_or(2.0 * rank as f64),
+                targets: if a.lora_targets.is_empty() {
+                    d.targets
+                } else {
+                    a.lora_targets.clone()
+                },
+                seed: a.seed.unwrap_or(d.seed),
+            }
+        }),
     };
     let saved = a.out.join("config.toml");
     if a.resume && saved.exists() {
@@ -134,11 +156,7 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
             Ok(())
         }
         TrainCmd::Export(a) => {
-            let source = hat_train::checkpoint::starting_model(&a.run)?;
-            let dir = hat_train::checkpoint::latest(&a.run)?
-                .with_context(|| format!("{} has no checkpoint yet", a.run.display()))?;
-            let model = hat_model::train::TrainModel::load(&source)?.model;
-            let step = hat_train::checkpoint::load_weights(&dir, &model)?;
+            let (model, source, step) = hat_train::checkpoint::load_run(&a.run)?;
             hat_train::export::export(&model, &source, &a.format, &a.out)?;
             println!("wrote {} (step {step})", a.out.display());
             Ok(())

@@ -120,10 +120,58 @@ impl Packed {
     }
 }
 
+/// Low-rank adapters (LoRA): the model's weights stay frozen and each targeted linear `W`
+/// learns `W + (alpha / rank) B A`, with `A (rank, in)` drawn small and `B (out, rank)` zero, so
+/// training starts from the unchanged model. Exports merge the product into `W`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoraConfig {
+    pub rank: usize,
+    pub alpha: f64,
+    /// Which linears of every block: `q`, `k`, `v`, `o`, `gate`, `up`, `down`.
+    pub targets: Vec<String>,
+    /// Seed of `A`'s initial values.
+    pub seed: u64,
+}
+
+impl Default for LoraConfig {
+    fn default() -> Self {
+        Self {
+            rank: 16,
+            alpha: 32.0,
+            targets: ["q", "k", "v", "o", "gate", "up", "down"]
+                .map(String::from)
+                .to_vec(),
+            seed: 1,
+        }
+    }
+}
+
+/// The GGUF tensor name suffix of each LoRA target.
+const LORA_TARGETS: [(&str, &str); 7] = [
+    ("q", "attn_q"),
+    ("k", "attn_k"),
+    ("v", "attn_v"),
+    ("o", "attn_output"),
+    ("gate", "ffn_gate"),
+    ("up", "ffn_up"),
+    ("down", "ffn_down"),
+];
+
+#[derive(Debug)]
+struct Lora {
+    scale: f64,
+    /// Adapter `(A, B)` by the weight name it adapts (`blk.0.attn_q.weight`).
+    adapters: std::collections::HashMap<String, (Var, Var)>,
+    /// The adapters as trainable variables (`<weight>.lora_a`, `<weight>.lora_b`).
+    vars: Vec<(String, Var)>,
+}
+
 /// A model whose weights are trainable.
 #[derive(Debug)]
 pub struct TrainModel {
     inner: Transformer,
+    lora: Option<Lora>,
 }
 
 /// What [`TrainModel::load`] returns beside the model.
@@ -147,7 +195,10 @@ impl TrainModel {
             },
         )?;
         Ok(TrainLoaded {
-            model: TrainModel { inner: l.model },
+            model: TrainModel {
+                inner: l.model,
+                lora: None,
+            },
             tokenizer: l.tokenizer,
             chat_template: l.chat_template,
             info: l.info,
@@ -163,7 +214,108 @@ impl TrainModel {
                     .into(),
             ));
         }
-        Ok(TrainModel { inner: model })
+        Ok(TrainModel {
+            inner: model,
+            lora: None,
+        })
+    }
+
+    /// Loads like [`Self::load`], then freezes every weight and trains low-rank adapters on
+    /// the targeted linears instead ([`LoraConfig`]).
+    pub fn load_lora(path: &Path, cfg: &LoraConfig) -> Result<TrainLoaded> {
+        let mut l = Self::load(path)?;
+        l.model.add_lora(cfg)?;
+        Ok(l)
+    }
+
+    fn add_lora(&mut self, cfg: &LoraConfig) -> Result<()> {
+        if cfg.rank == 0 || !(cfg.alpha.is_finite() && cfg.alpha > 0.0) {
+            return Err(Error::InvalidArgument(format!(
+                "LoRA needs rank >= 1 and a positive alpha (got rank {}, alpha {})",
+                cfg.rank, cfg.alpha
+            )));
+        }
+        let mut suffixes = Vec::new();
+        for t in &cfg.targets {
+            let s = LORA_TARGETS
+                .iter()
+                .find(|(short, _)| short == t)
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "LoRA target `{t}` (known: q, k, v, o, gate, up, down)"
+                    ))
+                })?;
+            suffixes.push(format!(".{}.weight", s.1));
+        }
+        if suffixes.is_empty() {
+            return Err(Error::InvalidArgument(
+                "LoRA needs at least one target".into(),
+            ));
+        }
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.seed);
+        let dev = self.inner.device().clone();
+        let mut adapters = std::collections::HashMap::new();
+        let mut vars = Vec::new();
+        for (name, w) in self.inner.vars() {
+            if !(name.starts_with("blk.") && suffixes.iter().any(|s| name.ends_with(s.as_str()))) {
+                continue;
+            }
+            let (out, inp) = w.dims2()?;
+            // PEFT's default: A uniform in +-1/sqrt(in), B zero
+            let bound = 1.0 / (inp as f32).sqrt();
+            let a: Vec<f32> = (0..cfg.rank * inp)
+                .map(|_| (rng.gen::<f32>() * 2.0 - 1.0) * bound)
+                .collect();
+            let a = Var::from_tensor(&Tensor::from_vec(a, (cfg.rank, inp), &dev)?)?;
+            let b = Var::from_tensor(&Tensor::zeros((out, cfg.rank), DType::F32, &dev)?)?;
+            vars.push((format!("{name}.lora_a"), a.clone()));
+            vars.push((format!("{name}.lora_b"), b.clone()));
+            adapters.insert(name.clone(), (a, b));
+        }
+        self.inner.freeze();
+        self.lora = Some(Lora {
+            scale: cfg.alpha / cfg.rank as f64,
+            adapters,
+            vars,
+        });
+        Ok(())
+    }
+
+    /// The full weights with their GGUF names: the trained variables, or with LoRA the frozen
+    /// weights with the adapters merged in (what exports write).
+    pub fn weights(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut out = Vec::with_capacity(self.inner.vars().len());
+        for (name, var) in self.inner.vars() {
+            let w = var.as_tensor().detach();
+            let w = match self
+                .lora
+                .as_ref()
+                .and_then(|l| Some((l, l.adapters.get(name)?)))
+            {
+                Some((l, (a, b))) => (w + (b.as_tensor().matmul(a.as_tensor())? * l.scale)?)?,
+                None => w,
+            };
+            out.push((name.clone(), w));
+        }
+        Ok(out)
+    }
+
+    /// `x (1, t, in)` through the adapter of `weight`, if it has one: `scale * x A^T B^T`.
+    fn lora_delta(&self, weight: &str, x: &Tensor) -> Result<Option<Tensor>> {
+        let Some((l, (a, b))) = self
+            .lora
+            .as_ref()
+            .and_then(|l| Some((l, l.adapters.get(weight)?)))
+        else {
+            return Ok(None);
+        };
+        let (_, t, inp) = x.dims3()?;
+        let y = x
+            .reshape((t, inp))?
+            .matmul(&a.as_tensor().t()?)?
+            .matmul(&b.as_tensor().t()?)?;
+        Ok(Some((y.unsqueeze(0)? * l.scale)?))
     }
 
     /// Hyper-parameters.
@@ -174,9 +326,13 @@ impl TrainModel {
     pub fn max_positions(&self) -> usize {
         self.inner.max_positions()
     }
-    /// The trainable variables with their GGUF tensor names, in a fixed order.
+    /// The trainable variables with their names, in a fixed order: every weight by its GGUF
+    /// name, or with LoRA only the adapters.
     pub fn vars(&self) -> &[(String, Var)] {
-        self.inner.vars()
+        match &self.lora {
+            Some(l) => &l.vars,
+            None => self.inner.vars(),
+        }
     }
     /// Replaces variable values (e.g. from a checkpoint); every variable must be present
     /// with its shape.
@@ -223,8 +379,8 @@ impl TrainModel {
         let (cos, sin) = m.rotary.tables(&positions)?;
         let rope = ops::RopeTables::new(&cos.squeeze(0)?, &sin.squeeze(0)?, m.rotary.layout)?;
         let mut x = m.embed.forward(&ids)?;
-        for blk in &m.blocks {
-            x = block_forward(blk, &x, &rope, &p.visible)?;
+        for (i, blk) in m.blocks.iter().enumerate() {
+            x = self.block_forward(i, blk, &x, &rope, &p.visible)?;
         }
         if p.loss_rows.is_empty() {
             return Ok(Tensor::zeros((0, cfg.vocab_size), DType::F32, dev)?);
@@ -236,41 +392,70 @@ impl TrainModel {
     }
 }
 
-fn block_forward(
-    blk: &Block,
-    x: &Tensor,
-    rope: &Arc<ops::RopeTables>,
-    vis: &Arc<Visible>,
-) -> Result<Tensor> {
-    let a = &blk.attn;
-    let h_in = ops::rms_norm(x, &blk.attn_norm.weight, blk.attn_norm.eps)?;
-    let (_, t, _) = h_in.dims3()?;
-    let (h, kvh, hd) = (a.num_heads, a.num_kv_heads, a.head_dim);
-    let (q, k, v) = match &a.qkv {
-        Qkv::Separate { q, k, v } => (q.forward(&h_in)?, k.forward(&h_in)?, v.forward(&h_in)?),
-        Qkv::Fused(_) => {
-            return Err(Error::InvalidArgument(
-                "a training model keeps q, k and v separate".into(),
-            ))
+impl TrainModel {
+    /// A linear of block `i` (`attn_q`, ...) applied to `x`, plus its adapter's output.
+    fn linear(
+        &self,
+        i: usize,
+        name: &str,
+        lin: &crate::layers::Linear,
+        x: &Tensor,
+    ) -> Result<Tensor> {
+        let y = lin.forward(x)?;
+        if self.lora.is_none() {
+            return Ok(y);
         }
-    };
-    let q = ops::rope(&q.reshape((1, t, h, hd))?, rope)?.transpose(1, 2)?;
-    let k = ops::rope(&k.reshape((1, t, kvh, hd))?, rope)?.transpose(1, 2)?;
-    let v = v.reshape((1, t, kvh, hd))?.transpose(1, 2)?;
-    let y = attention::packed_attention(&q, &k, &v, vis, 1.0 / (hd as f32).sqrt())?;
-    let y = y.transpose(1, 2)?.reshape((1, t, h * hd))?;
-    let x = (x + a.o.forward(&y)?)?;
-    let h2 = ops::rms_norm(&x, &blk.ffn_norm.weight, blk.ffn_norm.eps)?;
-    let (g, u) = match &blk.mlp.gate_up {
-        GateUp::Separate { gate, up } => (gate.forward(&h2)?, up.forward(&h2)?),
-        GateUp::Fused(_) => {
-            return Err(Error::InvalidArgument(
-                "a training model keeps gate and up separate".into(),
-            ))
+        match self.lora_delta(&format!("blk.{i}.{name}.weight"), x)? {
+            Some(d) => Ok((y + d)?),
+            None => Ok(y),
         }
-    };
-    let act = ops::swiglu(&g, &u)?;
-    Ok((x + blk.mlp.down.forward(&act)?)?)
+    }
+
+    fn block_forward(
+        &self,
+        i: usize,
+        blk: &Block,
+        x: &Tensor,
+        rope: &Arc<ops::RopeTables>,
+        vis: &Arc<Visible>,
+    ) -> Result<Tensor> {
+        let a = &blk.attn;
+        let h_in = ops::rms_norm(x, &blk.attn_norm.weight, blk.attn_norm.eps)?;
+        let (_, t, _) = h_in.dims3()?;
+        let (h, kvh, hd) = (a.num_heads, a.num_kv_heads, a.head_dim);
+        let (q, k, v) = match &a.qkv {
+            Qkv::Separate { q, k, v } => (
+                self.linear(i, "attn_q", q, &h_in)?,
+                self.linear(i, "attn_k", k, &h_in)?,
+                self.linear(i, "attn_v", v, &h_in)?,
+            ),
+            Qkv::Fused(_) => {
+                return Err(Error::InvalidArgument(
+                    "a training model keeps q, k and v separate".into(),
+                ))
+            }
+        };
+        let q = ops::rope(&q.reshape((1, t, h, hd))?, rope)?.transpose(1, 2)?;
+        let k = ops::rope(&k.reshape((1, t, kvh, hd))?, rope)?.transpose(1, 2)?;
+        let v = v.reshape((1, t, kvh, hd))?.transpose(1, 2)?;
+        let y = attention::packed_attention(&q, &k, &v, vis, 1.0 / (hd as f32).sqrt())?;
+        let y = y.transpose(1, 2)?.reshape((1, t, h * hd))?;
+        let x = (x + self.linear(i, "attn_output", &a.o, &y)?)?;
+        let h2 = ops::rms_norm(&x, &blk.ffn_norm.weight, blk.ffn_norm.eps)?;
+        let (g, u) = match &blk.mlp.gate_up {
+            GateUp::Separate { gate, up } => (
+                self.linear(i, "ffn_gate", gate, &h2)?,
+                self.linear(i, "ffn_up", up, &h2)?,
+            ),
+            GateUp::Fused(_) => {
+                return Err(Error::InvalidArgument(
+                    "a training model keeps gate and up separate".into(),
+                ))
+            }
+        };
+        let act = ops::swiglu(&g, &u)?;
+        Ok((x + self.linear(i, "ffn_down", &blk.mlp.down, &act)?)?)
+    }
 }
 
 /// The elements of a contiguous f32 CPU storage (what the custom ops read).

@@ -80,11 +80,10 @@ pub fn hf_folder(model: &TrainModel, source: &Path, out: &Path) -> Result<()> {
     // GGUF llama q/k rows are permuted for the interleaved rotary layout; transformers uses the
     // half-split one.
     let unpermute = cfg.arch == Architecture::Llama && cfg.rope_layout == RopeLayout::Interleaved;
-    for (name, var) in model.vars() {
-        let hf = hat_model::hf::hf_name(name).ok_or_else(|| {
+    for (name, mut t) in model.weights()? {
+        let hf = hat_model::hf::hf_name(&name).ok_or_else(|| {
             TrainError::Invalid(format!("tensor `{name}` has no Hugging Face name"))
         })?;
-        let mut t = var.as_tensor().detach();
         if unpermute && (name.ends_with("attn_q.weight") || name.ends_with("attn_k.weight")) {
             let (rows, cols) = t.dims2()?;
             let heads = rows / cfg.head_dim;
@@ -116,7 +115,7 @@ fn write_json(path: &Path, v: &Value) -> Result<()> {
 
 fn config_json(model: &TrainModel, spec: &TokenizerSpec) -> Result<Value> {
     let cfg: &ModelConfig = model.config();
-    let tied = !model.vars().iter().any(|(n, _)| n == "output.weight");
+    let tied = !model.weights()?.iter().any(|(n, _)| n == "output.weight");
     let (class, kind) = match cfg.arch {
         Architecture::Llama => ("LlamaForCausalLM", "llama"),
         Architecture::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),

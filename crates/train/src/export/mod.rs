@@ -13,7 +13,6 @@ use std::path::Path;
 
 use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::{GgmlDType, QTensor};
-use candle_core::Tensor;
 
 use hat_model::gguf::GgufFile;
 use hat_model::hf::HfFolder;
@@ -153,8 +152,7 @@ pub fn gguf(model: &TrainModel, source: &Path, format: &str, out: &Path) -> Resu
     // permuted for the interleaved one.
     let permute = cfg.arch == Architecture::Llama && cfg.rope_layout == RopeLayout::HalfSplit;
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
-    for (name, var) in model.vars() {
-        let mut t: Tensor = var.as_tensor().detach();
+    for (name, mut t) in model.weights()? {
         if permute && (name.ends_with("attn_q.weight") || name.ends_with("attn_k.weight")) {
             let (rows, cols) = t.dims2()?;
             let heads = rows / cfg.head_dim;
