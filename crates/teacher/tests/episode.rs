@@ -7,7 +7,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use hat_harness::{Harness, Message, Role};
-use hat_tasks::{expect, score, Split, TaskKind, TaskSet, WorldCache};
+use hat_tasks::{expect, score, Split, Task, TaskKind, TaskSet, WorldCache};
 use hat_teacher::episode::{run, ChatModel, Completion, EpisodeConfig};
 use hat_teacher::{oracle, TeacherError};
 
@@ -30,14 +30,14 @@ fn production() -> Harness {
         .unwrap()
 }
 
-#[test]
-fn replaying_the_oracle_through_the_loop_passes_every_kind() {
-    let h = production();
-    let mut worlds = WorldCache::default();
-    for t in TaskSet::generate(Split::Test, 38, 2, &mut worlds).unwrap() {
+/// Replays each task's oracle trajectory through the loop under `h` (a scripted model writes
+/// what the oracle wrote) and asserts that it passes; returns the system prompts shown.
+fn replay_oracle(h: &Harness, tasks: &[Task], worlds: &mut WorldCache) -> Vec<String> {
+    let mut prompts = Vec::new();
+    for t in tasks {
         let w = worlds.get(t.world_seed).unwrap();
-        let exp = expect(&t, &h, w).unwrap();
-        let gold = oracle::trajectory(&t, &h, w, &exp, &mut ChaCha8Rng::seed_from_u64(0)).unwrap();
+        let exp = expect(t, h, w).unwrap();
+        let gold = oracle::trajectory(t, h, w, &exp, &mut ChaCha8Rng::seed_from_u64(0)).unwrap();
         let n_prompt = 2 + t.history.len() * 2;
         let outputs: Vec<String> = gold.messages[n_prompt - 1..]
             .iter()
@@ -46,22 +46,32 @@ fn replaying_the_oracle_through_the_loop_passes_every_kind() {
             .collect();
         let traj = run(
             &t.scene(),
-            &h,
+            h,
             w,
             &mut Script(outputs, 0),
             EpisodeConfig::default(),
         )
         .unwrap();
-        let s = score(&exp, &h, &traj.attempt);
+        let s = score(&exp, h, &traj.attempt);
         assert!(
             s.pass,
-            "{} [{}]: {} || {:?}",
+            "{} [{}] under {}: {} || {:?}",
             t.id,
             t.kind,
+            h.syntax.as_str(),
             s.reason(),
             traj.attempt
         );
+        prompts.push(gold.messages[0].content.clone());
     }
+    prompts
+}
+
+#[test]
+fn replaying_the_oracle_through_the_loop_passes_every_kind() {
+    let mut worlds = WorldCache::default();
+    let tasks = TaskSet::generate(Split::Test, 38, 2, &mut worlds).unwrap();
+    replay_oracle(&production(), &tasks, &mut worlds);
 }
 
 /// Every call syntax the runtime knows (HSA's training and held-out pools) carries the
@@ -79,32 +89,12 @@ fn replaying_the_oracle_passes_under_every_call_syntax() {
             name: "tool_name".into(),
             arguments: serde_json::json!({"param": "value"}),
         });
-        for t in &tasks {
-            let w = worlds.get(t.world_seed).unwrap();
-            let exp = expect(t, &h, w).unwrap();
-            let gold =
-                oracle::trajectory(t, &h, w, &exp, &mut ChaCha8Rng::seed_from_u64(0)).unwrap();
+        for prompt in replay_oracle(&h, &tasks, &mut worlds) {
             assert!(
-                gold.messages[0].content.contains(&example),
+                prompt.contains(&example),
                 "the prompt does not show how to write a {} call",
                 syntax.as_str()
             );
-            let n_prompt = 2 + t.history.len() * 2;
-            let outputs: Vec<String> = gold.messages[n_prompt - 1..]
-                .iter()
-                .filter(|m| m.role == Role::Assistant)
-                .map(|m| m.content.clone())
-                .collect();
-            let traj = run(
-                &t.scene(),
-                &h,
-                w,
-                &mut Script(outputs, 0),
-                EpisodeConfig::default(),
-            )
-            .unwrap();
-            let s = score(&exp, &h, &traj.attempt);
-            assert!(s.pass, "{} under {}: {}", t.id, syntax.as_str(), s.reason());
         }
     }
 }

@@ -10,6 +10,26 @@ use crate::optim::AdamWConfig;
 use crate::pack::PackConfig;
 pub use hat_model::train::LoraConfig;
 
+/// An unknown `--preset` as an error listing the known ones.
+pub(crate) fn unknown_preset(name: &str, presets: &[(&str, &str)]) -> TrainError {
+    TrainError::Config {
+        path: "--preset".into(),
+        message: format!(
+            "unknown preset `{name}` (known: {})",
+            presets.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+/// Reads a stage's TOML config; unknown keys are errors naming the key.
+pub(crate) fn read_toml<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).map_err(crate::error::io(path.display()))?;
+    toml::from_str(&text).map_err(|e| TrainError::Config {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })
+}
+
 /// What to do with a sample longer than a packed sequence may be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -132,26 +152,14 @@ impl SftConfig {
                 c.save_every = 1;
                 c.val_max = 4;
             }
-            other => {
-                return Err(TrainError::Config {
-                    path: "--preset".into(),
-                    message: format!(
-                        "unknown preset `{other}` (known: {})",
-                        PRESETS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
-                    ),
-                })
-            }
+            other => return Err(unknown_preset(other, PRESETS)),
         }
         Ok(c)
     }
 
     /// Reads a TOML file; unknown keys are errors naming the key.
     pub fn from_toml(path: &std::path::Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(crate::error::io(path.display()))?;
-        toml::from_str(&text).map_err(|e| TrainError::Config {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })
+        read_toml(path)
     }
 
     /// The TOML form.

@@ -36,12 +36,7 @@ fn steps(run: &Path) -> Vec<StepMetrics> {
 }
 
 fn weights(run: &Path) -> HashMap<String, Vec<f32>> {
-    let dir = hat_train::checkpoint::latest(run).unwrap().unwrap();
-    candle_core::safetensors::load(dir.join("model.safetensors"), &candle_core::Device::Cpu)
-        .unwrap()
-        .into_iter()
-        .map(|(k, v)| (k, v.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
-        .collect()
+    common::checkpoint_weights(run)
 }
 
 #[test]

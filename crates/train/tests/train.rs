@@ -172,12 +172,7 @@ fn run_cfg(model: &std::path::Path, data: &std::path::Path, steps: usize) -> Sft
 }
 
 fn weights(run: &std::path::Path) -> HashMap<String, Vec<f32>> {
-    let dir = hat_train::checkpoint::latest(run).unwrap().unwrap();
-    candle_core::safetensors::load(dir.join("model.safetensors"), &candle_core::Device::Cpu)
-        .unwrap()
-        .into_iter()
-        .map(|(k, v)| (k, v.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
-        .collect()
+    common::checkpoint_weights(run)
 }
 
 #[test]
@@ -198,15 +193,7 @@ fn a_killed_run_resumes_to_bit_identical_weights_and_exports() {
     let start = weights_of_model(&model);
     assert_ne!(start["blk.0.attn_q.weight"], wa["blk.0.attn_q.weight"]);
     // the loss went down on the training data
-    let lines = std::fs::read_to_string(straight.join("metrics.jsonl")).unwrap();
-    let losses: Vec<f64> = lines
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"]
-                .as_f64()
-                .unwrap()
-        })
-        .collect();
+    let losses = common::losses(&straight);
     assert_eq!(losses.len(), 4);
     assert!(losses[3] < losses[0], "{losses:?}");
     assert_eq!(
@@ -387,15 +374,7 @@ fn lora_trains_only_adapters_merges_them_on_export_and_resumes_exactly() {
     for (k, v) in w.iter().filter(|(k, _)| k.ends_with(".lora_b")) {
         assert!(v.iter().any(|x| *x != 0.0), "{k} never moved");
     }
-    let lines = std::fs::read_to_string(straight.join("metrics.jsonl")).unwrap();
-    let losses: Vec<f64> = lines
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"]
-                .as_f64()
-                .unwrap()
-        })
-        .collect();
+    let losses = common::losses(&straight);
     assert!(losses[3] < losses[0], "{losses:?}");
     // killed after 2 steps, resumed to 4
     let split = dir.path().join("b");

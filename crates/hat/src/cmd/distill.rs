@@ -8,6 +8,7 @@ use clap::Args;
 use hat_train::distill::{self, DistillConfig};
 
 use crate::cmd::backend::model_path;
+use crate::cmd::train::RunArgs;
 
 #[derive(Args)]
 pub struct DistillArgs {
@@ -33,25 +34,8 @@ pub struct DistillArgs {
     /// Generated general prompts.
     #[arg(long)]
     general_prompts: Option<usize>,
-    /// Run folder (config, metrics.jsonl, checkpoints, exported models).
-    #[arg(long)]
-    out: PathBuf,
-    /// A TOML config (see `DistillConfig`); flags override it.
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Start from a preset: cpu, gpu, smoke.
-    #[arg(long)]
-    preset: Option<String>,
-    /// Continue the run in --out from its latest checkpoint with its saved config
-    /// (--max-steps N extends it).
-    #[arg(long)]
-    resume: bool,
-    #[arg(long)]
-    max_steps: Option<usize>,
-    #[arg(long)]
-    lr: Option<f64>,
-    #[arg(long)]
-    seed: Option<u64>,
+    #[command(flatten)]
+    run: RunArgs,
     /// Prompts sampled per optimiser step.
     #[arg(long)]
     prompts_per_step: Option<usize>,
@@ -65,8 +49,8 @@ pub struct DistillArgs {
 
 /// The config with the flags applied: to a saved run (only --max-steps may change) or a new one.
 fn resolve(a: &DistillArgs) -> Result<(DistillConfig, bool)> {
-    let saved = a.out.join("config.toml");
-    if a.resume && saved.exists() {
+    let saved = a.run.out.join("config.toml");
+    if a.run.resume && saved.exists() {
         let mut c = DistillConfig::from_toml(&saved)?;
         let before = c.clone();
         apply(&mut c, a);
@@ -77,7 +61,7 @@ fn resolve(a: &DistillArgs) -> Result<(DistillConfig, bool)> {
                 "the run being resumed in {} has a different config than these flags; a resumed \
                  run keeps its config.toml (only --max-steps may change: it extends the run); \
                  start a new run folder to change it",
-                a.out.display()
+                a.run.out.display()
             );
         }
         let changed = c.max_steps != before.max_steps;
@@ -90,7 +74,7 @@ fn resolve(a: &DistillArgs) -> Result<(DistillConfig, bool)> {
         }
         return Ok((c, changed));
     }
-    let mut c = match (&a.config, &a.preset) {
+    let mut c = match (&a.run.config, &a.run.preset) {
         (Some(p), _) => DistillConfig::from_toml(p)?,
         (None, Some(p)) => DistillConfig::preset(p)?,
         (None, None) => DistillConfig::default(),
@@ -132,13 +116,13 @@ fn apply(c: &mut DistillConfig, a: &DistillArgs) {
     if let Some(x) = a.general_prompts {
         c.general_prompts = x;
     }
-    if let Some(x) = a.max_steps {
+    if let Some(x) = a.run.max_steps {
         c.max_steps = x;
     }
-    if let Some(x) = a.lr {
+    if let Some(x) = a.run.lr {
         c.optim.lr = x;
     }
-    if let Some(x) = a.seed {
+    if let Some(x) = a.run.seed {
         c.seed = x;
     }
     if let Some(x) = a.prompts_per_step {
@@ -154,14 +138,15 @@ fn apply(c: &mut DistillConfig, a: &DistillArgs) {
 
 pub fn run(a: DistillArgs) -> Result<()> {
     let (cfg, write) = resolve(&a)?;
-    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    let saved = a.out.join("config.toml");
+    std::fs::create_dir_all(&a.run.out)
+        .with_context(|| format!("creating {}", a.run.out.display()))?;
+    let saved = a.run.out.join("config.toml");
     if write {
         std::fs::write(&saved, cfg.to_toml())
             .with_context(|| format!("writing {}", saved.display()))?;
     }
     let mut bar: Option<indicatif::ProgressBar> = None;
-    let last = distill::run(&cfg, &a.out, a.resume, &mut |e| {
+    let last = distill::run(&cfg, &a.run.out, a.run.resume, &mut |e| {
         crate::cmd::train::report(&mut bar, e)
     })?;
     if let Some(pb) = bar {

@@ -36,6 +36,30 @@ pub struct PlotArgs {
     height: u32,
 }
 
+/// The flags every training stage takes.
+#[derive(Args)]
+pub struct RunArgs {
+    /// Run folder (config, metrics.jsonl, checkpoints, exported models).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// A TOML config (the stage's config type); flags override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Start from a preset: cpu (about an hour on 2 cores), gpu, smoke.
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// Continue the run in --out from its latest checkpoint, with its saved config (flags
+    /// repeating it are fine; --max-steps N extends the run to N steps).
+    #[arg(long)]
+    pub resume: bool,
+    #[arg(long)]
+    pub max_steps: Option<usize>,
+    #[arg(long)]
+    pub lr: Option<f64>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
 #[derive(Args)]
 pub struct SftArgs {
     /// Training data (JSONL from `hat data gen`); repeat or comma-separate.
@@ -45,27 +69,10 @@ pub struct SftArgs {
     /// Hugging Face folder.
     #[arg(long, default_value = "default")]
     model: String,
-    /// Run folder (config, metrics.jsonl, checkpoints, exported models).
-    #[arg(long)]
-    out: PathBuf,
-    /// A TOML config (see `SftConfig`); flags override it.
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Start from a preset: cpu (~90 min on 2 cores), gpu, smoke.
-    #[arg(long)]
-    preset: Option<String>,
-    /// Continue the run in --out from its latest checkpoint, with its saved config (flags
-    /// repeating it are fine; --max-steps N extends the run to N steps).
-    #[arg(long)]
-    resume: bool,
-    #[arg(long)]
-    max_steps: Option<usize>,
-    #[arg(long)]
-    lr: Option<f64>,
+    #[command(flatten)]
+    run: RunArgs,
     #[arg(long)]
     tokens_per_step: Option<usize>,
-    #[arg(long)]
-    seed: Option<u64>,
     /// Conversations per packed sequence (1: no packing).
     #[arg(long)]
     pack: Option<usize>,
@@ -96,10 +103,10 @@ fn resolve(a: &SftArgs) -> Result<(SftConfig, bool)> {
     let o = hat_train::config::Overrides {
         data: a.data.clone(),
         model: (a.model != "default").then(|| model_path(&a.model)),
-        max_steps: a.max_steps,
-        lr: a.lr,
+        max_steps: a.run.max_steps,
+        lr: a.run.lr,
         tokens_per_step: a.tokens_per_step,
-        seed: a.seed,
+        seed: a.run.seed,
         pack: a.pack,
         lora: a.lora_rank.map(|rank| {
             let d = hat_train::config::LoraConfig::default();
@@ -111,12 +118,12 @@ fn resolve(a: &SftArgs) -> Result<(SftConfig, bool)> {
                 } else {
                     a.lora_targets.clone()
                 },
-                seed: a.seed.unwrap_or(d.seed),
+                seed: a.run.seed.unwrap_or(d.seed),
             }
         }),
     };
-    let saved = a.out.join("config.toml");
-    if a.resume && saved.exists() {
+    let saved = a.run.out.join("config.toml");
+    if a.run.resume && saved.exists() {
         let mut c = SftConfig::from_toml(&saved)?;
         let changed = c.resume_with(&o)?;
         if changed {
@@ -127,7 +134,7 @@ fn resolve(a: &SftArgs) -> Result<(SftConfig, bool)> {
         }
         return Ok((c, changed));
     }
-    let mut c = match (&a.config, &a.preset) {
+    let mut c = match (&a.run.config, &a.run.preset) {
         (Some(p), _) => SftConfig::from_toml(p)?,
         (None, Some(p)) => SftConfig::preset(p)?,
         (None, None) => SftConfig::default(),
@@ -166,14 +173,15 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
 
 fn sft_cmd(a: SftArgs) -> Result<()> {
     let (cfg, write) = resolve(&a)?;
-    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    let saved = a.out.join("config.toml");
+    std::fs::create_dir_all(&a.run.out)
+        .with_context(|| format!("creating {}", a.run.out.display()))?;
+    let saved = a.run.out.join("config.toml");
     if write {
         std::fs::write(&saved, cfg.to_toml())
             .with_context(|| format!("writing {}", saved.display()))?;
     }
     let mut bar: Option<indicatif::ProgressBar> = None;
-    let last = sft::run(&cfg, &a.out, a.resume, &mut |e| report(&mut bar, e))?;
+    let last = sft::run(&cfg, &a.run.out, a.run.resume, &mut |e| report(&mut bar, e))?;
     if let Some(pb) = bar {
         pb.finish();
     }

@@ -136,26 +136,14 @@ impl DistillConfig {
                 c.eval_every = 2;
                 c.save_every = 1;
             }
-            other => {
-                return Err(TrainError::Config {
-                    path: "--preset".into(),
-                    message: format!(
-                        "unknown preset `{other}` (known: {})",
-                        PRESETS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
-                    ),
-                })
-            }
+            other => return Err(crate::config::unknown_preset(other, PRESETS)),
         }
         Ok(c)
     }
 
     /// Reads a TOML file; unknown keys are errors naming the key.
     pub fn from_toml(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(crate::error::io(path.display()))?;
-        toml::from_str(&text).map_err(|e| TrainError::Config {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })
+        crate::config::read_toml(path)
     }
 
     /// The TOML form.

@@ -23,6 +23,29 @@ pub fn tiny_model_arch(dir: &Path, seed: u64, arch: &str) -> PathBuf {
     hat_train::fixture::tiny_model(dir, seed, arch).unwrap()
 }
 
+/// The weights of a run's latest checkpoint, by name.
+pub fn checkpoint_weights(run: &Path) -> std::collections::HashMap<String, Vec<f32>> {
+    let dir = hat_train::checkpoint::latest(run).unwrap().unwrap();
+    candle_core::safetensors::load(dir.join("model.safetensors"), &candle_core::Device::Cpu)
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, v.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
+        .collect()
+}
+
+/// The losses of a run's `metrics.jsonl`, one per step.
+pub fn losses(run: &Path) -> Vec<f64> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect()
+}
+
 /// Largest absolute difference of two tensors of one shape.
 pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     (a - b)
