@@ -153,3 +153,23 @@ fn stream_prompts_need_stream_data_and_use_the_stream_teacher() {
         s.loss
     );
 }
+
+#[test]
+fn distillation_can_train_lora_adapters_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let student = common::tiny_model(&dir.path().join("s"), 1);
+    let teacher = common::tiny_model(&dir.path().join("t"), 2);
+    let mut c = cfg(&student, &teacher, 3);
+    c.lora = Some(hat_model::train::LoraConfig {
+        rank: 2,
+        targets: vec!["q".into(), "v".into()],
+        ..Default::default()
+    });
+    let run = dir.path().join("run");
+    distill::run(&c, &run, false, &mut |_| {}).unwrap();
+    let w = weights(&run);
+    // 2 targets x 2 blocks x (A, B), and the rollouts sampled from the merged weights moved
+    assert_eq!(w.len(), 8, "{:?}", w.keys().collect::<Vec<_>>());
+    let m = steps(&run);
+    assert!(m[2].loss < m[0].loss, "{} -> {}", m[0].loss, m[2].loss);
+}

@@ -8,7 +8,7 @@ use clap::Args;
 use hat_train::distill::{self, DistillConfig};
 
 use crate::cmd::backend::model_path;
-use crate::cmd::train::RunArgs;
+use crate::cmd::train::{LoraArgs, RunArgs};
 
 #[derive(Args)]
 pub struct DistillArgs {
@@ -36,6 +36,8 @@ pub struct DistillArgs {
     general_prompts: Option<usize>,
     #[command(flatten)]
     run: RunArgs,
+    #[command(flatten)]
+    lora: LoraArgs,
     /// Prompts sampled per optimiser step.
     #[arg(long)]
     prompts_per_step: Option<usize>,
@@ -133,6 +135,9 @@ fn apply(c: &mut DistillConfig, a: &DistillArgs) {
     }
     if let Some(x) = &a.rollout_format {
         c.rollout_format = x.clone();
+    }
+    if let Some(l) = a.lora.config(a.run.seed) {
+        c.lora = Some(l);
     }
 }
 

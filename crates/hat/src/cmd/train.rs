@@ -76,15 +76,41 @@ pub struct SftArgs {
     /// Conversations per packed sequence (1: no packing).
     #[arg(long)]
     pack: Option<usize>,
+    #[command(flatten)]
+    lora: LoraArgs,
+}
+
+/// LoRA flags, for every stage that trains weights.
+#[derive(Args)]
+pub struct LoraArgs {
     /// Train low-rank adapters of this rank instead of every weight (merged on export).
     #[arg(long)]
-    lora_rank: Option<usize>,
+    pub lora_rank: Option<usize>,
     /// LoRA scale numerator (the adapters' output is scaled by alpha / rank) [default: 2 x rank].
     #[arg(long, requires = "lora_rank")]
-    lora_alpha: Option<f64>,
+    pub lora_alpha: Option<f64>,
     /// Linears of every block that get adapters [default: q,k,v,o,gate,up,down].
     #[arg(long, value_delimiter = ',', requires = "lora_rank")]
-    lora_targets: Vec<String>,
+    pub lora_targets: Vec<String>,
+}
+
+impl LoraArgs {
+    /// The adapters asked for, if any (`seed` draws their initial values).
+    pub fn config(&self, seed: Option<u64>) -> Option<hat_train::config::LoraConfig> {
+        self.lora_rank.map(|rank| {
+            let d = hat_train::config::LoraConfig::default();
+            hat_train::config::LoraConfig {
+                rank,
+                alpha: self.lora_alpha.unwrap_or(2.0 * rank as f64),
+                targets: if self.lora_targets.is_empty() {
+                    d.targets
+                } else {
+                    self.lora_targets.clone()
+                },
+                seed: seed.unwrap_or(d.seed),
+            }
+        })
+    }
 }
 
 #[derive(Args)]
@@ -108,19 +134,7 @@ fn resolve(a: &SftArgs) -> Result<(SftConfig, bool)> {
         tokens_per_step: a.tokens_per_step,
         seed: a.run.seed,
         pack: a.pack,
-        lora: a.lora_rank.map(|rank| {
-            let d = hat_train::config::LoraConfig::default();
-            hat_train::config::LoraConfig {
-                rank,
-                alpha: a.lora_alpha.unwrap_or(2.0 * rank as f64),
-                targets: if a.lora_targets.is_empty() {
-                    d.targets
-                } else {
-                    a.lora_targets.clone()
-                },
-                seed: a.run.seed.unwrap_or(d.seed),
-            }
-        }),
+        lora: a.lora.config(a.run.seed),
     };
     let saved = a.run.out.join("config.toml");
     if a.run.resume && saved.exists() {

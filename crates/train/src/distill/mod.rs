@@ -70,6 +70,10 @@ pub struct DistillConfig {
     /// GGUF formats (or `hf`) written at the end.
     pub export: Vec<String>,
     pub optim: AdamWConfig,
+    /// Low-rank adapters instead of full fine-tuning (merged into the weights on export and
+    /// in every rollout snapshot).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora: Option<hat_model::train::LoraConfig>,
 }
 
 impl Default for DistillConfig {
@@ -98,6 +102,7 @@ impl Default for DistillConfig {
                 warmup_steps: 2,
                 ..AdamWConfig::default()
             },
+            lora: None,
         }
     }
 }
@@ -565,7 +570,10 @@ pub fn run(
 ) -> Result<PathBuf> {
     cfg.validate()?;
     std::fs::create_dir_all(out).map_err(crate::error::io(out.display()))?;
-    let loaded = TrainModel::load(&cfg.model)?;
+    let loaded = match &cfg.lora {
+        Some(l) => TrainModel::load_lora(&cfg.model, l)?,
+        None => TrainModel::load(&cfg.model)?,
+    };
     let model = loaded.model;
     let encoder = Encoder::new(loaded.tokenizer, loaded.chat_template.as_deref())?;
     let mut stage = DistillStage::new(cfg, encoder, model.max_positions(), out)?;
