@@ -1188,7 +1188,6 @@ fn train_sft_with_lora_saves_adapters_and_exports_a_merged_model() {
         .arg(&out)
         .assert()
         .success()
-        .stdout(
-            predicate::str::contains("blk.1.ffn_down.weight").or(predicate::str::contains("qwen2")),
-        );
+        // a whole model (2 blocks of 12 tensors, embedding, norm), not 28 adapter tensors
+        .stdout(predicate::str::contains("f32:26"));
 }

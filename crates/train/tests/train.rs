@@ -212,20 +212,32 @@ fn a_killed_run_resumes_to_bit_identical_weights_and_exports() {
         hat_train::checkpoint::load_weights(&ck, &trained).unwrap(),
         4
     );
-    let gguf = dir.path().join("m.gguf");
-    hat_train::export::gguf(&trained, &model, "f32", &gguf).unwrap();
+    let (diff, engine) = export_and_compare(&trained, &model, &dir.path().join("m.gguf"));
+    assert!(engine.chat_template.is_some());
+    assert!(diff < 1e-3, "exported logits differ by {diff}");
+}
+
+/// Exports `trained` (started from `source`) as an f32 GGUF at `gguf`, loads it in the
+/// inference engine and returns the largest logit difference on a short sequence, and the
+/// loaded model.
+fn export_and_compare(
+    trained: &TrainModel,
+    source: &std::path::Path,
+    gguf: &std::path::Path,
+) -> (f32, hat_model::Loaded) {
+    hat_train::export::gguf(trained, source, "f32", gguf).unwrap();
     let ids: Vec<u32> = vec![5, 9, 17, 33, 2, 8, 40];
-    let seq = Packed::causal(ids.clone(), &[true; 7]).unwrap();
-    let want = trained.logits(&seq).unwrap();
+    let want = trained
+        .logits(&Packed::causal(ids.clone(), &[true; 7]).unwrap())
+        .unwrap();
     let engine = hat_model::load(
-        &gguf,
+        gguf,
         hat_model::LoadOptions {
             format: hat_model::WeightFormat::F32,
             ..Default::default()
         },
     )
     .unwrap();
-    assert!(engine.chat_template.is_some());
     let x = Tensor::from_slice(&ids, (1, 7), &candle_core::Device::Cpu).unwrap();
     let mut cache = engine.model.new_cache(1);
     let got = engine
@@ -234,9 +246,8 @@ fn a_killed_run_resumes_to_bit_identical_weights_and_exports() {
         .unwrap()
         .squeeze(0)
         .unwrap();
-    let got = got.narrow(0, 0, 6).unwrap();
-    let diff = common::max_abs_diff(&got, &want);
-    assert!(diff < 1e-3, "exported logits differ by {diff}");
+    let diff = common::max_abs_diff(&got.narrow(0, 0, 6).unwrap(), &want);
+    (diff, engine)
 }
 
 fn weights_of_model(path: &std::path::Path) -> HashMap<String, Vec<f32>> {
@@ -386,29 +397,7 @@ fn lora_trains_only_adapters_merges_them_on_export_and_resumes_exactly() {
     std::fs::write(straight.join("config.toml"), lora_cfg(4).to_toml()).unwrap();
     let (trained, source, step) = hat_train::checkpoint::load_run(&straight).unwrap();
     assert_eq!((source.as_path(), step), (model.as_path(), 4));
-    let gguf = dir.path().join("m.gguf");
-    hat_train::export::gguf(&trained, &model, "f32", &gguf).unwrap();
-    let ids: Vec<u32> = vec![5, 9, 17, 33, 2, 8, 40];
-    let want = trained
-        .logits(&Packed::causal(ids.clone(), &[true; 7]).unwrap())
-        .unwrap();
-    let engine = hat_model::load(
-        &gguf,
-        hat_model::LoadOptions {
-            format: hat_model::WeightFormat::F32,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let x = Tensor::from_slice(&ids, (1, 7), &candle_core::Device::Cpu).unwrap();
-    let mut cache = engine.model.new_cache(1);
-    let got = engine
-        .model
-        .forward(&x, &mut cache, false)
-        .unwrap()
-        .squeeze(0)
-        .unwrap();
-    let diff = common::max_abs_diff(&got.narrow(0, 0, 6).unwrap(), &want);
+    let (diff, _) = export_and_compare(&trained, &model, &dir.path().join("m.gguf"));
     assert!(diff < 1e-3, "merged export logits differ by {diff}");
     // frozen weights are exported unchanged; adapted ones are not
     let base = weights_of_model(&model);

@@ -60,6 +60,18 @@ pub struct ServeBenchArgs {
     json: bool,
 }
 
+/// The simulated audience the flags describe, for `streams` streams.
+fn audience(a: &ServeBenchArgs, streams: usize) -> Audience {
+    Audience {
+        streams,
+        period_s: a.period_s,
+        burst_prob: a.burst_prob,
+        burst_size: a.burst_size,
+        duration_s: a.duration_s,
+        seed: a.seed,
+    }
+}
+
 fn cfg(a: &ServeBenchArgs, data: &std::path::Path, name: &str) -> ServeConfig {
     ServeConfig {
         data_dir: data.to_path_buf(),
@@ -100,14 +112,7 @@ fn pipeline(
     };
     hat_serve::bench::run(&bg.url(), label, "warm", &warm, mix)?;
     for (k, &n) in a.streams.iter().enumerate() {
-        let aud = Audience {
-            streams: n,
-            period_s: a.period_s,
-            burst_prob: a.burst_prob,
-            burst_size: a.burst_size,
-            duration_s: a.duration_s,
-            seed: a.seed,
-        };
+        let aud = audience(a, n);
         eprintln!(
             "{label}: {n} streams, one event per {} s each, {} s ...",
             a.period_s, a.duration_s
@@ -191,15 +196,7 @@ fn start_llama_server(
 
 pub fn run(a: ServeBenchArgs) -> Result<()> {
     for &n in &a.streams {
-        Audience {
-            streams: n,
-            period_s: a.period_s,
-            burst_prob: a.burst_prob,
-            burst_size: a.burst_size,
-            duration_s: a.duration_s,
-            seed: a.seed,
-        }
-        .check()?;
+        audience(&a, n).check()?;
     }
     let path = model_path(&a.model);
     if !path.is_file() {

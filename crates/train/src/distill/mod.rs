@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use hat_model::train::{Packed, TrainModel};
 use hat_model::{
-    Engine, GenerateOutput, GenerateRequest, LoadOptions, SamplingParams, WeightFormat,
+    Engine, GenerateOutput, GenerateRequest, LoadOptions, SamplingParams, Tokenizer, WeightFormat,
 };
 
 use crate::checkpoint::RunState;
@@ -226,7 +226,7 @@ pub fn prompt_set(cfg: &DistillConfig) -> Result<PromptSet> {
     let val = general.drain(..n_val).collect();
     let mut stream = Vec::new();
     for f in &cfg.stream_data {
-        stream.extend(prompts::stream(f, usize::MAX, cfg.seed)?);
+        stream.extend(prompts::stream(f)?);
     }
     if general.is_empty() && stream.is_empty() {
         return Err(TrainError::Invalid(
@@ -253,9 +253,9 @@ fn load_engine(path: &Path, format: WeightFormat) -> Result<Engine> {
 }
 
 /// A teacher must read the student's tokens as the same text.
-fn same_tokenizer(student: &Engine, teacher: &Engine, which: &str, path: &Path) -> Result<()> {
+fn same_tokenizer(student: &Tokenizer, teacher: &Engine, which: &str, path: &Path) -> Result<()> {
     let probe = "Hi there! Is the hoodie (no.3) 20% off? 好的 ✨ <|im_end|>";
-    let (a, b) = (&student.tokenizer, &teacher.tokenizer);
+    let (a, b) = (student, &teacher.tokenizer);
     if a.vocab_size() != b.vocab_size() || a.encode(probe, false)? != b.encode(probe, false)? {
         return Err(TrainError::Invalid(format!(
             "the {which} {} does not share the student's tokenizer (vocabulary {} vs {}); \
@@ -267,6 +267,18 @@ fn same_tokenizer(student: &Engine, teacher: &Engine, which: &str, path: &Path) 
         )));
     }
     Ok(())
+}
+
+/// `model`'s current weights as an inference engine: exported as a GGUF in the rollout format
+/// to `path` and loaded back (f32 stays f32; q8_0 keeps the file's formats).
+fn snapshot(model: &TrainModel, cfg: &DistillConfig, path: &Path) -> Result<Engine> {
+    crate::export::gguf(model, &cfg.model, &cfg.rollout_format, path)?;
+    let format = if cfg.rollout_format == "f32" {
+        WeightFormat::F32
+    } else {
+        WeightFormat::Original
+    };
+    load_engine(path, format)
 }
 
 /// Log-probabilities `(n - p, vocab)` that `engine` gives each token of `ids[p..]` (`p` the
@@ -305,7 +317,7 @@ pub struct DistillStage {
     encoder: Encoder,
     prompts: PromptSet,
     teacher: Engine,
-    /// `None`: the stream teacher is the frozen starting student, loaded lazily.
+    /// The teacher of live-stream prompts (`None` when the run draws none).
     stream_teacher: Option<Engine>,
     rollout: Option<Engine>,
     snapshot: PathBuf,
@@ -313,24 +325,28 @@ pub struct DistillStage {
 }
 
 impl DistillStage {
-    /// Loads the teachers and builds the prompt set; `out` holds the rollout snapshot.
+    /// Loads the teachers (checking that they share the student's tokenizer) and builds the
+    /// prompt set. `model` holds the starting weights: without a `stream_teacher` they become
+    /// it, snapshotted like a rollout so that an unchanged student scores zero against it.
+    /// `out` holds the rollout snapshot.
     pub fn new(
         cfg: &DistillConfig,
         encoder: Encoder,
-        max_positions: usize,
+        model: &TrainModel,
         out: &Path,
     ) -> Result<Self> {
         let prompts = prompt_set(cfg)?;
         let teacher = load_engine(&cfg.teacher, WeightFormat::Original)?;
+        same_tokenizer(encoder.tokenizer(), &teacher, "teacher", &cfg.teacher)?;
         let stream_teacher = if cfg.stream_share > 0.0 && !prompts.stream.is_empty() {
-            let path = cfg.stream_teacher.as_ref().unwrap_or(&cfg.model);
-            // in the rollout's precision, so an unchanged student scores zero against itself
-            let format = if cfg.rollout_format == "f32" {
-                WeightFormat::F32
-            } else {
-                WeightFormat::Q8_0
-            };
-            Some(load_engine(path, format)?)
+            Some(match &cfg.stream_teacher {
+                Some(path) => {
+                    let t = load_engine(path, WeightFormat::Original)?;
+                    same_tokenizer(encoder.tokenizer(), &t, "stream teacher", path)?;
+                    t
+                }
+                None => snapshot(model, cfg, &out.join("stream-teacher.gguf"))?,
+            })
         } else {
             None
         };
@@ -342,7 +358,7 @@ impl DistillStage {
             stream_teacher,
             rollout: None,
             snapshot: out.join(format!("rollout-{}.gguf", cfg.rollout_format)),
-            max_positions,
+            max_positions: model.max_positions(),
         })
     }
 
@@ -352,25 +368,9 @@ impl DistillStage {
     }
 
     fn refresh(&mut self, model: &TrainModel) -> Result<()> {
+        // the old engine goes first: two copies of the weights need not coexist
         self.rollout = None;
-        crate::export::gguf(
-            model,
-            &self.cfg.model,
-            &self.cfg.rollout_format,
-            &self.snapshot,
-        )?;
-        let format = if self.cfg.rollout_format == "f32" {
-            WeightFormat::F32
-        } else {
-            WeightFormat::Original
-        };
-        let engine = load_engine(&self.snapshot, format)?;
-        same_tokenizer(&engine, &self.teacher, "teacher", &self.cfg.teacher)?;
-        if let Some(t) = &self.stream_teacher {
-            let p = self.cfg.stream_teacher.as_ref().unwrap_or(&self.cfg.model);
-            same_tokenizer(&engine, t, "stream teacher", p)?;
-        }
-        self.rollout = Some(engine);
+        self.rollout = Some(snapshot(model, &self.cfg, &self.snapshot)?);
         Ok(())
     }
 
@@ -381,7 +381,7 @@ impl DistillStage {
             self.cfg.seed ^ (step as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
         );
         let n = self.cfg.prompts_per_step;
-        let n_stream = if self.prompts.stream.is_empty() || self.stream_teacher.is_none() {
+        let n_stream = if self.stream_teacher.is_none() {
             0
         } else if self.prompts.general.is_empty() {
             n
@@ -407,7 +407,6 @@ impl DistillStage {
             .as_ref()
             .ok_or_else(|| TrainError::Invalid("the rollout snapshot is not loaded".into()))?;
         let mut reqs = Vec::with_capacity(prompts.len());
-        let mut ids = Vec::with_capacity(prompts.len());
         for (i, p) in prompts.iter().enumerate() {
             let prompt = self.encoder.prompt_tokens(&p.messages)?;
             if prompt.len() + self.cfg.max_new_tokens > self.max_positions {
@@ -417,17 +416,16 @@ impl DistillStage {
                     limit: self.max_positions,
                 });
             }
-            let mut r = GenerateRequest::new(prompt.clone(), self.cfg.max_new_tokens);
+            let mut r = GenerateRequest::new(prompt, self.cfg.max_new_tokens);
             r.sampling = SamplingParams {
                 temperature: self.cfg.temperature,
                 seed: seed.wrapping_add(i as u64),
                 ..SamplingParams::default()
             };
             reqs.push(r);
-            ids.push(prompt);
         }
         let outs = engine.generate_batch(&reqs)?;
-        Ok(ids.into_iter().zip(outs).collect())
+        Ok(reqs.into_iter().map(|r| r.prompt).zip(outs).collect())
     }
 
     /// The reverse KL of one sampled answer, with gradients through the student.
@@ -576,7 +574,7 @@ pub fn run(
     };
     let model = loaded.model;
     let encoder = Encoder::new(loaded.tokenizer, loaded.chat_template.as_deref())?;
-    let mut stage = DistillStage::new(cfg, encoder, model.max_positions(), out)?;
+    let mut stage = DistillStage::new(cfg, encoder, &model, out)?;
     let p = stage.prompts();
     on(Event::Note(&format!(
         "prompts: {} general ({} held out for validation, {} dropped as IFEval look-alikes), {} \
@@ -599,5 +597,6 @@ pub fn run(
     };
     let last = train(&settings, &model, &mut stage, out, resume, on)?;
     let _ = std::fs::remove_file(&stage.snapshot);
+    let _ = std::fs::remove_file(out.join("stream-teacher.gguf"));
     Ok(last)
 }

@@ -271,9 +271,9 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<Prompt>> {
 }
 
 /// Live-stream prompts: each trajectory of a `hat data gen` file up to its first assistant
-/// turn (the harness's system prompt and the viewer event), at most `n`, chosen by `seed`.
-pub fn stream(path: &Path, n: usize, seed: u64) -> Result<Vec<Prompt>> {
-    let mut all: Vec<Prompt> = crate::tokens::read_jsonl(path)?
+/// turn (the harness's system prompt and the viewer event).
+pub fn stream(path: &Path) -> Result<Vec<Prompt>> {
+    Ok(crate::tokens::read_jsonl(path)?
         .into_iter()
         .filter_map(|t| {
             let first = t
@@ -287,10 +287,7 @@ pub fn stream(path: &Path, n: usize, seed: u64) -> Result<Vec<Prompt>> {
                 source: Source::Stream,
             })
         })
-        .collect();
-    all.shuffle(&mut ChaCha8Rng::seed_from_u64(seed ^ 0x5354_5245_414d));
-    all.truncate(n);
-    Ok(all)
+        .collect())
 }
 
 fn words(s: &str) -> Vec<String> {
