@@ -107,6 +107,10 @@ impl Default for DistillConfig {
     }
 }
 
+/// Most generated general prompts a run may ask for (the generator's space is a few hundred
+/// thousand distinct prompts).
+pub const MAX_GENERAL_PROMPTS: usize = 100_000;
+
 /// Presets for `hat train distill --preset`.
 pub const PRESETS: &[(&str, &str)] = &[
     (
@@ -169,6 +173,12 @@ impl DistillConfig {
         }
         if self.max_steps == 0 || self.prompts_per_step == 0 || self.max_new_tokens == 0 {
             return bad("max_steps, prompts_per_step and max_new_tokens must be positive".into());
+        }
+        if self.general_prompts > MAX_GENERAL_PROMPTS {
+            return bad(format!(
+                "general_prompts = {} (at most {MAX_GENERAL_PROMPTS}; add more with prompt files)",
+                self.general_prompts
+            ));
         }
         if !(0.0..=1.0).contains(&self.stream_share) {
             return bad("stream_share must be in [0, 1]".into());

@@ -185,9 +185,9 @@ pub fn general(n: usize, seed: u64) -> Vec<Prompt> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x4449_5354_494c);
     let mut seen = HashSet::new();
     let mut out = Vec::with_capacity(n);
-    // the space is ~70 x 20 x 19 x fillers; stop trying after enough misses
+    // the space is ~70 x 20 x 19 x fillers; stop once new prompts have become rare
     let mut misses = 0;
-    while out.len() < n && misses < 10 * n + 100 {
+    while out.len() < n && misses < 10_000 {
         let topic = TOPICS.choose(&mut rng).copied().unwrap_or("tea");
         let mut text = TASKS
             .choose(&mut rng)
@@ -214,6 +214,7 @@ pub fn general(n: usize, seed: u64) -> Vec<Prompt> {
         }
         if seen.insert(text.clone()) {
             out.push(Prompt::user(format!("gen-{}", out.len()), text));
+            misses = 0;
         } else {
             misses += 1;
         }

@@ -115,7 +115,7 @@ fn write_json(path: &Path, v: &Value) -> Result<()> {
 
 fn config_json(model: &TrainModel, spec: &TokenizerSpec) -> Result<Value> {
     let cfg: &ModelConfig = model.config();
-    let tied = !model.weights()?.iter().any(|(n, _)| n == "output.weight");
+    let tied = cfg.tie_embeddings;
     let (class, kind) = match cfg.arch {
         Architecture::Llama => ("LlamaForCausalLM", "llama"),
         Architecture::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
