@@ -1,0 +1,70 @@
+"""Why agent-suite items fail, and the pass rate per call syntax of the harness state.
+
+Usage: python3 failure_breakdown.py RUN/hvqa/items.jsonl [ORACLE/hvqa/items.jsonl]
+
+Groups every failed item of a `hat eval` items.jsonl by the first component its scorer
+reason names (call format, by syntax; schema errors from renamed or typed parameters; unknown
+tool names; wrong or missing tool; wrong argument values; facts only). With the same suite's
+oracle run (`hat eval --model oracle --suite hvqa --out ORACLE`), also prints the pass rate per
+call syntax, read from how the oracle wrote its calls in each harness state.
+"""
+
+import collections
+import json
+import sys
+
+
+def reason_class(r: str) -> str:
+    if "format:" in r:
+        if "<invoke" in r:
+            return "format: xml-invoke"
+        if any(k in r for k in ("CALL", "parentheses", "key=value", "after the call", "JSON value")):
+            return "format: function (CALL)"
+        return "format: other"
+    if any(k in r for k in ("required property", "is not of type", "is not one of", "dditional")):
+        return "arguments: schema (renamed or typed parameters)"
+    if "unknown tool" in r:
+        return "calls: unknown tool name"
+    if "calls:" in r and "did not call" in r:
+        return "calls: wrong or no tool"
+    if "arguments:" in r:
+        return "arguments: wrong value"
+    if "facts:" in r:
+        return "facts only"
+    return "other"
+
+
+def syntax_of(text: str):
+    for prefix, name in (("<invoke", "xml-invoke"), ("CALL ", "function"), ("<tool_call>", "json-tags"),
+                         ("```tool", "json-block"), ("[[", "bracket"), ("<tool_use>", "tool-use"),
+                         ("Action:", "react")):
+        if text.startswith(prefix):
+            return name
+    return None
+
+
+def main() -> None:
+    items = [json.loads(l) for l in open(sys.argv[1])]
+    failed = [d for d in items if not d["pass"]]
+    print(f"{len(items)} items, {len(failed)} failed")
+    for k, v in collections.Counter(reason_class(d["reason"]) for d in failed).most_common():
+        print(f"  {k}: {v}")
+    if len(sys.argv) > 2:
+        syntax = {}
+        for l in open(sys.argv[2]):
+            d = json.loads(l)
+            for m in d["output"]:
+                s = syntax_of(m["content"]) if m["role"] == "assistant" else None
+                if s:
+                    syntax[d["harness_hash"]] = s
+        total, ok = collections.Counter(), collections.Counter()
+        for d in items:
+            s = syntax.get(d["harness_hash"], "unknown")
+            total[s] += 1
+            ok[s] += d["pass"]
+        for s in sorted(total):
+            print(f"  {s}: {ok[s]}/{total[s]} ({100 * ok[s] / total[s]:.0f}%)")
+
+
+if __name__ == "__main__":
+    main()
