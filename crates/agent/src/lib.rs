@@ -48,6 +48,10 @@ pub struct LocalModel {
     /// Name and content hash of the weights.
     pub name: String,
     pub hash: String,
+    /// Requests made so far: each request samples with `sampling.seed` plus this count, so
+    /// equal prompts in one batch (a group of RL rollouts) draw different answers while a
+    /// run stays reproducible.
+    requests: u64,
 }
 
 fn model_err(e: impl std::fmt::Display) -> TeacherError {
@@ -92,6 +96,7 @@ impl LocalModel {
             cache_turns: false,
             name,
             hash,
+            requests: 0,
         })
     }
 
@@ -164,6 +169,8 @@ impl LocalModel {
         };
         let mut req = GenerateRequest::new(tokens, self.max_new_tokens);
         req.sampling = self.sampling.clone();
+        req.sampling.seed = self.sampling.seed.wrapping_add(self.requests);
+        self.requests += 1;
         req.cache_prefix_len = prefix;
         req.cache_whole_prompt = self.cache_turns;
         Ok(req)
@@ -195,7 +202,7 @@ impl ChatModel for LocalModel {
         let t0 = Instant::now();
         let req = self.request(messages)?;
         let out = self.engine.generate(&req, None).map_err(model_err)?;
-        Ok(completion(out, t0.elapsed().as_secs_f64()))
+        Ok(completion(req.prompt, out, t0.elapsed().as_secs_f64()))
     }
 
     fn generate_streaming(
@@ -210,7 +217,7 @@ impl ChatModel for LocalModel {
             .engine
             .generate(&req, Some(&mut cb))
             .map_err(model_err)?;
-        Ok(completion(out, t0.elapsed().as_secs_f64()))
+        Ok(completion(req.prompt, out, t0.elapsed().as_secs_f64()))
     }
 
     fn generate_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<Completion>, TeacherError> {
@@ -221,11 +228,15 @@ impl ChatModel for LocalModel {
             .collect::<Result<Vec<_>, _>>()?;
         let outs = self.engine.generate_batch(&reqs).map_err(model_err)?;
         let seconds = t0.elapsed().as_secs_f64() / outs.len().max(1) as f64;
-        Ok(outs.into_iter().map(|o| completion(o, seconds)).collect())
+        Ok(reqs
+            .into_iter()
+            .zip(outs)
+            .map(|(r, o)| completion(r.prompt, o, seconds))
+            .collect())
     }
 }
 
-fn completion(o: GenerateOutput, seconds: f64) -> Completion {
+fn completion(prompt_ids: Vec<u32>, o: GenerateOutput, seconds: f64) -> Completion {
     tracing::debug!(
         prompt = o.prompt_tokens,
         cached = o.cached_tokens,
@@ -238,6 +249,7 @@ fn completion(o: GenerateOutput, seconds: f64) -> Completion {
         text: o.text,
         tokens: o.tokens,
         logprobs: o.logprobs,
+        prompt_ids,
         prompt_tokens: o.prompt_tokens,
         cached_tokens: o.cached_tokens,
         seconds,

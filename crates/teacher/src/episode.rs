@@ -32,6 +32,11 @@ pub struct Completion {
     /// Log-probability of each generated token under the model.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub logprobs: Vec<f32>,
+    /// The prompt's token ids exactly as the model computed on them (the embedded engine
+    /// fills it): with `tokens`, the sequence RL trains on without re-tokenising. Not written
+    /// to result files (a system prompt is ~1,700 ids).
+    #[serde(skip)]
+    pub prompt_ids: Vec<u32>,
     /// Prompt length in tokens (0 when unknown).
     pub prompt_tokens: usize,
     /// Prompt tokens served from the prefix cache.

@@ -39,6 +39,8 @@ pub enum TrainError {
     Diverged { step: usize, value: f32 },
     #[error("{0}")]
     Invalid(String),
+    #[error("rollout: {0}")]
+    Rollout(String),
     #[error("model: {0}")]
     Model(#[from] hat_model::Error),
     #[error("tensor: {0}")]

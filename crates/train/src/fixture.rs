@@ -34,7 +34,7 @@ pub fn tiny_model(dir: &Path, seed: u64, arch: &str) -> Result<PathBuf> {
         "model_type": arch,
         "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
         "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd,
-        "max_position_embeddings": 1024, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+        "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
         "tie_word_embeddings": true, "vocab_size": vocab, "hidden_act": "silu"
     });
     std::fs::write(dir.join("config.json"), config.to_string()).map_err(io(dir.display()))?;

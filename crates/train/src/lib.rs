@@ -15,7 +15,9 @@ pub mod fixture;
 pub mod optim;
 pub mod pack;
 pub mod plot;
+pub mod rl;
 pub mod sft;
+pub mod snapshot;
 pub mod stage;
 pub mod tokens;
 

@@ -50,6 +50,16 @@ fn lcp(a: &[u32], b: &[u32]) -> usize {
 
 /// Builds one pack from samples sharing their first `prefix` tokens.
 pub fn pack_group(samples: &[&Sample], prefix: usize) -> Result<Packed> {
+    Ok(pack_group_tagged(samples, prefix)?.0)
+}
+
+/// [`pack_group`], also saying where each scored row came from: `(sample, token)` per entry
+/// of `loss_rows`, `token` indexing that sample's tokens (the token predicted). Stages that
+/// weight tokens one by one (RL's advantages) line their weights up with it.
+pub fn pack_group_tagged(
+    samples: &[&Sample],
+    prefix: usize,
+) -> Result<(Packed, Vec<(usize, usize)>)> {
     let first = samples
         .first()
         .ok_or_else(|| TrainError::Invalid("an empty pack".into()))?;
@@ -71,8 +81,8 @@ pub fn pack_group(samples: &[&Sample], prefix: usize) -> Result<Packed> {
     positions.extend(0..p as u32);
     a.resize(p, 0);
     b.resize(p, 0);
-    let mut scored: Vec<(u32, u32)> = Vec::new();
-    for s in samples {
+    let mut scored: Vec<(u32, u32, usize, usize)> = Vec::new();
+    for (k, s) in samples.iter().enumerate() {
         let offset = ids.len();
         let row = |i: usize| if i < p { i } else { offset + i - p };
         ids.extend_from_slice(&s.tokens[p..]);
@@ -81,19 +91,20 @@ pub fn pack_group(samples: &[&Sample], prefix: usize) -> Result<Packed> {
         b.extend(std::iter::repeat_n(offset as u32, s.tokens.len() - p));
         for i in 1..s.tokens.len() {
             if s.mask[i] {
-                scored.push((row(i - 1) as u32, s.tokens[i]));
+                scored.push((row(i - 1) as u32, s.tokens[i], k, i));
             }
         }
     }
     // rows ascending (a stable sort keeps each conversation's order within the shared rows)
-    scored.sort_by_key(|&(r, _)| r);
-    Ok(Packed {
+    scored.sort_by_key(|&(r, ..)| r);
+    let packed = Packed {
         ids,
         positions,
         visible: Arc::new(Visible::new(a, b)?),
-        loss_rows: scored.iter().map(|&(r, _)| r).collect(),
-        targets: scored.iter().map(|&(_, t)| t).collect(),
-    })
+        loss_rows: scored.iter().map(|&(r, ..)| r).collect(),
+        targets: scored.iter().map(|&(_, t, ..)| t).collect(),
+    };
+    Ok((packed, scored.iter().map(|&(.., k, i)| (k, i)).collect()))
 }
 
 /// Packs samples greedily: sorted by their tokens (so long shared prefixes are neighbours),

@@ -16,6 +16,9 @@ pub enum TrainCmd {
     /// Stage 2, on-policy distillation: the student samples, a frozen teacher scores every
     /// token (per-token reverse KL); restores the general ability SFT erodes.
     Distill(crate::cmd::distill::DistillArgs),
+    /// Stage 3, HSA-RL: groups of agent-loop rollouts under train-pool harness variants,
+    /// rewarded by the evaluation scorer, trained with GRPO's clipped token loss.
+    Rl(crate::cmd::rl::RlArgs),
     /// Export a run's latest checkpoint as GGUF or as a Hugging Face folder.
     Export(ExportArgs),
     /// Draw loss, learning rate and gradient norm of one or more runs into one PNG.
@@ -166,6 +169,7 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
     match cmd {
         TrainCmd::Sft(a) => sft_cmd(a),
         TrainCmd::Distill(a) => crate::cmd::distill::run(a),
+        TrainCmd::Rl(a) => crate::cmd::rl::run(a),
         TrainCmd::Plot(a) => {
             let runs = a
                 .runs

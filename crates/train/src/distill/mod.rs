@@ -16,20 +16,19 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use candle_core::{DType, Device, Tensor, D};
+use candle_core::{Device, Tensor, D};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use hat_model::train::{Packed, TrainModel};
-use hat_model::{
-    Engine, GenerateOutput, GenerateRequest, LoadOptions, SamplingParams, Tokenizer, WeightFormat,
-};
+use hat_model::{Engine, GenerateOutput, GenerateRequest, SamplingParams, Tokenizer, WeightFormat};
 
 use crate::checkpoint::RunState;
 use crate::error::{Result, TrainError};
 use crate::optim::AdamWConfig;
+use crate::snapshot::{load_engine, scored_rows};
 use crate::stage::{add_gradients, train, Event, LoopSettings, Stage, StepWork};
 use crate::tokens::Encoder;
 use prompts::{Prompt, Source};
@@ -192,12 +191,7 @@ impl DistillConfig {
         if !(self.temperature > 0.0 && self.temperature.is_finite()) {
             return bad("temperature must be positive (on-policy sampling)".into());
         }
-        if !["q8_0", "f32"].contains(&self.rollout_format.as_str()) {
-            return bad(format!(
-                "rollout_format `{}` (known: q8_0, f32)",
-                self.rollout_format
-            ));
-        }
+        crate::snapshot::check_format(&self.rollout_format, "rollout_format")?;
         if !(self.optim.lr > 0.0 && self.optim.lr.is_finite()) {
             return bad("optim.lr must be a positive number".into());
         }
@@ -252,16 +246,6 @@ pub fn prompt_set(cfg: &DistillConfig) -> Result<PromptSet> {
     })
 }
 
-fn load_engine(path: &Path, format: WeightFormat) -> Result<Engine> {
-    Ok(Engine::load(
-        path,
-        LoadOptions {
-            format,
-            ..Default::default()
-        },
-    )?)
-}
-
 /// A teacher must read the student's tokens as the same text.
 fn same_tokenizer(student: &Tokenizer, teacher: &Engine, which: &str, path: &Path) -> Result<()> {
     let probe = "Hi there! Is the hoodie (no.3) 20% off? 好的 ✨ <|im_end|>";
@@ -279,34 +263,8 @@ fn same_tokenizer(student: &Tokenizer, teacher: &Engine, which: &str, path: &Pat
     Ok(())
 }
 
-/// `model`'s current weights as an inference engine: exported as a GGUF in the rollout format
-/// to `path` and loaded back (f32 stays f32; q8_0 keeps the file's formats).
 fn snapshot(model: &TrainModel, cfg: &DistillConfig, path: &Path) -> Result<Engine> {
-    crate::export::gguf(model, &cfg.model, &cfg.rollout_format, path)?;
-    let format = if cfg.rollout_format == "f32" {
-        WeightFormat::F32
-    } else {
-        WeightFormat::Original
-    };
-    load_engine(path, format)
-}
-
-/// Log-probabilities `(n - p, vocab)` that `engine` gives each token of `ids[p..]` (`p` the
-/// prompt length), computed on exactly those ids.
-fn scored_rows(engine: &Engine, ids: &[u32], p: usize) -> Result<Tensor> {
-    let dev = Device::Cpu;
-    let mut cache = engine.model.new_cache(1);
-    if p > 1 {
-        let head = Tensor::from_slice(&ids[..p - 1], (1, p - 1), &dev)?;
-        engine.model.forward(&head, &mut cache, true)?;
-    }
-    let n = ids.len();
-    let tail = Tensor::from_slice(&ids[p - 1..n - 1], (1, n - p), &dev)?;
-    let logits = engine.model.forward(&tail, &mut cache, false)?.squeeze(0)?;
-    Ok(candle_nn::ops::log_softmax(
-        &logits.to_dtype(DType::F32)?,
-        D::Minus1,
-    )?)
+    crate::snapshot::engine(model, &cfg.model, &cfg.rollout_format, path)
 }
 
 /// One sampled answer, scored.

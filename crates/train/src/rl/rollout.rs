@@ -1,0 +1,186 @@
+//! The RL environment: train-split tasks under the base harness and its train-pool augmented
+//! states, each task run as a group of full agent-loop episodes (tool calls, tool results,
+//! hooks) on the inference engine, and scored by the evaluation scorer. The reward is the
+//! fraction of the scorer's components that pass; the gold answer never enters the prompt.
+
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+use hat_data::gen::State;
+use hat_tasks::{expect, score, Expectations, Split, Task, TaskError, TaskSet, WorldCache};
+use hat_teacher::episode::{run_batch, ChatModel, Episode, EpisodeConfig};
+
+use crate::error::{Result, TrainError};
+
+/// One model turn of a rollout, as the engine computed it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Segment {
+    /// The prompt's ids (the whole conversation so far, rendered by the chat template).
+    pub prompt_ids: Vec<u32>,
+    /// The sampled ids (ending with the stop token when the turn stopped).
+    pub tokens: Vec<u32>,
+    /// The rollout engine's log-probability of each sampled id.
+    pub logprobs: Vec<f32>,
+}
+
+/// One episode of a group.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rollout {
+    pub segments: Vec<Segment>,
+    pub reward: f64,
+    pub pass: bool,
+    /// Failed scorer components and why.
+    pub reason: String,
+    pub reply: String,
+}
+
+/// The rollouts of one task under one harness state.
+#[derive(Debug, Clone, Serialize)]
+pub struct Group {
+    pub task_id: String,
+    pub task_type: String,
+    pub state: String,
+    pub harness_hash: String,
+    pub call_syntax: String,
+    pub rollouts: Vec<Rollout>,
+}
+
+impl Group {
+    pub fn rewards(&self) -> Vec<f64> {
+        self.rollouts.iter().map(|r| r.reward).collect()
+    }
+}
+
+/// Tasks, harness states and worlds for rollouts.
+pub struct Env {
+    pub states: Vec<State>,
+    pub tasks: Vec<Task>,
+    /// One world cache per rollout slot of a batch: episodes decoded together each need a
+    /// world of their own (tool calls run in world episodes).
+    slots: Vec<WorldCache>,
+}
+
+/// A task and a state drawn for one group, with the gold the scorer reads.
+struct Draw {
+    task: usize,
+    state: usize,
+    exp: Expectations,
+}
+
+impl Env {
+    pub fn new(states: Vec<State>, tasks: usize, task_seed: u64) -> Result<Self> {
+        let mut first = WorldCache::default();
+        let tasks = TaskSet::generate(Split::Train, tasks, task_seed, &mut first).map_err(env)?;
+        Ok(Self {
+            states,
+            tasks,
+            slots: vec![first],
+        })
+    }
+
+    fn slot(&mut self, i: usize, seed: u64) -> Result<()> {
+        while self.slots.len() <= i {
+            self.slots.push(WorldCache::default());
+        }
+        self.slots[i].get(seed).map_err(env)?;
+        Ok(())
+    }
+
+    /// Draws a task and a state whose gold exists (a task kind can be impossible under a
+    /// state, e.g. a coupon task when the state has no coupon tool).
+    fn draw(&mut self, rng: &mut ChaCha8Rng) -> Result<Draw> {
+        for _ in 0..100 {
+            let task = rng.gen_range(0..self.tasks.len());
+            let state = rng.gen_range(0..self.states.len());
+            let seed = self.tasks[task].world_seed;
+            self.slot(0, seed)?;
+            let world = self.slots[0].peek(seed).expect("built above");
+            match expect(&self.tasks[task], &self.states[state].harness, world) {
+                Ok(exp) => return Ok(Draw { task, state, exp }),
+                Err(TaskError::NotApplicable(_)) => continue,
+                Err(e) => return Err(env(e)),
+            }
+        }
+        Err(TrainError::Invalid(
+            "100 draws in a row found no task applicable under its harness state; check the \
+             harness with `hat harness check`"
+                .into(),
+        ))
+    }
+
+    /// Draws `n` tasks and runs `g` rollouts of each with `model`, all decoded as one batch.
+    pub fn rollouts(
+        &mut self,
+        rng: &mut ChaCha8Rng,
+        n: usize,
+        g: usize,
+        model: &mut dyn ChatModel,
+        max_turns: usize,
+    ) -> Result<Vec<Group>> {
+        let draws = (0..n).map(|_| self.draw(rng)).collect::<Result<Vec<_>>>()?;
+        for (d, draw) in draws.iter().enumerate() {
+            let seed = self.tasks[draw.task].world_seed;
+            for j in 0..g {
+                self.slot(d * g + j, seed)?;
+            }
+        }
+        let cfg = EpisodeConfig {
+            max_turns,
+            keep_changes: false,
+        };
+        let mut eps = Vec::with_capacity(n * g);
+        for (d, draw) in draws.iter().enumerate() {
+            let task = &self.tasks[draw.task];
+            for j in 0..g {
+                let world = self.slots[d * g + j]
+                    .peek(task.world_seed)
+                    .expect("built above");
+                eps.push(
+                    Episode::start(task.scene(), &self.states[draw.state].harness, world, cfg)
+                        .map_err(env)?,
+                );
+            }
+        }
+        let trajs = run_batch(eps, model).map_err(env)?;
+        let mut trajs = trajs.into_iter();
+        let mut out = Vec::with_capacity(n);
+        for draw in &draws {
+            let task = &self.tasks[draw.task];
+            let state = &self.states[draw.state];
+            let h = &state.harness;
+            let mut rollouts = Vec::with_capacity(g);
+            for traj in trajs.by_ref().take(g) {
+                let s = score(&draw.exp, h, &traj.attempt);
+                rollouts.push(Rollout {
+                    segments: traj
+                        .turns
+                        .into_iter()
+                        .map(|c| Segment {
+                            prompt_ids: c.prompt_ids,
+                            tokens: c.tokens,
+                            logprobs: c.logprobs,
+                        })
+                        .collect(),
+                    reward: s.fraction(),
+                    pass: s.pass,
+                    reason: s.reason(),
+                    reply: traj.attempt.reply,
+                });
+            }
+            out.push(Group {
+                task_id: task.id.clone(),
+                task_type: task.kind.as_str().to_string(),
+                state: state.label.clone(),
+                harness_hash: h.hash.clone(),
+                call_syntax: h.syntax.as_str().to_string(),
+                rollouts,
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn env(e: impl std::fmt::Display) -> TrainError {
+    TrainError::Rollout(e.to_string())
+}

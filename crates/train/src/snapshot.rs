@@ -1,0 +1,80 @@
+//! Rollout snapshots: the trainer's current weights written as a GGUF the inference engine
+//! loads (q8_0 for speed, f32 for the trainer's own numbers), and scoring of fixed token
+//! sequences with an engine. On-policy stages (distillation, RL) sample from a snapshot
+//! refreshed after every optimiser step.
+
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor, D};
+
+use hat_model::train::TrainModel;
+use hat_model::{Engine, LoadOptions, WeightFormat};
+
+use crate::error::{Result, TrainError};
+
+/// Weight formats a snapshot may take.
+pub const FORMATS: &[&str] = &["q8_0", "f32"];
+
+/// Checks a snapshot format name; `field` names the config key in the error.
+pub fn check_format(format: &str, field: &str) -> Result<()> {
+    if FORMATS.contains(&format) {
+        Ok(())
+    } else {
+        Err(TrainError::Config {
+            path: "config".into(),
+            message: format!("{field} `{format}` (known: {})", FORMATS.join(", ")),
+        })
+    }
+}
+
+/// Writes `model`'s weights to `path` in `format` (metadata from `source`, the run's starting
+/// model) and returns the format to load it with (f32 stays f32; q8_0 keeps the file's formats).
+pub fn write(model: &TrainModel, source: &Path, format: &str, path: &Path) -> Result<WeightFormat> {
+    crate::export::gguf(model, source, format, path)?;
+    Ok(if format == "f32" {
+        WeightFormat::F32
+    } else {
+        WeightFormat::Original
+    })
+}
+
+/// Loads an inference engine.
+pub fn load_engine(path: &Path, format: WeightFormat) -> Result<Engine> {
+    Ok(Engine::load(
+        path,
+        LoadOptions {
+            format,
+            ..Default::default()
+        },
+    )?)
+}
+
+/// `model`'s current weights as an inference engine (see [`write`]).
+pub fn engine(model: &TrainModel, source: &Path, format: &str, path: &Path) -> Result<Engine> {
+    let f = write(model, source, format, path)?;
+    load_engine(path, f)
+}
+
+/// Log-probabilities `(n - p, vocab)` that `engine` gives each token of `ids[p..]` (`p` the
+/// prompt length, at least 1), computed on exactly those ids.
+pub fn scored_rows(engine: &Engine, ids: &[u32], p: usize) -> Result<Tensor> {
+    if p == 0 || p >= ids.len() {
+        return Err(TrainError::Invalid(format!(
+            "scoring {} tokens from position {p}: needs 1 <= p < n",
+            ids.len()
+        )));
+    }
+    let dev = Device::Cpu;
+    let mut cache = engine.model.new_cache(1);
+    if p > 1 {
+        let head = Tensor::from_slice(&ids[..p - 1], (1, p - 1), &dev)?;
+        engine.model.forward(&head, &mut cache, true)?;
+    }
+    let n = ids.len();
+    let tail = Tensor::from_slice(&ids[p - 1..n - 1], (1, n - p), &dev)?;
+    let logits = engine.model.forward(&tail, &mut cache, false)?.squeeze(0)?;
+    Ok(candle_nn::ops::log_softmax(
+        &logits.to_dtype(DType::F32)?,
+        D::Minus1,
+    )?)
+}
