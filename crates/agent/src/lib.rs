@@ -100,6 +100,12 @@ impl LocalModel {
         })
     }
 
+    /// Bounds the prefix cache (default [`PREFIX_CACHE_BYTES`]); RL rollouts share one
+    /// prompt per group and need far less.
+    pub fn set_prefix_cache_bytes(&self, bytes: usize) {
+        self.engine.set_prefix_cache_bytes(bytes);
+    }
+
     /// The prompt's tokens and how many of them are the system prompt's rendering.
     fn request(&mut self, messages: &[Message]) -> Result<GenerateRequest, TeacherError> {
         let input = ChatInput {

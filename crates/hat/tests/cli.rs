@@ -1191,3 +1191,118 @@ fn train_sft_with_lora_saves_adapters_and_exports_a_merged_model() {
         // a whole model (2 blocks of 12 tensors, embedding, norm), not 28 adapter tensors
         .stdout(predicate::str::contains("f32:26"));
 }
+
+/// `hat train rl` on a tiny model: rollouts through the agent loop, a resume that extends the
+/// run, and a clear error without a model.
+#[test]
+fn train_rl_runs_and_resumes_on_a_tiny_model() {
+    let d = tempfile::tempdir().unwrap();
+    let fixture = hat_train::fixture::tiny_model(&d.path().join("m"), 1, "qwen2").unwrap();
+    let run = d.path().join("run");
+    let base = |steps: &str| {
+        let mut c = hat();
+        c.args([
+            "train",
+            "rl",
+            "--preset",
+            "smoke",
+            "--rollout-format",
+            "f32",
+        ])
+        .args(["--max-new-tokens", "8"])
+        .arg("--model")
+        .arg(&fixture)
+        .arg("--harness")
+        .arg(production())
+        .arg("--out")
+        .arg(&run)
+        .args(["--max-steps", steps]);
+        c
+    };
+    base("1")
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(
+            "train-split tasks under 3 harness states",
+        ));
+    base("2").arg("--resume").assert().success();
+    let lines = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 2);
+    assert!(lines.contains("reward_mean"), "{lines}");
+    assert!(run.join("rollouts.jsonl").exists());
+    fails_cleanly(base("2").arg("--resume").args(["--group-size", "5"]))
+        .stderr(predicate::str::contains("only --max-steps may change"));
+    fails_cleanly(hat().args(["train", "rl", "--out"]).arg(d.path().join("x")))
+        .stderr(predicate::str::contains("--model"));
+}
+
+/// `hat train pipeline`: every stage on a tiny model, evaluated after each, one report; a
+/// second invocation resumes and skips what is done.
+#[test]
+fn train_pipeline_runs_every_stage_reports_and_resumes() {
+    let d = tempfile::tempdir().unwrap();
+    let fixture = hat_train::fixture::tiny_model(&d.path().join("m"), 1, "qwen2").unwrap();
+    let cfg = d.path().join("p.toml");
+    std::fs::write(
+        &cfg,
+        r#"preset = "quick"
+[data]
+tasks = 40
+variants = 1
+group = 4
+[sft]
+max_steps = 2
+[distill]
+max_steps = 1
+rollout_format = "f32"
+general_prompts = 20
+[rl]
+max_steps = 1
+max_new_tokens = 8
+rollout_format = "f32"
+[eval]
+limit = 2
+max_tokens = 16
+ifeval_max_tokens = 8
+"#,
+    )
+    .unwrap();
+    let out = d.path().join("p");
+    let run = |resume: bool| {
+        let mut c = hat();
+        c.args(["train", "pipeline"]);
+        if resume {
+            c.arg("--resume");
+        } else {
+            c.arg("--config")
+                .arg(&cfg)
+                .arg("--model")
+                .arg(&fixture)
+                .arg("--harness")
+                .arg(production());
+        }
+        c.arg("--out").arg(&out);
+        c
+    };
+    run(false)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("rl"));
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for stage in ["| base |", "| sft |", "| distill |", "| rl |"] {
+        assert!(report.contains(stage), "{report}");
+    }
+    assert!(out.join("curves.png").exists());
+    assert!(out.join("rl/model-q8_0.gguf").exists());
+    assert!(out.join("eval/rl/hvqa/results.json").exists());
+    let first = std::fs::read_to_string(out.join("report.json")).unwrap();
+    // a finished pipeline resumes to the same report without training again
+    run(true)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("sft: finished before"));
+    let again = std::fs::read_to_string(out.join("report.json")).unwrap();
+    assert_eq!(first, again);
+    // a second start into the same folder must say how to continue
+    fails_cleanly(&mut run(false)).stderr(predicate::str::contains("--resume"));
+}

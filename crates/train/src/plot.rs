@@ -70,14 +70,6 @@ pub fn plot(runs: &[Run], out: &Path, width: u32, height: u32) -> Result<()> {
     let names = legend_names(runs);
     let root = BitMapBackend::new(out, (width, height)).into_drawing_area();
     root.fill(&WHITE).map_err(draw_err)?;
-    let panels = root.split_evenly((1, 3));
-    let max_step = runs
-        .iter()
-        .flat_map(|r| r.steps.iter().map(|m| m.step))
-        .max()
-        .unwrap_or(1)
-        .max(1);
-
     let series = |f: fn(&StepMetrics) -> Option<f64>| -> Vec<Vec<(f64, f64)>> {
         runs.iter()
             .map(|r| {
@@ -88,6 +80,16 @@ pub fn plot(runs: &[Run], out: &Path, width: u32, height: u32) -> Result<()> {
             })
             .collect()
     };
+    let reward = series(|m| m.extra.get("reward_mean").copied());
+    let with_reward = reward.iter().any(|r| !r.is_empty());
+    let panels = root.split_evenly((1, if with_reward { 4 } else { 3 }));
+    let max_step = runs
+        .iter()
+        .flat_map(|r| r.steps.iter().map(|m| m.step))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+
     let train = series(|m| Some(m.loss));
     let val = series(|m| m.val_loss);
     let lr = series(|m| Some(m.lr));
@@ -119,10 +121,14 @@ pub fn plot(runs: &[Run], out: &Path, width: u32, height: u32) -> Result<()> {
         .draw()
         .map_err(draw_err)?;
 
-    for (area, caption, data) in [
+    let mut others = vec![
         (&panels[1], "learning rate", &lr),
         (&panels[2], "gradient norm (before clipping)", &norm),
-    ] {
+    ];
+    if with_reward {
+        others.push((&panels[3], "RL reward (mean over rollouts)", &reward));
+    }
+    for (area, caption, data) in others {
         let mut chart = new_chart(area, caption, max_step, y_range(data.iter()))?;
         for (i, s) in data.iter().enumerate() {
             let color = Palette99::pick(i).to_rgba();

@@ -7,6 +7,7 @@ pub mod data;
 pub mod distill;
 pub mod eval;
 pub mod harness;
+pub mod pipeline;
 pub mod rl;
 pub mod run;
 pub mod serve;

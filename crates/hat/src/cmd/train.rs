@@ -19,6 +19,9 @@ pub enum TrainCmd {
     /// Stage 3, HSA-RL: groups of agent-loop rollouts under train-pool harness variants,
     /// rewarded by the evaluation scorer, trained with GRPO's clipped token loss.
     Rl(crate::cmd::rl::RlArgs),
+    /// The whole recipe: data, HSA-SFT, distillation, HSA-RL, evaluated after each stage;
+    /// resumable; one report with every stage's scores, costs and curves.
+    Pipeline(crate::cmd::pipeline::PipelineArgs),
     /// Export a run's latest checkpoint as GGUF or as a Hugging Face folder.
     Export(ExportArgs),
     /// Draw loss, learning rate and gradient norm of one or more runs into one PNG.
@@ -170,6 +173,7 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
         TrainCmd::Sft(a) => sft_cmd(a),
         TrainCmd::Distill(a) => crate::cmd::distill::run(a),
         TrainCmd::Rl(a) => crate::cmd::rl::run(a),
+        TrainCmd::Pipeline(a) => crate::cmd::pipeline::run(a),
         TrainCmd::Plot(a) => {
             let runs = a
                 .runs

@@ -79,8 +79,8 @@ impl Default for RlConfig {
             tasks: 2000,
             task_seed: 3,
             seed: 1,
-            max_steps: 30,
-            tasks_per_step: 2,
+            max_steps: 24,
+            tasks_per_step: 3,
             group_size: 4,
             max_draw_rounds: 3,
             max_turns: 3,
@@ -100,7 +100,7 @@ impl Default for RlConfig {
             keep: 2,
             export: vec!["q8_0".into()],
             optim: AdamWConfig {
-                lr: 1e-5,
+                lr: 2e-5,
                 warmup_steps: 2,
                 weight_decay: 0.0,
                 ..AdamWConfig::default()
@@ -114,7 +114,8 @@ impl Default for RlConfig {
 pub const PRESETS: &[(&str, &str)] = &[
     (
         "cpu",
-        "30 steps of 2 tasks x 4 rollouts (3 turns of at most 128 tokens) on 2 cores",
+        "24 steps of 3 tasks x 4 rollouts (3 turns of at most 128 tokens), about 30 minutes on \
+         2 cores",
     ),
     ("gpu", "300 steps of 16 tasks x 8 rollouts, 2 minibatches"),
     ("smoke", "a few steps, for checking a setup end to end"),

@@ -36,6 +36,9 @@ pub use config::{RlConfig, PRESETS};
 use loss::{LossShape, LossStats, Weighted};
 pub use rollout::{Env, Group};
 
+/// Prefix-cache budget of the rollout engine (~20 system prompts of SmolLM2-135M).
+const ROLLOUT_PREFIX_CACHE_BYTES: usize = 1 << 30;
+
 /// The RL stage.
 pub struct RlStage {
     cfg: RlConfig,
@@ -121,6 +124,8 @@ impl RlStage {
         };
         let m = LocalModel::load(&self.snapshot, format, sampling, self.cfg.max_new_tokens)
             .map_err(|e| TrainError::Rollout(e.to_string()))?;
+        // a step's groups share a few system prompts; the trainer needs the memory
+        m.set_prefix_cache_bytes(ROLLOUT_PREFIX_CACHE_BYTES);
         self.rollout = Some(m);
         self.stale = false;
         Ok(())

@@ -1,0 +1,401 @@
+//! The pipeline's TOML: the base model and harness at the top, then one section per stage.
+//! A stage section names a preset of that stage and overrides any of its keys (the same keys
+//! as `hat train sft|distill|rl --config`); the pipeline fills the keys that chain the stages
+//! (each stage's starting model, the SFT data, the distillation teacher).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use toml::Table;
+
+use hat_train::config::SftConfig;
+use hat_train::distill::DistillConfig;
+use hat_train::rl::RlConfig;
+
+use crate::PipelineError;
+
+/// Where the SFT trajectories come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataSection {
+    /// Use these `hat data gen` files instead of generating.
+    pub files: Vec<PathBuf>,
+    /// Otherwise generate (oracle teacher) this many train-split tasks over the base harness
+    /// and `variants` train-pool states, `group` tasks per (state, stream).
+    pub tasks: usize,
+    pub variants: usize,
+    pub group: usize,
+    pub seed: u64,
+}
+
+impl Default for DataSection {
+    fn default() -> Self {
+        Self {
+            files: Vec::new(),
+            tasks: 3000,
+            variants: 32,
+            group: 16,
+            seed: 1,
+        }
+    }
+}
+
+/// The evaluation after each stage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EvalSection {
+    /// Comma-separated suites: lsqa, hvqa, ifeval.
+    pub suites: String,
+    /// Only the first N items of each suite (unset: all).
+    pub limit: Option<usize>,
+    /// Evaluate the base model too (the table's first row).
+    pub base: bool,
+    pub batch: usize,
+    pub max_tokens: u32,
+    pub ifeval_max_tokens: u32,
+}
+
+impl Default for EvalSection {
+    fn default() -> Self {
+        Self {
+            suites: "lsqa,hvqa,ifeval".into(),
+            limit: None,
+            base: true,
+            batch: 8,
+            max_tokens: 128,
+            ifeval_max_tokens: 512,
+        }
+    }
+}
+
+/// A pipeline run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PipelineConfig {
+    /// The base model: a GGUF file or Hugging Face folder (the CLI resolves `default`).
+    pub model: PathBuf,
+    pub harness_dir: PathBuf,
+    pub data: DataSection,
+    /// Stage sections: `preset` (of that stage), `skip = true` to leave the stage out, and
+    /// any key of the stage's config.
+    pub sft: Table,
+    pub distill: Table,
+    pub rl: Table,
+    pub eval: EvalSection,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            model: PathBuf::new(),
+            harness_dir: PathBuf::from("harnesses/livestream"),
+            data: DataSection::default(),
+            sft: Table::new(),
+            distill: Table::new(),
+            rl: Table::new(),
+            eval: EvalSection::default(),
+        }
+    }
+}
+
+/// Pipeline presets.
+pub const PRESETS: &[(&str, &str)] = &[
+    (
+        "quick",
+        "minutes on 2 cores: 200 trajectories, 4 SFT steps, 2 distillation steps, 2 RL steps, \
+         10 items a suite; checks the whole recipe end to end and ends with an evaluated, \
+         exported model",
+    ),
+    (
+        "cpu",
+        "about 3 hours on 2 cores (an estimate from measured stage costs, see \
+         docs/results.md): 3,000 trajectories (~5 min), 28 SFT steps (~55 min), 16 \
+         distillation steps (~14 min), 20 RL steps (~30 min), the full suites after each stage \
+         (~24 min each)",
+    ),
+    (
+        "gpu",
+        "each stage's gpu preset and the full suites after every stage",
+    ),
+];
+
+fn table(pairs: &[(&str, toml::Value)]) -> Table {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+fn s(v: &str) -> toml::Value {
+    toml::Value::String(v.into())
+}
+
+fn i(v: i64) -> toml::Value {
+    toml::Value::Integer(v)
+}
+
+impl PipelineConfig {
+    pub fn preset(name: &str) -> Result<Self, PipelineError> {
+        let mut c = Self::default();
+        match name {
+            "quick" => {
+                c.data = DataSection {
+                    tasks: 200,
+                    variants: 4,
+                    group: 8,
+                    ..DataSection::default()
+                };
+                c.sft = table(&[
+                    ("preset", s("smoke")),
+                    ("max_steps", i(4)),
+                    // half the default pack: the quick run stays under ~8 GB
+                    (
+                        "pack",
+                        toml::Value::Table(table(&[("max_tokens", i(4096))])),
+                    ),
+                ]);
+                c.distill = table(&[("preset", s("smoke")), ("max_steps", i(2))]);
+                c.rl = table(&[("preset", s("smoke")), ("max_steps", i(2))]);
+                c.eval.limit = Some(10);
+                c.eval.ifeval_max_tokens = 256;
+            }
+            "cpu" => {
+                c.sft = table(&[("preset", s("cpu")), ("max_steps", i(28))]);
+                c.distill = table(&[
+                    ("preset", s("cpu")),
+                    ("max_steps", i(16)),
+                    ("stream_share", toml::Value::Float(0.25)),
+                ]);
+                c.rl = table(&[("preset", s("cpu")), ("max_steps", i(20))]);
+                // the base model's figures are in docs/results.md; 24 minutes saved
+                c.eval.base = false;
+            }
+            "gpu" => {
+                c.data.tasks = 20000;
+                c.data.variants = 400;
+                c.sft = table(&[("preset", s("gpu"))]);
+                c.distill = table(&[("preset", s("gpu"))]);
+                c.rl = table(&[("preset", s("gpu"))]);
+            }
+            other => {
+                return Err(PipelineError::Config {
+                    path: "--preset".into(),
+                    message: format!(
+                        "unknown preset `{other}` (known: {})",
+                        PRESETS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
+                    ),
+                })
+            }
+        }
+        Ok(c)
+    }
+
+    /// Reads a pipeline TOML: a `preset` key at the top starts from that preset, and the
+    /// file's keys override it (stage sections key by key).
+    pub fn from_toml(path: &Path) -> Result<Self, PipelineError> {
+        let text = std::fs::read_to_string(path).map_err(|e| PipelineError::Io {
+            path: path.display().to_string(),
+            source: e,
+        })?;
+        Self::from_str(&text, &path.display().to_string())
+    }
+
+    /// [`PipelineConfig::from_toml`] on text; `origin` names it in errors.
+    pub fn from_str(text: &str, origin: &str) -> Result<Self, PipelineError> {
+        let err = |m: String| PipelineError::Config {
+            path: origin.to_string(),
+            message: m,
+        };
+        let mut t: Table = toml::from_str(text).map_err(|e| err(e.to_string()))?;
+        let base = match t.remove("preset") {
+            Some(toml::Value::String(p)) => Self::preset(&p)?,
+            Some(v) => {
+                return Err(err(format!(
+                    "preset = {v}: a preset name (quick, cpu, gpu)"
+                )))
+            }
+            None => Self::default(),
+        };
+        let mut merged: Table = toml::Value::try_from(&base)
+            .map_err(|e| err(e.to_string()))?
+            .as_table()
+            .cloned()
+            .unwrap_or_default();
+        merge(&mut merged, t);
+        let c: Self = toml::Value::Table(merged)
+            .try_into()
+            .map_err(|e: toml::de::Error| err(e.to_string()))?;
+        Ok(c)
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+/// Deep merge: tables key by key, anything else replaced.
+fn merge(into: &mut Table, from: Table) {
+    for (k, v) in from {
+        match (into.get_mut(&k), v) {
+            (Some(toml::Value::Table(a)), toml::Value::Table(b)) => merge(a, b),
+            (_, v) => {
+                into.insert(k, v);
+            }
+        }
+    }
+}
+
+/// Keys of a stage section that the pipeline reads itself.
+const PIPELINE_KEYS: &[&str] = &["preset", "skip", "evaluate"];
+/// Keys the pipeline fills to chain the stages.
+const CHAINED: &[&str] = &["model", "data", "teacher", "harness_dir"];
+
+/// A stage section split into the pipeline's keys and the stage's config.
+pub struct StageSection<T> {
+    pub skip: bool,
+    pub evaluate: bool,
+    pub config: T,
+}
+
+fn section<T: Serialize + serde::de::DeserializeOwned>(
+    name: &str,
+    t: &Table,
+    preset: impl Fn(&str) -> Result<T, hat_train::TrainError>,
+    default_preset: &str,
+) -> Result<StageSection<T>, PipelineError> {
+    let err = |m: String| PipelineError::Config {
+        path: format!("[{name}]"),
+        message: m,
+    };
+    let p = match t.get("preset") {
+        Some(toml::Value::String(p)) => p.clone(),
+        Some(v) => return Err(err(format!("preset = {v}: a preset name"))),
+        None => default_preset.to_string(),
+    };
+    let flag = |k: &str, default: bool| match t.get(k) {
+        None => Ok(default),
+        Some(toml::Value::Boolean(b)) => Ok(*b),
+        Some(v) => Err(err(format!("{k} = {v}: true or false"))),
+    };
+    let skip = flag("skip", false)?;
+    let evaluate = flag("evaluate", true)?;
+    let base = preset(&p).map_err(|e| err(e.to_string()))?;
+    let mut merged: Table = toml::Value::try_from(&base)
+        .map_err(|e| err(e.to_string()))?
+        .as_table()
+        .cloned()
+        .unwrap_or_default();
+    let mut own = t.clone();
+    for k in PIPELINE_KEYS {
+        own.remove(*k);
+    }
+    for k in CHAINED {
+        if own.contains_key(*k) {
+            return Err(err(format!(
+                "`{k}` is filled by the pipeline (each stage starts from the one before; set \
+                 the base model with the top-level `model`, the SFT data in [data])"
+            )));
+        }
+    }
+    merge(&mut merged, own);
+    let config = toml::Value::Table(merged)
+        .try_into()
+        .map_err(|e: toml::de::Error| err(e.to_string()))?;
+    Ok(StageSection {
+        skip,
+        evaluate,
+        config,
+    })
+}
+
+impl PipelineConfig {
+    pub fn sft(&self) -> Result<StageSection<SftConfig>, PipelineError> {
+        section("sft", &self.sft, SftConfig::preset, "cpu")
+    }
+    pub fn distill(&self) -> Result<StageSection<DistillConfig>, PipelineError> {
+        section("distill", &self.distill, DistillConfig::preset, "cpu")
+    }
+    pub fn rl(&self) -> Result<StageSection<RlConfig>, PipelineError> {
+        section("rl", &self.rl, RlConfig::preset, "cpu")
+    }
+
+    /// Checks everything that can be checked before hours of work.
+    pub fn validate(&self) -> Result<(), PipelineError> {
+        if self.model.as_os_str().is_empty() {
+            return Err(PipelineError::Config {
+                path: "model".into(),
+                message: "set the base model (a GGUF file or Hugging Face folder)".into(),
+            });
+        }
+        if !self.harness_dir.is_dir() {
+            return Err(PipelineError::Config {
+                path: "harness_dir".into(),
+                message: format!(
+                    "{} is not a directory (the base harness, e.g. harnesses/livestream)",
+                    self.harness_dir.display()
+                ),
+            });
+        }
+        self.sft()?;
+        self.distill()?;
+        self.rl()?;
+        hat_eval::Suite::parse_list(&self.eval.suites).map_err(|e| PipelineError::Config {
+            path: "[eval] suites".into(),
+            message: e.to_string(),
+        })?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_overrides_its_preset_key_by_key() {
+        let c = PipelineConfig::from_str(
+            "preset = \"quick\"\nmodel = \"m\"\n[sft]\nmax_steps = 7\n[sft.optim]\nlr = 0.001\n[eval]\nlimit = 3\n",
+            "p.toml",
+        )
+        .unwrap();
+        let sft = c.sft().unwrap().config;
+        assert_eq!(sft.max_steps, 7);
+        assert_eq!(sft.optim.lr, 0.001);
+        // the rest of the quick preset stays
+        assert_eq!(
+            sft.tokens_per_step,
+            SftConfig::preset("smoke").unwrap().tokens_per_step
+        );
+        assert_eq!(c.data.tasks, 200);
+        assert_eq!(c.eval.limit, Some(3));
+        assert_eq!(c.rl().unwrap().config.max_steps, 2);
+    }
+
+    #[test]
+    fn typos_and_chained_keys_are_errors_naming_the_section() {
+        let c = PipelineConfig::from_str("[rl]\ngroup_sise = 3\n", "p.toml").unwrap();
+        let e = c.rl().err().unwrap().to_string();
+        assert!(e.contains("[rl]") && e.contains("group_sise"), "{e}");
+        let c = PipelineConfig::from_str("[distill]\nmodel = \"x\"\n", "p.toml").unwrap();
+        let e = c.distill().err().unwrap().to_string();
+        assert!(e.contains("filled by the pipeline"), "{e}");
+        let e = PipelineConfig::from_str("[daat]\n", "p.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("p.toml") && e.contains("daat"), "{e}");
+        let e = PipelineConfig::from_str("preset = \"huge\"\n", "p.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("quick, cpu, gpu"), "{e}");
+    }
+
+    #[test]
+    fn every_preset_resolves_its_stages() {
+        for (p, _) in PRESETS {
+            let c = PipelineConfig::preset(p).unwrap();
+            c.sft().unwrap();
+            c.distill().unwrap();
+            c.rl().unwrap();
+        }
+    }
+}

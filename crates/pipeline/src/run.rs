@@ -1,0 +1,386 @@
+//! Running the stages in order, resumably.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use hat_eval::{Backend, EvalConfig, ModelIdentity, Suite};
+use hat_model::{SamplingParams, WeightFormat};
+use hat_teacher::episode::EpisodeConfig;
+use hat_train::stage::Event;
+
+use crate::config::PipelineConfig;
+use crate::PipelineError;
+
+/// What the pipeline is doing, for progress display.
+pub enum Progress<'a> {
+    /// A stage starts (`data`, `sft`, `distill`, `rl`, `eval <stage>`).
+    Stage(&'a str),
+    /// A stage was skipped or found finished.
+    Skipped(&'a str, &'a str),
+    Data {
+        done: usize,
+        total: usize,
+    },
+    Train(Event<'a>),
+    Eval {
+        suite: &'a str,
+        done: usize,
+        total: usize,
+    },
+}
+
+/// One row of the report: a model and what it cost and scored.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StageRow {
+    pub stage: String,
+    /// The exported model evaluated (q8_0 GGUF) and the Hugging Face folder the next stage
+    /// starts from.
+    pub model: PathBuf,
+    pub hf: Option<PathBuf>,
+    pub steps: usize,
+    /// Training wall time and tokens (from the run's metrics).
+    pub seconds: f64,
+    pub tokens: u64,
+    pub loss_tokens: u64,
+    /// Headline score per suite.
+    pub scores: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Report {
+    pub rows: Vec<StageRow>,
+    /// Seconds spent generating data.
+    pub data_seconds: f64,
+    pub data_files: Vec<PathBuf>,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PipelineError + '_ {
+    move |e| PipelineError::Io {
+        path: path.display().to_string(),
+        source: e,
+    }
+}
+
+fn train_err(stage: &'static str) -> impl FnOnce(hat_train::TrainError) -> PipelineError {
+    move |source| PipelineError::Train { stage, source }
+}
+
+/// The SFT data: the given files, or generated once into `out/data.jsonl`.
+fn data(
+    cfg: &PipelineConfig,
+    out: &Path,
+    on: &mut dyn FnMut(Progress),
+) -> Result<(Vec<PathBuf>, f64), PipelineError> {
+    if !cfg.data.files.is_empty() {
+        return Ok((cfg.data.files.clone(), 0.0));
+    }
+    let path = out.join("data.jsonl");
+    let done = out.join("data.done");
+    if let Ok(t) = std::fs::read_to_string(&done) {
+        on(Progress::Skipped("data", "generated before"));
+        return Ok((vec![path], t.trim().parse().unwrap_or(0.0)));
+    }
+    on(Progress::Stage("data"));
+    let d = &cfg.data;
+    let gen = hat_data::gen::GenConfig {
+        harness_dir: cfg.harness_dir.clone(),
+        variants: d.variants,
+        pool: hat_augment::Pool::Train,
+        tasks: d.tasks,
+        seed: d.seed,
+        group: d.group,
+    };
+    let states = hat_data::gen::states(
+        &cfg.harness_dir,
+        d.variants,
+        hat_augment::Pool::Train,
+        d.seed,
+    )?;
+    let skip = hat_data::gen::existing_keys(&path)?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(io(&path))?;
+    let mut teacher = hat_data::gen::Teacher::Oracle;
+    let report = hat_data::gen::generate(
+        &gen,
+        &states,
+        &mut teacher,
+        &skip,
+        &mut f,
+        &mut |done, total| on(Progress::Data { done, total }),
+    )?;
+    if report.written + report.skipped_existing == 0 {
+        return Err(PipelineError::Config {
+            path: "[data]".into(),
+            message: "no trajectory passed the scorer; check the harness with `hat harness check`"
+                .into(),
+        });
+    }
+    std::fs::write(&done, report.seconds.to_string()).map_err(io(&done))?;
+    Ok((vec![path], report.seconds))
+}
+
+/// Totals of a run folder's `metrics.jsonl`.
+fn totals(run: &Path) -> (usize, f64, u64, u64) {
+    let Ok(r) = hat_train::plot::read_run(run) else {
+        return (0, 0.0, 0, 0);
+    };
+    let steps = r.steps.last().map_or(0, |m| m.step);
+    let secs = r.steps.last().map_or(0.0, |m| m.seconds);
+    let tokens = r.steps.iter().map(|m| m.tokens as u64).sum();
+    let loss = r.steps.iter().map(|m| m.loss_tokens as u64).sum();
+    (steps, secs, tokens, loss)
+}
+
+fn ensure_exports(export: &mut Vec<String>) {
+    for f in ["q8_0", "hf"] {
+        if !export.iter().any(|e| e == f) {
+            export.push(f.to_string());
+        }
+    }
+}
+
+/// Runs one training stage unless its `stage.json` says it is done; returns its row.
+fn stage(
+    name: &'static str,
+    dir: &Path,
+    on: &mut dyn FnMut(Progress),
+    train: &mut dyn FnMut(&mut dyn FnMut(Event)) -> Result<PathBuf, hat_train::TrainError>,
+) -> Result<StageRow, PipelineError> {
+    let marker = dir.join("stage.json");
+    if let Ok(t) = std::fs::read_to_string(&marker) {
+        if let Ok(row) = serde_json::from_str::<StageRow>(&t) {
+            on(Progress::Skipped(name, "finished before"));
+            return Ok(row);
+        }
+    }
+    on(Progress::Stage(name));
+    train(&mut |e| on(Progress::Train(e))).map_err(train_err(name))?;
+    let (steps, seconds, tokens, loss_tokens) = totals(dir);
+    let row = StageRow {
+        stage: name.to_string(),
+        model: hat_train::export::run_output(dir, "q8_0"),
+        hf: Some(hat_train::export::run_output(dir, "hf")),
+        steps,
+        seconds,
+        tokens,
+        loss_tokens,
+        scores: BTreeMap::new(),
+    };
+    std::fs::write(&marker, serde_json::to_string_pretty(&row)?).map_err(io(&marker))?;
+    Ok(row)
+}
+
+/// Evaluates `model` into `dir` (resuming), returning the headline of each suite.
+fn evaluate(
+    cfg: &PipelineConfig,
+    stage: &str,
+    model: &Path,
+    dir: &Path,
+    on: &mut dyn FnMut(Progress),
+) -> Result<BTreeMap<String, f64>, PipelineError> {
+    let err = |e: &dyn std::fmt::Display| PipelineError::Eval {
+        stage: stage.to_string(),
+        message: e.to_string(),
+    };
+    on(Progress::Stage(&format!("eval {stage}")));
+    let e = &cfg.eval;
+    let local = hat_agent::LocalModel::load(
+        model,
+        WeightFormat::Original,
+        SamplingParams::default(),
+        e.max_tokens as usize,
+    )
+    .map_err(|x| err(&x))?;
+    let identity = ModelIdentity {
+        name: format!("{stage}: {}", local.name),
+        hash: local.hash.clone(),
+        decoding: json!({"temperature": 0.0, "max_tokens": e.max_tokens, "format": "original", "engine": "hat-model (candle)"}),
+    };
+    let mut backend = Backend::Chat {
+        identity,
+        model: Box::new(local),
+    };
+    let ecfg = EvalConfig {
+        harness_dir: cfg.harness_dir.clone(),
+        out_dir: dir.to_path_buf(),
+        limit: e.limit,
+        resume: true,
+        ifeval_input: None,
+        episode: EpisodeConfig::default(),
+        batch: e.batch,
+        max_tokens: e.max_tokens,
+        ifeval_max_tokens: e.ifeval_max_tokens,
+        tasks: None,
+    };
+    let mut scores = BTreeMap::new();
+    for s in Suite::parse_list(&e.suites).map_err(|x| err(&x))? {
+        let mut progress = |done: usize, total: usize| {
+            on(Progress::Eval {
+                suite: s.as_str(),
+                done,
+                total,
+            })
+        };
+        let summary = match s {
+            Suite::Ifeval => hat_eval::run_ifeval(&ecfg, &mut backend, &mut progress),
+            agent => hat_eval::run_agent(agent, &ecfg, &mut backend, &mut progress),
+        }
+        .map_err(|x| err(&x))?;
+        scores.insert(s.as_str().to_string(), summary.headline);
+    }
+    Ok(scores)
+}
+
+/// Runs (or continues) the pipeline in `out`.
+pub fn run(
+    cfg: &PipelineConfig,
+    out: &Path,
+    on: &mut dyn FnMut(Progress),
+) -> Result<Report, PipelineError> {
+    cfg.validate()?;
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    let (files, data_seconds) = data(cfg, out, on)?;
+    let mut report = Report {
+        rows: Vec::new(),
+        data_seconds,
+        data_files: files.clone(),
+    };
+    let mut rows: Vec<(StageRow, bool)> = Vec::new();
+    if cfg.eval.base {
+        rows.push((
+            StageRow {
+                stage: "base".into(),
+                model: cfg.model.clone(),
+                ..StageRow::default()
+            },
+            true,
+        ));
+    }
+    // the weights the next stage starts from
+    let mut current = cfg.model.clone();
+
+    let s = cfg.sft()?;
+    if !s.skip {
+        let mut c = s.config;
+        c.model = current.clone();
+        c.data = files.clone();
+        ensure_exports(&mut c.export);
+        let dir = out.join("sft");
+        let row = stage("sft", &dir, on, &mut |e| {
+            hat_train::sft::run(&c, &dir, true, e)
+        })?;
+        current = row.hf.clone().unwrap_or_default();
+        rows.push((row, s.evaluate));
+    }
+    let s = cfg.distill()?;
+    if !s.skip {
+        let mut c = s.config;
+        c.model = current.clone();
+        c.teacher = cfg.model.clone();
+        if c.stream_share > 0.0 && c.stream_data.is_empty() {
+            c.stream_data = files.clone();
+        }
+        ensure_exports(&mut c.export);
+        let dir = out.join("distill");
+        let row = stage("distill", &dir, on, &mut |e| {
+            hat_train::distill::run(&c, &dir, true, e)
+        })?;
+        current = row.hf.clone().unwrap_or_default();
+        rows.push((row, s.evaluate));
+    }
+    let s = cfg.rl()?;
+    if !s.skip {
+        let mut c = s.config;
+        c.model = current.clone();
+        c.harness_dir = cfg.harness_dir.clone();
+        ensure_exports(&mut c.export);
+        let dir = out.join("rl");
+        let row = stage("rl", &dir, on, &mut |e| {
+            hat_train::rl::run(&c, &dir, true, e)
+        })?;
+        rows.push((row, s.evaluate));
+    }
+    for (row, eval) in &mut rows {
+        if *eval {
+            let dir = out.join("eval").join(&row.stage);
+            row.scores = evaluate(cfg, &row.stage, &row.model, &dir, on)?;
+        }
+    }
+    report.rows = rows.into_iter().map(|(r, _)| r).collect();
+    write_report(cfg, out, &report)?;
+    Ok(report)
+}
+
+fn write_report(cfg: &PipelineConfig, out: &Path, report: &Report) -> Result<(), PipelineError> {
+    let suites: Vec<String> = cfg
+        .eval
+        .suites
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    let mut md = String::from("# HAT pipeline report\n\n");
+    md.push_str(&format!(
+        "Base model `{}`, harness `{}`; data: {} ({:.0} s to generate).{}\n\n",
+        cfg.model.display(),
+        cfg.harness_dir.display(),
+        report
+            .data_files
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        report.data_seconds,
+        match cfg.eval.limit {
+            Some(n) => format!(" Scores on the first {n} items of each suite only."),
+            None => String::new(),
+        }
+    ));
+    md.push_str("| stage |");
+    for s in &suites {
+        md.push_str(&format!(" {s} |"));
+    }
+    md.push_str(" steps | train wall | tokens (loss tokens) | model |\n|---|");
+    for _ in &suites {
+        md.push_str("---|");
+    }
+    md.push_str("---|---|---|---|\n");
+    for r in &report.rows {
+        md.push_str(&format!("| {} |", r.stage));
+        for s in &suites {
+            match r.scores.get(s) {
+                Some(v) => md.push_str(&format!(" {v:.1} |")),
+                None => md.push_str(" - |"),
+            }
+        }
+        md.push_str(&format!(
+            " {} | {:.1} min | {} ({}) | `{}` |\n",
+            r.steps,
+            r.seconds / 60.0,
+            r.tokens,
+            r.loss_tokens,
+            r.model.display()
+        ));
+    }
+    let runs: Vec<_> = report
+        .rows
+        .iter()
+        .filter(|r| r.stage != "base")
+        .filter_map(|r| hat_train::plot::read_run(&out.join(&r.stage)).ok())
+        .collect();
+    if !runs.is_empty() {
+        let png = out.join("curves.png");
+        hat_train::plot::plot(&runs, &png, 2000, 440).map_err(train_err("report"))?;
+        md.push_str("\n![every stage's curves](curves.png)\n");
+    }
+    let p = out.join("report.md");
+    std::fs::write(&p, md).map_err(io(&p))?;
+    let p = out.join("report.json");
+    std::fs::write(&p, serde_json::to_string_pretty(report)?).map_err(io(&p))?;
+    Ok(())
+}
