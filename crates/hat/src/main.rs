@@ -53,6 +53,9 @@ enum Command {
     Train(cmd::train::TrainCmd),
     /// Serve live streams and an OpenAI-compatible API.
     Serve(cmd::serve::ServeArgs),
+    /// The HSA environment for external RL trainers.
+    #[command(subcommand)]
+    Env(cmd::env::EnvCmd),
 }
 
 fn main() {
@@ -68,7 +71,7 @@ fn main() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    if !matches!(cli.command, Command::Serve(_)) {
+    if !matches!(cli.command, Command::Serve(_) | Command::Env(_)) {
         exit_quietly_when_stdout_closes();
     }
     let result = match cli.command {
@@ -84,6 +87,7 @@ fn main() {
         Command::Generate(a) => hat_model::cli::run_generate(a),
         Command::Bench(c) => cmd::bench::run(c),
         Command::Train(c) => cmd::train::run(c),
+        Command::Env(c) => cmd::env::run(c),
     };
     if let Err(e) = result {
         eprintln!("error: {}", describe(&e));

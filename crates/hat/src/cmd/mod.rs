@@ -5,6 +5,7 @@ pub mod bench;
 pub mod bench_serve;
 pub mod data;
 pub mod distill;
+pub mod env;
 pub mod eval;
 pub mod harness;
 pub mod pipeline;

@@ -142,7 +142,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     })
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -1,0 +1,340 @@
+//! `hat env serve`: the HSA environment over HTTP, so an RL trainer elsewhere (TRL, verl, a
+//! cluster) can train against the same tasks, augmented harness states, agent loop and scorer
+//! that `hat train rl` uses.
+//!
+//! - `GET /v1/info`: the harness states (label, hash, call syntax) and the number of tasks.
+//! - `POST /v1/reset` `{"task": i?, "state": j?, "seed": s?}`: starts an episode (task and state
+//!   drawn from `seed` when not given); returns `session`, the task, the state, the harness's
+//!   tools (OpenAI form) and the prompt messages.
+//! - `POST /v1/step` `{"session": id, "text": "..."}`: the model's turn; returns the messages
+//!   it caused (tool results, hook or parse feedback) and, at the end, `done` with the
+//!   scorer's verdict (`reward` = fraction of components passed, `pass`, components, reason).
+//!
+//! Each episode runs on a thread that owns its world copy (so concurrent episodes never see
+//! each other's tool calls), and is rolled back when it ends or sits idle past the timeout.
+
+mod session;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use rand::{Rng, SeedableRng};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use hat_augment::Pool;
+use hat_data::gen::State as HarnessState;
+use hat_tasks::{Split, Task, TaskSet, WorldCache};
+
+pub use session::{Observation, Verdict};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    #[error("{0}")]
+    Setup(String),
+    #[error("serving: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What the environment offers.
+#[derive(Debug, Clone)]
+pub struct EnvConfig {
+    pub harness_dir: PathBuf,
+    /// Augmented states besides the base harness, from `pool` and `variant_seed`.
+    pub variants: usize,
+    pub pool: Pool,
+    pub variant_seed: u64,
+    pub split: Split,
+    pub tasks: usize,
+    pub task_seed: u64,
+    pub max_turns: usize,
+    /// Episodes open at once, at most.
+    pub max_sessions: usize,
+    /// An episode without a step for this long is rolled back and forgotten.
+    pub idle: Duration,
+}
+
+impl Default for EnvConfig {
+    fn default() -> Self {
+        Self {
+            harness_dir: PathBuf::from("harnesses/livestream"),
+            variants: 64,
+            pool: Pool::Train,
+            variant_seed: 3,
+            split: Split::Train,
+            tasks: 2000,
+            task_seed: 3,
+            max_turns: 5,
+            max_sessions: 256,
+            idle: Duration::from_secs(600),
+        }
+    }
+}
+
+/// The tasks and harness states episodes draw from.
+pub struct Catalogue {
+    pub states: Vec<HarnessState>,
+    pub tasks: Vec<Task>,
+}
+
+impl Catalogue {
+    pub fn build(cfg: &EnvConfig) -> Result<Self, EnvError> {
+        let states = hat_data::gen::states(&cfg.harness_dir, cfg.variants, cfg.pool, cfg.variant_seed)
+            .map_err(|e| EnvError::Setup(format!("harness {}: {e}", cfg.harness_dir.display())))?;
+        let mut worlds = WorldCache::default();
+        let tasks = TaskSet::generate(cfg.split, cfg.tasks, cfg.task_seed, &mut worlds)
+            .map_err(|e| EnvError::Setup(format!("tasks: {e}")))?;
+        Ok(Self { states, tasks })
+    }
+}
+
+struct App {
+    cfg: EnvConfig,
+    cat: Arc<Catalogue>,
+    sessions: Mutex<HashMap<u64, Sender<session::Cmd>>>,
+    next: AtomicU64,
+}
+
+fn error(status: StatusCode, message: impl std::fmt::Display) -> Response {
+    (status, Json(json!({"error": message.to_string()}))).into_response()
+}
+
+async fn info(State(app): State<Arc<App>>) -> Json<Value> {
+    Json(json!({
+        "tasks": app.cat.tasks.len(),
+        "split": app.cfg.split.as_str(),
+        "max_turns": app.cfg.max_turns,
+        "states": app.cat.states.iter().enumerate().map(|(i, s)| json!({
+            "index": i,
+            "label": s.label,
+            "hash": s.harness.hash,
+            "call_syntax": s.harness.syntax.as_str(),
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ResetBody {
+    task: Option<usize>,
+    state: Option<usize>,
+    seed: Option<u64>,
+}
+
+/// Parses a request body; an empty body is `T::default()` when `empty` allows it.
+fn body<T: serde::de::DeserializeOwned + Default>(bytes: &[u8], empty: bool) -> Result<T, Response> {
+    if empty && bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes)
+        .map_err(|e| error(StatusCode::UNPROCESSABLE_ENTITY, format!("request body: {e}")))
+}
+
+async fn reset(State(app): State<Arc<App>>, bytes: axum::body::Bytes) -> Response {
+    let b: ResetBody = match body(&bytes, true) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
+        b.seed
+            .unwrap_or_else(|| app.next.load(Ordering::Relaxed).wrapping_mul(0x9E37_79B9)),
+    );
+    let (n_tasks, n_states) = (app.cat.tasks.len(), app.cat.states.len());
+    let task = b.task.unwrap_or_else(|| rng.gen_range(0..n_tasks));
+    let state = b.state.unwrap_or_else(|| rng.gen_range(0..n_states));
+    if task >= n_tasks || state >= n_states {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("task {task} / state {state}: there are {n_tasks} tasks and {n_states} states (GET /v1/info)"),
+        );
+    }
+    {
+        let mut s = app.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        // sessions whose thread ended (done or idle) no longer count
+        s.retain(|_, tx| tx.send(session::Cmd::Ping).is_ok());
+        if s.len() >= app.cfg.max_sessions {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("{} episodes open (the --max-sessions limit); finish some first", s.len()),
+            );
+        }
+    }
+    let id = app.next.fetch_add(1, Ordering::Relaxed) + 1;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel();
+    let (cat, turns, idle) = (app.cat.clone(), app.cfg.max_turns, app.cfg.idle);
+    let spawned = std::thread::Builder::new()
+        .name(format!("hat-env-{id}"))
+        .spawn(move || session::run(cat, task, state, turns, idle, rx, first_tx));
+    if let Err(e) = spawned {
+        return error(StatusCode::SERVICE_UNAVAILABLE, format!("starting the episode: {e}"));
+    }
+    let obs = match first_rx.await {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => return error(StatusCode::UNPROCESSABLE_ENTITY, e),
+        Err(_) => return error(StatusCode::INTERNAL_SERVER_ERROR, "the episode ended at its start"),
+    };
+    if !obs.done {
+        app.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, tx);
+    }
+    let t = &app.cat.tasks[task];
+    let h = &app.cat.states[state].harness;
+    Json(json!({
+        "session": id,
+        "task": task,
+        "task_id": t.id,
+        "task_type": t.kind.as_str(),
+        "state": state,
+        "harness_hash": h.hash,
+        "call_syntax": h.syntax.as_str(),
+        "tools": h.openai_tools(),
+        "messages": obs.messages,
+        "done": obs.done,
+    }))
+    .into_response()
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct StepBody {
+    session: u64,
+    text: String,
+}
+
+async fn step(State(app): State<Arc<App>>, bytes: axum::body::Bytes) -> Response {
+    let b: StepBody = match body(&bytes, false) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let tx = app
+        .sessions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&b.session)
+        .cloned();
+    let Some(tx) = tx else {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("no open episode {} (finished, idle too long, or never started)", b.session),
+        );
+    };
+    let (reply_tx, reply_rx) = tokio::sync::oneshot::channel();
+    let gone = || {
+        app.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&b.session);
+        error(
+            StatusCode::NOT_FOUND,
+            format!("episode {} ended (idle too long)", b.session),
+        )
+    };
+    if tx.send(session::Cmd::Step(b.text, reply_tx)).is_err() {
+        return gone();
+    }
+    match reply_rx.await {
+        Ok(Ok(obs)) => {
+            if obs.done {
+                app.sessions
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&b.session);
+            }
+            Json(obs).into_response()
+        }
+        Ok(Err(e)) => {
+            app.sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&b.session);
+            error(StatusCode::INTERNAL_SERVER_ERROR, e)
+        }
+        Err(_) => gone(),
+    }
+}
+
+/// The HTTP routes.
+pub fn router(cfg: EnvConfig, cat: Catalogue) -> Router {
+    let app = Arc::new(App {
+        cfg,
+        cat: Arc::new(cat),
+        sessions: Mutex::new(HashMap::new()),
+        next: AtomicU64::new(0),
+    });
+    Router::new()
+        .route("/v1/info", get(info))
+        .route("/v1/reset", post(reset))
+        .route("/v1/step", post(step))
+        .with_state(app)
+}
+
+/// Serves until `shutdown` resolves.
+pub async fn serve(
+    router: Router,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), EnvError> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    Ok(())
+}
+
+/// A server on a thread of its own (tests, embedding); stops when dropped.
+pub struct Background {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    pub fn start(router: Router, addr: SocketAddr) -> Result<Self, EnvError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        let listener = rt.block_on(tokio::net::TcpListener::bind(addr))?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("hat-env".into())
+            .spawn(move || {
+                let _ = rt.block_on(serve(router, listener, async {
+                    let _ = stopped.await;
+                }));
+            })?;
+        Ok(Self {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

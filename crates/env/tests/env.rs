@@ -1,0 +1,148 @@
+//! The environment over HTTP: an episode replayed with the oracle's turns earns the full
+//! reward, a bad turn a partial one, and bad requests get clear errors.
+
+use std::path::PathBuf;
+
+use rand::SeedableRng;
+use serde_json::{json, Value};
+
+use hat_env::{Background, Catalogue, EnvConfig};
+use hat_harness::Role;
+use hat_tasks::{expect, Split};
+use hat_teacher::oracle;
+
+fn cfg() -> EnvConfig {
+    EnvConfig {
+        harness_dir: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream"),
+        variants: 2,
+        split: Split::Train,
+        tasks: 24,
+        ..EnvConfig::default()
+    }
+}
+
+fn post(url: &str, body: Value) -> (u16, Value) {
+    match ureq::post(url).send_json(body) {
+        Ok(r) => (r.status(), r.into_json().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap()),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn oracle_turns_earn_the_full_reward_under_every_state() {
+    let cat = Catalogue::build(&cfg()).unwrap();
+    let server = Background::start(
+        hat_env::router(cfg(), Catalogue::build(&cfg()).unwrap()),
+        ([127, 0, 0, 1], 0).into(),
+    )
+    .unwrap();
+    let url = server.url();
+    let info: Value = ureq::get(&format!("{url}/v1/info"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(info["states"].as_array().unwrap().len(), 3);
+    assert_eq!(info["tasks"], 24);
+    let mut checked = 0;
+    for (task, state) in [(0, 0), (1, 1), (2, 2), (3, 1), (5, 2)] {
+        let t = &cat.tasks[task];
+        let h = &cat.states[state].harness;
+        let world = hat_world::World::generate(t.world_seed).unwrap();
+        let Ok(exp) = expect(t, h, &world) else {
+            continue;
+        };
+        let gold =
+            oracle::trajectory(t, h, &world, &exp, &mut rand_chacha::ChaCha8Rng::seed_from_u64(0))
+                .unwrap();
+        let (code, r) = post(
+            &format!("{url}/v1/reset"),
+            json!({"task": task, "state": state}),
+        );
+        assert_eq!(code, 200, "{r}");
+        let prompt = r["messages"].as_array().unwrap();
+        assert_eq!(prompt.len(), 2 + t.history.len() * 2);
+        assert_eq!(prompt[0]["content"], gold.messages[0].content);
+        assert_eq!(r["harness_hash"], h.hash);
+        let session = r["session"].as_u64().unwrap();
+        let turns: Vec<&str> = gold.messages[prompt.len()..]
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .map(|m| m.content.as_str())
+            .collect();
+        let mut last = Value::Null;
+        for (i, text) in turns.iter().enumerate() {
+            let (code, obs) = post(
+                &format!("{url}/v1/step"),
+                json!({"session": session, "text": text}),
+            );
+            assert_eq!(code, 200, "{obs}");
+            assert_eq!(obs["done"], i + 1 == turns.len(), "{obs}");
+            if i + 1 < turns.len() {
+                // a tool call: its result comes back
+                assert!(!obs["messages"].as_array().unwrap().is_empty(), "{obs}");
+            }
+            last = obs;
+        }
+        assert_eq!(last["result"]["reward"], 1.0, "{last}");
+        assert_eq!(last["result"]["pass"], true);
+        // the episode is closed
+        let (code, e) = post(
+            &format!("{url}/v1/step"),
+            json!({"session": session, "text": "again"}),
+        );
+        assert_eq!(code, 404, "{e}");
+        checked += 1;
+    }
+    assert!(checked >= 3, "only {checked} tasks applicable");
+}
+
+#[test]
+fn a_bad_turn_is_scored_and_bad_requests_say_what_is_wrong() {
+    let server = Background::start(
+        hat_env::router(cfg(), Catalogue::build(&cfg()).unwrap()),
+        ([127, 0, 0, 1], 0).into(),
+    )
+    .unwrap();
+    let url = server.url();
+    let (_, r) = post(&format!("{url}/v1/reset"), json!({"task": 0, "state": 0}));
+    let session = r["session"].as_u64().unwrap();
+    let mut obs = Value::Null;
+    for _ in 0..6 {
+        let (code, o) = post(
+            &format!("{url}/v1/step"),
+            json!({"session": session, "text": "<tool_call>{not json"}),
+        );
+        assert_eq!(code, 200, "{o}");
+        obs = o;
+        if obs["done"] == true {
+            break;
+        }
+        // the runtime's parse feedback comes back as a message
+        let fb = obs["messages"][0]["content"].as_str().unwrap_or("");
+        assert!(fb.contains("[runtime]"), "{obs}");
+    }
+    assert_eq!(obs["done"], true, "bounded by max_turns");
+    let reward = obs["result"]["reward"].as_f64().unwrap();
+    assert!(reward < 1.0 && obs["result"]["pass"] == false, "{obs}");
+    let (code, e) = post(&format!("{url}/v1/reset"), json!({"task": 999}));
+    assert_eq!(code, 400);
+    assert!(e["error"].as_str().unwrap().contains("24 tasks"), "{e}");
+    let (code, e) = post(
+        &format!("{url}/v1/step"),
+        json!({"session": 12345, "text": "hi"}),
+    );
+    assert_eq!(code, 404);
+    assert!(e["error"].as_str().unwrap().contains("no open episode"), "{e}");
+    let (code, e) = post(&format!("{url}/v1/reset"), json!({"tsk": 1}));
+    assert_eq!(code, 422, "unknown fields are refused");
+    assert!(e["error"].as_str().unwrap().contains("tsk"), "{e}");
+    // a random draw works without a body
+    let r: Value = ureq::post(&format!("{url}/v1/reset"))
+        .call()
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert!(r["session"].as_u64().is_some(), "{r}");
+}

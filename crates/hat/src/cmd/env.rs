@@ -1,0 +1,93 @@
+//! `hat env serve`: the HSA environment over HTTP for external RL trainers.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+
+use hat_env::{Catalogue, EnvConfig};
+
+use crate::cmd::augment::parse_pool;
+
+#[derive(Subcommand)]
+pub enum EnvCmd {
+    /// Serve episodes over HTTP: POST /v1/reset, POST /v1/step, GET /v1/info (docs/training.md).
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The base harness directory.
+    #[arg(long, default_value = "harnesses/livestream")]
+    harness: PathBuf,
+    /// Augmented harness states besides the base one.
+    #[arg(long, default_value_t = 64)]
+    variants: usize,
+    /// Augmentation pool: train or heldout.
+    #[arg(long, default_value = "train")]
+    pool: String,
+    /// Seed of the augmented states.
+    #[arg(long, default_value_t = 3)]
+    variant_seed: u64,
+    /// Task split: train or test.
+    #[arg(long, default_value = "train")]
+    split: String,
+    #[arg(long, default_value_t = 2000)]
+    tasks: usize,
+    #[arg(long, default_value_t = 3)]
+    task_seed: u64,
+    /// Model turns per episode (tool rounds and hook retries included).
+    #[arg(long, default_value_t = 5)]
+    max_turns: usize,
+    /// Episodes open at once, at most.
+    #[arg(long, default_value_t = 256)]
+    max_sessions: usize,
+    /// Seconds without a step after which an episode is rolled back and forgotten.
+    #[arg(long, default_value_t = 600)]
+    idle_s: u64,
+    #[arg(long, default_value = "127.0.0.1:8090")]
+    addr: SocketAddr,
+}
+
+pub fn run(c: EnvCmd) -> Result<()> {
+    let EnvCmd::Serve(a) = c;
+    let split = match a.split.as_str() {
+        "train" => hat_tasks::Split::Train,
+        "test" => hat_tasks::Split::Test,
+        other => anyhow::bail!("--split {other}: train or test"),
+    };
+    let cfg = EnvConfig {
+        harness_dir: a.harness.clone(),
+        variants: a.variants,
+        pool: parse_pool(&a.pool)?,
+        variant_seed: a.variant_seed,
+        split,
+        tasks: a.tasks,
+        task_seed: a.task_seed,
+        max_turns: a.max_turns.max(1),
+        max_sessions: a.max_sessions.max(1),
+        idle: Duration::from_secs(a.idle_s.max(1)),
+    };
+    let cat = Catalogue::build(&cfg)?;
+    let (n_tasks, n_states) = (cat.tasks.len(), cat.states.len());
+    let router = hat_env::router(cfg, cat);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(a.addr)
+            .await
+            .with_context(|| format!("binding {} (is another server running there?)", a.addr))?;
+        eprintln!(
+            "serving {n_tasks} {} tasks under {n_states} harness states on http://{}",
+            a.split,
+            listener.local_addr().unwrap_or(a.addr)
+        );
+        hat_env::serve(router, listener, crate::cmd::serve::shutdown_signal()).await?;
+        anyhow::Ok(())
+    })
+}
