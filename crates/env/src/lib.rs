@@ -89,8 +89,11 @@ pub struct Catalogue {
 
 impl Catalogue {
     pub fn build(cfg: &EnvConfig) -> Result<Self, EnvError> {
-        let states = hat_data::gen::states(&cfg.harness_dir, cfg.variants, cfg.pool, cfg.variant_seed)
-            .map_err(|e| EnvError::Setup(format!("harness {}: {e}", cfg.harness_dir.display())))?;
+        let states =
+            hat_data::gen::states(&cfg.harness_dir, cfg.variants, cfg.pool, cfg.variant_seed)
+                .map_err(|e| {
+                    EnvError::Setup(format!("harness {}: {e}", cfg.harness_dir.display()))
+                })?;
         let mut worlds = WorldCache::default();
         let tasks = TaskSet::generate(cfg.split, cfg.tasks, cfg.task_seed, &mut worlds)
             .map_err(|e| EnvError::Setup(format!("tasks: {e}")))?;
@@ -132,18 +135,25 @@ struct ResetBody {
 }
 
 /// Parses a request body; an empty body is `T::default()` when `empty` allows it.
-fn body<T: serde::de::DeserializeOwned + Default>(bytes: &[u8], empty: bool) -> Result<T, Response> {
+fn body<T: serde::de::DeserializeOwned + Default>(
+    bytes: &[u8],
+    empty: bool,
+) -> Result<T, Box<Response>> {
     if empty && bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(bytes)
-        .map_err(|e| error(StatusCode::UNPROCESSABLE_ENTITY, format!("request body: {e}")))
+    serde_json::from_slice(bytes).map_err(|e| {
+        Box::new(error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("request body: {e}"),
+        ))
+    })
 }
 
 async fn reset(State(app): State<Arc<App>>, bytes: axum::body::Bytes) -> Response {
     let b: ResetBody = match body(&bytes, true) {
         Ok(b) => b,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
         b.seed
@@ -165,7 +175,10 @@ async fn reset(State(app): State<Arc<App>>, bytes: axum::body::Bytes) -> Respons
         if s.len() >= app.cfg.max_sessions {
             return error(
                 StatusCode::SERVICE_UNAVAILABLE,
-                format!("{} episodes open (the --max-sessions limit); finish some first", s.len()),
+                format!(
+                    "{} episodes open (the --max-sessions limit); finish some first",
+                    s.len()
+                ),
             );
         }
     }
@@ -177,12 +190,20 @@ async fn reset(State(app): State<Arc<App>>, bytes: axum::body::Bytes) -> Respons
         .name(format!("hat-env-{id}"))
         .spawn(move || session::run(cat, task, state, turns, idle, rx, first_tx));
     if let Err(e) = spawned {
-        return error(StatusCode::SERVICE_UNAVAILABLE, format!("starting the episode: {e}"));
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("starting the episode: {e}"),
+        );
     }
     let obs = match first_rx.await {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => return error(StatusCode::UNPROCESSABLE_ENTITY, e),
-        Err(_) => return error(StatusCode::INTERNAL_SERVER_ERROR, "the episode ended at its start"),
+        Err(_) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the episode ended at its start",
+            )
+        }
     };
     if !obs.done {
         app.sessions
@@ -217,7 +238,7 @@ struct StepBody {
 async fn step(State(app): State<Arc<App>>, bytes: axum::body::Bytes) -> Response {
     let b: StepBody = match body(&bytes, false) {
         Ok(b) => b,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let tx = app
         .sessions
@@ -228,7 +249,10 @@ async fn step(State(app): State<Arc<App>>, bytes: axum::body::Bytes) -> Response
     let Some(tx) = tx else {
         return error(
             StatusCode::NOT_FOUND,
-            format!("no open episode {} (finished, idle too long, or never started)", b.session),
+            format!(
+                "no open episode {} (finished, idle too long, or never started)",
+                b.session
+            ),
         );
     };
     let (reply_tx, reply_rx) = tokio::sync::oneshot::channel();

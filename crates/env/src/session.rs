@@ -43,7 +43,10 @@ pub struct Verdict {
 }
 
 pub(crate) enum Cmd {
-    Step(String, tokio::sync::oneshot::Sender<Result<Observation, String>>),
+    Step(
+        String,
+        tokio::sync::oneshot::Sender<Result<Observation, String>>,
+    ),
     /// Is the episode still open? (a send that fails says it is not)
     Ping,
 }

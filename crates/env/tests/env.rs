@@ -53,9 +53,14 @@ fn oracle_turns_earn_the_full_reward_under_every_state() {
         let Ok(exp) = expect(t, h, &world) else {
             continue;
         };
-        let gold =
-            oracle::trajectory(t, h, &world, &exp, &mut rand_chacha::ChaCha8Rng::seed_from_u64(0))
-                .unwrap();
+        let gold = oracle::trajectory(
+            t,
+            h,
+            &world,
+            &exp,
+            &mut rand_chacha::ChaCha8Rng::seed_from_u64(0),
+        )
+        .unwrap();
         let (code, r) = post(
             &format!("{url}/v1/reset"),
             json!({"task": task, "state": state}),
@@ -134,7 +139,10 @@ fn a_bad_turn_is_scored_and_bad_requests_say_what_is_wrong() {
         json!({"session": 12345, "text": "hi"}),
     );
     assert_eq!(code, 404);
-    assert!(e["error"].as_str().unwrap().contains("no open episode"), "{e}");
+    assert!(
+        e["error"].as_str().unwrap().contains("no open episode"),
+        "{e}"
+    );
     let (code, e) = post(&format!("{url}/v1/reset"), json!({"tsk": 1}));
     assert_eq!(code, 422, "unknown fields are refused");
     assert!(e["error"].as_str().unwrap().contains("tsk"), "{e}");

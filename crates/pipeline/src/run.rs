@@ -145,12 +145,15 @@ fn ensure_exports(export: &mut Vec<String>) {
     }
 }
 
+/// Runs a stage's training with an event sink; returns the last export.
+type TrainFn<'a> = dyn FnMut(&mut dyn FnMut(Event)) -> Result<PathBuf, hat_train::TrainError> + 'a;
+
 /// Runs one training stage unless its `stage.json` says it is done; returns its row.
 fn stage(
     name: &'static str,
     dir: &Path,
     on: &mut dyn FnMut(Progress),
-    train: &mut dyn FnMut(&mut dyn FnMut(Event)) -> Result<PathBuf, hat_train::TrainError>,
+    train: &mut TrainFn,
 ) -> Result<StageRow, PipelineError> {
     let marker = dir.join("stage.json");
     if let Ok(t) = std::fs::read_to_string(&marker) {

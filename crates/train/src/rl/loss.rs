@@ -165,10 +165,13 @@ fn lcp(samples: &[&Sample]) -> usize {
     })
 }
 
+/// A packed sequence and, per scored row, `(item, token)`.
+pub type TaggedPack = (Packed, Vec<(usize, usize)>);
+
 /// Splits `items` (in order) into runs packed on their shared prefix, each at most
 /// `max_tokens` long (one item longer than that is packed alone). Returns each pack with the
 /// indices of its items and, per scored row, `(item, token)`.
-pub fn packs(items: &[Weighted], max_tokens: usize) -> Result<Vec<(Packed, Vec<(usize, usize)>)>> {
+pub fn packs(items: &[Weighted], max_tokens: usize) -> Result<Vec<TaggedPack>> {
     let mut out = Vec::new();
     let mut start = 0;
     while start < items.len() {
