@@ -113,6 +113,31 @@ fn read_ids(path: &Path) -> Result<HashSet<String>, EvalError> {
     Ok(ids)
 }
 
+/// A run killed in the middle of a write (or stopped by a full disk) leaves a last line without
+/// its newline: that line is cut off, so the item is done again instead of the resume failing
+/// on it. Returns the bytes cut. Damage anywhere else is still an error, naming the line.
+pub fn repair_tail(path: &Path) -> Result<usize, EvalError> {
+    let Ok(data) = std::fs::read(path) else {
+        return Ok(0);
+    };
+    if data.is_empty() || data.ends_with(b"\n") {
+        return Ok(0);
+    }
+    let keep = data.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let f = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| EvalError::io(path, e))?;
+    f.set_len(keep as u64).map_err(|e| EvalError::io(path, e))?;
+    let cut = data.len() - keep;
+    tracing::warn!(
+        file = %path.display(),
+        bytes = cut,
+        "dropped an unfinished last line (an interrupted write); its item runs again"
+    );
+    Ok(cut)
+}
+
 fn open_items(dir: &Path, resume: bool) -> Result<(std::fs::File, HashSet<String>), EvalError> {
     std::fs::create_dir_all(dir).map_err(|e| EvalError::io(dir, e))?;
     let path = dir.join("items.jsonl");
@@ -123,6 +148,7 @@ fn open_items(dir: &Path, resume: bool) -> Result<(std::fs::File, HashSet<String
         )));
     }
     let done = if resume {
+        repair_tail(&path)?;
         read_ids(&path)?
     } else {
         HashSet::new()
@@ -399,6 +425,7 @@ pub fn run_ifeval(
         )));
     }
     let mut have: HashMap<String, String> = if resp_path.exists() {
+        repair_tail(&resp_path)?;
         hat_ifeval::read_responses(&resp_path)?
     } else {
         HashMap::new()

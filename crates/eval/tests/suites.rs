@@ -91,6 +91,50 @@ fn runs_resume_and_refuse_to_overwrite() {
     assert_eq!(lines, 25, "the first 10 items were not redone");
 }
 
+/// A run killed mid-write (or stopped by a full disk) leaves half a line: the resume cuts it
+/// and redoes that item; a damaged line in the middle is still an error naming the line.
+#[test]
+fn a_resume_after_an_interrupted_write_redoes_the_cut_item() {
+    let d = tempfile::tempdir().unwrap();
+    run_agent(
+        Suite::Lsqa,
+        &cfg(d.path(), Some(6), false),
+        &mut Backend::Oracle,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let path = d.path().join("lsqa/items.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let cut = text.trim_end().rfind('\n').unwrap() + 1 + 40;
+    std::fs::write(&path, &text[..cut]).unwrap();
+    let r = run_agent(
+        Suite::Lsqa,
+        &cfg(d.path(), Some(6), true),
+        &mut Backend::Oracle,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(r.detail["total"], 6);
+    assert_eq!(r.headline, 100.0);
+    let after = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(after.lines().count(), 6);
+    assert!(after
+        .lines()
+        .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()));
+    // damage that is not an unfinished last line is reported, not repaired
+    let mut lines: Vec<&str> = after.lines().collect();
+    lines[2] = "{\"id\": ";
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let e = run_agent(
+        Suite::Lsqa,
+        &cfg(d.path(), Some(6), true),
+        &mut Backend::Oracle,
+        &mut |_, _| {},
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains(":3:"), "{e}");
+}
+
 struct Lowercase(usize);
 
 impl hat_teacher::episode::ChatModel for Lowercase {

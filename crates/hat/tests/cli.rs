@@ -1252,12 +1252,17 @@ variants = 1
 group = 4
 [sft]
 max_steps = 2
+save_every = 2
+[sft.pack]
+max_tokens = 8192
 [distill]
 max_steps = 1
+save_every = 1
 rollout_format = "f32"
 general_prompts = 20
 [rl]
 max_steps = 1
+save_every = 1
 max_new_tokens = 8
 rollout_format = "f32"
 [eval]
@@ -1295,6 +1300,14 @@ ifeval_max_tokens = 8
     assert!(out.join("curves.png").exists());
     assert!(out.join("rl/model-q8_0.gguf").exists());
     assert!(out.join("eval/rl/hvqa/results.json").exists());
+    assert!(
+        !out.join("sft/checkpoints").exists(),
+        "a finished stage keeps its exports only"
+    );
+    assert!(
+        !out.join("sft/checkpoints").exists(),
+        "a finished stage keeps its exports only"
+    );
     let first = std::fs::read_to_string(out.join("report.json")).unwrap();
     // a finished pipeline resumes to the same report without training again
     run(true)

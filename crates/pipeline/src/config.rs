@@ -82,6 +82,9 @@ pub struct PipelineConfig {
     pub distill: Table,
     pub rl: Table,
     pub eval: EvalSection,
+    /// Keep each finished stage's checkpoints (1.6 GB each for a 135M model with its AdamW
+    /// moments); by default only the exports stay, which is all the next stage needs.
+    pub keep_checkpoints: bool,
 }
 
 impl Default for PipelineConfig {
@@ -94,6 +97,7 @@ impl Default for PipelineConfig {
             distill: Table::new(),
             rl: Table::new(),
             eval: EvalSection::default(),
+            keep_checkpoints: false,
         }
     }
 }
@@ -145,17 +149,30 @@ impl PipelineConfig {
                     group: 8,
                     ..DataSection::default()
                 };
+                // one checkpoint, at the end of each stage (a checkpoint is 1.6 GB)
                 c.sft = table(&[
                     ("preset", s("smoke")),
                     ("max_steps", i(4)),
-                    // half the default pack: the quick run stays under ~8 GB
+                    ("save_every", i(4)),
+                    ("keep", i(1)),
+                    // half the default pack: the quick run stays under ~8 GB of memory
                     (
                         "pack",
                         toml::Value::Table(table(&[("max_tokens", i(4096))])),
                     ),
                 ]);
-                c.distill = table(&[("preset", s("smoke")), ("max_steps", i(2))]);
-                c.rl = table(&[("preset", s("smoke")), ("max_steps", i(2))]);
+                c.distill = table(&[
+                    ("preset", s("smoke")),
+                    ("max_steps", i(2)),
+                    ("save_every", i(2)),
+                    ("keep", i(1)),
+                ]);
+                c.rl = table(&[
+                    ("preset", s("smoke")),
+                    ("max_steps", i(2)),
+                    ("save_every", i(2)),
+                    ("keep", i(1)),
+                ]);
                 c.eval.limit = Some(10);
                 c.eval.ifeval_max_tokens = 256;
             }

@@ -152,6 +152,7 @@ type TrainFn<'a> = dyn FnMut(&mut dyn FnMut(Event)) -> Result<PathBuf, hat_train
 fn stage(
     name: &'static str,
     dir: &Path,
+    keep_checkpoints: bool,
     on: &mut dyn FnMut(Progress),
     train: &mut TrainFn,
 ) -> Result<StageRow, PipelineError> {
@@ -176,6 +177,13 @@ fn stage(
         scores: BTreeMap::new(),
     };
     std::fs::write(&marker, serde_json::to_string_pretty(&row)?).map_err(io(&marker))?;
+    if !keep_checkpoints {
+        // the exports are what the next stage and the evaluation read
+        let ck = dir.join("checkpoints");
+        if ck.exists() {
+            std::fs::remove_dir_all(&ck).map_err(io(&ck))?;
+        }
+    }
     Ok(row)
 }
 
@@ -275,7 +283,7 @@ pub fn run(
         c.data = files.clone();
         ensure_exports(&mut c.export);
         let dir = out.join("sft");
-        let row = stage("sft", &dir, on, &mut |e| {
+        let row = stage("sft", &dir, cfg.keep_checkpoints, on, &mut |e| {
             hat_train::sft::run(&c, &dir, true, e)
         })?;
         current = row.hf.clone().unwrap_or_default();
@@ -291,7 +299,7 @@ pub fn run(
         }
         ensure_exports(&mut c.export);
         let dir = out.join("distill");
-        let row = stage("distill", &dir, on, &mut |e| {
+        let row = stage("distill", &dir, cfg.keep_checkpoints, on, &mut |e| {
             hat_train::distill::run(&c, &dir, true, e)
         })?;
         current = row.hf.clone().unwrap_or_default();
@@ -304,7 +312,7 @@ pub fn run(
         c.harness_dir = cfg.harness_dir.clone();
         ensure_exports(&mut c.export);
         let dir = out.join("rl");
-        let row = stage("rl", &dir, on, &mut |e| {
+        let row = stage("rl", &dir, cfg.keep_checkpoints, on, &mut |e| {
             hat_train::rl::run(&c, &dir, true, e)
         })?;
         rows.push((row, s.evaluate));

@@ -19,9 +19,9 @@ pub enum TrainError {
     )]
     NotPrefixPreserving { sample: String, message: usize },
     #[error(
-        "{sample} has {tokens} tokens, more than the {limit} a sequence may hold (raise \
-         `max_seq_tokens` if the model's context allows, or set `on_too_long = \"drop\"` to \
-         skip such samples and count them)"
+        "{sample} has {tokens} tokens, more than the {limit} a sequence may hold (in SFT: raise \
+         `pack.max_tokens` as far as the model's context allows, or set `on_too_long = \"drop\"` \
+         to skip such samples and count them)"
     )]
     TooLong {
         sample: String,
