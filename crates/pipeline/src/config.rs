@@ -106,9 +106,9 @@ impl Default for PipelineConfig {
 pub const PRESETS: &[(&str, &str)] = &[
     (
         "quick",
-        "minutes on 2 cores: 200 trajectories, 4 SFT steps, 2 distillation steps, 2 RL steps, \
-         10 items a suite; checks the whole recipe end to end and ends with an evaluated, \
-         exported model",
+        "minutes on 2 cores: 200 trajectories, 4 SFT steps, 2 distillation steps, 2 RL steps \
+         of 4 rollouts, 10 items a suite; checks the whole recipe end to end and ends with an \
+         evaluated, exported model",
     ),
     (
         "cpu",
@@ -167,11 +167,16 @@ impl PipelineConfig {
                     ("save_every", i(2)),
                     ("keep", i(1)),
                 ]);
+                // answers long enough to call a tool, and groups big enough to differ
                 c.rl = table(&[
                     ("preset", s("smoke")),
                     ("max_steps", i(2)),
                     ("save_every", i(2)),
                     ("keep", i(1)),
+                    ("group_size", i(4)),
+                    ("max_new_tokens", i(96)),
+                    ("max_turns", i(3)),
+                    ("max_draw_rounds", i(3)),
                 ]);
                 c.eval.limit = Some(10);
                 c.eval.ifeval_max_tokens = 256;
