@@ -165,6 +165,8 @@ fn new_chart<'a, 'b>(
     chart
         .configure_mesh()
         .x_desc("optimiser step")
+        // whole steps only: a short run would repeat rounded labels
+        .x_labels((max_step + 1).min(11))
         .y_label_formatter(&|v| format_tick(*v))
         .x_label_formatter(&|v| format!("{v:.0}"))
         .light_line_style(BLACK.mix(0.05))
