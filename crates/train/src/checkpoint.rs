@@ -125,10 +125,7 @@ pub fn load_run(run: &Path) -> Result<(TrainModel, PathBuf, usize)> {
         path: run.join("checkpoints"),
         message: "the run has no checkpoint yet".into(),
     })?;
-    let model = match &lora {
-        Some(l) => TrainModel::load_lora(&source, l)?.model,
-        None => TrainModel::load(&source)?.model,
-    };
+    let model = TrainModel::load_maybe_lora(&source, lora.as_ref())?.model;
     let step = load_weights(&dir, &model)?;
     Ok((model, source, step))
 }

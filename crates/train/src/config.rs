@@ -277,15 +277,7 @@ impl SftConfig {
         if self.pack.max_conversations == 0 || self.pack.max_tokens == 0 {
             return bad("pack.max_conversations and pack.max_tokens must be positive");
         }
-        for f in &self.export {
-            if !crate::export::FORMATS.contains(&f.as_str()) {
-                return bad(&format!(
-                    "export format `{f}` (known: {})",
-                    crate::export::FORMATS.join(", ")
-                ));
-            }
-        }
-        Ok(())
+        crate::export::check_formats(&self.export)
     }
 }
 

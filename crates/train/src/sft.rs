@@ -223,10 +223,7 @@ pub fn run(
 ) -> Result<PathBuf> {
     cfg.validate()?;
     std::fs::create_dir_all(out).map_err(io(out.display()))?;
-    let loaded = match &cfg.lora {
-        Some(l) => TrainModel::load_lora(&cfg.model, l)?,
-        None => TrainModel::load(&cfg.model)?,
-    };
+    let loaded = TrainModel::load_maybe_lora(&cfg.model, cfg.lora.as_ref())?;
     let model = loaded.model;
     let enc = Encoder::new(loaded.tokenizer, loaded.chat_template.as_deref())?;
     let data = prepare(cfg, &enc, model.max_positions())?;

@@ -2,13 +2,13 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 
 use hat_train::distill::{self, DistillConfig};
 
 use crate::cmd::backend::model_path;
-use crate::cmd::train::{LoraArgs, RunArgs};
+use crate::cmd::train::{resume_config, run_stage, LoraArgs, RunArgs};
 
 #[derive(Args)]
 pub struct DistillArgs {
@@ -51,30 +51,18 @@ pub struct DistillArgs {
 
 /// The config with the flags applied: to a saved run (only --max-steps may change) or a new one.
 fn resolve(a: &DistillArgs) -> Result<(DistillConfig, bool)> {
-    let saved = a.run.out.join("config.toml");
-    if a.run.resume && saved.exists() {
-        let mut c = DistillConfig::from_toml(&saved)?;
-        let before = c.clone();
-        apply(&mut c, a);
-        let mut check = c.clone();
-        check.max_steps = before.max_steps;
-        if check != before {
-            bail!(
-                "the run being resumed in {} has a different config than these flags; a resumed \
-                 run keeps its config.toml (only --max-steps may change: it extends the run); \
-                 start a new run folder to change it",
-                a.run.out.display()
-            );
+    if a.run.resume {
+        if let Some((c, changed)) = resume_config(
+            &a.run.out,
+            DistillConfig::from_toml,
+            |c| apply(c, a),
+            |c| &mut c.max_steps,
+        )? {
+            if changed {
+                c.validate()?;
+            }
+            return Ok((c, changed));
         }
-        let changed = c.max_steps != before.max_steps;
-        if changed {
-            c.validate()?;
-            eprintln!(
-                "extending the run to {} steps (the learning-rate schedule is recomputed over the new total)",
-                c.max_steps
-            );
-        }
-        return Ok((c, changed));
     }
     let mut c = match (&a.run.config, &a.run.preset) {
         (Some(p), _) => DistillConfig::from_toml(p)?,
@@ -143,20 +131,7 @@ fn apply(c: &mut DistillConfig, a: &DistillArgs) {
 
 pub fn run(a: DistillArgs) -> Result<()> {
     let (cfg, write) = resolve(&a)?;
-    std::fs::create_dir_all(&a.run.out)
-        .with_context(|| format!("creating {}", a.run.out.display()))?;
-    let saved = a.run.out.join("config.toml");
-    if write {
-        std::fs::write(&saved, cfg.to_toml())
-            .with_context(|| format!("writing {}", saved.display()))?;
-    }
-    let mut bar: Option<indicatif::ProgressBar> = None;
-    let last = distill::run(&cfg, &a.run.out, a.run.resume, &mut |e| {
-        crate::cmd::train::report(&mut bar, e)
-    })?;
-    if let Some(pb) = bar {
-        pb.finish();
-    }
-    println!("{}", last.display());
-    Ok(())
+    run_stage(&a.run.out, write.then(|| cfg.to_toml()), |on| {
+        distill::run(&cfg, &a.run.out, a.run.resume, on)
+    })
 }

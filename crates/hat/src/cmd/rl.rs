@@ -2,13 +2,13 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 
 use hat_train::rl::{self, RlConfig};
 
 use crate::cmd::backend::model_path;
-use crate::cmd::train::{LoraArgs, RunArgs};
+use crate::cmd::train::{resume_config, run_stage, LoraArgs, RunArgs};
 
 #[derive(Args)]
 pub struct RlArgs {
@@ -50,26 +50,18 @@ pub struct RlArgs {
 
 /// The config with the flags applied: to a saved run (only --max-steps may change) or a new one.
 fn resolve(a: &RlArgs) -> Result<(RlConfig, bool)> {
-    let saved = a.run.out.join("config.toml");
-    if a.run.resume && saved.exists() {
-        let mut c = RlConfig::from_toml(&saved)?;
-        let before = c.clone();
-        apply(&mut c, a);
-        let mut check = c.clone();
-        check.max_steps = before.max_steps;
-        if check != before {
-            bail!(
-                "the run being resumed in {} has a different config than these flags; a resumed \
-                 run keeps its config.toml (only --max-steps may change: it extends the run); \
-                 start a new run folder to change it",
-                a.run.out.display()
-            );
+    if a.run.resume {
+        if let Some((c, changed)) = resume_config(
+            &a.run.out,
+            RlConfig::from_toml,
+            |c| apply(c, a),
+            |c| &mut c.max_steps,
+        )? {
+            if changed {
+                c.validate()?;
+            }
+            return Ok((c, changed));
         }
-        let changed = c.max_steps != before.max_steps;
-        if changed {
-            c.validate()?;
-        }
-        return Ok((c, changed));
     }
     let mut c = match (&a.run.config, &a.run.preset) {
         (Some(p), _) => RlConfig::from_toml(p)?,
@@ -137,20 +129,7 @@ fn apply(c: &mut RlConfig, a: &RlArgs) {
 
 pub fn run(a: RlArgs) -> Result<()> {
     let (cfg, write) = resolve(&a)?;
-    std::fs::create_dir_all(&a.run.out)
-        .with_context(|| format!("creating {}", a.run.out.display()))?;
-    let saved = a.run.out.join("config.toml");
-    if write {
-        std::fs::write(&saved, cfg.to_toml())
-            .with_context(|| format!("writing {}", saved.display()))?;
-    }
-    let mut bar: Option<indicatif::ProgressBar> = None;
-    let last = rl::run(&cfg, &a.run.out, a.run.resume, &mut |e| {
-        crate::cmd::train::report(&mut bar, e)
-    })?;
-    if let Some(pb) = bar {
-        pb.finish();
-    }
-    println!("{}", last.display());
-    Ok(())
+    run_stage(&a.run.out, write.then(|| cfg.to_toml()), |on| {
+        rl::run(&cfg, &a.run.out, a.run.resume, on)
+    })
 }

@@ -195,20 +195,67 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
 
 fn sft_cmd(a: SftArgs) -> Result<()> {
     let (cfg, write) = resolve(&a)?;
-    std::fs::create_dir_all(&a.run.out)
-        .with_context(|| format!("creating {}", a.run.out.display()))?;
-    let saved = a.run.out.join("config.toml");
-    if write {
-        std::fs::write(&saved, cfg.to_toml())
-            .with_context(|| format!("writing {}", saved.display()))?;
+    run_stage(&a.run.out, write.then(|| cfg.to_toml()), |on| {
+        sft::run(&cfg, &a.run.out, a.run.resume, on)
+    })
+}
+
+/// Runs a stage in `out`: writes its resolved config (when new or extended), shows progress,
+/// prints the last export.
+pub(crate) fn run_stage(
+    out: &std::path::Path,
+    config_toml: Option<String>,
+    train: impl FnOnce(&mut dyn FnMut(Event)) -> hat_train::Result<PathBuf>,
+) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    if let Some(text) = config_toml {
+        let saved = out.join("config.toml");
+        std::fs::write(&saved, text).with_context(|| format!("writing {}", saved.display()))?;
     }
     let mut bar: Option<indicatif::ProgressBar> = None;
-    let last = sft::run(&cfg, &a.run.out, a.run.resume, &mut |e| report(&mut bar, e))?;
+    let last = train(&mut |e| report(&mut bar, e))?;
     if let Some(pb) = bar {
         pb.finish();
     }
     println!("{}", last.display());
     Ok(())
+}
+
+/// A resumed run keeps its saved config: `apply` puts the flags on it, and anything but
+/// `max_steps` changing is refused. Returns the config and whether `max_steps` grew (it must
+/// be saved again). `None` when there is no saved run to resume.
+pub(crate) fn resume_config<C: Clone + PartialEq>(
+    out: &std::path::Path,
+    read: impl Fn(&std::path::Path) -> hat_train::Result<C>,
+    apply: impl Fn(&mut C),
+    max_steps: impl Fn(&mut C) -> &mut usize,
+) -> Result<Option<(C, bool)>> {
+    let saved = out.join("config.toml");
+    if !saved.exists() {
+        return Ok(None);
+    }
+    let mut c = read(&saved)?;
+    let mut before = c.clone();
+    let old_steps = *max_steps(&mut before);
+    apply(&mut c);
+    let new_steps = *max_steps(&mut c);
+    let mut check = c.clone();
+    *max_steps(&mut check) = old_steps;
+    if check != before {
+        anyhow::bail!(
+            "the run being resumed in {} has a different config than these flags; a resumed \
+             run keeps its config.toml (only --max-steps may change: it extends the run); \
+             start a new run folder to change it",
+            out.display()
+        );
+    }
+    let changed = new_steps != old_steps;
+    if changed {
+        eprintln!(
+            "extending the run to {new_steps} steps (the learning-rate schedule is recomputed over the new total)"
+        );
+    }
+    Ok(Some((c, changed)))
 }
 
 /// Prints a training run's events: counts, a progress bar (and plain step lines when stderr is

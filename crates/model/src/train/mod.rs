@@ -220,6 +220,14 @@ impl TrainModel {
         })
     }
 
+    /// [`Self::load`], or [`Self::load_lora`] when adapters are asked for.
+    pub fn load_maybe_lora(path: &Path, lora: Option<&LoraConfig>) -> Result<TrainLoaded> {
+        match lora {
+            Some(l) => Self::load_lora(path, l),
+            None => Self::load(path),
+        }
+    }
+
     /// Loads like [`Self::load`], then freezes every weight and trains low-rank adapters on
     /// the targeted linears instead ([`LoraConfig`]).
     pub fn load_lora(path: &Path, cfg: &LoraConfig) -> Result<TrainLoaded> {

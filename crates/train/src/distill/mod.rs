@@ -195,15 +195,7 @@ impl DistillConfig {
         if !(self.optim.lr > 0.0 && self.optim.lr.is_finite()) {
             return bad("optim.lr must be a positive number".into());
         }
-        for f in &self.export {
-            if !crate::export::FORMATS.contains(&f.as_str()) {
-                return bad(format!(
-                    "export format `{f}` (known: {})",
-                    crate::export::FORMATS.join(", ")
-                ));
-            }
-        }
-        Ok(())
+        crate::export::check_formats(&self.export)
     }
 }
 
@@ -536,10 +528,7 @@ pub fn run(
 ) -> Result<PathBuf> {
     cfg.validate()?;
     std::fs::create_dir_all(out).map_err(crate::error::io(out.display()))?;
-    let loaded = match &cfg.lora {
-        Some(l) => TrainModel::load_lora(&cfg.model, l)?,
-        None => TrainModel::load(&cfg.model)?,
-    };
+    let loaded = TrainModel::load_maybe_lora(&cfg.model, cfg.lora.as_ref())?;
     let model = loaded.model;
     let encoder = Encoder::new(loaded.tokenizer, loaded.chat_template.as_deref())?;
     let mut stage = DistillStage::new(cfg, encoder, &model, out)?;

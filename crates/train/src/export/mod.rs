@@ -24,6 +24,17 @@ use crate::error::{io, Result, TrainError};
 /// Export formats: GGUF types, and `hf` for a Hugging Face folder.
 pub const FORMATS: [&str; 4] = ["f32", "q8_0", "q4_0", "hf"];
 
+/// Checks a run config's `export` list: each an export format.
+pub fn check_formats(formats: &[String]) -> crate::Result<()> {
+    match formats.iter().find(|f| !FORMATS.contains(&f.as_str())) {
+        None => Ok(()),
+        Some(f) => Err(crate::TrainError::Config {
+            path: "config".into(),
+            message: format!("export format `{f}` (known: {})", FORMATS.join(", ")),
+        }),
+    }
+}
+
 /// Where a run's end-of-run export in `format` goes.
 pub fn run_output(run: &Path, format: &str) -> std::path::PathBuf {
     if format == "hf" {

@@ -206,17 +206,6 @@ impl RlConfig {
         if !(self.optim.lr > 0.0 && self.optim.lr.is_finite()) {
             return bad("optim.lr must be a positive number");
         }
-        for f in &self.export {
-            if !crate::export::FORMATS.contains(&f.as_str()) {
-                return Err(TrainError::Config {
-                    path: "config".into(),
-                    message: format!(
-                        "export format `{f}` (known: {})",
-                        crate::export::FORMATS.join(", ")
-                    ),
-                });
-            }
-        }
-        Ok(())
+        crate::export::check_formats(&self.export)
     }
 }

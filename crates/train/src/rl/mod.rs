@@ -409,10 +409,7 @@ impl Stage for RlStage {
 pub fn run(cfg: &RlConfig, out: &Path, resume: bool, on: &mut dyn FnMut(Event)) -> Result<PathBuf> {
     cfg.validate()?;
     std::fs::create_dir_all(out).map_err(io(out.display()))?;
-    let loaded = match &cfg.lora {
-        Some(l) => TrainModel::load_lora(&cfg.model, l)?,
-        None => TrainModel::load(&cfg.model)?,
-    };
+    let loaded = TrainModel::load_maybe_lora(&cfg.model, cfg.lora.as_ref())?;
     let model = loaded.model;
     let mut stage = RlStage::new(cfg, out)?;
     on(Event::Note(&format!(
