@@ -27,12 +27,33 @@ fn cfg(model: &Path, steps: usize) -> RlConfig {
     c
 }
 
+/// SmolLM2's chat template (it adds a default system turn when there is none).
+const SMOLLM2_TEMPLATE: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
 #[test]
 fn rollouts_are_token_exact_and_only_sampled_tokens_carry_loss() {
     let dir = tempfile::tempdir().unwrap();
+    token_exact(&common::tiny_model(&dir.path().join("m"), 3));
+}
+
+#[test]
+fn rollouts_are_token_exact_under_smollm2s_template() {
+    let dir = tempfile::tempdir().unwrap();
     let m = common::tiny_model(&dir.path().join("m"), 3);
-    let c = cfg(&m, 1);
-    let model = TrainModel::load(&m).unwrap().model;
+    let path = m.join("tokenizer_config.json");
+    let mut tc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    tc["chat_template"] = serde_json::Value::String(SMOLLM2_TEMPLATE.into());
+    std::fs::write(&path, tc.to_string()).unwrap();
+    token_exact(&m);
+}
+
+/// Rolls out one group through the agent loop and checks the trainer computes, on the ids the
+/// engine reported, the engine's own log-probability for every sampled token.
+fn token_exact(m: &Path) {
+    let dir = tempfile::tempdir().unwrap();
+    let c = cfg(m, 1);
+    let model = TrainModel::load(m).unwrap().model;
     let mut stage = RlStage::new(&c, dir.path()).unwrap();
     let (used, flat, stats) = stage.collect(&model, 0).unwrap();
     assert_eq!(stats.rollouts, 3);
