@@ -44,7 +44,8 @@ pub struct Pack {
     pub unpacked_tokens: usize,
 }
 
-fn lcp(a: &[u32], b: &[u32]) -> usize {
+/// Length of the common prefix of two token sequences.
+pub(crate) fn lcp(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 

@@ -121,24 +121,36 @@ pub fn run(a: ServeArgs) -> Result<()> {
     }
     let hash = harness.harness.short_hash().to_string();
     let server = Server::start(cfg, model, harness)?;
+    listen(a.addr, |listener, at| async move {
+        eprintln!(
+            "serving {} with harness {hash} on http://{at}  (data in {})",
+            identity.name,
+            a.data_dir.display()
+        );
+        server.run(listener, shutdown_signal()).await?;
+        eprintln!("stopped; in-flight replies finished, state saved");
+        Ok(())
+    })
+}
+
+/// Binds `addr` on a two-worker async runtime and runs `serve` on the listener (with the
+/// address actually bound) until it returns; `hat serve` and `hat env serve` start this way.
+pub(crate) fn listen<F, Fut>(addr: std::net::SocketAddr, serve: F) -> Result<()>
+where
+    F: FnOnce(tokio::net::TcpListener, std::net::SocketAddr) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(a.addr)
+        let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .with_context(|| format!("binding {} (is another server running there?)", a.addr))?;
-        eprintln!(
-            "serving {} with harness {hash} on http://{}  (data in {})",
-            identity.name,
-            listener.local_addr().unwrap_or(a.addr),
-            a.data_dir.display()
-        );
-        server.run(listener, shutdown_signal()).await?;
-        eprintln!("stopped; in-flight replies finished, state saved");
-        anyhow::Ok(())
+            .with_context(|| format!("binding {addr} (is another server running there?)"))?;
+        let at = listener.local_addr().unwrap_or(addr);
+        serve(listener, at).await
     })
 }
 

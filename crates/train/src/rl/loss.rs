@@ -8,7 +8,7 @@ use candle_core::{Device, Tensor, D};
 use hat_model::train::{Packed, TrainModel};
 
 use crate::error::{Result, TrainError};
-use crate::pack::pack_group_tagged;
+use crate::pack::{lcp, pack_group_tagged};
 use crate::tokens::Sample;
 
 /// Group-relative advantages of `rewards`: centred on the group mean and, with
@@ -152,19 +152,6 @@ impl LossStats {
     }
 }
 
-fn lcp(samples: &[&Sample]) -> usize {
-    let first = &samples[0].tokens;
-    samples[1..].iter().fold(first.len(), |p, s| {
-        p.min(
-            first
-                .iter()
-                .zip(&s.tokens)
-                .take_while(|(a, b)| a == b)
-                .count(),
-        )
-    })
-}
-
 /// A packed sequence and, per scored row, `(item, token)`.
 pub type TaggedPack = (Packed, Vec<(usize, usize)>);
 
@@ -175,18 +162,23 @@ pub fn packs(items: &[Weighted], max_tokens: usize) -> Result<Vec<TaggedPack>> {
     let mut out = Vec::new();
     let mut start = 0;
     while start < items.len() {
+        let first = &items[start].sample.tokens;
+        // shared prefix and summed lengths of items[start..end]; packed length is
+        // sum - (n - 1) * prefix
+        let (mut prefix, mut sum) = (first.len(), first.len());
         let mut end = start + 1;
         while end < items.len() {
-            let trial: Vec<&Sample> = items[start..=end].iter().map(|w| &w.sample).collect();
-            let p = lcp(&trial);
-            let len = p + trial.iter().map(|s| s.tokens.len() - p).sum::<usize>();
-            if len > max_tokens {
+            let t = &items[end].sample.tokens;
+            let p = prefix.min(lcp(first, t));
+            let n = end - start + 1;
+            if sum + t.len() - (n - 1) * p > max_tokens {
                 break;
             }
+            (prefix, sum) = (p, sum + t.len());
             end += 1;
         }
         let group: Vec<&Sample> = items[start..end].iter().map(|w| &w.sample).collect();
-        let (packed, tags) = pack_group_tagged(&group, lcp(&group))?;
+        let (packed, tags) = pack_group_tagged(&group, prefix)?;
         let tags = tags.into_iter().map(|(k, i)| (start + k, i)).collect();
         out.push((packed, tags));
         start = end;
