@@ -81,6 +81,10 @@ impl Default for EnvConfig {
     }
 }
 
+/// Most tasks and augmented states an environment holds.
+pub const MAX_TASKS: usize = 1_000_000;
+pub const MAX_VARIANTS: usize = 10_000;
+
 /// The tasks and harness states episodes draw from.
 pub struct Catalogue {
     pub states: Vec<HarnessState>,
@@ -89,6 +93,13 @@ pub struct Catalogue {
 
 impl Catalogue {
     pub fn build(cfg: &EnvConfig) -> Result<Self, EnvError> {
+        if cfg.tasks == 0 || cfg.tasks > MAX_TASKS || cfg.variants > MAX_VARIANTS {
+            return Err(EnvError::Setup(format!(
+                "{} tasks and {} variants: use 1 to {MAX_TASKS} tasks and at most {MAX_VARIANTS} \
+                 variants (all are kept in memory)",
+                cfg.tasks, cfg.variants
+            )));
+        }
         let states =
             hat_data::gen::states(&cfg.harness_dir, cfg.variants, cfg.pool, cfg.variant_seed)
                 .map_err(|e| {

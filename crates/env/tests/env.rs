@@ -146,6 +146,11 @@ fn a_bad_turn_is_scored_and_bad_requests_say_what_is_wrong() {
     let (code, e) = post(&format!("{url}/v1/reset"), json!({"tsk": 1}));
     assert_eq!(code, 422, "unknown fields are refused");
     assert!(e["error"].as_str().unwrap().contains("tsk"), "{e}");
+    // an environment without tasks is refused before it serves
+    let mut none = cfg();
+    none.tasks = 0;
+    let e = Catalogue::build(&none).err().unwrap().to_string();
+    assert!(e.contains("1 to"), "{e}");
     // a random draw works without a body
     let r: Value = ureq::post(&format!("{url}/v1/reset"))
         .call()

@@ -1318,4 +1318,12 @@ ifeval_max_tokens = 8
     assert_eq!(first, again);
     // a second start into the same folder must say how to continue
     fails_cleanly(&mut run(false)).stderr(predicate::str::contains("--resume"));
+    // and a resume of nothing starts nothing
+    fails_cleanly(
+        hat()
+            .args(["train", "pipeline", "--resume", "--out"])
+            .arg(d.path().join("none")),
+    )
+    .stderr(predicate::str::contains("no pipeline to continue"));
+    assert!(!d.path().join("none").exists());
 }

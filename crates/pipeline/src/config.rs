@@ -358,6 +358,17 @@ impl PipelineConfig {
                 ),
             });
         }
+        let d = &self.data;
+        if d.files.is_empty() && (d.tasks == 0 || d.tasks > 10_000_000 || d.variants > 100_000) {
+            return Err(PipelineError::Config {
+                path: "[data]".into(),
+                message: format!(
+                    "tasks = {}, variants = {}: use 1 to 10,000,000 tasks and at most 100,000 \
+                     variants (the limits of `hat data gen`), or give `files`",
+                    d.tasks, d.variants
+                ),
+            });
+        }
         self.sft()?;
         self.distill()?;
         self.rl()?;

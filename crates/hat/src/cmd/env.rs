@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, Subcommand};
 
 use hat_env::{Catalogue, EnvConfig};
@@ -22,8 +22,8 @@ pub struct ServeArgs {
     /// The base harness directory.
     #[arg(long, default_value = "harnesses/livestream")]
     harness: PathBuf,
-    /// Augmented harness states besides the base one.
-    #[arg(long, default_value_t = 64)]
+    /// Augmented harness states besides the base one (at most 10,000: all are kept compiled).
+    #[arg(long, default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=10_000))]
     variants: usize,
     /// Augmentation pool: train or heldout.
     #[arg(long, default_value = "train")]
@@ -34,7 +34,8 @@ pub struct ServeArgs {
     /// Task split: train or test.
     #[arg(long, default_value = "train")]
     split: String,
-    #[arg(long, default_value_t = 2000)]
+    /// Tasks episodes draw from (1 to 1,000,000).
+    #[arg(long, default_value_t = 2000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     tasks: usize,
     #[arg(long, default_value_t = 3)]
     task_seed: u64,
@@ -73,21 +74,12 @@ pub fn run(c: EnvCmd) -> Result<()> {
     let cat = Catalogue::build(&cfg)?;
     let (n_tasks, n_states) = (cat.tasks.len(), cat.states.len());
     let router = hat_env::router(cfg, cat);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(a.addr)
-            .await
-            .with_context(|| format!("binding {} (is another server running there?)", a.addr))?;
+    crate::cmd::serve::listen(a.addr, |listener, at| async move {
         eprintln!(
-            "serving {n_tasks} {} tasks under {n_states} harness states on http://{}",
-            a.split,
-            listener.local_addr().unwrap_or(a.addr)
+            "serving {n_tasks} {} tasks under {n_states} harness states on http://{at}",
+            a.split
         );
         hat_env::serve(router, listener, crate::cmd::serve::shutdown_signal()).await?;
-        anyhow::Ok(())
+        Ok(())
     })
 }

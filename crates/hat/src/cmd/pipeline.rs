@@ -51,6 +51,13 @@ fn resolve(a: &PipelineArgs) -> Result<PipelineConfig> {
         }
         return Ok(PipelineConfig::from_toml(&saved)?);
     }
+    if a.resume {
+        bail!(
+            "--resume: {} has no pipeline to continue (no pipeline.toml); start one without \
+             --resume",
+            a.out.display()
+        );
+    }
     let mut c = match (&a.config, &a.preset) {
         (Some(p), _) => PipelineConfig::from_toml(p)?,
         (None, Some(p)) => PipelineConfig::preset(p)?,

@@ -178,6 +178,9 @@ impl RlConfig {
         if self.max_steps == 0 || self.tasks_per_step == 0 || self.tasks == 0 {
             return bad("max_steps, tasks_per_step and tasks must be positive");
         }
+        if self.variants > 10_000 || self.tasks > 1_000_000 {
+            return bad("at most 10,000 variants and 1,000,000 tasks (all are kept in memory)");
+        }
         if self.group_size < 2 {
             return bad("group_size must be at least 2 (advantages are relative to the group)");
         }
