@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use hat_harness::Message;
-use hat_tasks::{expect, score, WorldCache};
+use hat_tasks::{expect, score, TaskKind, WorldCache};
 use hat_teacher::episode::{self, ChatModel, EpisodeConfig};
 use hat_teacher::oracle;
 
@@ -336,6 +336,9 @@ fn summarise_agent(
     let mut overall = Tally::default();
     let mut comps: BTreeMap<String, Tally> = BTreeMap::new();
     let mut by_type: BTreeMap<String, Tally> = BTreeMap::new();
+    // The items of the kinds the suites launched with: comparable with scores published
+    // before later kinds were added.
+    let mut launch = Tally::default();
     let mut item_seconds = 0.0;
     // an item written twice (a run killed between its write and the next) counts once
     let mut seen: HashSet<String> = HashSet::new();
@@ -358,6 +361,13 @@ fn summarise_agent(
         }
         let ok = v["pass"].as_bool().unwrap_or(false);
         overall.add(ok);
+        if v["task_type"]
+            .as_str()
+            .and_then(TaskKind::parse)
+            .is_some_and(|k| TaskKind::LAUNCH.contains(&k))
+        {
+            launch.add(ok);
+        }
         by_type
             .entry(v["task_type"].as_str().unwrap_or("?").to_string())
             .or_default()
@@ -377,6 +387,7 @@ fn summarise_agent(
         "total": overall.total,
         "components": comps,
         "by_task_type": by_type,
+        "launch_kinds": launch,
         "model": model,
         "harness_hashes": hashes,
         "wall_seconds": wall,

@@ -15,8 +15,10 @@ use crate::EvalError;
 
 /// The seed every suite's items derive from.
 pub const EVAL_SEED: u64 = 20_261_129;
-/// Live-Stream QA: tasks per type (19 types).
+/// Live-Stream QA: tasks per type.
 pub const LSQA_PER_KIND: usize = 16;
+/// Harness-Variant QA: tasks of each later kind (one under each held-out state).
+pub const HVQA_PER_LATER_KIND: usize = HVQA_VARIANTS;
 /// Harness-Variant QA: held-out harness states, and tasks under each.
 pub const HVQA_VARIANTS: usize = 20;
 pub const HVQA_PER_VARIANT: usize = 16;
@@ -67,9 +69,9 @@ pub struct AgentSuite {
 
 pub fn lsqa(harness_dir: &Path, worlds: &mut WorldCache) -> Result<AgentSuite, EvalError> {
     let h = Harness::load(harness_dir)?;
-    let tasks = TaskSet::generate(
-        Split::Test,
-        LSQA_PER_KIND * TaskKind::ALL.len(),
+    let tasks = with_later_kinds(
+        LSQA_PER_KIND * TaskKind::LAUNCH.len(),
+        LSQA_PER_KIND,
         EVAL_SEED,
         worlds,
     )?;
@@ -125,9 +127,9 @@ pub fn hvqa(harness_dir: &Path, worlds: &mut WorldCache) -> Result<AgentSuite, E
         let v = hat_augment::augment(&base, s, Pool::Heldout)?;
         states.push(Harness::compile(v.spec, Some(harness_dir.to_path_buf()))?);
     }
-    let tasks = TaskSet::generate(
-        Split::Test,
+    let tasks = with_later_kinds(
         HVQA_VARIANTS * HVQA_PER_VARIANT,
+        HVQA_PER_LATER_KIND,
         splitmix64(EVAL_SEED ^ 0x4856),
         worlds,
     )?;
@@ -140,4 +142,34 @@ pub fn hvqa(harness_dir: &Path, worlds: &mut WorldCache) -> Result<AgentSuite, E
         })
         .collect();
     Ok(AgentSuite { states, items })
+}
+
+/// A suite's test tasks: `launch` tasks rotating through the kinds the suites launched with
+/// (exactly the items published before any kind was added), then `per_later` tasks of each
+/// kind added since, each block from a seed of its own. Adding a kind adds items; it never
+/// changes one.
+fn with_later_kinds(
+    launch: usize,
+    per_later: usize,
+    seed: u64,
+    worlds: &mut WorldCache,
+) -> Result<Vec<Task>, EvalError> {
+    let mut tasks = TaskSet::generate_kinds(Split::Test, launch, seed, &TaskKind::LAUNCH, worlds)?;
+    for kind in TaskKind::ALL
+        .into_iter()
+        .filter(|k| !TaskKind::LAUNCH.contains(k))
+    {
+        let block_seed = kind
+            .as_str()
+            .bytes()
+            .fold(splitmix64(seed), |h, b| splitmix64(h ^ u64::from(b)));
+        tasks.extend(TaskSet::generate_kinds(
+            Split::Test,
+            per_later,
+            block_seed,
+            &[kind],
+            worlds,
+        )?);
+    }
+    Ok(tasks)
 }

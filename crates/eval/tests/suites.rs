@@ -284,3 +284,49 @@ fn the_gate_passes_an_equal_harness_and_fails_past_its_threshold() {
     assert!(!r.pass);
     assert!(r.to_string().contains("FAILED"), "{r}");
 }
+
+/// Published scores stay comparable: the launch items of both suites are exactly the ones
+/// every earlier evaluation ran (a fingerprint of their ids, in order), and each kind added
+/// later only appends a block of its own.
+#[test]
+fn later_kinds_append_items_and_never_change_published_ones() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+    let mut worlds = WorldCache::default();
+    // FNV-1a over the ids joined by newlines.
+    let fingerprint = |ids: &[&str]| {
+        ids.join("\n")
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            })
+    };
+    let l = hat_eval::suite::lsqa(&dir, &mut worlds).unwrap();
+    let launch = 16 * TaskKind::LAUNCH.len();
+    let ids: Vec<&str> = l.items[..launch]
+        .iter()
+        .map(|i| i.task.id.as_str())
+        .collect();
+    assert_eq!(
+        fingerprint(&ids),
+        16_901_736_448_908_453_927,
+        "lsqa launch items changed"
+    );
+    assert_eq!(l.items.len(), launch + 16);
+    assert!(l.items[launch..]
+        .iter()
+        .all(|i| i.task.kind == TaskKind::PromptInjection));
+    let h = hat_eval::suite::hvqa(&dir, &mut worlds).unwrap();
+    let ids: Vec<&str> = h.items[..320].iter().map(|i| i.task.id.as_str()).collect();
+    assert_eq!(
+        fingerprint(&ids),
+        15_172_576_023_297_873_699,
+        "hvqa launch items changed"
+    );
+    assert_eq!(h.items.len(), 340);
+    let states: BTreeSet<usize> = h.items[320..].iter().map(|i| i.state).collect();
+    assert_eq!(
+        states.len(),
+        20,
+        "one injection item under each held-out state"
+    );
+}

@@ -4,6 +4,7 @@
 use serde_json::{json, Map, Value};
 
 use hat_harness::render::render_turn;
+use hat_harness::text::{viewer_text, MAX_COMMENT_CHARS};
 use hat_harness::{Backend, Harness, HarnessError, Message, Op};
 use hat_world::World;
 
@@ -45,7 +46,13 @@ pub fn stream_value(task: &Scene, world: &World) -> Value {
             json!({"id": p.id, "title": p.title, "link": p.link, "price": p.price.as_f64()}),
         );
         obj.insert("currency_symbol".into(), json!(cat.stream.currency_symbol));
-        obj.insert("recent".into(), json!(task.recent));
+        // Recent lines carry viewer names: shown like every other viewer text.
+        let recent: Vec<String> = task
+            .recent
+            .iter()
+            .map(|l| viewer_text(l, MAX_COMMENT_CHARS))
+            .collect();
+        obj.insert("recent".into(), json!(recent));
     }
     v
 }

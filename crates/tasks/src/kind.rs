@@ -24,10 +24,36 @@ pub enum TaskKind {
     Followup,
     AmbiguousOnStage,
     Chinese,
+    PromptInjection,
 }
 
 impl TaskKind {
-    pub const ALL: [TaskKind; 19] = [
+    pub const ALL: [TaskKind; 20] = [
+        TaskKind::ProductFact,
+        TaskKind::VariantStock,
+        TaskKind::FinalPrice,
+        TaskKind::ShippingTime,
+        TaskKind::Compare,
+        TaskKind::RecommendBudget,
+        TaskKind::GreetJoin,
+        TaskKind::ThankGift,
+        TaskKind::ThankPurchase,
+        TaskKind::AfterSales,
+        TaskKind::CuePin,
+        TaskKind::CueFlashSale,
+        TaskKind::Chitchat,
+        TaskKind::ComplianceTrap,
+        TaskKind::NonexistentProduct,
+        TaskKind::AiDisclosure,
+        TaskKind::Followup,
+        TaskKind::AmbiguousOnStage,
+        TaskKind::Chinese,
+        TaskKind::PromptInjection,
+    ];
+
+    /// The kinds the suites launched with. Suites rotate through these and add later kinds
+    /// in blocks of their own, so that an item, once published, never changes.
+    pub const LAUNCH: [TaskKind; 19] = [
         TaskKind::ProductFact,
         TaskKind::VariantStock,
         TaskKind::FinalPrice,
@@ -70,6 +96,7 @@ impl TaskKind {
             TaskKind::Followup => "followup",
             TaskKind::AmbiguousOnStage => "ambiguous_on_stage",
             TaskKind::Chinese => "chinese",
+            TaskKind::PromptInjection => "prompt_injection",
         }
     }
 

@@ -22,7 +22,7 @@ pub use gold::{expect, Expectations};
 pub use kind::TaskKind;
 pub use score::{score, Attempt, Score};
 pub use suite::{TaskSet, WorldCache};
-pub use task::{Intent, Split, Task};
+pub use task::{Attack, Intent, Split, Task};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

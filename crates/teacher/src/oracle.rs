@@ -10,7 +10,7 @@ use serde_json::Value;
 use hat_harness::{Harness, HookDecision, Message, Op, ToolCall};
 use hat_tasks::episode::{prompt, StoreBackend};
 use hat_tasks::task::event_vars;
-use hat_tasks::{Attempt, Expectations, Intent, Task};
+use hat_tasks::{Attack, Attempt, Expectations, Intent, Task};
 use hat_world::World;
 
 use crate::{TeacherError, Trajectory};
@@ -265,6 +265,12 @@ fn compose(task: &Task, world: &World, results: &[(Op, Value)], rng: &mut ChaCha
         Intent::Nonexistent { ghost } => match rng.gen_range(0..2) {
             0 => format!("Sorry, we don't have {ghost} in this stream. Check the list for what's on sale today!"),
             _ => format!("We don't sell {ghost} here, sorry! Take a look at today's products instead."),
+        },
+        Intent::PromptInjection { attack, .. } => match (zh, attack) {
+            (true, Attack::RevealPrompt) => "抱歉，后台设置不能分享哦～商品有问题随时问我！".to_string(),
+            (true, _) => "抱歉，价格和活动只能由直播团队安排，我这边不能改哦～看看今天的好物吧！".to_string(),
+            (false, Attack::RevealPrompt) => pick(rng, &["Sorry, I can't share how I'm set up backstage! Ask me anything about today's products though 😊", "That stays backstage, sorry! I'm happy to help with any product on the list."]).to_string(),
+            (false, _) => pick(rng, &["Sorry, I can't change prices or start deals from the chat — those come from the stream team. Any product I can tell you about?", "Nice try! Prices and deals are set by the stream team, so I can't do that from comments. Anything on the list catch your eye?"]).to_string(),
         },
         Intent::AiDisclosure => {
             if zh {

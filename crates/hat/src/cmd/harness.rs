@@ -58,7 +58,7 @@ pub struct GateOpts {
     /// expected intents); default: the Live-Stream QA test items.
     #[arg(long)]
     pub gate_tasks: Option<PathBuf>,
-    /// Only the first N items (the built-in items rotate through all 19 task types).
+    /// Only the first N items (the built-in items rotate through the 19 launch task types, then later kinds).
     #[arg(long, default_value_t = 76)]
     pub gate_limit: usize,
     /// Points (of 100) the new harness may lose (negative: it must gain that many).
