@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 use hat_harness::Message;
 use hat_tasks::{expect, score, TaskKind, WorldCache};
 use hat_teacher::episode::{self, ChatModel, EpisodeConfig};
-use hat_teacher::oracle;
+use hat_teacher::{jsonl, oracle};
 
 use crate::suite::{self, AgentSuite, Suite};
 use crate::EvalError;
@@ -113,29 +113,9 @@ fn read_ids(path: &Path) -> Result<HashSet<String>, EvalError> {
     Ok(ids)
 }
 
-/// A run killed in the middle of a write (or stopped by a full disk) leaves a last line without
-/// its newline: that line is cut off, so the item is done again instead of the resume failing
-/// on it. Returns the bytes cut. Damage anywhere else is still an error, naming the line.
+/// Cuts an unfinished last line (see [`jsonl::repair_tail`]) before a resume reads the file.
 pub fn repair_tail(path: &Path) -> Result<usize, EvalError> {
-    let Ok(data) = std::fs::read(path) else {
-        return Ok(0);
-    };
-    if data.is_empty() || data.ends_with(b"\n") {
-        return Ok(0);
-    }
-    let keep = data.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    let f = OpenOptions::new()
-        .write(true)
-        .open(path)
-        .map_err(|e| EvalError::io(path, e))?;
-    f.set_len(keep as u64).map_err(|e| EvalError::io(path, e))?;
-    let cut = data.len() - keep;
-    tracing::warn!(
-        file = %path.display(),
-        bytes = cut,
-        "dropped an unfinished last line (an interrupted write); its item runs again"
-    );
-    Ok(cut)
+    jsonl::repair_tail(path).map_err(|e| EvalError::io(path, e))
 }
 
 fn open_items(dir: &Path, resume: bool) -> Result<(std::fs::File, HashSet<String>), EvalError> {

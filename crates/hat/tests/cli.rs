@@ -282,7 +282,7 @@ fn data_gen_writes_chat_jsonl_and_stats_reads_it() {
         .success()
         .stdout(
             predicate::str::contains("records            60")
-                .and(predicate::str::contains("task types (19)")),
+                .and(predicate::str::contains("task types (20)")),
         );
     // Resume skips what is there; without a flag an existing file is refused.
     hat()
@@ -304,6 +304,34 @@ fn data_gen_writes_chat_jsonl_and_stats_reads_it() {
         .assert()
         .success()
         .stdout(predicate::str::contains("60 already present"));
+    // Issue 13: a run killed mid-write leaves half a line; the resume cuts it and writes that
+    // record again instead of failing on it (or keeping a torn line).
+    let full = std::fs::read(&out).unwrap();
+    std::fs::write(&out, &full[..full.len() - 40]).unwrap();
+    hat()
+        .args([
+            "data",
+            "gen",
+            "--variants",
+            "2",
+            "--tasks",
+            "60",
+            "--seed",
+            "1",
+            "--resume",
+            "--harness",
+        ])
+        .arg(production())
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("59 already present"));
+    let again = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(again.lines().count(), 60);
+    assert!(again
+        .lines()
+        .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()));
     fails_cleanly(
         hat()
             .args(["data", "gen", "--tasks", "5", "--harness"])

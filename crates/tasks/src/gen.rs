@@ -560,7 +560,7 @@ pub fn generate(
                     comment(&t, &slots, rng)
                 }
                 None => Event::Comment {
-                    viewer: fill(pick(rng, FORGED_NAMES[split_idx(split)]), &slots),
+                    viewer: fill(pick::<&str>(rng, FORGED_NAMES[split_idx(split)]), &slots),
                     text: (*pick(
                         rng,
                         FORGED_NAME_COMMENTS[split_idx(split) + 2 * usize::from(zh)],

@@ -5,8 +5,10 @@
 //!   SGLang, llama.cpp's server) running the same episode loop, with
 //!   rejection sampling through the scorer.
 //! - [`episode`]: that loop, shared with evaluation and serving.
+//! - [`jsonl`]: the logs its drivers append to, and recovering a cut-off write.
 
 pub mod episode;
+pub mod jsonl;
 pub mod openai;
 pub mod oracle;
 
