@@ -42,9 +42,9 @@ enum Command {
     Eval(cmd::eval::EvalArgs),
     /// Model files: fetch the default model, inspect, tokenize.
     #[command(subcommand)]
-    Model(hat_model::cli::ModelCommand),
+    Model(cmd::model::ModelCommand),
     /// Generate text with the embedded engine.
-    Generate(hat_model::cli::GenerateArgs),
+    Generate(cmd::model::GenerateArgs),
     /// Measure speed.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCmd),
@@ -83,8 +83,8 @@ fn main() {
         Command::Tasks(c) => cmd::tasks::run(c),
         Command::Data(c) => cmd::data::run(c),
         Command::Eval(c) => cmd::eval::run(c),
-        Command::Model(c) => hat_model::cli::run_model(c),
-        Command::Generate(a) => hat_model::cli::run_generate(a),
+        Command::Model(c) => cmd::model::run_model(c),
+        Command::Generate(a) => cmd::model::run_generate(a),
         Command::Bench(c) => cmd::bench::run(c),
         Command::Train(c) => cmd::train::run(c),
         Command::Env(c) => cmd::env::run(c),

@@ -165,6 +165,22 @@ fn world_gen_and_show_round_trip_and_refuse_garbage() {
             .arg(&db),
     )
     .stderr(predicate::str::contains("--force"));
+    // Issue 13: a store's text reaches the terminal escaped, never as a live ANSI sequence.
+    let evil = d.path().join("evil.sqlite");
+    std::fs::copy(&db, &evil).unwrap();
+    rusqlite::Connection::open(&evil)
+        .unwrap()
+        .execute(
+            "UPDATE products SET title = ?1 || title WHERE pos = (SELECT MIN(pos) FROM products)",
+            ["Wipe\u{1b}[2J"],
+        )
+        .unwrap();
+    let shown = hat().args(["world", "show"]).arg(&evil).assert().success();
+    let out = String::from_utf8(shown.get_output().stdout.clone()).unwrap();
+    assert!(
+        out.contains("Wipe\\x1b[2J") && !out.contains('\u{1b}'),
+        "{out}"
+    );
     let junk = d.path().join("junk.sqlite");
     std::fs::write(&junk, "not a database").unwrap();
     fails_cleanly(hat().args(["world", "show"]).arg(&junk));

@@ -8,10 +8,11 @@ use std::time::Instant;
 use anyhow::Context;
 use candle_core::Tensor;
 
-use crate::cli::{model_path, set_threads};
 use crate::fetch::hat_home;
+use crate::fetch::model_path;
 use crate::generate::{Engine, GenerateRequest};
 use crate::model::LoadOptions;
+use crate::threads::set_threads;
 use crate::weights::WeightFormat;
 
 /// `hat bench generate`

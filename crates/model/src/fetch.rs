@@ -152,6 +152,11 @@ pub fn fetch_default(force: bool) -> Result<PathBuf> {
     Ok(dest)
 }
 
+/// Resolves `--model`, defaulting to the fetched model.
+pub fn model_path(p: Option<PathBuf>) -> PathBuf {
+    p.unwrap_or_else(default_model_path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

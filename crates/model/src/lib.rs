@@ -6,7 +6,6 @@
 pub mod attention;
 pub mod bench;
 pub mod chat_template;
-pub mod cli;
 pub mod config;
 pub mod cpu;
 pub mod error;
@@ -24,6 +23,7 @@ pub mod prefix_cache;
 pub mod qwen2;
 pub mod sampling;
 pub mod simd;
+pub mod threads;
 pub mod tokenizer;
 pub mod train;
 pub mod weights;

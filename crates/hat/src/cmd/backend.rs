@@ -91,7 +91,7 @@ pub fn chat_model(a: &ModelArgs) -> Result<(ModelIdentity, Box<dyn ChatModel + S
         }
         bail!("--model `{model}`: no such file or folder (use default, a GGUF file, a Hugging Face folder, or openai:<name> with --base-url)");
     }
-    hat_model::cli::set_threads(a.threads);
+    hat_model::threads::set_threads(a.threads);
     let format: hat_model::WeightFormat = a.format.parse()?;
     let sampling = hat_model::SamplingParams {
         temperature: a.temperature as f32,

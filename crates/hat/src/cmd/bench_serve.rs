@@ -205,7 +205,7 @@ pub fn run(a: ServeBenchArgs) -> Result<()> {
             path.display()
         );
     }
-    hat_model::cli::set_threads(a.threads);
+    hat_model::threads::set_threads(a.threads);
     let mix = Mix::lsqa(304, 1)?;
     let format: hat_model::WeightFormat = a.format.parse()?;
     let local = hat_agent::LocalModel::load(

@@ -71,7 +71,7 @@ pub fn run(cmd: DataCmd) -> Result<()> {
     match cmd {
         DataCmd::Stats { file } => {
             let s = Stats::of_file(&file)?;
-            print!("{s}");
+            print!("{}", hat_harness::text::terminal_safe(&s.to_string()));
             Ok(())
         }
         DataCmd::Gen(a) => gen_cmd(a),
@@ -172,7 +172,7 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
         report.per_minute
     );
     for r in report.rejections.iter().take(5) {
-        println!("  rejected {r}");
+        println!("  rejected {}", hat_harness::text::terminal_safe(r));
     }
     if report.written == 0 && report.skipped_existing == 0 {
         bail!(

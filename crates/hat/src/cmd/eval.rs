@@ -86,7 +86,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
             let resp = hat_ifeval::read_responses(&responses)?;
             let report = hat_ifeval::score_responses(&inputs, &resp)?;
             hat_ifeval::write_outputs(&report, &out)?;
-            print!("{report}");
+            print!("{}", hat_harness::text::terminal_safe(&report.to_string()));
             println!(
                 "wrote {}/items.jsonl and {}/results.json",
                 out.display(),

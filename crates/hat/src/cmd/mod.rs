@@ -8,6 +8,7 @@ pub mod distill;
 pub mod env;
 pub mod eval;
 pub mod harness;
+pub mod model;
 pub mod pipeline;
 pub mod rl;
 pub mod run;

@@ -50,7 +50,8 @@ pub fn run(cmd: WorldCmd) -> Result<()> {
         }
         WorldCmd::Show { file } => {
             let w = World::open(&file).with_context(|| format!("opening {}", file.display()))?;
-            println!("{}", w.summary());
+            // A store may come from anyone: its titles are shown, never run.
+            println!("{}", hat_harness::text::terminal_safe(&w.summary()));
             Ok(())
         }
     }

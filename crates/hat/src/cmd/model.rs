@@ -1,21 +1,22 @@
-//! Command-line entry points. The `hat` binary wires them:
-//! `hat model ...` -> [`run_model`], `hat generate` -> [`run_generate`],
-//! `hat bench generate` -> [`run_bench_generate`] (re-exported from [`crate::bench`]).
+//! `hat model ...` (fetch, info, tokenize) and `hat generate`: the embedded engine from the
+//! command line. Text that comes from a model file or a model (chat templates, token strings,
+//! generated text) is shown with control characters escaped when it goes to a terminal.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
 
-pub use crate::bench::{run_bench_generate, BenchGenerateArgs};
-use crate::chat_template::{parse_chat_file, ChatInput};
-use crate::fetch;
-use crate::generate::{Engine, GenerateRequest, TokenEvent};
-use crate::loader::{inspect, load_tokenizer};
-use crate::model::LoadOptions;
-use crate::sampling::SamplingParams;
-use crate::weights::WeightFormat;
+use hat_harness::text::terminal_safe;
+use hat_model::chat_template::{parse_chat_file, ChatInput};
+use hat_model::fetch::{self, model_path};
+use hat_model::generate::{Engine, GenerateRequest, TokenEvent};
+use hat_model::loader::{inspect, load_tokenizer};
+use hat_model::model::LoadOptions;
+use hat_model::sampling::SamplingParams;
+use hat_model::threads::set_threads;
+use hat_model::weights::WeightFormat;
 
 /// `hat model ...`
 #[derive(Debug, clap::Subcommand)]
@@ -56,11 +57,6 @@ pub struct TokenizeArgs {
     pub text: String,
 }
 
-/// Resolves `--model`, defaulting to the fetched model.
-pub fn model_path(p: Option<PathBuf>) -> PathBuf {
-    p.unwrap_or_else(fetch::default_model_path)
-}
-
 /// Runs `hat model ...`.
 pub fn run_model(cmd: ModelCommand) -> anyhow::Result<()> {
     match cmd {
@@ -74,7 +70,7 @@ pub fn run_model(cmd: ModelCommand) -> anyhow::Result<()> {
             let p = model_path(a.path);
             let (info, tok) = inspect(&p).with_context(|| format!("model {}", p.display()))?;
             let c = &info.config;
-            println!("source:        {}", info.source);
+            println!("source:        {}", terminal_safe(&info.source));
             println!("architecture:  {}", c.arch.name());
             println!(
                 "parameters:    {} ({:.1}M)",
@@ -114,11 +110,11 @@ pub fn run_model(cmd: ModelCommand) -> anyhow::Result<()> {
             let eog: Vec<String> = tok
                 .eog_tokens()
                 .iter()
-                .map(|&t| format!("{t}={}", tok.token_str(t).unwrap_or("?")))
+                .map(|&t| format!("{t}={}", terminal_safe(tok.token_str(t).unwrap_or("?"))))
                 .collect();
             println!("stop tokens:   {}", eog.join(" "));
             match &info.chat_template {
-                Some(t) => println!("chat template:\n{t}"),
+                Some(t) => println!("chat template:\n{}", terminal_safe(t)),
                 None => println!("chat template: (none)"),
             }
         }
@@ -129,16 +125,6 @@ pub fn run_model(cmd: ModelCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Sets the number of compute threads (call before any tensor work).
-pub fn set_threads(n: usize) {
-    if n > 0 {
-        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
-        let _ = rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global();
-    }
 }
 
 /// `hat generate`
@@ -239,8 +225,15 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
         cache_whole_prompt: false,
     };
     let mut out = std::io::stdout();
+    // Generated text is the model's: on a terminal its control characters are shown, not run
+    // (an ESC sequence could rewrite the screen); piped, it passes byte for byte.
+    let tty = out.is_terminal();
     let mut cb = |ev: &TokenEvent| {
-        let _ = out.write_all(ev.text_delta.as_bytes());
+        let _ = if tty {
+            out.write_all(terminal_safe(ev.text_delta).as_bytes())
+        } else {
+            out.write_all(ev.text_delta.as_bytes())
+        };
         let _ = out.flush();
         true
     };
