@@ -397,6 +397,8 @@ impl Harness {
         // Hooks.
         let mut hooks_out = Vec::new();
         let mut hook_ids = BTreeSet::new();
+        // Check rules seen so far, for contradictions between hooks.
+        let mut checks: Vec<(String, CheckRule)> = Vec::new();
         for h in &spec.hooks {
             let line = at("hooks.toml", &format!("\"{}\"", h.id));
             if !hook_ids.insert(h.id.clone()) {
@@ -414,6 +416,12 @@ impl Harness {
                         }
                     }
                     if let Action::Check { rule, .. } = &c.action {
+                        for (id, earlier) in &checks {
+                            for msg in hooks::lint_check_pair((id, earlier), (&h.id, rule)) {
+                                problems.push(Problem::new("hooks.toml", line, msg));
+                            }
+                        }
+                        checks.push((h.id.clone(), rule.clone()));
                         if let Some(e) = &rule.ends_with {
                             let n = e.chars().count();
                             if n >= m.reply.max_chars {

@@ -173,6 +173,46 @@ fn lint_check(id: &str, rule: &CheckRule) -> Vec<String> {
     errs
 }
 
+/// Check rules of two hooks that contradict each other. Every `check` hook reviews every
+/// reply, so a phrase one requires and another forbids, or two endings, reject every reply
+/// as surely as a contradiction inside one hook.
+pub fn lint_check_pair(a: (&str, &CheckRule), b: (&str, &CheckRule)) -> Vec<String> {
+    use crate::text::contains_phrase;
+    let mut errs = Vec::new();
+    for ((id, rule), (other_id, other)) in [(a, b), (b, a)] {
+        for f in other.forbid.iter().filter(|f| !f.trim().is_empty()) {
+            if let Some(r) = rule.require.iter().find(|r| contains_phrase(r, f)) {
+                errs.push(format!(
+                    "hook `{id}` requires `{r}`, which contains `{f}`, forbidden by hook `{other_id}`: no reply can pass both"
+                ));
+            }
+            if let Some(e) = rule.ends_with.as_ref().filter(|e| contains_phrase(e, f)) {
+                errs.push(format!(
+                    "hook `{id}` needs the ending `{e}`, which contains `{f}`, forbidden by hook `{other_id}`: no reply can pass both"
+                ));
+            }
+        }
+        if let (Some(e), Some(m)) = (&rule.ends_with, other.max_chars) {
+            let n = e.chars().count();
+            if n >= m {
+                errs.push(format!(
+                    "hook `{id}` needs the ending `{e}` ({n} characters), not less than hook `{other_id}`'s max_chars = {m}: no reply can pass both"
+                ));
+            }
+        }
+    }
+    if let (Some(x), Some(y)) = (&a.1.ends_with, &b.1.ends_with) {
+        let (x, y) = (x.trim(), y.trim());
+        if !x.ends_with(y) && !y.ends_with(x) {
+            errs.push(format!(
+                "hooks `{}` and `{}` need different endings (`{x}`, `{y}`): no reply can end with both",
+                a.0, b.0
+            ));
+        }
+    }
+    errs
+}
+
 pub fn compile(spec: &HookSpec) -> Result<Hook, Vec<String>> {
     let mut errs = Vec::new();
     if spec.id.trim().is_empty() {

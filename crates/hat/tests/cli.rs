@@ -1027,13 +1027,51 @@ fn dead_hook_rules_are_refused_and_an_empty_data_gen_fails() {
         fails_cleanly(hat().args(["harness", "check"]).arg(d.path()))
             .stderr(predicate::str::contains("hook `dead`").and(predicate::str::contains(want)));
     }
-    // a contradiction across two hooks, which check does not see: every reply is rejected
+    // Contradictions across two hooks reject every reply as surely: check names both.
+    for (a, b, want) in [
+        (
+            "require = [\"zebra crossing\"]",
+            "forbid = [\"zebra\"]",
+            "forbidden by hook `two`",
+        ),
+        (
+            "ends_with = \"#ad\"",
+            "ends_with = \"— Mia\"",
+            "different endings",
+        ),
+        (
+            "max_chars = 30",
+            "ends_with = \"see you at the next live stream!!\"",
+            "max_chars = 30",
+        ),
+    ] {
+        let d = broken_copy(|p| {
+            let mut h = std::fs::read_to_string(p.join("hooks.toml")).unwrap();
+            for (id, rule) in [("one", a), ("two", b)] {
+                h.push_str(&format!(
+                    "\n[[hooks]]\nid = \"{id}\"\nevent = \"before_reply\"\naction = \"check\"\n{rule}\non_fail = \"retry\"\n"
+                ));
+            }
+            std::fs::write(p.join("hooks.toml"), h).unwrap();
+        });
+        fails_cleanly(hat().args(["harness", "check"]).arg(d.path())).stderr(
+            predicate::str::contains("hooks.toml")
+                .and(predicate::str::contains("no reply can"))
+                .and(predicate::str::contains(want)),
+        );
+    }
+    // A valid harness whose rewrite leaves no reply standing (every reply cut to one
+    // character): data gen writes nothing and says why instead of exiting 0.
     let d = broken_copy(|p| {
         let mut h = std::fs::read_to_string(p.join("hooks.toml")).unwrap();
-        h.push_str("\n[[hooks]]\nid = \"need\"\nevent = \"before_reply\"\naction = \"check\"\nrequire = [\"zebra crossing\"]\non_fail = \"retry\"\n");
-        h.push_str("\n[[hooks]]\nid = \"deny\"\nevent = \"before_reply\"\naction = \"check\"\nforbid = [\"zebra\"]\non_fail = \"retry\"\n");
+        h.push_str("\n[[hooks]]\nid = \"cut\"\nevent = \"before_reply\"\naction = \"rewrite\"\ntruncate_chars = 1\n");
         std::fs::write(p.join("hooks.toml"), h).unwrap();
     });
+    hat()
+        .args(["harness", "check"])
+        .arg(d.path())
+        .assert()
+        .success();
     fails_cleanly(
         hat()
             .args([
