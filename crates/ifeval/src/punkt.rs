@@ -37,7 +37,8 @@ struct RawParams {
 struct Params {
     sent_starters: HashSet<String>,
     abbrev_types: HashSet<String>,
-    collocations: HashSet<(String, String)>,
+    /// `(first, second)` collocations, by first type.
+    collocations: HashMap<String, HashSet<String>>,
     ortho_context: HashMap<String, u32>,
     numeric: Regex,
     initial: Regex,
@@ -51,7 +52,13 @@ fn params() -> &'static Params {
         Params {
             sent_starters: raw.sentence_starters.into_iter().collect(),
             abbrev_types: raw.abbrev_types.into_iter().collect(),
-            collocations: raw.collocations.into_iter().collect(),
+            collocations: raw.collocations.into_iter().fold(
+                HashMap::new(),
+                |mut m: HashMap<String, HashSet<String>>, (a, b)| {
+                    m.entry(a).or_default().insert(b);
+                    m
+                },
+            ),
             ortho_context: raw.ortho_context,
             numeric: Regex::new(r"^-?[.,]?\d[\d,.\-]*\.?$").expect("valid regex"),
             // `regex`-module `\w` (UTS #18, as Rust's): combining marks are word characters.
@@ -150,9 +157,24 @@ fn multi_char_at(s: &[char], i: usize) -> Option<usize> {
 }
 
 /// `PunktLanguageVars.word_tokenize` on one line.
+#[cfg(test)]
 fn word_tokenize_line(s: &[char]) -> Vec<String> {
-    let n = s.len();
-    let end_cond = |j: usize| -> bool {
+    LineWords::new(s.to_vec()).collect()
+}
+
+/// The words of one line (`PunktLanguageVars.word_tokenize`), produced on demand.
+struct LineWords {
+    s: Vec<char>,
+    i: usize,
+}
+
+impl LineWords {
+    fn new(s: Vec<char>) -> Self {
+        LineWords { s, i: 0 }
+    }
+
+    fn end_cond(&self, j: usize) -> bool {
+        let (s, n) = (&self.s[..], self.s.len());
         if j >= n || is_rx_space(s[j]) || is_non_word(s[j]) || multi_char_at(s, j).is_some() {
             return true;
         }
@@ -161,32 +183,37 @@ fn word_tokenize_line(s: &[char]) -> Vec<String> {
                 || is_rx_space(s[j + 1])
                 || is_non_word(s[j + 1])
                 || multi_char_at(s, j + 1).is_some())
-    };
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < n {
-        if let Some(e) = multi_char_at(s, i) {
-            out.push(s[i..e].iter().collect());
-            i = e;
-            continue;
-        }
-        if is_rx_space(s[i]) {
-            i += 1;
-            continue;
-        }
-        if !is_word_start_excluded(s[i]) {
-            let mut j = i + 1;
-            while !end_cond(j) {
-                j += 1;
-            }
-            out.push(s[i..j].iter().collect());
-            i = j;
-        } else {
-            out.push(s[i].to_string());
-            i += 1;
-        }
     }
-    out
+}
+
+impl Iterator for LineWords {
+    type Item = String;
+
+    fn next(&mut self) -> Option<String> {
+        let n = self.s.len();
+        while self.i < n {
+            let (s, i) = (&self.s[..], self.i);
+            if let Some(e) = multi_char_at(s, i) {
+                self.i = e;
+                return Some(s[i..e].iter().collect());
+            }
+            if is_rx_space(s[i]) {
+                self.i += 1;
+                continue;
+            }
+            if !is_word_start_excluded(s[i]) {
+                let mut j = i + 1;
+                while !self.end_cond(j) {
+                    j += 1;
+                }
+                self.i = j;
+                return Some(self.s[i..j].iter().collect());
+            }
+            self.i += 1;
+            return Some(s[i].to_string());
+        }
+        None
+    }
 }
 
 #[derive(Debug)]
@@ -202,7 +229,8 @@ struct Token {
 impl Token {
     fn new(tok: String, p: &Params) -> Self {
         let lower = tok.to_lowercase();
-        let typ = if p.numeric.is_match(&lower) {
+        // `\d` (Nd) is numeric: the cheap test first.
+        let typ = if lower.chars().any(char::is_numeric) && p.numeric.is_match(&lower) {
             "##number##".to_string()
         } else {
             lower
@@ -246,25 +274,21 @@ impl Token {
     }
 
     fn is_initial(&self, p: &Params) -> bool {
-        p.initial.is_match(&self.tok)
+        let mut c = self.tok.chars();
+        // Two code points, the second a period: the cheap test first.
+        c.next().is_some()
+            && c.next() == Some('.')
+            && c.next().is_none()
+            && p.initial.is_match(&self.tok)
     }
 }
 
-/// `PunktBaseClass._tokenize_words`.
-fn tokenize_words(text: &str, p: &Params) -> Vec<Token> {
-    let mut out = Vec::new();
-    for line in text.split('\n') {
-        if py_trim(line).is_empty() {
-            continue;
-        }
-        let chars: Vec<char> = line.chars().collect();
-        out.extend(
-            word_tokenize_line(&chars)
-                .into_iter()
-                .map(|t| Token::new(t, p)),
-        );
-    }
-    out
+/// `PunktBaseClass._tokenize_words`, produced on demand.
+fn tokenize_words<'a>(text: &'a str, p: &'a Params) -> impl Iterator<Item = Token> + 'a {
+    text.split('\n')
+        .filter(|line| !py_trim(line).is_empty())
+        .flat_map(|line| LineWords::new(line.chars().collect()))
+        .map(|t| Token::new(t, p))
 }
 
 fn first_pass(tok: &mut Token, p: &Params) {
@@ -309,10 +333,15 @@ fn second_pass(t1: &mut Token, t2: &Token, p: &Params) {
     if !t1.period_final {
         return;
     }
-    let typ = t1.type_no_period().to_string();
-    let next_typ = t2.type_no_sentperiod().to_string();
+    let next_typ = t2.type_no_sentperiod();
     let initial = t1.is_initial(p);
-    if p.collocations.contains(&(typ.clone(), next_typ.clone())) {
+    let typ = t1.type_no_period();
+    let collocation = p
+        .collocations
+        .get(typ)
+        .is_some_and(|seconds| seconds.contains(next_typ));
+    let number = typ == "##number##";
+    if collocation {
         t1.sentbreak = false;
         t1.abbr = true;
         return;
@@ -322,38 +351,42 @@ fn second_pass(t1: &mut Token, t2: &Token, p: &Params) {
             t1.sentbreak = true;
             return;
         }
-        if t2.first_upper() && p.sent_starters.contains(&next_typ) {
+        if t2.first_upper() && p.sent_starters.contains(next_typ) {
             t1.sentbreak = true;
             return;
         }
     }
-    if initial || typ == "##number##" {
+    if initial || number {
         let h = ortho_heuristic(t2, p);
         if h == Ortho::No {
             t1.sentbreak = false;
             t1.abbr = true;
             return;
         }
-        if h == Ortho::Unknown && initial && t2.first_upper() && p.ortho(&next_typ) & ORTHO_LC == 0
-        {
+        if h == Ortho::Unknown && initial && t2.first_upper() && p.ortho(next_typ) & ORTHO_LC == 0 {
             t1.sentbreak = false;
             t1.abbr = true;
         }
     }
 }
 
-/// `PunktSentenceTokenizer.text_contains_sentbreak`.
+/// `PunktSentenceTokenizer.text_contains_sentbreak`. The tokens are annotated as they are
+/// read, and reading stops at the first break: a context can be the whole text (no
+/// whitespace before a `!(`), and its first break is usually near its start.
 fn text_contains_sentbreak(text: &str, p: &Params) -> bool {
-    let mut toks = tokenize_words(text, p);
-    for t in toks.iter_mut() {
-        first_pass(t, p);
-    }
-    for i in 0..toks.len().saturating_sub(1) {
-        let (a, b) = toks.split_at_mut(i + 1);
-        second_pass(&mut a[i], &b[0], p);
-        if a[i].sentbreak {
+    let mut toks = tokenize_words(text, p).map(|mut t| {
+        first_pass(&mut t, p);
+        t
+    });
+    let Some(mut prev) = toks.next() else {
+        return false;
+    };
+    for next in toks {
+        second_pass(&mut prev, &next, p);
+        if prev.sentbreak {
             return true;
         }
+        prev = next;
     }
     false
 }
