@@ -1,0 +1,1 @@
+UPDATE specs SET product = 'P999' WHERE pos = (SELECT min(pos) FROM specs);

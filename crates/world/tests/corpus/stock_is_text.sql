@@ -1,0 +1,1 @@
+UPDATE variants SET stock = 'plenty' WHERE pos = (SELECT max(pos) FROM variants);
