@@ -321,12 +321,23 @@ impl Tokenizer {
                 out.push(b);
             }
         }
-        let mut rest = text;
-        while !rest.is_empty() {
+        // The next occurrence of every special token at or after `done`, found again only
+        // once `done` passes it: searching the rest of the text for every token after each
+        // match was quadratic (a megabyte of `<|im_end|>` took minutes).
+        let mut next: Vec<Option<usize>> = self
+            .specials
+            .iter()
+            .map(|(s, _)| text.find(s.as_str()))
+            .collect();
+        let mut done = 0;
+        while done < text.len() {
             // earliest special token occurrence, longest at that position
             let mut best: Option<(usize, &str, u32)> = None;
-            for (s, id) in &self.specials {
-                if let Some(pos) = rest.find(s.as_str()) {
+            for ((s, id), at) in self.specials.iter().zip(next.iter_mut()) {
+                if at.is_some_and(|p| p < done) {
+                    *at = text[done..].find(s.as_str()).map(|p| p + done);
+                }
+                if let Some(pos) = *at {
                     if best.is_none_or(|(bp, bs, _)| pos < bp || (pos == bp && s.len() > bs.len()))
                     {
                         best = Some((pos, s, *id));
@@ -335,12 +346,12 @@ impl Tokenizer {
             }
             match best {
                 Some((pos, s, id)) => {
-                    self.encode_plain(&rest[..pos], &mut out)?;
+                    self.encode_plain(&text[done..pos], &mut out)?;
                     out.push(id);
-                    rest = &rest[pos + s.len()..];
+                    done = pos + s.len();
                 }
                 None => {
-                    self.encode_plain(rest, &mut out)?;
+                    self.encode_plain(&text[done..], &mut out)?;
                     break;
                 }
             }
@@ -587,6 +598,19 @@ mod tests {
         let t = overlapping();
         let ids = t.encode(&"a".repeat(200_000), false).unwrap();
         assert_eq!(ids.len(), 50_000); // "aaaa" tokens
+    }
+
+    /// Issue 13: every special token searched the rest of the text again after each special
+    /// token found, so a megabyte of `<|im_end|>` took minutes (quadratic).
+    #[test]
+    fn a_megabyte_of_special_tokens_encodes_in_linear_time() {
+        let t = toy("qwen2");
+        let ids = t.encode(&"<|im_end|>".repeat(100_000), false).unwrap();
+        assert_eq!(ids, vec![1; 100_000]);
+        let s = "x<|im_start|>y<|im_end|>".repeat(40_000);
+        let ids = t.encode(&s, false).unwrap();
+        assert_eq!(ids.iter().filter(|&&i| i == 0).count(), 40_000);
+        assert_eq!(t.decode(&ids, false), s);
     }
 
     fn toy(pre: &str) -> Tokenizer {
