@@ -1,265 +1,57 @@
-//! The embedded model behind the agent loop's [`ChatModel`] trait, so the same
-//! loop runs on the in-process candle engine or on any OpenAI-compatible
-//! endpoint ([`hat_teacher::openai`]).
+//! The agent loop, and the driver that runs tasks through it.
 //!
-//! The rendered system prompt starts with the harness (persona, rules,
-//! skills, tools), which is the same for every request under a harness
-//! state, and ends with the stream (products, recent activity), which is
-//! not. Each request caches the longest token prefix it shares with recent
-//! system prompts, so the harness part is computed once per state and the
-//! full system prompt once per episode; a turn pays for the rest.
+//! - [`episode`]: the loop — prompt, generate, parse calls, validate, dispatch, hooks, feed
+//!   results back, reply, reply hooks (retry with feedback) — as a state machine any
+//!   [`ChatModel`](episode::ChatModel) drives; one episode or many in lockstep.
+//! - [`driver`]: task -> gold -> episode -> score, batched across worlds; the one path data
+//!   generation, evaluation and RL rollouts share. Serving and `hat run` drive live scenes
+//!   through [`episode`] directly.
+//! - [`jsonl`]: the logs the drivers append to, and recovering a cut-off write.
+//!
+//! Models live elsewhere: the embedded engine in `hat-local-model`, OpenAI-compatible
+//! endpoints and the oracle in `hat-teacher`.
 
-use std::collections::VecDeque;
-use std::path::Path;
-use std::time::Instant;
+pub mod driver;
+pub mod episode;
+pub mod jsonl;
 
-use hat_harness::{Message, Role};
-use hat_model::chat_template::ChatInput;
-use hat_model::{
-    Engine, GenerateOutput, GenerateRequest, LoadOptions, SamplingParams, WeightFormat,
-};
-use hat_teacher::episode::{ChatModel, Completion};
-use hat_teacher::openai::wire_messages;
-use hat_teacher::TeacherError;
+use serde::Serialize;
 
-/// Prefix-cache budget: a 135M model's KV state is ~46 KB a token, so a
-/// 1.7k-token system prompt is ~78 MB; this keeps about 50 of them.
-pub const PREFIX_CACHE_BYTES: usize = 4 << 30;
-/// System prompts remembered for prefix sharing.
-const RECENT_SYSTEMS: usize = 32;
-/// Shared prefixes shorter than this are not worth a cache entry.
-const MIN_SHARED_PREFIX: usize = 128;
+use hat_harness::{HookDecision, Message, Op};
+use hat_tasks::Attempt;
 
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+/// A finished episode: the conversation and what the agent did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Trajectory {
+    pub task_id: String,
+    pub messages: Vec<Message>,
+    pub attempt: Attempt,
+    pub hook_log: Vec<HookDecision>,
+    /// Each model turn as generated (token ids, log-probabilities, timing); empty for the
+    /// oracle, which writes its messages directly.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<episode::Completion>,
 }
 
-pub struct LocalModel {
-    engine: Engine,
-    pub sampling: SamplingParams,
-    pub max_new_tokens: usize,
-    /// Token length of recent system prompts' rendering (`None`: not a token prefix of the
-    /// conversation). Bounded: every episode's system prompt differs in its stream part.
-    system_len: VecDeque<(String, Option<usize>)>,
-    /// Token sequences of recent system prompts, to find shared prefixes.
-    recent: VecDeque<Vec<u32>>,
-    /// Keep every prompt's state in the prefix cache for the conversation's next turn.
-    pub cache_turns: bool,
-    /// Name and content hash of the weights.
-    pub name: String,
-    pub hash: String,
-    /// Requests made so far: each request samples with `sampling.seed` plus this count, so
-    /// equal prompts in one batch (a group of RL rollouts) draw different answers while a
-    /// run stays reproducible.
-    requests: u64,
-}
-
-fn model_err(e: impl std::fmt::Display) -> TeacherError {
-    TeacherError::Model(e.to_string())
-}
-
-impl LocalModel {
-    pub fn load(
-        path: &Path,
-        format: WeightFormat,
-        sampling: SamplingParams,
-        max_new_tokens: usize,
-    ) -> Result<LocalModel, TeacherError> {
-        if !path.exists() {
-            return Err(TeacherError::Model(format!("{} does not exist; run `hat model fetch` for the default model, or pass a GGUF file or Hugging Face folder", path.display())));
-        }
-        let hash = if path.is_file() {
-            let hex = hat_model::fetch::sha256_file(path).map_err(model_err)?;
-            format!("sha256:{}", &hex[..16])
-        } else {
-            format!("dir:{}", path.display())
-        };
-        let engine = Engine::load(
-            path,
-            LoadOptions {
-                format,
-                ..LoadOptions::default()
-            },
-        )
-        .map_err(model_err)?;
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        engine.set_prefix_cache_bytes(PREFIX_CACHE_BYTES);
-        Ok(LocalModel {
-            engine,
-            sampling,
-            max_new_tokens,
-            system_len: VecDeque::new(),
-            recent: VecDeque::new(),
-            cache_turns: false,
-            name,
-            hash,
-            requests: 0,
-        })
-    }
-
-    /// Bounds the prefix cache (default [`PREFIX_CACHE_BYTES`]); RL rollouts share one
-    /// prompt per group and need far less.
-    pub fn set_prefix_cache_bytes(&self, bytes: usize) {
-        self.engine.set_prefix_cache_bytes(bytes);
-    }
-
-    /// The prompt's tokens and how many of them are the system prompt's rendering.
-    fn request(&mut self, messages: &[Message]) -> Result<GenerateRequest, TeacherError> {
-        let input = ChatInput {
-            messages: wire_messages(messages),
-            tools: None,
-            add_generation_prompt: true,
-        };
-        let text = self.engine.render_chat(&input).map_err(model_err)?;
-        let tokens = self.engine.encode(&text).map_err(model_err)?;
-        let prefix = match messages.first() {
-            Some(m) if m.role == Role::System => {
-                let known = self
-                    .system_len
-                    .iter()
-                    .find(|(s, _)| *s == m.content)
-                    .map(|(_, l)| *l);
-                let len = match known {
-                    Some(l) => l,
-                    None => {
-                        let sys = self
-                            .engine
-                            .render_chat(&ChatInput {
-                                messages: input.messages[..1].to_vec(),
-                                tools: None,
-                                add_generation_prompt: false,
-                            })
-                            .map_err(model_err)?;
-                        let sys_tokens = self.engine.encode(&sys).map_err(model_err)?;
-                        // Only a true token prefix can be cached.
-                        let l = tokens.starts_with(&sys_tokens).then_some(sys_tokens.len());
-                        if self.system_len.len() == RECENT_SYSTEMS {
-                            self.system_len.pop_front();
-                        }
-                        self.system_len.push_back((m.content.clone(), l));
-                        l
-                    }
-                };
-                match len.filter(|&l| tokens.len() > l) {
-                    None => None,
-                    Some(l) => {
-                        let sys = &tokens[..l];
-                        let shared = self
-                            .recent
-                            .iter()
-                            .map(|r| common_prefix(r, sys))
-                            .max()
-                            .unwrap_or(0);
-                        if !self.recent.iter().any(|r| r.as_slice() == sys) {
-                            if self.recent.len() == RECENT_SYSTEMS {
-                                self.recent.pop_front();
-                            }
-                            self.recent.push_back(sys.to_vec());
-                        }
-                        // Seen whole before: cache it whole (later turns of an
-                        // episode). New: cache the part shared with others.
-                        if shared == l {
-                            Some(l)
-                        } else if shared >= MIN_SHARED_PREFIX {
-                            Some(shared)
-                        } else {
-                            Some(l)
-                        }
-                    }
-                }
-            }
-            _ => None,
-        };
-        let mut req = GenerateRequest::new(tokens, self.max_new_tokens);
-        req.sampling = self.sampling.clone();
-        req.sampling.seed = self.sampling.seed.wrapping_add(self.requests);
-        self.requests += 1;
-        req.cache_prefix_len = prefix;
-        req.cache_whole_prompt = self.cache_turns;
-        Ok(req)
-    }
-}
-
-impl ChatModel for LocalModel {
-    fn set_max_tokens(&mut self, max: u32) {
-        self.max_new_tokens = max as usize;
-    }
-
-    fn keep_conversations_cached(&mut self, on: bool) {
-        self.cache_turns = on;
-    }
-
-    fn complete(&mut self, messages: &[Message]) -> Result<String, TeacherError> {
-        Ok(self.generate(messages)?.text)
-    }
-
-    fn complete_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<String>, TeacherError> {
-        Ok(self
-            .generate_batch(chats)?
-            .into_iter()
-            .map(|c| c.text)
-            .collect())
-    }
-
-    fn generate(&mut self, messages: &[Message]) -> Result<Completion, TeacherError> {
-        let t0 = Instant::now();
-        let req = self.request(messages)?;
-        let out = self.engine.generate(&req, None).map_err(model_err)?;
-        Ok(completion(req.prompt, out, t0.elapsed().as_secs_f64()))
-    }
-
-    fn generate_streaming(
-        &mut self,
-        messages: &[Message],
-        on_text: &mut dyn FnMut(&str) -> bool,
-    ) -> Result<Completion, TeacherError> {
-        let t0 = Instant::now();
-        let req = self.request(messages)?;
-        let mut cb = |e: &hat_model::TokenEvent| e.text_delta.is_empty() || on_text(e.text_delta);
-        let out = self
-            .engine
-            .generate(&req, Some(&mut cb))
-            .map_err(model_err)?;
-        Ok(completion(req.prompt, out, t0.elapsed().as_secs_f64()))
-    }
-
-    fn generate_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<Completion>, TeacherError> {
-        let t0 = Instant::now();
-        let reqs = chats
-            .iter()
-            .map(|m| self.request(m))
-            .collect::<Result<Vec<_>, _>>()?;
-        let outs = self.engine.generate_batch(&reqs).map_err(model_err)?;
-        let seconds = t0.elapsed().as_secs_f64() / outs.len().max(1) as f64;
-        Ok(reqs
-            .into_iter()
-            .zip(outs)
-            .map(|(r, o)| completion(r.prompt, o, seconds))
-            .collect())
-    }
-}
-
-fn completion(prompt_ids: Vec<u32>, o: GenerateOutput, seconds: f64) -> Completion {
-    tracing::debug!(
-        prompt = o.prompt_tokens,
-        cached = o.cached_tokens,
-        generated = o.tokens.len(),
-        prefill_s = o.prefill_secs,
-        decode_s = o.decode_secs,
-        "request"
-    );
-    Completion {
-        text: o.text,
-        tokens: o.tokens,
-        logprobs: o.logprobs,
-        prompt_ids,
-        prompt_tokens: o.prompt_tokens,
-        cached_tokens: o.cached_tokens,
-        seconds,
-        prefill_seconds: o.prefill_secs,
-        decode_seconds: o.decode_secs,
-    }
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    #[error(transparent)]
+    Harness(#[from] hat_harness::HarnessError),
+    #[error(transparent)]
+    Task(#[from] hat_tasks::TaskError),
+    #[error("the harness has no tool bound to op `{0}`")]
+    NoTool(Op),
+    #[error("{0}")]
+    Gold(String),
+    #[error("world: {0}")]
+    World(String),
+    #[error("chat endpoint {url}: {message}")]
+    Endpoint { url: String, message: String },
+    #[error("model: {0}")]
+    Model(String),
+    #[error(
+        "environment variable {0} is not set; export the API key there or pass --api-key-env NAME"
+    )]
+    MissingKey(String),
 }

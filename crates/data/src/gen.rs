@@ -7,16 +7,15 @@ use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 use serde_json::{Map, Value};
 
+use hat_agent::driver::{drive, Actor, Done, Job, ModelActor};
+use hat_agent::episode::{ChatModel, EpisodeConfig};
 use hat_augment::Pool;
 use hat_harness::Harness;
 use hat_tasks::task::splitmix64;
-use hat_tasks::{expect, score, Split, TaskError, TaskSet, WorldCache};
-use hat_teacher::episode::{self, ChatModel, EpisodeConfig};
-use hat_teacher::oracle;
+use hat_tasks::{Split, TaskSet, WorldCache};
+use hat_teacher::oracle::OracleActor;
 
 use crate::record::Record;
 use crate::stats::Stats;
@@ -158,54 +157,70 @@ pub fn generate(
         // tasks of one stream together, so each run of `group` shares stream and state
         order.sort_by_key(|&i| tasks[i].world_seed);
     }
+    // Which state each task runs under, and which are already in the file.
+    let mut jobs_of: Vec<(usize, usize)> = Vec::with_capacity(order.len());
     for (n, &i) in order.iter().enumerate() {
-        let task = &tasks[i];
-        progress(n, tasks.len());
         let si = (n / group) % states.len();
-        let state = &states[si];
-        let h = &state.harness;
-        if skip.contains(&(task.id.clone(), h.hash.clone())) {
+        if skip.contains(&(tasks[i].id.clone(), states[si].harness.hash.clone())) {
             report.skipped_existing += 1;
             continue;
         }
-        report.attempted += 1;
-        let world = worlds.get(task.world_seed)?;
-        let exp = match expect(task, h, world) {
-            Ok(e) => e,
-            Err(TaskError::NotApplicable(_)) => {
+        worlds.get(tasks[i].world_seed)?;
+        jobs_of.push((i, si));
+    }
+    let jobs: Vec<Job<'_>> = jobs_of
+        .iter()
+        .map(|&(i, si)| Job {
+            task: &tasks[i],
+            harness: &states[si].harness,
+            world: worlds.peek(tasks[i].world_seed).expect("built above"),
+            seed: splitmix64(cfg.seed ^ i as u64),
+        })
+        .collect();
+    report.attempted = jobs.len();
+    let mut oracle_actor = OracleActor;
+    let mut model_actor;
+    let actor: &mut dyn Actor = match teacher {
+        Teacher::Oracle => &mut oracle_actor,
+        Teacher::Chat { model, .. } => {
+            model_actor = ModelActor {
+                model: model.as_mut(),
+                cfg: EpisodeConfig::default(),
+            };
+            &mut model_actor
+        }
+    };
+    let total = tasks.len();
+    let skipped = report.skipped_existing;
+    // One episode at a time: an endpoint teacher answers one request at a time anyway.
+    drive(&jobs, actor, 1, &mut |k, done| -> Result<(), DataError> {
+        progress(skipped + k, total);
+        let (i, si) = jobs_of[k];
+        let (task, state) = (&tasks[i], &states[si]);
+        let o = match done {
+            Done::Scored(o) => o,
+            Done::NotApplicable(_) => {
                 report.not_applicable += 1;
-                continue;
+                return Ok(());
             }
-            Err(e) => return Err(e.into()),
         };
-        let traj = match teacher {
-            Teacher::Oracle => {
-                let mut rng = ChaCha8Rng::seed_from_u64(splitmix64(cfg.seed ^ i as u64));
-                oracle::trajectory(task, h, world, &exp, &mut rng)?
-            }
-            Teacher::Chat { model, .. } => episode::run(
-                &task.scene(),
-                h,
-                world,
-                model.as_mut(),
-                EpisodeConfig::default(),
-            )?,
-        };
-        let s = score(&exp, h, &traj.attempt);
-        if !s.pass {
+        if !o.score.pass {
             report.rejected += 1;
             if report.rejections.len() < 20 {
                 report
                     .rejections
-                    .push(format!("{}: {}", task.id, s.reason()));
+                    .push(format!("{}: {}", task.id, o.score.reason()));
             }
-            continue;
+            return Ok(());
         }
-        let verdict: Map<String, Value> = s
+        let h = &state.harness;
+        let verdict: Map<String, Value> = o
+            .score
             .components
             .iter()
             .map(|c| (c.name.to_string(), Value::Bool(c.pass)))
             .collect();
+        let traj = o.trajectory;
         let rec = Record {
             messages: traj.messages,
             tools: tools[si].clone(),
@@ -228,7 +243,8 @@ pub fn generate(
             .map_err(|e| DataError::Io("output".into(), e))?;
         report.stats.add(&rec);
         report.written += 1;
-    }
+        Ok(())
+    })?;
     progress(tasks.len(), tasks.len());
     report.seconds = started.elapsed().as_secs_f64();
     report.per_minute = report.attempted as f64 / report.seconds.max(1e-9) * 60.0;

@@ -30,7 +30,7 @@ pub enum DataError {
     #[error(transparent)]
     Task(#[from] hat_tasks::TaskError),
     #[error(transparent)]
-    Teacher(#[from] hat_teacher::TeacherError),
+    Teacher(#[from] hat_agent::AgentError),
     #[error("cannot serialise a record: {0}")]
     Json(#[from] serde_json::Error),
 }

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
+use hat_agent::episode::{Episode, EpisodeConfig};
 use hat_harness::Message;
 use hat_tasks::{expect, score, Task};
-use hat_teacher::episode::{Episode, EpisodeConfig};
 use hat_world::World;
 
 use crate::Catalogue;

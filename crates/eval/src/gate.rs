@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::run::{run_agent, Backend, EvalConfig};
 use crate::suite::Suite;
 use crate::EvalError;
-use hat_teacher::episode::EpisodeConfig;
+use hat_agent::episode::EpisodeConfig;
 
 #[derive(Debug, Clone)]
 pub struct GateConfig {
@@ -108,6 +108,7 @@ fn run_one(
     );
     let out = cfg.out_dir.join(key);
     let ecfg = EvalConfig {
+        kinds: Vec::new(),
         harness_dir: dir.to_path_buf(),
         out_dir: out,
         limit: cfg.limit,

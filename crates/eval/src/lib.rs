@@ -3,7 +3,7 @@
 //! states) and IFEval (general instruction following).
 //!
 //! Agent suites run through the same episode loop as data generation and
-//! serving ([`hat_teacher::episode`]) and are scored by the same scorer that
+//! serving ([`hat_agent::episode`]) and are scored by the same scorer that
 //! is the RL reward. Runs are resumable; `results.json` records scores,
 //! per-component and per-task-type breakdowns, the model's identity and
 //! decoding settings, the harness hashes and the wall time.
@@ -42,7 +42,7 @@ pub enum EvalError {
     #[error(transparent)]
     Task(#[from] hat_tasks::TaskError),
     #[error(transparent)]
-    Teacher(#[from] hat_teacher::TeacherError),
+    Teacher(#[from] hat_agent::AgentError),
     #[error(transparent)]
     Ifeval(#[from] hat_ifeval::IfevalError),
 }

@@ -8,15 +8,15 @@ use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
+use hat_agent::driver::{drive, Actor, Done, Job, ModelActor};
+use hat_agent::episode::{ChatModel, EpisodeConfig};
+use hat_agent::jsonl;
 use hat_harness::Message;
-use hat_tasks::{expect, score, TaskKind, WorldCache};
-use hat_teacher::episode::{self, ChatModel, EpisodeConfig};
-use hat_teacher::{jsonl, oracle};
+use hat_tasks::{TaskKind, WorldCache};
+use hat_teacher::oracle::OracleActor;
 
 use crate::suite::{self, AgentSuite, Suite};
 use crate::EvalError;
@@ -70,6 +70,8 @@ pub struct EvalConfig {
     /// Live-Stream QA on these tasks (JSON lines from `hat tasks sample`) instead of its
     /// built-in test items.
     pub tasks: Option<PathBuf>,
+    /// Only items of these task types (empty: all).
+    pub kinds: Vec<TaskKind>,
 }
 
 /// Appends one JSON line with a single write, so an interrupted run never leaves a line
@@ -158,6 +160,20 @@ pub fn run_agent(
         Suite::Hvqa => suite::hvqa(&cfg.harness_dir, &mut worlds)?,
         Suite::Ifeval => return Err(EvalError::Usage("ifeval is not an agent suite".into())),
     };
+    if !cfg.kinds.is_empty() {
+        items.retain(|it| cfg.kinds.contains(&it.task.kind));
+        if items.is_empty() {
+            return Err(EvalError::Usage(format!(
+                "{} has no items of the task types asked for ({})",
+                which.as_str(),
+                cfg.kinds
+                    .iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
     if let Some(n) = cfg.limit {
         items.truncate(n);
     }
@@ -175,103 +191,73 @@ pub fn run_agent(
         .filter(|(_, it)| !done.contains(&id_of(it)))
         .collect();
     let mut finished = total - todo.len();
+    progress(finished, total);
     if let Backend::Chat { model, .. } = backend {
         model.set_max_tokens(cfg.max_tokens);
     }
-    // Greedy batches of episodes on distinct worlds (tool calls run in world episodes).
-    let mut batches: Vec<Vec<(usize, &suite::AgentItem)>> = Vec::new();
-    for (i, it) in todo {
-        let fits = batches.last().is_some_and(|b| {
-            b.len() < cfg.batch.max(1)
-                && !b
-                    .iter()
-                    .any(|(_, x)| x.task.world_seed == it.task.world_seed)
-        });
-        if fits {
-            batches.last_mut().expect("checked").push((i, it));
-        } else {
-            batches.push(vec![(i, it)]);
+    let jobs: Vec<Job<'_>> = todo
+        .iter()
+        .map(|(i, it)| Job {
+            task: &it.task,
+            harness: &states[it.state],
+            world: worlds.peek(it.task.world_seed).expect("built above"),
+            seed: *i as u64,
+        })
+        .collect();
+    let mut oracle_actor = OracleActor;
+    let mut model_actor;
+    let actor: &mut dyn Actor = match backend {
+        Backend::Oracle => &mut oracle_actor,
+        Backend::Chat { model, .. } => {
+            model_actor = ModelActor {
+                model: model.as_mut(),
+                cfg: cfg.episode,
+            };
+            &mut model_actor
         }
-    }
-    for batch in batches {
-        progress(finished, total);
-        // Gold once per item: the oracle writes from it and the scorer reads it.
-        let golds = batch
-            .iter()
-            .map(|(_, it)| {
-                expect(
-                    &it.task,
-                    &states[it.state],
-                    worlds.peek(it.task.world_seed).expect("built above"),
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let t0 = Instant::now();
-        let trajs = match backend {
-            Backend::Oracle => batch
-                .iter()
-                .zip(&golds)
-                .map(|((i, it), exp)| {
-                    let (h, w) = (
-                        &states[it.state],
-                        worlds.peek(it.task.world_seed).expect("built above"),
-                    );
-                    Ok(oracle::trajectory(
-                        &it.task,
-                        h,
-                        w,
-                        exp,
-                        &mut ChaCha8Rng::seed_from_u64(*i as u64),
-                    )?)
-                })
-                .collect::<Result<Vec<_>, EvalError>>()?,
-            Backend::Chat { model, .. } => {
-                let eps = batch
-                    .iter()
-                    .map(|(_, it)| {
-                        episode::Episode::start(
-                            it.task.scene(),
-                            &states[it.state],
-                            worlds.peek(it.task.world_seed).expect("built above"),
-                            cfg.episode,
-                        )
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                episode::run_batch(eps, model.as_mut())?
+    };
+    drive(&jobs, actor, cfg.batch, &mut |k,
+                                         done|
+     -> Result<(), EvalError> {
+        let item = todo[k].1;
+        let o = match done {
+            Done::Scored(o) => o,
+            Done::NotApplicable(why) => {
+                return Err(EvalError::Usage(format!(
+                    "item {} does not apply to its harness state: {why}",
+                    id_of(item)
+                )))
             }
         };
-        // Model time of a batch is shared by its episodes.
-        let seconds = t0.elapsed().as_secs_f64() / batch.len() as f64;
-        for (((_, item), traj), exp) in batch.iter().zip(trajs).zip(&golds) {
-            let h = &states[item.state];
-            let s = score(exp, h, &traj.attempt);
-            let n_prompt = 2 + item.task.history.len() * 2;
-            let components: Map<String, Value> = s
-                .components
-                .iter()
-                .map(|c| (c.name.to_string(), Value::Bool(c.pass)))
-                .collect();
-            let line = json!({
-                "id": id_of(item),
-                "task_id": item.task.id,
-                "task_type": item.task.kind,
-                "lang": item.task.lang,
-                "harness_hash": h.hash,
-                "input": traj.messages.get(n_prompt - 1).map(|m| m.content.clone()),
-                "output": traj.messages.iter().skip(n_prompt).collect::<Vec<&Message>>(),
-                "calls": traj.attempt.calls,
-                "reply": traj.attempt.reply,
-                "pass": s.pass,
-                "components": components,
-                "reason": s.reason(),
-                "hooks": traj.hook_log,
-                "turns": traj.turns,
-                "seconds": seconds,
-            });
-            append_line(&mut file, &dir, &line)?;
-        }
-        finished += batch.len();
-    }
+        let (h, traj, s) = (&states[item.state], &o.trajectory, &o.score);
+        let n_prompt = 2 + item.task.history.len() * 2;
+        let components: Map<String, Value> = s
+            .components
+            .iter()
+            .map(|c| (c.name.to_string(), Value::Bool(c.pass)))
+            .collect();
+        let line = json!({
+            "id": id_of(item),
+            "task_id": item.task.id,
+            "task_type": item.task.kind,
+            "lang": item.task.lang,
+            "harness_hash": h.hash,
+            "input": traj.messages.get(n_prompt - 1).map(|m| m.content.clone()),
+            "output": traj.messages.iter().skip(n_prompt).collect::<Vec<&Message>>(),
+            "calls": traj.attempt.calls,
+            "reply": traj.attempt.reply,
+            "pass": s.pass,
+            "components": components,
+            "reason": s.reason(),
+            "hooks": traj.hook_log,
+            "turns": traj.turns,
+            "seconds": o.seconds,
+        });
+        append_line(&mut file, &dir, &line)?;
+        finished += 1;
+        progress(finished, total);
+        Ok(())
+    })?;
     progress(total, total);
     let hashes: Vec<&str> = states.iter().map(|h| h.hash.as_str()).collect();
     let mut s = summarise_agent(
@@ -441,7 +427,7 @@ pub fn run_ifeval(
         let refs: Vec<&[Message]> = chats.iter().map(Vec::as_slice).collect();
         let outs = model.complete_batch(&refs)?;
         if outs.len() != chunk.len() {
-            return Err(hat_teacher::TeacherError::Model(format!(
+            return Err(hat_agent::AgentError::Model(format!(
                 "the model returned {} answers for {} prompts",
                 outs.len(),
                 chunk.len()

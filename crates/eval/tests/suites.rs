@@ -4,12 +4,13 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use hat_agent::episode::EpisodeConfig;
 use hat_eval::{run_agent, Backend, EvalConfig, Suite};
 use hat_tasks::{Split, TaskKind, WorldCache};
-use hat_teacher::episode::EpisodeConfig;
 
 fn cfg(out: &Path, limit: Option<usize>, resume: bool) -> EvalConfig {
     EvalConfig {
+        kinds: Vec::new(),
         harness_dir: Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream"),
         out_dir: out.to_path_buf(),
         limit,
@@ -137,11 +138,8 @@ fn a_resume_after_an_interrupted_write_redoes_the_cut_item() {
 
 struct Lowercase(usize);
 
-impl hat_teacher::episode::ChatModel for Lowercase {
-    fn complete(
-        &mut self,
-        m: &[hat_harness::Message],
-    ) -> Result<String, hat_teacher::TeacherError> {
+impl hat_agent::episode::ChatModel for Lowercase {
+    fn complete(&mut self, m: &[hat_harness::Message]) -> Result<String, hat_agent::AgentError> {
         self.0 += 1;
         Ok(m.last()
             .map(|x| x.content.to_lowercase())
@@ -198,11 +196,8 @@ fn ifeval_with_a_model_writes_standard_responses_and_resumes() {
 /// Records the token limit in force at every call.
 struct Limits(u32, std::sync::Arc<std::sync::Mutex<Vec<u32>>>);
 
-impl hat_teacher::episode::ChatModel for Limits {
-    fn complete(
-        &mut self,
-        _: &[hat_harness::Message],
-    ) -> Result<String, hat_teacher::TeacherError> {
+impl hat_agent::episode::ChatModel for Limits {
+    fn complete(&mut self, _: &[hat_harness::Message]) -> Result<String, hat_agent::AgentError> {
         self.1.lock().unwrap().push(self.0);
         Ok("Welcome to the stream!".into())
     }

@@ -511,6 +511,48 @@ fn bench_datagen_reports_a_rate() {
         .stdout(predicate::str::contains("scored trajectories/min"));
 }
 
+/// `--kinds` evaluates one task type of the suites: the prompt-injection block of both.
+#[test]
+fn eval_kinds_runs_only_those_task_types() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("inj");
+    hat()
+        .args([
+            "eval",
+            "--model",
+            "oracle",
+            "--suite",
+            "lsqa,hvqa",
+            "--kinds",
+            "prompt_injection",
+            "--harness",
+        ])
+        .arg(production())
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success();
+    for (suite, n) in [("lsqa", 16), ("hvqa", 20)] {
+        let r: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join(suite).join("results.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(r["total"], n, "{suite}");
+        assert_eq!(r["score"], 100.0, "{suite}");
+        assert_eq!(r["launch_kinds"]["total"], 0, "{suite}");
+        assert_eq!(r["by_task_type"]["prompt_injection"]["total"], n, "{suite}");
+    }
+    fails_cleanly(
+        hat()
+            .args([
+                "eval", "--model", "oracle", "--suite", "lsqa", "--kinds", "bogus",
+            ])
+            .arg("--out")
+            .arg(d.path().join("x")),
+    )
+    .stderr(predicate::str::contains("unknown task type `bogus`"));
+}
+
 #[test]
 fn eval_runs_the_oracle_resumes_and_compares() {
     let d = tempfile::tempdir().unwrap();

@@ -6,15 +6,15 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use hat_agent::episode::ChatModel;
+use hat_agent::AgentError;
 use hat_harness::{Message, Role};
-use hat_teacher::episode::ChatModel;
-use hat_teacher::TeacherError;
 use serde_json::{json, Value};
 
 struct Scripted;
 
 impl ChatModel for Scripted {
-    fn complete(&mut self, messages: &[Message]) -> Result<String, TeacherError> {
+    fn complete(&mut self, messages: &[Message]) -> Result<String, AgentError> {
         let last = messages.last().map(|m| m.content.as_str()).unwrap_or("");
         let fed_back = messages
             .iter()

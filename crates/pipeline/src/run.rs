@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use hat_agent::episode::EpisodeConfig;
 use hat_eval::{Backend, EvalConfig, ModelIdentity, Suite};
 use hat_model::{SamplingParams, WeightFormat};
-use hat_teacher::episode::EpisodeConfig;
 use hat_train::stage::Event;
 
 use crate::config::PipelineConfig;
@@ -201,7 +201,7 @@ fn evaluate(
     };
     on(Progress::Stage(&format!("eval {stage}")));
     let e = &cfg.eval;
-    let local = hat_agent::LocalModel::load(
+    let local = hat_local_model::LocalModel::load(
         model,
         WeightFormat::Original,
         SamplingParams::default(),
@@ -218,6 +218,7 @@ fn evaluate(
         model: Box::new(local),
     };
     let ecfg = EvalConfig {
+        kinds: Vec::new(),
         harness_dir: cfg.harness_dir.clone(),
         out_dir: dir.to_path_buf(),
         limit: e.limit,

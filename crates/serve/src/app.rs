@@ -8,7 +8,7 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use hat_teacher::episode::{ChatModel, EpisodeConfig};
+use hat_agent::episode::{ChatModel, EpisodeConfig};
 use hat_world::World;
 
 use crate::error::{Result, ServeError};

@@ -7,7 +7,7 @@
 //! Tool changes persist per stream in SQLite ([`stream`]). Operators swap the harness live,
 //! roll it back, or let the server watch a folder ([`harnesses`]); an invalid harness never
 //! replaces a valid one. `/v1/chat/completions` speaks the OpenAI protocol, and the model
-//! behind it all is any [`hat_teacher::episode::ChatModel`]: the embedded engine, or an
+//! behind it all is any [`hat_agent::episode::ChatModel`]: the embedded engine, or an
 //! OpenAI-compatible endpoint (vLLM, SGLang, llama.cpp's server) for scale-out.
 //!
 //! Routes are declared in one place, [`api`].

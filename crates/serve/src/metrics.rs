@@ -11,7 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use hat_teacher::episode::Completion;
+use hat_agent::episode::Completion;
 
 use crate::triage::{DropReason, Dropped};
 

@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use typed_arena::Arena;
 
+use hat_agent::episode::{ChatModel, Completion, Episode, EpisodeConfig};
 use hat_harness::{Message, Role};
 use hat_tasks::episode::Scene;
 use hat_tasks::task::{event_line, Turn};
-use hat_teacher::episode::{ChatModel, Completion, Episode, EpisodeConfig};
 use hat_world::World;
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
@@ -446,7 +446,7 @@ impl Worker {
         j: &Job,
         turns: &[Completion],
         model_wall: f64,
-        t: hat_teacher::Trajectory,
+        t: hat_agent::Trajectory,
         world: &World,
     ) {
         let queue = j.started.duration_since(j.pending.arrived).as_secs_f64();

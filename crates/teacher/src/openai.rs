@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 
 use hat_harness::{Message, Role};
 
-use crate::episode::ChatModel;
-use crate::TeacherError;
+use hat_agent::episode::ChatModel;
+use hat_agent::AgentError;
 
 #[derive(Debug, Clone)]
 pub struct OpenAiConfig {
@@ -32,11 +32,9 @@ pub struct OpenAiTeacher {
 }
 
 impl OpenAiTeacher {
-    pub fn new(cfg: OpenAiConfig) -> Result<Self, TeacherError> {
+    pub fn new(cfg: OpenAiConfig) -> Result<Self, AgentError> {
         let key = match &cfg.api_key_env {
-            Some(var) => {
-                Some(std::env::var(var).map_err(|_| TeacherError::MissingKey(var.clone()))?)
-            }
+            Some(var) => Some(std::env::var(var).map_err(|_| AgentError::MissingKey(var.clone()))?),
             None => None,
         };
         let agent = ureq::AgentBuilder::new().timeout(cfg.timeout).build();
@@ -71,13 +69,13 @@ impl ChatModel for OpenAiTeacher {
         self.cfg.max_tokens = max;
     }
 
-    fn complete(&mut self, messages: &[Message]) -> Result<String, TeacherError> {
+    fn complete(&mut self, messages: &[Message]) -> Result<String, AgentError> {
         self.request(messages)
     }
 
     /// The chats go to the endpoint at once (one connection each), so a server that batches
     /// (vLLM, SGLang, llama.cpp's server with parallel slots) decodes them together.
-    fn complete_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<String>, TeacherError> {
+    fn complete_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<String>, AgentError> {
         if chats.len() <= 1 {
             return chats.iter().map(|m| self.request(m)).collect();
         }
@@ -91,7 +89,7 @@ impl ChatModel for OpenAiTeacher {
                 .into_iter()
                 .map(|h| {
                     h.join().unwrap_or_else(|_| {
-                        Err(TeacherError::Model(
+                        Err(AgentError::Model(
                             "an endpoint request thread panicked".into(),
                         ))
                     })
@@ -102,7 +100,7 @@ impl ChatModel for OpenAiTeacher {
 }
 
 impl OpenAiTeacher {
-    fn request(&self, messages: &[Message]) -> Result<String, TeacherError> {
+    fn request(&self, messages: &[Message]) -> Result<String, AgentError> {
         let url = self.url();
         let body = json!({
             "model": self.cfg.model,
@@ -117,7 +115,7 @@ impl OpenAiTeacher {
         if let Some(k) = &self.key {
             req = req.set("authorization", &format!("Bearer {k}"));
         }
-        let err = |message: String| TeacherError::Endpoint {
+        let err = |message: String| AgentError::Endpoint {
             url: url.clone(),
             message,
         };
@@ -241,7 +239,7 @@ mod tests {
         };
         assert!(matches!(
             OpenAiTeacher::new(cfg.clone()),
-            Err(TeacherError::MissingKey(_))
+            Err(AgentError::MissingKey(_))
         ));
         let mut t = OpenAiTeacher::new(OpenAiConfig {
             api_key_env: None,
@@ -250,7 +248,7 @@ mod tests {
         .unwrap();
         assert!(matches!(
             t.complete(&[Message::user("x")]),
-            Err(TeacherError::Endpoint { .. })
+            Err(AgentError::Endpoint { .. })
         ));
     }
 }

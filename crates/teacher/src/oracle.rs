@@ -13,7 +13,7 @@ use hat_tasks::task::event_vars;
 use hat_tasks::{Attack, Attempt, Expectations, Intent, Task};
 use hat_world::World;
 
-use crate::{TeacherError, Trajectory};
+use hat_agent::{AgentError, Trajectory};
 
 fn pick<'a>(rng: &mut ChaCha8Rng, xs: &[&'a str]) -> &'a str {
     xs[rng.gen_range(0..xs.len())]
@@ -34,30 +34,30 @@ pub fn trajectory(
     world: &World,
     exp: &Expectations,
     rng: &mut ChaCha8Rng,
-) -> Result<Trajectory, TeacherError> {
+) -> Result<Trajectory, AgentError> {
     let mut messages = prompt(&task.scene(), harness, world)?;
     let mut calls = Vec::new();
     let mut results: Vec<(Op, Value)> = Vec::new();
     let mut log: Vec<HookDecision> = Vec::new();
     world
         .begin_episode()
-        .map_err(|e| TeacherError::World(e.to_string()))?;
+        .map_err(|e| AgentError::World(e.to_string()))?;
     let backend = StoreBackend(world);
-    let run = (|| -> Result<(), TeacherError> {
+    let run = (|| -> Result<(), AgentError> {
         for chunk in exp.calls.chunks(harness.max_calls().max(1)) {
             let written: Vec<ToolCall> = chunk
                 .iter()
                 .map(|g| {
                     harness
                         .call_for(g.op, &g.canonical())
-                        .ok_or(TeacherError::NoTool(g.op))
+                        .ok_or(AgentError::NoTool(g.op))
                 })
                 .collect::<Result<_, _>>()?;
             messages.push(Message::assistant(harness.syntax.format_all(&written)));
             for (g, c) in chunk.iter().zip(&written) {
                 let d = harness.dispatch(c, &backend, &mut log);
                 if !d.ok {
-                    return Err(TeacherError::Gold(format!(
+                    return Err(AgentError::Gold(format!(
                         "gold call {} failed: {}",
                         c.name, d.result
                     )));
@@ -76,7 +76,7 @@ pub fn trajectory(
     })();
     world
         .end_episode()
-        .map_err(|e| TeacherError::World(e.to_string()))?;
+        .map_err(|e| AgentError::World(e.to_string()))?;
     run?;
     let draft = compose(task, world, &results, rng);
     let reply = harness.review_reply_static(&draft, &event_vars(&task.event), &mut log);
@@ -279,5 +279,29 @@ fn compose(task: &Task, world: &World, results: &[(Op, Value)], rng: &mut ChaCha
                 pick(rng, &["I'm an AI host, not a real person — but I'm happy to help you shop! 🤖", "Good question! I'm an AI host. Ask me anything about today's products."]).to_string()
             }
         }
+    }
+}
+
+/// The oracle as an actor of the shared driver: each job's trajectory written from its gold,
+/// worded by a generator seeded with the job's seed.
+pub struct OracleActor;
+
+impl hat_agent::driver::Actor for OracleActor {
+    fn act(
+        &mut self,
+        jobs: &[(hat_agent::driver::Job<'_>, &Expectations)],
+    ) -> Result<Vec<Trajectory>, AgentError> {
+        use rand::SeedableRng;
+        jobs.iter()
+            .map(|(j, gold)| {
+                trajectory(
+                    j.task,
+                    j.harness,
+                    j.world,
+                    gold,
+                    &mut ChaCha8Rng::seed_from_u64(j.seed),
+                )
+            })
+            .collect()
     }
 }

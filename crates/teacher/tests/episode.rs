@@ -6,15 +6,16 @@ use std::path::Path;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use hat_agent::episode::{run, ChatModel, Completion, EpisodeConfig};
+use hat_agent::AgentError;
 use hat_harness::{Harness, Message, Role};
 use hat_tasks::{expect, score, Split, Task, TaskKind, TaskSet, WorldCache};
-use hat_teacher::episode::{run, ChatModel, Completion, EpisodeConfig};
-use hat_teacher::{oracle, TeacherError};
+use hat_teacher::oracle;
 
 struct Script(Vec<String>, usize);
 
 impl ChatModel for Script {
-    fn complete(&mut self, _: &[Message]) -> Result<String, TeacherError> {
+    fn complete(&mut self, _: &[Message]) -> Result<String, AgentError> {
         let out = self
             .0
             .get(self.1)
@@ -180,7 +181,7 @@ fn broken_rules_are_fed_back_together_once_then_handled_by_policy() {
 struct Scripts(std::collections::HashMap<String, Vec<String>>, usize);
 
 impl ChatModel for Scripts {
-    fn complete(&mut self, m: &[Message]) -> Result<String, TeacherError> {
+    fn complete(&mut self, m: &[Message]) -> Result<String, AgentError> {
         let key = m
             .iter()
             .filter(|x| x.role == Role::User)
@@ -200,7 +201,7 @@ impl ChatModel for Scripts {
             .cloned()
             .unwrap_or_default())
     }
-    fn complete_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<String>, TeacherError> {
+    fn complete_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<String>, AgentError> {
         self.1 = self.1.max(chats.len());
         chats.iter().map(|m| self.complete(m)).collect()
     }
@@ -208,7 +209,7 @@ impl ChatModel for Scripts {
 
 #[test]
 fn lockstep_batches_give_the_same_results_as_one_by_one() {
-    use hat_teacher::episode::{run_batch, Episode};
+    use hat_agent::episode::{run_batch, Episode};
     let h = production();
     let mut worlds = WorldCache::default();
     // 8 tasks on 8 distinct worlds (tasks rotate over worlds).
@@ -257,10 +258,10 @@ fn lockstep_batches_give_the_same_results_as_one_by_one() {
 struct Tokened(Vec<String>, usize);
 
 impl ChatModel for Tokened {
-    fn complete(&mut self, m: &[Message]) -> Result<String, TeacherError> {
+    fn complete(&mut self, m: &[Message]) -> Result<String, AgentError> {
         Ok(self.generate(m)?.text)
     }
-    fn generate(&mut self, _: &[Message]) -> Result<Completion, TeacherError> {
+    fn generate(&mut self, _: &[Message]) -> Result<Completion, AgentError> {
         let text = self.0[self.1.min(self.0.len() - 1)].clone();
         self.1 += 1;
         let n = text.len() as u32;
@@ -325,17 +326,17 @@ fn every_model_turn_is_recorded_with_tokens_and_logprobs() {
 struct Short;
 
 impl ChatModel for Short {
-    fn complete(&mut self, _: &[Message]) -> Result<String, TeacherError> {
+    fn complete(&mut self, _: &[Message]) -> Result<String, AgentError> {
         Ok("hi".into())
     }
-    fn complete_batch(&mut self, _: &[&[Message]]) -> Result<Vec<String>, TeacherError> {
+    fn complete_batch(&mut self, _: &[&[Message]]) -> Result<Vec<String>, AgentError> {
         Ok(Vec::new())
     }
 }
 
 #[test]
 fn a_batch_model_that_drops_answers_is_an_error_not_a_hang() {
-    use hat_teacher::episode::{run_batch, Episode};
+    use hat_agent::episode::{run_batch, Episode};
     let h = production();
     let mut worlds = WorldCache::default();
     let t = &TaskSet::generate_kinds(Split::Test, 1, 4, &[TaskKind::FinalPrice], &mut worlds)

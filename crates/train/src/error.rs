@@ -62,3 +62,9 @@ pub(crate) fn io(path: impl std::fmt::Display) -> impl FnOnce(std::io::Error) ->
     let path = path.to_string();
     move |source| TrainError::Io { path, source }
 }
+
+impl From<hat_agent::AgentError> for TrainError {
+    fn from(e: hat_agent::AgentError) -> Self {
+        TrainError::Rollout(e.to_string())
+    }
+}

@@ -6,8 +6,8 @@ use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::json;
 
+use hat_agent::episode::ChatModel;
 use hat_eval::ModelIdentity;
-use hat_teacher::episode::ChatModel;
 use hat_teacher::openai::{OpenAiConfig, OpenAiTeacher};
 
 #[derive(Args, Clone)]
@@ -97,7 +97,7 @@ pub fn chat_model(a: &ModelArgs) -> Result<(ModelIdentity, Box<dyn ChatModel + S
         temperature: a.temperature as f32,
         ..Default::default()
     };
-    let local = hat_agent::LocalModel::load(&path, format, sampling, a.max_tokens as usize)?;
+    let local = hat_local_model::LocalModel::load(&path, format, sampling, a.max_tokens as usize)?;
     let identity = ModelIdentity {
         name: local.name.clone(),
         hash: local.hash.clone(),

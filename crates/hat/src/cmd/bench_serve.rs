@@ -11,9 +11,9 @@ use crate::cmd::backend::model_path;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
+use hat_agent::episode::ChatModel;
 use hat_serve::bench::{Audience, Mix, Report};
 use hat_serve::{ServeConfig, Server};
-use hat_teacher::episode::ChatModel;
 use hat_teacher::openai::{OpenAiConfig, OpenAiTeacher};
 
 #[derive(Args)]
@@ -208,7 +208,7 @@ pub fn run(a: ServeBenchArgs) -> Result<()> {
     hat_model::threads::set_threads(a.threads);
     let mix = Mix::lsqa(304, 1)?;
     let format: hat_model::WeightFormat = a.format.parse()?;
-    let local = hat_agent::LocalModel::load(
+    let local = hat_local_model::LocalModel::load(
         &path,
         format,
         hat_model::SamplingParams::default(),

@@ -122,7 +122,7 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
     let states = gen::states(&a.harness, a.variants, pool, a.seed)?;
     let skip = if a.resume {
         // A run killed mid-write leaves half a line: cut it, and that item is generated again.
-        hat_teacher::jsonl::repair_tail(&a.out)
+        hat_agent::jsonl::repair_tail(&a.out)
             .with_context(|| format!("repairing the last line of {}", a.out.display()))?;
         gen::existing_keys(&a.out)?
     } else {

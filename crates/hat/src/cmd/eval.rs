@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 
+use hat_agent::episode::EpisodeConfig;
 use hat_eval::{Backend, EvalConfig, Suite};
-use hat_teacher::episode::EpisodeConfig;
 
 use crate::cmd::backend::{chat_model, ModelArgs};
 
@@ -69,6 +69,10 @@ pub struct RunArgs {
     /// its built-in test items.
     #[arg(long)]
     tasks: Option<PathBuf>,
+    /// Only the agent suites' items of these task types (comma-separated; `hat tasks kinds`
+    /// lists them), e.g. `--kinds prompt_injection`.
+    #[arg(long, value_delimiter = ',')]
+    kinds: Vec<String>,
 }
 
 pub fn run(a: EvalArgs) -> Result<()> {
@@ -124,6 +128,15 @@ fn run_suites(r: RunArgs) -> Result<()> {
         max_tokens: r.model.max_tokens,
         ifeval_max_tokens: r.ifeval_max_tokens,
         tasks: r.tasks.clone(),
+        kinds: r
+            .kinds
+            .iter()
+            .map(|k| {
+                hat_tasks::TaskKind::parse(k.trim()).with_context(|| {
+                    format!("--kinds: unknown task type `{k}` (`hat tasks kinds` lists them)")
+                })
+            })
+            .collect::<Result<_>>()?,
     };
     let mut rows = Vec::new();
     for s in suites {

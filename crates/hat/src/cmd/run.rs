@@ -6,8 +6,8 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::Args;
 
+use hat_agent::episode::{self, EpisodeConfig};
 use hat_tasks::episode::Scene;
-use hat_teacher::episode::{self, EpisodeConfig};
 use hat_world::{Event, World};
 
 use crate::cmd::backend::{chat_model, ModelArgs};

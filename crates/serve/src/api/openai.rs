@@ -21,9 +21,9 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use std::collections::HashMap;
 
+use hat_agent::episode::Completion;
 use hat_harness::syntax::CallSyntax;
 use hat_harness::{Message, Role};
-use hat_teacher::episode::Completion;
 
 use crate::api::openai_tools as tools;
 use crate::api::{body, parse};

@@ -4,10 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use hat_agent::episode::ChatModel;
+use hat_agent::AgentError;
 use hat_harness::{Message, Role};
 use hat_serve::{ServeConfig, Server};
-use hat_teacher::episode::ChatModel;
-use hat_teacher::TeacherError;
 
 /// Answers like a well-behaved host, deterministically: a comment asking to "pin" gets a
 /// `pin_product` call first; every reply names the persona its system prompt shows, so a
@@ -17,7 +17,7 @@ pub struct Scripted {
 }
 
 impl ChatModel for Scripted {
-    fn complete(&mut self, messages: &[Message]) -> Result<String, TeacherError> {
+    fn complete(&mut self, messages: &[Message]) -> Result<String, AgentError> {
         std::thread::sleep(self.delay);
         let system = messages.first().map(|m| m.content.as_str()).unwrap_or("");
         let persona = ["Mia", "Zoe"]

@@ -24,7 +24,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
-use hat_agent::LocalModel;
+use hat_local_model::LocalModel;
 use hat_model::train::TrainModel;
 use hat_model::{Engine, SamplingParams, WeightFormat};
 

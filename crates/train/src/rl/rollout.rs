@@ -7,9 +7,10 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
+use hat_agent::driver::{drive, Done, Job, ModelActor};
+use hat_agent::episode::{ChatModel, EpisodeConfig};
 use hat_data::gen::State;
-use hat_tasks::{expect, score, Expectations, Split, Task, TaskError, TaskSet, WorldCache};
-use hat_teacher::episode::{run_batch, ChatModel, Episode, EpisodeConfig};
+use hat_tasks::{expect, Split, Task, TaskError, TaskSet, WorldCache};
 
 use crate::error::{Result, TrainError};
 
@@ -61,11 +62,10 @@ pub struct Env {
     slots: Vec<WorldCache>,
 }
 
-/// A task and a state drawn for one group, with the gold the scorer reads.
+/// A task and a state drawn for one group (one whose gold exists).
 struct Draw {
     task: usize,
     state: usize,
-    exp: Expectations,
 }
 
 impl Env {
@@ -97,7 +97,7 @@ impl Env {
             self.slot(0, seed)?;
             let world = self.slots[0].peek(seed).expect("built above");
             match expect(&self.tasks[task], &self.states[state].harness, world) {
-                Ok(exp) => return Ok(Draw { task, state, exp }),
+                Ok(_) => return Ok(Draw { task, state }),
                 Err(TaskError::NotApplicable(_)) => continue,
                 Err(e) => return Err(env(e)),
             }
@@ -129,52 +129,62 @@ impl Env {
             max_turns,
             keep_changes: false,
         };
-        let mut eps = Vec::with_capacity(n * g);
+        let mut jobs = Vec::with_capacity(n * g);
         for (d, draw) in draws.iter().enumerate() {
             let task = &self.tasks[draw.task];
             for j in 0..g {
-                let world = self.slots[d * g + j]
-                    .peek(task.world_seed)
-                    .expect("built above");
-                eps.push(
-                    Episode::start(task.scene(), &self.states[draw.state].harness, world, cfg)
-                        .map_err(env)?,
-                );
+                jobs.push(Job {
+                    task,
+                    harness: &self.states[draw.state].harness,
+                    world: self.slots[d * g + j]
+                        .peek(task.world_seed)
+                        .expect("built above"),
+                    seed: 0,
+                });
             }
         }
-        let trajs = run_batch(eps, model).map_err(env)?;
-        let mut trajs = trajs.into_iter();
+        // Every rollout of the step on a world of its own: one batch.
+        let mut actor = ModelActor { model, cfg };
+        let mut rollouts: Vec<Rollout> = Vec::with_capacity(n * g);
+        drive(&jobs, &mut actor, jobs.len(), &mut |_,
+                                                   done|
+         -> Result<()> {
+            let o = match done {
+                Done::Scored(o) => o,
+                // Drawn only where gold exists.
+                Done::NotApplicable(why) => return Err(env(why)),
+            };
+            rollouts.push(Rollout {
+                segments: o
+                    .trajectory
+                    .turns
+                    .into_iter()
+                    .map(|c| Segment {
+                        prompt_ids: c.prompt_ids,
+                        tokens: c.tokens,
+                        logprobs: c.logprobs,
+                    })
+                    .collect(),
+                reward: o.score.fraction(),
+                pass: o.score.pass,
+                reason: o.score.reason(),
+                reply: o.trajectory.attempt.reply,
+            });
+            Ok(())
+        })?;
+        let mut rollouts = rollouts.into_iter();
         let mut out = Vec::with_capacity(n);
         for draw in &draws {
             let task = &self.tasks[draw.task];
             let state = &self.states[draw.state];
             let h = &state.harness;
-            let mut rollouts = Vec::with_capacity(g);
-            for traj in trajs.by_ref().take(g) {
-                let s = score(&draw.exp, h, &traj.attempt);
-                rollouts.push(Rollout {
-                    segments: traj
-                        .turns
-                        .into_iter()
-                        .map(|c| Segment {
-                            prompt_ids: c.prompt_ids,
-                            tokens: c.tokens,
-                            logprobs: c.logprobs,
-                        })
-                        .collect(),
-                    reward: s.fraction(),
-                    pass: s.pass,
-                    reason: s.reason(),
-                    reply: traj.attempt.reply,
-                });
-            }
             out.push(Group {
                 task_id: task.id.clone(),
                 task_type: task.kind.as_str().to_string(),
                 state: state.label.clone(),
                 harness_hash: h.hash.clone(),
                 call_syntax: h.syntax.as_str().to_string(),
-                rollouts,
+                rollouts: rollouts.by_ref().take(g).collect(),
             });
         }
         Ok(out)

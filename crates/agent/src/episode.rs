@@ -18,7 +18,7 @@ use std::time::Instant;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::{TeacherError, Trajectory};
+use crate::{AgentError, Trajectory};
 
 /// One model turn as the model produced it. Models that return only text (endpoints,
 /// scripts) leave the token fields empty; the embedded engine fills them, so training can
@@ -66,7 +66,7 @@ impl From<String> for Completion {
 
 /// Anything that continues a chat: a remote endpoint, the embedded model, a script.
 pub trait ChatModel {
-    fn complete(&mut self, messages: &[Message]) -> Result<String, TeacherError>;
+    fn complete(&mut self, messages: &[Message]) -> Result<String, AgentError>;
 
     /// Sets the token limit of one answer (IFEval answers need more than an agent turn).
     fn set_max_tokens(&mut self, _max: u32) {}
@@ -77,13 +77,13 @@ pub trait ChatModel {
     fn keep_conversations_cached(&mut self, _on: bool) {}
 
     /// Continues several chats; models that decode in batches override this.
-    fn complete_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<String>, TeacherError> {
+    fn complete_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<String>, AgentError> {
         chats.iter().map(|m| self.complete(m)).collect()
     }
 
     /// [`ChatModel::complete`] with token ids, log-probabilities and timing where the model
     /// has them (the episode loop records these).
-    fn generate(&mut self, messages: &[Message]) -> Result<Completion, TeacherError> {
+    fn generate(&mut self, messages: &[Message]) -> Result<Completion, AgentError> {
         let t0 = Instant::now();
         let text = self.complete(messages)?;
         Ok(Completion {
@@ -99,14 +99,14 @@ pub trait ChatModel {
         &mut self,
         messages: &[Message],
         on_text: &mut dyn FnMut(&str) -> bool,
-    ) -> Result<Completion, TeacherError> {
+    ) -> Result<Completion, AgentError> {
         let c = self.generate(messages)?;
         on_text(&c.text);
         Ok(c)
     }
 
     /// [`ChatModel::complete_batch`] with token ids, log-probabilities and timing.
-    fn generate_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<Completion>, TeacherError> {
+    fn generate_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<Completion>, AgentError> {
         let t0 = Instant::now();
         let texts = self.complete_batch(chats)?;
         let seconds = t0.elapsed().as_secs_f64() / texts.len().max(1) as f64;
@@ -165,7 +165,7 @@ impl<'a> Episode<'a> {
         harness: &'a Harness,
         world: &'a World,
         cfg: EpisodeConfig,
-    ) -> Result<Episode<'a>, TeacherError> {
+    ) -> Result<Episode<'a>, AgentError> {
         let messages = prompt(&scene, harness, world)?;
         let vars = event_vars(scene.event);
         let mut ep = Episode {
@@ -194,7 +194,7 @@ impl<'a> Episode<'a> {
         }
         world
             .begin_episode()
-            .map_err(|e| TeacherError::World(e.to_string()))?;
+            .map_err(|e| AgentError::World(e.to_string()))?;
         ep.open = true;
         Ok(ep)
     }
@@ -219,7 +219,7 @@ impl<'a> Episode<'a> {
     }
 
     /// Feeds one model output (a [`Completion`], or plain text) and advances the episode.
-    pub fn feed(&mut self, out: impl Into<Completion>) -> Result<(), TeacherError> {
+    pub fn feed(&mut self, out: impl Into<Completion>) -> Result<(), AgentError> {
         if self.done {
             return Ok(());
         }
@@ -280,7 +280,7 @@ impl<'a> Episode<'a> {
         Ok(())
     }
 
-    fn close(&mut self) -> Result<(), TeacherError> {
+    fn close(&mut self) -> Result<(), AgentError> {
         self.done = true;
         if self.open {
             self.open = false;
@@ -289,12 +289,12 @@ impl<'a> Episode<'a> {
             } else {
                 self.world.end_episode()
             };
-            r.map_err(|e| TeacherError::World(e.to_string()))?;
+            r.map_err(|e| AgentError::World(e.to_string()))?;
         }
         Ok(())
     }
 
-    pub fn finish(mut self) -> Result<Trajectory, TeacherError> {
+    pub fn finish(mut self) -> Result<Trajectory, AgentError> {
         self.close()?;
         Ok(Trajectory {
             task_id: self.scene.id.to_string(),
@@ -322,7 +322,7 @@ pub fn run(
     world: &World,
     model: &mut dyn ChatModel,
     cfg: EpisodeConfig,
-) -> Result<Trajectory, TeacherError> {
+) -> Result<Trajectory, AgentError> {
     let mut ep = Episode::start(*scene, harness, world, cfg)?;
     while let Some(p) = ep.prompt() {
         let out = model.generate(p)?;
@@ -337,7 +337,7 @@ pub fn run(
 pub fn run_batch(
     episodes: Vec<Episode<'_>>,
     model: &mut dyn ChatModel,
-) -> Result<Vec<Trajectory>, TeacherError> {
+) -> Result<Vec<Trajectory>, AgentError> {
     let mut eps = episodes;
     loop {
         let live: Vec<usize> = (0..eps.len()).filter(|&i| !eps[i].is_done()).collect();
@@ -350,7 +350,7 @@ pub fn run_batch(
         };
         if outs.len() != live.len() {
             // a short answer list would leave episodes unfinished forever
-            return Err(TeacherError::Model(format!(
+            return Err(AgentError::Model(format!(
                 "the model returned {} answers for {} prompts",
                 outs.len(),
                 live.len()
