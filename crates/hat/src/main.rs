@@ -90,7 +90,9 @@ fn main() {
         Command::Env(c) => cmd::env::run(c),
     };
     if let Err(e) = result {
-        eprintln!("error: {}", describe(&e));
+        // An error can quote what it read (a store's value, a file's line, a model's output):
+        // its control characters are shown, never run by the terminal.
+        eprintln!("error: {}", hat_harness::text::terminal_safe(&describe(&e)));
         std::process::exit(1);
     }
 }

@@ -551,6 +551,22 @@ fn eval_kinds_runs_only_those_task_types() {
             .arg(d.path().join("x")),
     )
     .stderr(predicate::str::contains("unknown task type `bogus`"));
+    // An error quoting its input shows control characters instead of sending them.
+    fails_cleanly(
+        hat()
+            .args([
+                "eval",
+                "--model",
+                "oracle",
+                "--suite",
+                "lsqa",
+                "--kinds",
+                "x\u{1b}[2J",
+            ])
+            .arg("--out")
+            .arg(d.path().join("x")),
+    )
+    .stderr(predicate::str::contains("x\\x1b[2J").and(predicate::str::contains('\u{1b}').not()));
 }
 
 #[test]
