@@ -97,15 +97,20 @@ fn main() {
     }
 }
 
-/// `hat ... | head` closes stdout early: Rust ignores SIGPIPE, so the next `println!` panicked
-/// with "failed printing to stdout". The command-line tools end quietly on it instead, as Unix
-/// tools do. A long-running server must not call this (a client hanging up would kill it).
+/// `hat ... | head` closes stdout early: Rust ignores SIGPIPE, so the next `println!` panics
+/// with "failed printing to stdout: Broken pipe". The command-line tools end quietly on it
+/// instead, as Unix tools do. SIGPIPE itself stays ignored: restoring its default killed `hat`
+/// (exit 141, no message) whenever a command hook exited without reading its stdin. A
+/// long-running server does not call this.
 fn exit_quietly_when_stdout_closes() {
-    #[cfg(unix)]
-    // SAFETY: restores the default disposition of one signal before any thread is started.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info.payload_as_str().unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
 }
 
 /// The error and its causes, each said once: library errors already quote

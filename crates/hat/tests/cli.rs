@@ -946,6 +946,41 @@ fn a_closed_stdout_ends_the_command_quietly() {
     assert_ne!(out.status.code(), Some(101), "{stderr}");
 }
 
+/// Red-team finding: with SIGPIPE restored to its default, a command hook that exited without
+/// reading its stdin killed `hat` (exit 141, no message) in eval and data gen.
+#[cfg(unix)]
+#[test]
+fn a_hook_that_ignores_its_input_does_not_kill_the_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = broken_copy(|p| {
+        let script = p.join("hooks/quiet.sh");
+        std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut h = std::fs::read_to_string(p.join("hooks.toml")).unwrap();
+        h.push_str("\n[[hooks]]\nid = \"quiet\"\nevent = \"after_tool\"\naction = \"command\"\ncommand = [\"./hooks/quiet.sh\"]\n");
+        std::fs::write(p.join("hooks.toml"), h).unwrap();
+    });
+    for _ in 0..3 {
+        hat()
+            .args([
+                "eval",
+                "--model",
+                "oracle",
+                "--suite",
+                "lsqa",
+                "--limit",
+                "3",
+                "--harness",
+            ])
+            .arg(d.path())
+            .arg("--out")
+            .arg(d.path().join(format!("e{}", std::process::id())))
+            .arg("--resume")
+            .assert()
+            .success();
+    }
+}
+
 /// Issue 13: templates had no limits (nested loops ran away, `render` printed 100 MB) and a
 /// 1 MB tool description passed `check`.
 #[test]
