@@ -14,6 +14,8 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos: String,
     eos: String,
+    /// Special-token texts that must not appear as such inside a message (see [`defuse`]).
+    specials: Vec<String>,
 }
 
 /// One chat message (extra fields such as `tool_calls` pass through).
@@ -141,13 +143,20 @@ impl ChatTemplate {
             env,
             bos: bos.to_string(),
             eos: eos.to_string(),
+            specials: Vec::new(),
         })
     }
 
     /// Compiles `source` with the tokenizer's BOS and EOS strings.
     pub fn for_tokenizer(source: &str, tok: &crate::Tokenizer) -> Result<Self> {
         let name = |id: Option<u32>| id.and_then(|b| tok.token_str(b)).unwrap_or("").to_string();
-        Self::new(source, &name(tok.bos()), &name(tok.eos()))
+        let mut t = Self::new(source, &name(tok.bos()), &name(tok.eos()))?;
+        t.specials = tok
+            .special_strings()
+            .filter(|s| s.chars().count() >= 2)
+            .map(str::to_string)
+            .collect();
+        Ok(t)
     }
 
     /// Renders messages (and optional tools) like `apply_chat_template(tokenize=False)`.
@@ -156,8 +165,21 @@ impl ChatTemplate {
             .env
             .get_template("chat")
             .map_err(|e| Error::ChatTemplate(e.to_string()))?;
+        // Text inside messages (a viewer's comment, a tool result, a model's output) is text:
+        // a special token typed into it must not become the control token that opens a turn.
+        let defused;
+        let messages = if self.specials.is_empty() {
+            &input.messages
+        } else {
+            defused = input
+                .messages
+                .iter()
+                .map(|m| defuse(m, &self.specials))
+                .collect::<Vec<_>>();
+            &defused
+        };
         let ctx = minijinja::context! {
-            messages => Value::from_serialize(&input.messages),
+            messages => Value::from_serialize(messages),
             tools => input.tools.as_ref().map(Value::from_serialize),
             add_generation_prompt => input.add_generation_prompt,
             bos_token => self.bos.clone(),
@@ -172,6 +194,35 @@ impl ChatTemplate {
             }
             Error::ChatTemplate(msg)
         })
+    }
+}
+
+/// Breaks every special-token text inside the string values of `v` with a zero-width space
+/// after its first character (`<|im_start|>` becomes `<\u{200b}|im_start|>`): it reads the same
+/// and encodes as ordinary text, never as the control token.
+pub fn defuse(v: &serde_json::Value, specials: &[String]) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        J::String(s) if specials.iter().any(|t| s.contains(t.as_str())) => {
+            let mut out = s.clone();
+            for t in specials {
+                if out.contains(t.as_str()) {
+                    let first = t.chars().next().map_or(0, char::len_utf8);
+                    out = out.replace(
+                        t.as_str(),
+                        &format!("{}\u{200b}{}", &t[..first], &t[first..]),
+                    );
+                }
+            }
+            J::String(out)
+        }
+        J::Array(a) => J::Array(a.iter().map(|x| defuse(x, specials)).collect()),
+        J::Object(o) => J::Object(
+            o.iter()
+                .map(|(k, x)| (k.clone(), defuse(x, specials)))
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }
 

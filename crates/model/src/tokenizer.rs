@@ -292,6 +292,11 @@ impl Tokenizer {
         &self.eog
     }
     /// Number of special (control or user-defined) tokens.
+    /// The text of every special token (what `encode` turns into a control token).
+    pub fn special_strings(&self) -> impl Iterator<Item = &str> {
+        self.specials.iter().map(|(s, _)| s.as_str())
+    }
+
     pub fn special_count(&self) -> usize {
         self.specials.len()
     }
