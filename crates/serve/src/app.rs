@@ -48,6 +48,9 @@ pub struct ServeConfig {
     /// A stream created at start-up when it does not exist yet (id, catalog seed), so a
     /// first comment can be posted right away.
     pub default_stream: Option<(String, u64)>,
+    /// Folders `POST /v1/harness {"path"}` may activate a harness from (besides `data_dir`):
+    /// a client must not make the server read, or list, any folder it can name.
+    pub harness_roots: Vec<PathBuf>,
 }
 
 impl Default for ServeConfig {
@@ -68,6 +71,7 @@ impl Default for ServeConfig {
             max_chat_queue: 64,
             gate: None,
             default_stream: None,
+            harness_roots: Vec::new(),
         }
     }
 }

@@ -211,8 +211,10 @@ fn archive_err(message: impl Into<String>) -> ServeError {
 
 /// Unpacks an uploaded zip archive of a harness folder into `<root>/<sha256>/` and returns
 /// that folder. Paths that leave the folder, links, and archives past the limits are
-/// refused; the archive may hold the harness at its top or inside one folder.
-pub fn unpack_zip(bytes: &[u8], root: &Path) -> Result<(PathBuf, String)> {
+/// refused; the archive may hold the harness at its top or inside one folder. Executable bits
+/// are kept only when `trusted` (the server requires an API key, so only its operators
+/// upload); otherwise every file is written 0644.
+pub fn unpack_zip(bytes: &[u8], root: &Path, trusted: bool) -> Result<(PathBuf, String)> {
     if bytes.len() > MAX_ARCHIVE_BYTES {
         return Err(archive_err(format!(
             "{} bytes; archives are limited to {MAX_ARCHIVE_BYTES}",
@@ -273,7 +275,7 @@ pub fn unpack_zip(bytes: &[u8], root: &Path) -> Result<(PathBuf, String)> {
             std::fs::write(&out, &data)
                 .map_err(|e| ServeError::internal(format!("writing {}", out.display()), e))?;
             #[cfg(unix)]
-            if let Some(mode) = f.unix_mode() {
+            if let Some(mode) = f.unix_mode().filter(|_| trusted) {
                 use std::os::unix::fs::PermissionsExt;
                 // keep only the executable bits a command hook needs
                 let m = 0o644 | (mode & 0o111);
@@ -355,10 +357,10 @@ mod tests {
     fn an_archive_that_leaves_its_folder_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let z = zip_of(&[("../evil.toml", b"x")]);
-        let e = unpack_zip(&z, dir.path()).unwrap_err().to_string();
+        let e = unpack_zip(&z, dir.path(), false).unwrap_err().to_string();
         assert!(e.contains("leaves the harness folder"), "{e}");
         assert!(!dir.path().parent().unwrap().join("evil.toml").exists());
-        let e = unpack_zip(b"not a zip", dir.path())
+        let e = unpack_zip(b"not a zip", dir.path(), false)
             .unwrap_err()
             .to_string();
         assert!(e.contains("not a zip archive"), "{e}");
@@ -368,7 +370,7 @@ mod tests {
     fn an_archive_of_the_folder_unpacks_to_its_contents() {
         let dir = tempfile::tempdir().unwrap();
         let z = zip_of(&[("h/harness.toml", b"a"), ("h/tools/x.json", b"{}")]);
-        let (out, source) = unpack_zip(&z, dir.path()).unwrap();
+        let (out, source) = unpack_zip(&z, dir.path(), false).unwrap();
         assert!(out.join("harness.toml").is_file());
         assert!(out.join("tools/x.json").is_file());
         assert!(source.starts_with("upload:"));

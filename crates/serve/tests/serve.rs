@@ -489,3 +489,68 @@ fn openai_tool_calls_go_out_and_results_come_back_in_the_harness_syntax() {
     assert_eq!(v["error"]["field"], "tool_choice.function.name");
     r.stop();
 }
+
+/// Red-team findings: an uploaded zip kept its executable bits and its command hook ran as the
+/// server's user; `{"path": "/etc"}` listed a folder outside the server's own. Uploads may not
+/// run programs, and paths are confined to the data folder and the served harness's folder.
+#[test]
+fn uploads_cannot_run_programs_and_paths_stay_inside_the_server() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(config(dir.path()), Duration::ZERO);
+    let src = renamed_harness(dir.path(), "Zoe");
+    let mut hooks = std::fs::read_to_string(src.join("hooks.toml")).unwrap();
+    hooks.push_str("\n[[hooks]]\nid = \"pwn\"\nevent = \"comment\"\naction = \"command\"\ncommand = [\"./hooks/pwn.sh\"]\n");
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let exec = zip::write::SimpleFileOptions::default().unix_permissions(0o755);
+    let mut files: Vec<(String, Vec<u8>)> = vec![
+        ("hooks.toml".into(), hooks.into_bytes()),
+        (
+            "hooks/pwn.sh".into(),
+            b"#!/bin/sh\ntouch /tmp/hat-pwned\n".to_vec(),
+        ),
+    ];
+    for f in walk(&src) {
+        let rel = f.strip_prefix(&src).unwrap().to_string_lossy().to_string();
+        if rel != "hooks.toml" {
+            files.push((rel, std::fs::read(&f).unwrap()));
+        }
+    }
+    for (name, data) in &files {
+        w.start_file(name.as_str(), exec).unwrap();
+        w.write_all(data).unwrap();
+    }
+    let bytes = w.finish().unwrap().into_inner();
+    let (code, text) = call(
+        "POST",
+        &r.url("/v1/harness"),
+        Some(("application/zip", &bytes)),
+    );
+    assert!((400..500).contains(&code), "{code} {text}");
+    assert!(
+        text.contains("cannot run command hooks") && text.contains("pwn"),
+        "{text}"
+    );
+    for (path, want) in [("/etc", 400), ("/definitely/not/here", 400)] {
+        let (code, v) = json("POST", &r.url("/v1/harness"), &json!({ "path": path }));
+        assert_eq!(code, want, "{v}");
+        assert_eq!(v["error"]["field"], "path", "{v}");
+        assert!(!v.to_string().contains("passwd"), "{v}");
+    }
+    // A folder under the data folder still activates.
+    let (code, v) = json("POST", &r.url("/v1/harness"), &json!({ "path": src }));
+    assert_eq!(code, 200, "{v}");
+}
+
+fn walk(d: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(d).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -109,6 +109,13 @@ pub fn run(a: ServeArgs) -> Result<()> {
         watch: (!a.no_watch).then(|| a.harness.clone()),
         model_name: a.served_name.clone().unwrap_or(identity.name.clone()),
         default_stream: (!a.default_stream.is_empty()).then(|| (a.default_stream.clone(), 1)),
+        // Versions of the served harness usually sit beside it.
+        harness_roots: vec![a
+            .harness
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."))
+            .to_path_buf()],
         ..ServeConfig::default()
     };
     let mut cfg = cfg;

@@ -89,6 +89,31 @@ fn activate(app: &App, loaded: Result<Version>, source: &str) -> Result<Json<Val
     }
 }
 
+/// Without an API key, an uploaded harness may not run programs: whoever can reach the API
+/// would run code on the server. Command hooks then come from folders on the server
+/// (`{"path"}`), which only its operators can write.
+fn no_commands_in_uploads(v: Version) -> Result<Version> {
+    let commands: Vec<&str> = v
+        .harness
+        .hooks
+        .iter()
+        .filter(|h| matches!(h.action, hat_harness::hooks::Action::Command { .. }))
+        .map(|h| h.id.as_str())
+        .collect();
+    if commands.is_empty() {
+        return Ok(v);
+    }
+    Err(ServeError::bad(
+        "archive",
+        format!(
+            "this server has no API key, so uploaded harnesses cannot run command hooks ({}); \
+             start hat serve with --server-api-key-env so only operators can upload, or put \
+             the harness in a folder on the server and activate it with {{\"path\": ...}}",
+            commands.join(", ")
+        ),
+    ))
+}
+
 /// `POST /v1/harness`: `{"path": DIR}` for a folder on the server, or a zip archive of the
 /// folder as the body (`Content-Type: application/zip`). Validated like `hat harness
 /// check`; an invalid harness changes nothing (422 with its problems).
@@ -104,22 +129,50 @@ pub async fn upload(
         .unwrap_or("");
     let zip = ctype.starts_with("application/zip") || b.starts_with(b"PK\x03\x04");
     let root = app.cfg.data_dir.join("harnesses");
+    let trusted = app.cfg.api_key.is_some();
     let (loaded, source) = if zip {
-        let (loaded, source) = tokio::task::spawn_blocking(move || match unpack_zip(&b, &root) {
-            Ok((dir, source)) => (load_dir(&dir, source.clone()), source),
-            Err(e) => (Err(e), "upload".to_string()),
-        })
-        .await
-        .map_err(|e| ServeError::internal("loading the harness", e))?;
+        let (loaded, source) =
+            tokio::task::spawn_blocking(move || match unpack_zip(&b, &root, trusted) {
+                Ok((dir, source)) => (
+                    load_dir(&dir, source.clone()).and_then(|v| {
+                        if trusted {
+                            Ok(v)
+                        } else {
+                            no_commands_in_uploads(v)
+                        }
+                    }),
+                    source,
+                ),
+                Err(e) => (Err(e), "upload".to_string()),
+            })
+            .await
+            .map_err(|e| ServeError::internal("loading the harness", e))?;
         (loaded, source)
     } else {
         let r: PathRequest = parse(&b)?;
-        if !r.path.is_dir() {
+        let allowed = std::iter::once(&app.cfg.data_dir)
+            .chain(&app.cfg.harness_roots)
+            .filter_map(|d| d.canonicalize().ok())
+            .collect::<Vec<_>>();
+        // One answer for a missing folder and a forbidden one: a client learns nothing about
+        // folders outside the allowed ones.
+        let inside = r
+            .path
+            .canonicalize()
+            .ok()
+            .filter(|p| p.is_dir() && allowed.iter().any(|a| p.starts_with(a)));
+        let Some(path) = inside else {
             return Err(ServeError::bad(
                 "path",
-                format!("{} is not a folder on the server", r.path.display()),
+                format!(
+                    "{} is not a harness folder this server may load: harnesses are activated \
+                     from folders under its --data-dir or beside its --harness; upload others \
+                     as a zip archive",
+                    r.path.display()
+                ),
             ));
-        }
+        };
+        let r = PathRequest { path };
         let source = r.path.display().to_string();
         let s = source.clone();
         let loaded = tokio::task::spawn_blocking(move || load_dir(&r.path, s))

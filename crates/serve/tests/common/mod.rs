@@ -125,6 +125,8 @@ pub fn config(data: &Path) -> ServeConfig {
     ServeConfig {
         data_dir: data.to_path_buf(),
         request_timeout: Duration::from_secs(60),
+        // as `hat serve --harness harnesses/livestream` allows: the served harness's folder
+        harness_roots: vec![harness_dir().parent().unwrap().to_path_buf()],
         ..ServeConfig::default()
     }
 }
