@@ -1350,6 +1350,27 @@ fn train_sft_with_lora_saves_adapters_and_exports_a_merged_model() {
         "{config}"
     );
     fails_cleanly(sft("8").arg("--resume")).stderr(predicate::str::contains("--lora-*"));
+    // red-team finding: rank 100,000,000 asked for 230 GB and aborted
+    fails_cleanly(
+        hat()
+            .args([
+                "train",
+                "sft",
+                "--preset",
+                "smoke",
+                "--lora-rank",
+                "100000000",
+            ])
+            .arg("--data")
+            .arg(&data)
+            .arg("--model")
+            .arg(&model)
+            .arg("--out")
+            .arg(d.path().join("huge")),
+    )
+    .stderr(predicate::str::contains(
+        "larger than the model's hidden size",
+    ));
     let out = d.path().join("merged.gguf");
     hat()
         .args(["train", "export", "--format", "f32"])

@@ -68,6 +68,10 @@ pub struct ModelConfig {
     pub attn_bias: bool,
 }
 
+/// The longest context a model file may declare (SmolLM2: 8,192; the largest open models:
+/// about a million).
+pub const MAX_CONTEXT: usize = 1 << 21;
+
 impl ModelConfig {
     /// Inverse frequencies of the rotary embedding, after scaling.
     pub fn inv_freqs(&self) -> Vec<f32> {
@@ -125,6 +129,15 @@ impl ModelConfig {
                 "model config: the rotary base is {}; it must be a positive number (GGUF \
                  `*.rope.freq_base`, config.json `rope_theta`)",
                 self.rope_theta
+            )));
+        }
+        // Rotary tables and the KV cache are sized by the context: an absurd length (2^32 from
+        // a damaged file) asked for gigabytes before any prompt.
+        if self.max_position == 0 || self.max_position > MAX_CONTEXT {
+            return Err(Error::InvalidArgument(format!(
+                "model config: the context length is {}; it must be 1..={MAX_CONTEXT} (GGUF \
+                 `*.context_length`, config.json `max_position_embeddings`)",
+                self.max_position
             )));
         }
         if !self.head_dim.is_multiple_of(2) {
@@ -250,6 +263,12 @@ mod tests {
             ("rope_theta", serde_json::json!(-1.0)),
             ("rms_norm_eps", serde_json::json!(0.0)),
             ("rms_norm_eps", serde_json::json!(-1e-5)),
+            // red-team finding: a context of 2^32 - 1 allocated gigabytes and aborted
+            (
+                "max_position_embeddings",
+                serde_json::json!(4_294_967_295u64),
+            ),
+            ("max_position_embeddings", serde_json::json!(0)),
         ] {
             let mut w = v.clone();
             w[k] = bad;

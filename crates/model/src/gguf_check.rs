@@ -199,6 +199,13 @@ pub fn precheck<R: Read + Seek>(r: &mut R) -> Result<(), Reason> {
 pub fn check_tensors(content: &Content, file_size: u64) -> Result<(), Reason> {
     let data_start = content.tensor_data_offset;
     for (name, t) in &content.tensor_infos {
+        // A zero dimension makes an empty tensor that candle's loaders abort on.
+        if t.shape.dims().contains(&0) {
+            return Err(format!(
+                "tensor `{name}`: dimensions {:?} hold no elements",
+                t.shape.dims()
+            ));
+        }
         let mut elems: u64 = 1;
         for &d in t.shape.dims() {
             elems = elems.checked_mul(d as u64).ok_or_else(|| {
@@ -289,6 +296,9 @@ mod tests {
         assert!(e.contains("`w`") && e.contains("overflow"), "{e}");
         let e = open_err(&gguf(&[], &[1 << 20, 1 << 10], 16));
         assert!(e.contains("`w`") && e.contains("truncated"), "{e}");
+        // red-team finding: a zero dimension aborted in candle's loader
+        let e = open_err(&gguf(&[], &[0], 16));
+        assert!(e.contains("`w`") && e.contains("no elements"), "{e}");
     }
 
     /// Issue 13: a wrongly typed value was reported as missing.

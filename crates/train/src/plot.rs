@@ -178,7 +178,9 @@ fn new_chart<'a, 'b>(
 /// The y range of some series with 5% padding; a flat or empty series gets a visible band.
 fn y_range<'a>(series: impl Iterator<Item = &'a Vec<(f64, f64)>>) -> (f64, f64) {
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-    for &(_, y) in series.flatten() {
+    // Values past 1e300 (a diverged run) would overflow the padded range and stall the tick
+    // loop; they are left out of the axis (the curve runs off the chart instead).
+    for &(_, y) in series.flatten().filter(|(_, y)| y.abs() <= 1e300) {
         lo = lo.min(y);
         hi = hi.max(y);
     }
@@ -324,5 +326,8 @@ mod tests {
         assert!(lo < 2.0 && hi > 2.0);
         let (lo, hi) = y_range([vec![(1.0, 1.0), (2.0, 3.0)]].iter());
         assert!((lo - 0.9).abs() < 1e-9 && (hi - 3.1).abs() < 1e-9);
+        // red-team finding: two losses of 1.7e308 made the range infinite and the plot hang
+        let (lo, hi) = y_range([vec![(1.0, 1.7e308), (2.0, -1.7e308), (3.0, 0.5)]].iter());
+        assert!(lo.is_finite() && hi.is_finite() && hi > lo, "{lo} {hi}");
     }
 }

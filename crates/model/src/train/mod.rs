@@ -243,6 +243,16 @@ impl TrainModel {
                 cfg.rank, cfg.alpha
             )));
         }
+        // A rank past the model's width adds nothing a full fine-tune would not, and a huge one
+        // asked for hundreds of gigabytes before failing.
+        let width = self.inner.config().hidden_size;
+        if cfg.rank > width {
+            return Err(Error::InvalidArgument(format!(
+                "LoRA rank {} is larger than the model's hidden size {width}; use a rank of at \
+                 most {width} (8-64 is usual), or train every weight without --lora-rank",
+                cfg.rank
+            )));
+        }
         let mut suffixes = Vec::new();
         for t in &cfg.targets {
             let s = LORA_TARGETS
