@@ -301,48 +301,35 @@ fn data_gen_writes_chat_jsonl_and_stats_reads_it() {
                 .and(predicate::str::contains("task types (20)")),
         );
     // Resume skips what is there; without a flag an existing file is refused.
-    hat()
-        .args([
-            "data",
-            "gen",
-            "--variants",
-            "2",
-            "--tasks",
-            "60",
-            "--seed",
-            "1",
-            "--resume",
-            "--harness",
-        ])
-        .arg(production())
-        .arg("--out")
-        .arg(&out)
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("60 already present"));
+    let resume = |present: &str| {
+        hat()
+            .args([
+                "data",
+                "gen",
+                "--variants",
+                "2",
+                "--tasks",
+                "60",
+                "--seed",
+                "1",
+                "--resume",
+                "--harness",
+            ])
+            .arg(production())
+            .arg("--out")
+            .arg(&out)
+            .assert()
+            .success()
+            .stdout(predicate::str::contains(format!(
+                "{present} already present"
+            )));
+    };
+    resume("60");
     // Issue 13: a run killed mid-write leaves half a line; the resume cuts it and writes that
     // record again instead of failing on it (or keeping a torn line).
     let full = std::fs::read(&out).unwrap();
     std::fs::write(&out, &full[..full.len() - 40]).unwrap();
-    hat()
-        .args([
-            "data",
-            "gen",
-            "--variants",
-            "2",
-            "--tasks",
-            "60",
-            "--seed",
-            "1",
-            "--resume",
-            "--harness",
-        ])
-        .arg(production())
-        .arg("--out")
-        .arg(&out)
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("59 already present"));
+    resume("59");
     let again = std::fs::read_to_string(&out).unwrap();
     assert_eq!(again.lines().count(), 60);
     assert!(again
