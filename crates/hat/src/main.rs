@@ -4,6 +4,7 @@
 use clap::{Parser, Subcommand};
 
 mod cmd;
+mod input;
 mod progress;
 
 #[derive(Parser)]

@@ -419,6 +419,23 @@ fn invalid_arguments_are_usage_errors() {
             .code(2)
             .stderr(predicate::str::contains("is not in"));
     }
+    // Red-team finding: `/dev/zero` as an input filled memory, a FIFO blocked forever.
+    for args in [
+        vec!["data", "stats", "/dev/zero"],
+        vec!["generate", "--chat", "/dev/zero"],
+        vec!["eval", "ifeval", "--responses", "/dev/zero", "--out", "o"],
+        vec!["train", "sft", "--data", "/dev/zero", "--out", "o"],
+        vec!["train", "pipeline", "--config", "/dev/zero", "--out", "o"],
+        vec!["eval", "--model", "oracle", "--tasks", "/tmp", "--out", "o"],
+    ] {
+        hat()
+            .args(&args)
+            .timeout(std::time::Duration::from_secs(60))
+            .assert()
+            .failure()
+            .code(2)
+            .stderr(predicate::str::contains("not a regular file"));
+    }
 }
 
 /// The IFEval data in the repository (crate hat-ifeval).

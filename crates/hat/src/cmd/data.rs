@@ -18,7 +18,10 @@ pub enum DataCmd {
     /// Write chat-format JSONL trajectories over the base harness and N augmented states.
     Gen(GenArgs),
     /// Summarise a dataset file.
-    Stats { file: PathBuf },
+    Stats {
+        #[arg(value_parser = crate::input::large_file)]
+        file: PathBuf,
+    },
 }
 
 #[derive(Args)]

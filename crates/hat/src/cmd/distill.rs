@@ -23,13 +23,13 @@ pub struct DistillArgs {
     #[arg(long)]
     stream_teacher: Option<String>,
     /// `hat data gen` files whose openings become live-stream prompts; repeat or comma-separate.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = crate::input::large_file)]
     stream_data: Vec<PathBuf>,
     /// Share of each step's prompts that are live-stream prompts (0 to 1).
     #[arg(long)]
     stream_share: Option<f64>,
     /// More general prompts: JSONL with `{"prompt": ...}` or `{"messages": [...]}` per line.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = crate::input::large_file)]
     prompts: Vec<PathBuf>,
     /// Generated general prompts.
     #[arg(long)]

@@ -23,12 +23,12 @@ pub struct EvalArgs {
 pub enum EvalCmd {
     /// Score IFEval responses (one JSON object per line with `prompt` and `response`) without a model.
     Ifeval {
-        #[arg(long)]
+        #[arg(long, value_parser = crate::input::large_file)]
         responses: PathBuf,
         #[arg(long)]
         out: PathBuf,
         /// The IFEval prompts (`input_data.jsonl` form); default: the 541 prompts embedded in the binary.
-        #[arg(long)]
+        #[arg(long, value_parser = crate::input::large_file)]
         input: Option<PathBuf>,
     },
     /// Print the results of several `hat eval` runs side by side, with deltas against the first.
@@ -57,7 +57,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "harnesses/livestream")]
     harness: PathBuf,
     /// The IFEval prompts (`input_data.jsonl` form); default: the 541 prompts embedded in the binary.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::input::large_file)]
     ifeval_input: Option<PathBuf>,
     /// Token limit of one IFEval answer (agent turns use --max-tokens).
     #[arg(long, default_value_t = 1024)]
@@ -67,7 +67,7 @@ pub struct RunArgs {
     batch: usize,
     /// Score lsqa on these tasks (JSON lines, as `hat tasks sample` prints them) instead of
     /// its built-in test items.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::input::large_file)]
     tasks: Option<PathBuf>,
     /// Only the agent suites' items of these task types (comma-separated; `hat tasks kinds`
     /// lists them), e.g. `--kinds prompt_injection`.

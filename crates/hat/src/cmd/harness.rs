@@ -56,7 +56,7 @@ pub struct GateArgs {
 pub struct GateOpts {
     /// Tasks (JSON lines, as `hat tasks sample` prints them: a team's own comments with their
     /// expected intents); default: the Live-Stream QA test items.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::input::large_file)]
     pub gate_tasks: Option<PathBuf>,
     /// Only the first N items (the built-in items rotate through the 19 launch task types, then later kinds).
     #[arg(long, default_value_t = 76)]
@@ -148,6 +148,8 @@ pub fn run(cmd: HarnessCmd) -> Result<()> {
                     let (text, origin) = if arg.trim_start().starts_with('{') {
                         (arg.clone(), "--event".to_string())
                     } else {
+                        crate::input::small_file(arg)
+                            .map_err(|e| anyhow::anyhow!("--event: {e}"))?;
                         let text = std::fs::read_to_string(arg).with_context(|| {
                             format!("reading event file {arg} (or give the event as inline JSON)")
                         })?;

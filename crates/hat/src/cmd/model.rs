@@ -138,7 +138,7 @@ pub struct GenerateArgs {
     #[arg(long, conflicts_with = "chat")]
     pub prompt: Option<String>,
     /// JSON chat file: `[messages]` or `{"messages": [...], "tools": [...]}`.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::input::small_file)]
     pub chat: Option<PathBuf>,
     /// Single user message rendered with the chat template.
     #[arg(long, conflicts_with_all = ["prompt", "chat"])]

@@ -13,7 +13,7 @@ use crate::cmd::backend::model_path;
 #[derive(Args)]
 pub struct PipelineArgs {
     /// A pipeline TOML (a `preset` key plus overrides; see docs/training.md).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::input::small_file)]
     config: Option<PathBuf>,
     /// Start from a preset: quick (minutes), cpu (about 3 hours on 2 cores), gpu.
     #[arg(long)]

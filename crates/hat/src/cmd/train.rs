@@ -49,7 +49,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// A TOML config (the stage's config type); flags override it.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::input::small_file)]
     pub config: Option<PathBuf>,
     /// Start from a preset: cpu (about an hour on 2 cores), gpu, smoke.
     #[arg(long)]
@@ -69,7 +69,7 @@ pub struct RunArgs {
 #[derive(Args)]
 pub struct SftArgs {
     /// Training data (JSONL from `hat data gen`); repeat or comma-separate.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = crate::input::large_file)]
     data: Vec<PathBuf>,
     /// Starting model: `default` (SmolLM2-135M-Instruct, `hat model fetch`) or a GGUF file or
     /// Hugging Face folder.
