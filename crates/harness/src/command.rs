@@ -75,6 +75,10 @@ pub fn run(
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }
+    // Its own process group, so a timeout kills what the hook started too (a `sleep` under
+    // `sh` outlived a killed shell).
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return CommandOutcome::Failed(format!("cannot start `{prog}`: {e}")),
@@ -93,6 +97,11 @@ pub fn run(
     let status = match child.wait_timeout(timeout) {
         Ok(Some(s)) => s,
         Ok(None) => {
+            #[cfg(unix)]
+            // SAFETY: signals the process group this function created for the child.
+            unsafe {
+                libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
+            }
             let _ = child.kill();
             let _ = child.wait();
             return CommandOutcome::Failed(format!(
@@ -290,6 +299,37 @@ mod tests {
             p.push("..");
         }
         p.join(target.strip_prefix("/").unwrap())
+    }
+
+    /// Red-team finding: a timed-out hook's children (`sleep` under `sh`) kept running.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_timeout_kills_what_the_hook_started() {
+        let d = tempfile::tempdir().unwrap();
+        let pidfile = d.path().join("pid");
+        let script = format!("sleep 30 & echo $! > {}; wait", pidfile.display());
+        let out = run(&sh(&script), None, &json!({}), Duration::from_millis(300));
+        assert!(matches!(out, CommandOutcome::Failed(ref m) if m.contains("timed out")));
+        let pid = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .to_string();
+        // Killed: gone, or a zombie waiting for its new parent to reap it.
+        let dead = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |st| {
+                st.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        };
+        let mut tries = 0;
+        while !dead() && tries < 50 {
+            std::thread::sleep(Duration::from_millis(100));
+            tries += 1;
+        }
+        assert!(dead(), "sleep {pid} outlived its hook");
     }
 
     #[test]
