@@ -185,6 +185,19 @@ pub fn run_agent(
     }
     let id_of =
         |item: &suite::AgentItem| format!("{}@{}", item.task.id, &states[item.state].hash[7..19]);
+    // A resume under another harness would mix two harnesses' items in one score.
+    let ours: HashSet<&str> = states.iter().map(|h| &h.hash[7..19]).collect();
+    if let Some(other) = done
+        .iter()
+        .filter_map(|id| id.rsplit_once('@').map(|(_, h)| h))
+        .find(|h| !ours.contains(h))
+    {
+        return Err(EvalError::Usage(format!(
+            "{} holds items scored under another harness state (hash {other}); resume with the \
+             --harness it was started with, or choose another --out",
+            dir.display()
+        )));
+    }
     let todo: Vec<(usize, &suite::AgentItem)> = items
         .iter()
         .enumerate()

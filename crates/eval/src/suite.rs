@@ -40,17 +40,26 @@ impl Suite {
             Suite::Ifeval => "ifeval",
         }
     }
+    /// A comma-separated list; a suite named twice runs once (red-team finding: the second
+    /// run refused its own output folder).
     pub fn parse_list(s: &str) -> Result<Vec<Suite>, EvalError> {
-        s.split(',')
-            .map(|x| match x.trim() {
-                "lsqa" => Ok(Suite::Lsqa),
-                "hvqa" => Ok(Suite::Hvqa),
-                "ifeval" => Ok(Suite::Ifeval),
-                o => Err(EvalError::Usage(format!(
-                    "unknown suite `{o}` (suites: lsqa, hvqa, ifeval)"
-                ))),
-            })
-            .collect()
+        let mut out: Vec<Suite> = Vec::new();
+        for x in s.split(',') {
+            let suite = match x.trim() {
+                "lsqa" => Suite::Lsqa,
+                "hvqa" => Suite::Hvqa,
+                "ifeval" => Suite::Ifeval,
+                o => {
+                    return Err(EvalError::Usage(format!(
+                        "unknown suite `{o}` (suites: lsqa, hvqa, ifeval)"
+                    )))
+                }
+            };
+            if !out.contains(&suite) {
+                out.push(suite);
+            }
+        }
+        Ok(out)
     }
 }
 

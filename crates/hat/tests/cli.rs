@@ -546,6 +546,48 @@ fn eval_kinds_runs_only_those_task_types() {
         assert_eq!(r["launch_kinds"]["total"], 0, "{suite}");
         assert_eq!(r["by_task_type"]["prompt_injection"]["total"], n, "{suite}");
     }
+    // Red-team finding: a resume under another harness mixed both harnesses' items.
+    let other = broken_copy(|p| {
+        let t = std::fs::read_to_string(p.join("harness.toml")).unwrap();
+        std::fs::write(
+            p.join("harness.toml"),
+            t.replace("name = \"Mia\"", "name = \"Zoe\""),
+        )
+        .unwrap();
+    });
+    fails_cleanly(
+        hat()
+            .args([
+                "eval",
+                "--model",
+                "oracle",
+                "--suite",
+                "lsqa",
+                "--resume",
+                "--harness",
+            ])
+            .arg(other.path())
+            .arg("--out")
+            .arg(&out),
+    )
+    .stderr(predicate::str::contains("another harness state"));
+    // A suite named twice runs once.
+    hat()
+        .args([
+            "eval",
+            "--model",
+            "oracle",
+            "--suite",
+            "lsqa,lsqa",
+            "--kinds",
+            "prompt_injection",
+            "--harness",
+        ])
+        .arg(production())
+        .arg("--out")
+        .arg(d.path().join("twice"))
+        .assert()
+        .success();
     fails_cleanly(
         hat()
             .args([
