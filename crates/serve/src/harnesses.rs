@@ -21,6 +21,9 @@ use crate::error::{Result, ServeError};
 pub const MAX_ARCHIVE_BYTES: usize = 16 << 20;
 pub const MAX_ARCHIVE_ENTRIES: usize = 1024;
 pub const MAX_UNPACKED_BYTES: u64 = 16 << 20;
+/// Folders deep an archive entry may sit (a harness is `skills/<name>/SKILL.md` deep): 1,024
+/// entries 2,000 folders deep made 2 million folders from a 92 KB upload.
+pub const MAX_ARCHIVE_DEPTH: usize = 8;
 /// Versions remembered for rollback.
 pub const HISTORY: usize = 64;
 
@@ -244,6 +247,12 @@ pub fn unpack_zip(bytes: &[u8], root: &Path, trusted: bool) -> Result<(PathBuf, 
                 .enclosed_name()
                 .filter(|p| p.components().all(|c| matches!(c, Component::Normal(_))))
                 .ok_or_else(|| archive_err(format!("`{name}` leaves the harness folder")))?;
+            if rel.components().count() > MAX_ARCHIVE_DEPTH || name.len() > 1024 {
+                return Err(archive_err(format!(
+                    "`{}` is nested more than {MAX_ARCHIVE_DEPTH} folders deep or named too long",
+                    hat_harness::text::truncate_chars(&name, 80)
+                )));
+            }
             if f.is_symlink() {
                 return Err(archive_err(format!(
                     "`{name}` is a link; only files and folders are accepted"
@@ -351,6 +360,18 @@ mod tests {
             w.write_all(data).unwrap();
         }
         w.finish().unwrap().into_inner()
+    }
+
+    /// Red-team finding: 10 entries 1,990 folders deep made 20,000 folders from a 92 KB zip.
+    #[test]
+    fn an_archive_nested_past_the_depth_limit_is_refused_before_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = format!("{}x.md", "d/".repeat(40));
+        let z = zip_of(&[(deep.as_str(), b"x")]);
+        let e = unpack_zip(&z, dir.path(), false).unwrap_err().to_string();
+        assert!(e.contains("nested more than"), "{e}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     #[test]

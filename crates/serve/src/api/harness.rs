@@ -133,16 +133,20 @@ pub async fn upload(
     let (loaded, source) = if zip {
         let (loaded, source) =
             tokio::task::spawn_blocking(move || match unpack_zip(&b, &root, trusted) {
-                Ok((dir, source)) => (
-                    load_dir(&dir, source.clone()).and_then(|v| {
+                Ok((dir, source)) => {
+                    let loaded = load_dir(&dir, source.clone()).and_then(|v| {
                         if trusted {
                             Ok(v)
                         } else {
                             no_commands_in_uploads(v)
                         }
-                    }),
-                    source,
-                ),
+                    });
+                    if loaded.is_err() {
+                        // a refused upload leaves nothing behind on the server's disk
+                        let _ = std::fs::remove_dir_all(&dir);
+                    }
+                    (loaded, source)
+                }
                 Err(e) => (Err(e), "upload".to_string()),
             })
             .await
