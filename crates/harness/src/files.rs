@@ -16,6 +16,9 @@ pub const MAX_FILE_BYTES: u64 = 1 << 20;
 pub const MAX_FILES: usize = 2000;
 /// All files together.
 pub const MAX_TOTAL_BYTES: u64 = 16 << 20;
+/// A SKILL.md's front matter, in bytes and in bracket nesting.
+pub const MAX_FRONT_MATTER_BYTES: usize = 16 << 10;
+pub const MAX_FRONT_MATTER_DEPTH: usize = 16;
 
 pub type FileMap = BTreeMap<String, String>;
 
@@ -311,6 +314,38 @@ fn parse_skill(folder: &str, path: &str, text: &str) -> Result<SkillSpec, Proble
             ))
         }
     };
+    // The YAML parser's time grows fast with nesting (`when: [[[...]]]` 32,000 deep took 8.5 s):
+    // front matter is a few short keys, so its size and depth are bounded before parsing.
+    if front_text.len() > MAX_FRONT_MATTER_BYTES {
+        return Err(Problem::new(
+            path,
+            Some(1),
+            format!(
+                "front matter is {} bytes; at most {MAX_FRONT_MATTER_BYTES} (name, description, \
+                 when and tools are short; instructions go in the body)",
+                front_text.len()
+            ),
+        ));
+    }
+    let mut depth = 0usize;
+    for (i, c) in front_text.chars().enumerate() {
+        match c {
+            '[' | '{' => depth += 1,
+            ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if depth > MAX_FRONT_MATTER_DEPTH {
+            let line = front_text[..front_text.char_indices().nth(i).map_or(0, |(b, _)| b)]
+                .matches('\n')
+                .count()
+                + 2;
+            return Err(Problem::new(
+                path,
+                Some(line),
+                format!("front matter nests more than {MAX_FRONT_MATTER_DEPTH} brackets deep"),
+            ));
+        }
+    }
     let front: SkillFront = serde_yaml::from_str(front_text).map_err(|e| {
         let line = e.location().map(|l| l.line() + 1);
         Problem::new(path, line, format!("invalid front matter: {e}"))
@@ -403,6 +438,23 @@ mod tests {
         assert_eq!(s.front.name, "greet");
         assert_eq!(s.front.when.as_deref(), Some("viewer_join"));
         assert_eq!(s.body, "1. Wave.\n2. Smile.");
+    }
+
+    /// Red-team finding: `when: [[[...]]]` 32,000 deep took 8.5 s to parse; 100 KB ran past 20 s.
+    #[test]
+    fn deep_or_huge_front_matter_is_refused_before_the_yaml_parser() {
+        let deep = format!("---\nname: x\nwhen: {}\n---\nbody\n", "[".repeat(5_000));
+        let p = parse_skill("x", "skills/x/SKILL.md", &deep).unwrap_err();
+        assert!(
+            p.message.contains("brackets deep") && p.line == Some(3),
+            "{p}"
+        );
+        let huge = format!(
+            "---\nname: x\ndescription: {}\n---\nbody\n",
+            "a".repeat(40_000)
+        );
+        let p = parse_skill("x", "skills/x/SKILL.md", &huge).unwrap_err();
+        assert!(p.message.contains("bytes"), "{p}");
     }
 
     #[test]
