@@ -885,6 +885,35 @@ fn train_plot_draws_runs_and_names_a_bad_metrics_line() {
             .arg(&png),
     )
     .stderr(predicate::str::contains("metrics.jsonl:2"));
+    // Red-team findings: a folder or a .txt as --out printed a raw ImageError; `--lr -1` read
+    // as an unknown flag, and config errors said "config config".
+    std::fs::write(run.join("metrics.jsonl"), format!("{}\n", line(1, 2.5))).unwrap();
+    for out in [d.path().to_path_buf(), d.path().join("x.txt")] {
+        fails_cleanly(
+            hat()
+                .args(["train", "plot"])
+                .arg(&run)
+                .arg("--out")
+                .arg(&out),
+        )
+        .stderr(
+            predicate::str::contains("ending in .png")
+                .and(predicate::str::contains("ImageError").not()),
+        );
+    }
+    let data = d.path().join("d.jsonl");
+    std::fs::write(&data, "{}\n").unwrap();
+    fails_cleanly(
+        hat()
+            .args(["train", "sft", "--preset", "smoke", "--lr", "-1", "--data"])
+            .arg(&data)
+            .arg("--out")
+            .arg(d.path().join("neg")),
+    )
+    .stderr(
+        predicate::str::contains("optim.lr must be a positive number")
+            .and(predicate::str::contains("config config").not()),
+    );
 }
 
 /// Issue 13: a `$ref` cycle passed `check` and the first validation grew memory without bound.
@@ -1006,6 +1035,7 @@ fn a_hook_that_ignores_its_input_does_not_kill_the_run() {
         h.push_str("\n[[hooks]]\nid = \"quiet\"\nevent = \"after_tool\"\naction = \"command\"\ncommand = [\"./hooks/quiet.sh\"]\n");
         std::fs::write(p.join("hooks.toml"), h).unwrap();
     });
+    let out = tempfile::tempdir().unwrap();
     for _ in 0..3 {
         hat()
             .args([
@@ -1020,7 +1050,7 @@ fn a_hook_that_ignores_its_input_does_not_kill_the_run() {
             ])
             .arg(d.path())
             .arg("--out")
-            .arg(d.path().join(format!("e{}", std::process::id())))
+            .arg(out.path())
             .arg("--resume")
             .assert()
             .success();

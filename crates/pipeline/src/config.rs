@@ -345,13 +345,13 @@ impl PipelineConfig {
     pub fn validate(&self) -> Result<(), PipelineError> {
         if self.model.as_os_str().is_empty() {
             return Err(PipelineError::Config {
-                path: "model".into(),
+                path: "the pipeline config, key `model`".into(),
                 message: "set the base model (a GGUF file or Hugging Face folder)".into(),
             });
         }
         if !self.harness_dir.is_dir() {
             return Err(PipelineError::Config {
-                path: "harness_dir".into(),
+                path: "the pipeline config, key `harness_dir`".into(),
                 message: format!(
                     "{} is not a directory (the base harness, e.g. harnesses/livestream)",
                     self.harness_dir.display()

@@ -258,7 +258,7 @@ impl SftConfig {
     pub fn validate(&self) -> Result<()> {
         let bad = |m: &str| {
             Err(TrainError::Config {
-                path: "config".into(),
+                path: "the training config".into(),
                 message: m.to_string(),
             })
         };

@@ -28,7 +28,7 @@ pub enum TrainError {
         tokens: usize,
         limit: usize,
     },
-    #[error("config {path}: {message}")]
+    #[error("{path}: {message}")]
     Config { path: String, message: String },
     #[error("checkpoint {path}: {message}")]
     Checkpoint { path: PathBuf, message: String },

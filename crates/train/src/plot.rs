@@ -66,6 +66,18 @@ pub fn plot(runs: &[Run], out: &Path, width: u32, height: u32) -> Result<()> {
             "a plot of {width}x{height} pixels: use 300..=8000 wide and 200..=8000 high"
         )));
     }
+    // The bitmap backend picks its encoder by extension and reported a wrong one as a raw
+    // `ImageError(Unsupported...)`.
+    if out.is_dir()
+        || !out
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("png"))
+    {
+        return Err(TrainError::Invalid(format!(
+            "--out {}: the plot is written as a PNG file; give a path ending in .png",
+            out.display()
+        )));
+    }
     register_font()?;
     let names = legend_names(runs);
     let root = BitMapBackend::new(out, (width, height)).into_drawing_area();

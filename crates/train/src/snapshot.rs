@@ -21,7 +21,7 @@ pub fn check_format(format: &str, field: &str) -> Result<()> {
         Ok(())
     } else {
         Err(TrainError::Config {
-            path: "config".into(),
+            path: "the training config".into(),
             message: format!("{field} `{format}` (known: {})", FORMATS.join(", ")),
         })
     }

@@ -60,9 +60,9 @@ pub struct RunArgs {
     pub resume: bool,
     #[arg(long)]
     pub max_steps: Option<usize>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f64>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub seed: Option<u64>,
 }
 
@@ -93,7 +93,7 @@ pub struct LoraArgs {
     #[arg(long)]
     pub lora_rank: Option<usize>,
     /// LoRA scale numerator (the adapters' output is scaled by alpha / rank) [default: 2 x rank].
-    #[arg(long, requires = "lora_rank")]
+    #[arg(long, requires = "lora_rank", allow_negative_numbers = true)]
     pub lora_alpha: Option<f64>,
     /// Linears of every block that get adapters [default: q,k,v,o,gate,up,down].
     #[arg(long, value_delimiter = ',', requires = "lora_rank")]

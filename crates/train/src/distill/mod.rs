@@ -163,7 +163,7 @@ impl DistillConfig {
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| {
             Err(TrainError::Config {
-                path: "config".into(),
+                path: "the training config".into(),
                 message: m,
             })
         };

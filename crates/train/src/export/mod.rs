@@ -29,7 +29,7 @@ pub fn check_formats(formats: &[String]) -> crate::Result<()> {
     match formats.iter().find(|f| !FORMATS.contains(&f.as_str())) {
         None => Ok(()),
         Some(f) => Err(crate::TrainError::Config {
-            path: "config".into(),
+            path: "the training config".into(),
             message: format!("export format `{f}` (known: {})", FORMATS.join(", ")),
         }),
     }

@@ -168,7 +168,7 @@ impl RlConfig {
     pub fn validate(&self) -> Result<()> {
         let bad = |m: &str| {
             Err(TrainError::Config {
-                path: "config".into(),
+                path: "the training config".into(),
                 message: m.to_string(),
             })
         };
