@@ -135,7 +135,24 @@ pub fn latest(run: &Path) -> Result<Option<PathBuf>> {
     let root = ckpt_root(run);
     match std::fs::read_to_string(root.join(LATEST)) {
         Ok(name) => {
-            let p = root.join(name.trim());
+            let name = name.trim();
+            // `latest` holds a folder name written by `save`; anything else (an absolute path,
+            // `..`) would make export read a model from outside the run.
+            if name.is_empty()
+                || name.len() > 255
+                || name.contains(['/', '\\'])
+                || name == ".."
+                || name == "."
+            {
+                return Err(TrainError::Checkpoint {
+                    path: root.join(LATEST),
+                    message: format!(
+                        "`latest` must hold a checkpoint folder's name, not `{}`",
+                        name.chars().take(80).collect::<String>()
+                    ),
+                });
+            }
+            let p = root.join(name);
             if p.join("state.json").exists() {
                 Ok(Some(p))
             } else {
@@ -155,7 +172,14 @@ pub fn latest(run: &Path) -> Result<Option<PathBuf>> {
 
 /// Restores only the weights of a checkpoint folder (what export needs), and returns its step.
 pub fn load_weights(dir: &Path, model: &TrainModel) -> Result<usize> {
-    let weights = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu)?;
+    let file = dir.join("model.safetensors");
+    // candle's message ("header too small") names no file
+    let weights = candle_core::safetensors::load(&file, &Device::Cpu).map_err(|e| {
+        TrainError::Checkpoint {
+            path: file.clone(),
+            message: format!("cannot read the checkpoint's weights: {e}"),
+        }
+    })?;
     model.set_weights(&weights)?;
     let meta: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("state.json")).map_err(io(dir.display()))?)?;
@@ -197,4 +221,31 @@ pub fn load(dir: &Path, model: &TrainModel, opt: &mut AdamW) -> Result<RunState>
         .as_u64()
         .ok_or_else(|| bad("state.json lacks adam_t".into()))?;
     Ok(serde_json::from_value(meta["state"].clone())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Red-team finding: a `latest` holding an absolute path was followed outside the run.
+    #[test]
+    fn latest_names_a_folder_of_the_run_only() {
+        let d = tempfile::tempdir().unwrap();
+        let root = ckpt_root(d.path());
+        std::fs::create_dir_all(root.join("step-000001")).unwrap();
+        std::fs::write(root.join("step-000001/state.json"), "{}").unwrap();
+        std::fs::write(root.join(LATEST), "step-000001\n").unwrap();
+        assert_eq!(latest(d.path()).unwrap(), Some(root.join("step-000001")));
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("state.json"), "{}").unwrap();
+        for bad in [
+            outside.path().display().to_string(),
+            "../..".into(),
+            "..".into(),
+        ] {
+            std::fs::write(root.join(LATEST), &bad).unwrap();
+            let e = latest(d.path()).unwrap_err().to_string();
+            assert!(e.contains("checkpoint folder's name"), "{bad}: {e}");
+        }
+    }
 }
