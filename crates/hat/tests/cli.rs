@@ -1057,6 +1057,23 @@ fn a_hook_that_ignores_its_input_does_not_kill_the_run() {
     }
 }
 
+/// Red-team finding: `hat serve` with a missing or broken harness said "the active harness
+/// keeps serving" while it exited.
+#[test]
+fn serve_refuses_a_missing_or_broken_harness_at_start() {
+    fails_cleanly(hat().args(["serve", "--harness", "/definitely/not/here"]))
+        .stderr(predicate::str::contains("not a folder"));
+    let d = broken_copy(|p| {
+        let t = std::fs::read_to_string(p.join("harness.toml")).unwrap();
+        std::fs::write(p.join("harness.toml"), t + "\ngarbage = \n").unwrap();
+    });
+    fails_cleanly(hat().args(["serve", "--harness"]).arg(d.path())).stderr(
+        predicate::str::contains("harness.toml:")
+            .and(predicate::str::contains("problem(s)"))
+            .and(predicate::str::contains("keeps serving").not()),
+    );
+}
+
 /// Issue 13: templates had no limits (nested loops ran away, `render` printed 100 MB) and a
 /// 1 MB tool description passed `check`.
 #[test]

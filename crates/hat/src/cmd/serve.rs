@@ -77,14 +77,27 @@ impl hat_serve::harnesses::SwapGate for EvalGate {
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
+    if !a.harness.is_dir() {
+        bail!(
+            "--harness {}: not a folder; give the harness folder to serve (e.g. harnesses/livestream)",
+            a.harness.display()
+        );
+    }
+    // At start-up there is no active harness to keep serving: the problems are the error.
     let harness =
-        hat_serve::load_dir(&a.harness, a.harness.display().to_string()).map_err(|e| {
-            if let hat_serve::ServeError::InvalidHarness(problems) = &e {
-                for p in problems {
+        hat_serve::load_dir(&a.harness, a.harness.display().to_string()).map_err(|e| match e {
+            hat_serve::ServeError::InvalidHarness(problems) => {
+                for p in &problems {
                     eprintln!("{}/{p}", a.harness.display());
                 }
+                anyhow::anyhow!(
+                    "{} has {} problem(s); fix them (`hat harness check {}`) and start again",
+                    a.harness.display(),
+                    problems.len(),
+                    a.harness.display()
+                )
             }
-            anyhow::anyhow!("{}: {e}", a.harness.display())
+            other => anyhow::anyhow!("{}: {other}", a.harness.display()),
         })?;
     let (identity, model) = chat_model(&a.model)?;
     let api_key = match &a.server_api_key_env {
