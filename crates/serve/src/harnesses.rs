@@ -228,6 +228,9 @@ pub fn unpack_zip(bytes: &[u8], root: &Path, trusted: bool) -> Result<(PathBuf, 
     let dest = root.join(&digest[..16]);
     let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes))
         .map_err(|e| archive_err(format!("not a zip archive: {e}")))?;
+    if zip.is_empty() {
+        return Err(archive_err("the archive is empty; zip the harness folder"));
+    }
     if zip.len() > MAX_ARCHIVE_ENTRIES {
         return Err(archive_err(format!(
             "{} entries; at most {MAX_ARCHIVE_ENTRIES}",
@@ -260,13 +263,14 @@ pub fn unpack_zip(bytes: &[u8], root: &Path, trusted: bool) -> Result<(PathBuf, 
             }
             let out = tmp.join(&rel);
             if f.is_dir() {
-                std::fs::create_dir_all(&out)
-                    .map_err(|e| ServeError::internal(format!("creating {}", out.display()), e))?;
+                std::fs::create_dir_all(&out).map_err(|e| {
+                    archive_err(format!("`{name}` cannot be unpacked: {}", e.kind()))
+                })?;
                 continue;
             }
             if let Some(parent) = out.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| {
-                    ServeError::internal(format!("creating {}", parent.display()), e)
+                    archive_err(format!("`{name}` cannot be unpacked: {}", e.kind()))
                 })?;
             }
             let mut data = Vec::new();
@@ -282,7 +286,7 @@ pub fn unpack_zip(bytes: &[u8], root: &Path, trusted: bool) -> Result<(PathBuf, 
                 )));
             }
             std::fs::write(&out, &data)
-                .map_err(|e| ServeError::internal(format!("writing {}", out.display()), e))?;
+                .map_err(|e| archive_err(format!("`{name}` cannot be unpacked: {}", e.kind())))?;
             #[cfg(unix)]
             if let Some(mode) = f.unix_mode().filter(|_| trusted) {
                 use std::os::unix::fs::PermissionsExt;
@@ -360,6 +364,21 @@ mod tests {
             w.write_all(data).unwrap();
         }
         w.finish().unwrap().into_inner()
+    }
+
+    /// Red-team finding: an empty zip or a file and a folder of one name gave a 500 naming
+    /// server paths; they are the archive's problems.
+    #[test]
+    fn malformed_archives_are_the_uploaders_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = unpack_zip(&zip_of(&[]), dir.path(), false).unwrap_err();
+        assert!(e.to_string().contains("empty"), "{e}");
+        let z = zip_of(&[("tools", b"x"), ("tools/a.json", b"{}")]);
+        let e = unpack_zip(&z, dir.path(), false).unwrap_err().to_string();
+        assert!(
+            e.contains("cannot be unpacked") && !e.contains(&dir.path().display().to_string()),
+            "{e}"
+        );
     }
 
     /// Red-team finding: 10 entries 1,990 folders deep made 20,000 folders from a 92 KB zip.

@@ -11,8 +11,8 @@ pub enum TasksCmd {
     Sample {
         #[arg(long, default_value = "test")]
         split: String,
-        /// Tasks to print (at most 1,000,000).
-        #[arg(long, default_value_t = 19, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+        /// Tasks to print (at most 100,000: each 40 share a generated world, ~6 KB a task).
+        #[arg(long, default_value_t = 19, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
         count: usize,
         #[arg(long, default_value_t = 0)]
         seed: u64,
