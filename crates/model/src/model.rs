@@ -185,6 +185,50 @@ impl Builder<'_> {
     }
 }
 
+/// Every weight's shape against the config, before anything is converted: a file whose
+/// metadata and tensors disagree failed only at generation, with candle's "index-select invalid
+/// index" or "narrow invalid args" naming neither.
+fn check_shapes(cfg: &ModelConfig, w: &WeightMap) -> Result<()> {
+    let (h, f, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
+    let (q, kv) = (
+        cfg.num_heads * cfg.head_dim,
+        cfg.num_kv_heads * cfg.head_dim,
+    );
+    let mut want: Vec<(String, Vec<usize>)> = vec![
+        ("token_embd.weight".into(), vec![v, h]),
+        ("output.weight".into(), vec![v, h]),
+        ("output_norm.weight".into(), vec![h]),
+    ];
+    for i in 0..cfg.num_layers {
+        for (t, shape) in [
+            ("attn_q.weight", vec![q, h]),
+            ("attn_k.weight", vec![kv, h]),
+            ("attn_v.weight", vec![kv, h]),
+            ("attn_output.weight", vec![h, q]),
+            ("ffn_gate.weight", vec![f, h]),
+            ("ffn_up.weight", vec![f, h]),
+            ("ffn_down.weight", vec![h, f]),
+            ("attn_norm.weight", vec![h]),
+            ("ffn_norm.weight", vec![h]),
+        ] {
+            want.push((format!("blk.{i}.{t}"), shape));
+        }
+    }
+    for (name, shape) in want {
+        if let Some(d) = w.dims(&name) {
+            if d != shape.as_slice() {
+                return Err(Error::InvalidArgument(format!(
+                    "tensor `{name}` has shape {d:?} but the model's metadata (hidden size {h}, \
+                     {} heads and {} kv heads of {}, feed-forward {f}, vocabulary {v}) needs \
+                     {shape:?}; the file's metadata and tensors do not match",
+                    cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Transformer {
     /// Builds the model from GGUF-named tensors.
     pub fn load(
@@ -197,6 +241,7 @@ impl Transformer {
             Architecture::Llama => crate::llama::wiring(&cfg),
             Architecture::Qwen2 => crate::qwen2::wiring(&cfg),
         };
+        check_shapes(&cfg, weights)?;
         if let Some(raw) = weights.take("rope_freqs.weight") {
             cfg.rope_freq_factors = Some(raw.to_f32(device)?.flatten_all()?.to_vec1::<f32>()?);
         }

@@ -26,6 +26,13 @@ impl RawTensor {
             Self::Dense(t) => t.to_dtype(DType::F32)?,
         })
     }
+    /// The shape, `[out, in]` for a linear weight.
+    pub fn dims(&self) -> &[usize] {
+        match self {
+            Self::Quant(q) => q.shape().dims(),
+            Self::Dense(t) => t.dims(),
+        }
+    }
     /// Storage format name (e.g. `q4_1`, `f32`, `bf16`).
     pub fn format_name(&self) -> String {
         match self {
@@ -206,6 +213,10 @@ impl WeightMap {
     pub fn require(&mut self, name: &str) -> Result<RawTensor> {
         self.take(name)
             .ok_or_else(|| Error::Missing(format!("tensor `{name}`")))
+    }
+    /// A tensor's shape, if it exists.
+    pub fn dims(&self, name: &str) -> Option<&[usize]> {
+        self.map.get(name).map(RawTensor::dims)
     }
     /// Whether a tensor exists.
     pub fn contains(&self, name: &str) -> bool {
