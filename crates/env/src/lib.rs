@@ -179,6 +179,8 @@ async fn reset(State(app): State<Arc<App>>, bytes: axum::body::Bytes) -> Respons
             format!("task {task} / state {state}: there are {n_tasks} tasks and {n_states} states (GET /v1/info)"),
         );
     }
+    let id = app.next.fetch_add(1, Ordering::Relaxed) + 1;
+    let (tx, rx) = std::sync::mpsc::channel();
     {
         let mut s = app.sessions.lock().unwrap_or_else(|e| e.into_inner());
         // sessions whose thread ended (done or idle) no longer count
@@ -192,15 +194,23 @@ async fn reset(State(app): State<Arc<App>>, bytes: axum::body::Bytes) -> Respons
                 ),
             );
         }
+        // The slot is taken under the same lock as the count (concurrent resets raced past
+        // the limit between the check and the insert).
+        s.insert(id, tx.clone());
     }
-    let id = app.next.fetch_add(1, Ordering::Relaxed) + 1;
-    let (tx, rx) = std::sync::mpsc::channel();
+    let release = || {
+        app.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    };
     let (first_tx, first_rx) = tokio::sync::oneshot::channel();
     let (cat, turns, idle) = (app.cat.clone(), app.cfg.max_turns, app.cfg.idle);
     let spawned = std::thread::Builder::new()
         .name(format!("hat-env-{id}"))
         .spawn(move || session::run(cat, task, state, turns, idle, rx, first_tx));
     if let Err(e) = spawned {
+        release();
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("starting the episode: {e}"),
@@ -208,19 +218,21 @@ async fn reset(State(app): State<Arc<App>>, bytes: axum::body::Bytes) -> Respons
     }
     let obs = match first_rx.await {
         Ok(Ok(o)) => o,
-        Ok(Err(e)) => return error(StatusCode::UNPROCESSABLE_ENTITY, e),
+        Ok(Err(e)) => {
+            release();
+            return error(StatusCode::UNPROCESSABLE_ENTITY, e);
+        }
         Err(_) => {
+            release();
             return error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "the episode ended at its start",
-            )
+            );
         }
     };
-    if !obs.done {
-        app.sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, tx);
+    drop(tx);
+    if obs.done {
+        release();
     }
     let t = &app.cat.tasks[task];
     let h = &app.cat.states[state].harness;

@@ -159,3 +159,32 @@ fn a_bad_turn_is_scored_and_bad_requests_say_what_is_wrong() {
         .unwrap();
     assert!(r["session"].as_u64().is_some(), "{r}");
 }
+
+/// Red-team finding: with `--max-sessions 4`, 10 of 400 concurrent resets got in (the count
+/// was checked, then the session inserted after its first prompt was built).
+#[test]
+fn concurrent_resets_never_pass_the_session_limit() {
+    let c = EnvConfig {
+        max_sessions: 4,
+        ..cfg()
+    };
+    let server = Background::start(
+        hat_env::router(c.clone(), Catalogue::build(&c).unwrap()),
+        ([127, 0, 0, 1], 0).into(),
+    )
+    .unwrap();
+    let url = format!("{}/v1/reset", server.url());
+    let opened: usize = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..32)
+            .map(|i| {
+                let url = url.clone();
+                s.spawn(move || usize::from(post(&url, json!({"seed": i})).0 == 200))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    assert!(
+        (1..=4).contains(&opened),
+        "{opened} sessions opened with a limit of 4"
+    );
+}
