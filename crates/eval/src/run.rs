@@ -154,7 +154,7 @@ pub fn run_agent(
     let mut worlds = WorldCache::default();
     let AgentSuite { states, mut items } = match which {
         Suite::Lsqa => match &cfg.tasks {
-            Some(path) => suite::tasks_file(&cfg.harness_dir, path)?,
+            Some(path) => suite::tasks_file(&cfg.harness_dir, path, &mut worlds)?,
             None => suite::lsqa(&cfg.harness_dir, &mut worlds)?,
         },
         Suite::Hvqa => suite::hvqa(&cfg.harness_dir, &mut worlds)?,

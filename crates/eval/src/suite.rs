@@ -98,7 +98,11 @@ pub const MAX_TASKS_FILE: usize = 100_000;
 
 /// A team's own tasks, in the JSON-lines form `hat tasks sample` prints, under one harness
 /// (Live-Stream QA on other items).
-pub fn tasks_file(harness_dir: &Path, path: &Path) -> Result<AgentSuite, EvalError> {
+pub fn tasks_file(
+    harness_dir: &Path,
+    path: &Path,
+    worlds: &mut WorldCache,
+) -> Result<AgentSuite, EvalError> {
     let h = Harness::load(harness_dir)?;
     let text = std::fs::read_to_string(path).map_err(|e| EvalError::io(path, e))?;
     let mut items = Vec::new();
@@ -112,6 +116,21 @@ pub fn tasks_file(harness_dir: &Path, path: &Path) -> Result<AgentSuite, EvalErr
             line: i + 1,
             message: format!("{e} (each line is a task as `hat tasks sample` prints it)"),
         })?;
+        // A task that names a product its world lacks, or an attribute no product has, is the
+        // file's error: said here with its line, not later as "cannot compute gold".
+        let world = worlds.get(task.world_seed)?;
+        let bad = |message: String| EvalError::Parse {
+            file: path.display().to_string(),
+            line: i + 1,
+            message,
+        };
+        if world.catalog().product(&task.on_stage).is_none() {
+            return Err(bad(format!(
+                "on_stage `{}` is not a product of world {:#x}",
+                task.on_stage, task.world_seed
+            )));
+        }
+        hat_tasks::expect(&task, &h, world).map_err(|e| bad(format!("task {}: {e}", task.id)))?;
         items.push(AgentItem { task, state: 0 });
         if items.len() > MAX_TASKS_FILE {
             return Err(EvalError::Usage(format!(

@@ -256,6 +256,30 @@ fn a_tasks_file_replaces_the_built_in_items_and_names_a_bad_line() {
         .unwrap()
         .to_string();
     assert!(e.contains("tasks.jsonl") && e.contains('2'), "{e}");
+    // Red-team finding: an unknown on_stage or attribute was accepted, or failed later as
+    // "cannot compute gold" without the file.
+    let fact = tasks
+        .iter()
+        .find(|t| matches!(t.intent, hat_tasks::Intent::ProductFact { .. }))
+        .unwrap();
+    for (field, value, want) in [
+        ("/on_stage", serde_json::json!("P999"), "on_stage `P999`"),
+        (
+            "/intent/attr",
+            serde_json::json!("nonsense"),
+            "no attribute `nonsense`",
+        ),
+    ] {
+        let mut v = serde_json::to_value(fact).unwrap();
+        *v.pointer_mut(field).unwrap() = value;
+        std::fs::write(&file, format!("{}\n{v}\n", lines[0])).unwrap();
+        c.out_dir = dir.path().join(format!("out-{}", field.len()));
+        let e = hat_eval::run::run_agent(Suite::Lsqa, &c, &mut Backend::Oracle, &mut |_, _| {})
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("tasks.jsonl:2") && e.contains(want), "{e}");
+    }
 }
 
 #[test]

@@ -319,7 +319,16 @@ pub fn expect(task: &Task, harness: &Harness, world: &World) -> Result<Expectati
                         .and_then(Value::as_str)
                         .map(str::to_string)
                         .or_else(|| p.spec(attr).map(str::to_string))
-                        .unwrap_or_default();
+                        .ok_or_else(|| {
+                            TaskError::Gold(format!(
+                                "product {pid} has no attribute `{attr}` (its attributes: price, {})",
+                                p.specs
+                                    .iter()
+                                    .map(|s| s.key.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ))
+                        })?;
                     e.facts.push(value_fact(attr, &v));
                     e.context_numbers
                         .extend([p.price.as_f64(), p.list_price.as_f64()]);
