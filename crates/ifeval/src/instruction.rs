@@ -144,8 +144,17 @@ impl<'a> Args<'a> {
 
     fn int(&mut self, arg: &'static str) -> Result<i64, IfevalError> {
         let v = self.get(arg)?;
-        v.as_i64()
-            .ok_or_else(|| self.invalid(arg, format!("expected an integer, got {v}")))
+        v.as_i64().ok_or_else(|| {
+            let why = if v.is_u64() {
+                format!(
+                    "{v} is larger than the largest integer a check takes ({})",
+                    i64::MAX
+                )
+            } else {
+                format!("expected an integer, got {v}")
+            };
+            self.invalid(arg, why)
+        })
     }
 
     fn string(&mut self, arg: &'static str) -> Result<String, IfevalError> {

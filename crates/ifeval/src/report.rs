@@ -73,6 +73,8 @@ pub struct Report {
     pub by_instruction: BTreeMap<String, GroupScores>,
     /// Keys of prompts without a response; they count as failures.
     pub missing: Vec<i64>,
+    /// Responses whose prompt is none of the inputs' (a changed prompt text); not scored.
+    pub unmatched: usize,
 }
 
 /// Scores `responses` (prompt text → response) against `inputs`. A prompt without a response
@@ -83,6 +85,11 @@ pub fn score_responses(
     responses: &HashMap<String, String>,
 ) -> Result<Report, IfevalError> {
     let mut report = Report::default();
+    let known: std::collections::HashSet<&str> = inputs.iter().map(|r| r.prompt.as_str()).collect();
+    report.unmatched = responses
+        .keys()
+        .filter(|p| !known.contains(p.as_str()))
+        .count();
     for rec in inputs {
         let instructions = rec.instructions()?;
         let response = responses.get(&rec.prompt);
@@ -158,6 +165,7 @@ impl Report {
             "by_category": groups_json(&self.by_category),
             "by_instruction": groups_json(&self.by_instruction),
             "missing": self.missing,
+            "unmatched_responses": self.unmatched,
         })
     }
 }
@@ -206,6 +214,13 @@ impl fmt::Display for Report {
             for (k, g) in groups {
                 row(f, k, width, &pct(g.strict), &pct(g.loose))?;
             }
+        }
+        if self.unmatched > 0 {
+            writeln!(
+                f,
+                "{} responses match no prompt (their prompt text differs from every input's) and were not scored",
+                self.unmatched
+            )?;
         }
         if !self.missing.is_empty() {
             writeln!(f)?;

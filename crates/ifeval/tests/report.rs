@@ -59,9 +59,15 @@ fn missing_responses_fail_and_are_listed_and_outputs_are_written() {
     let line2 = r#"{"key": 8, "prompt": "Q", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}"#;
     let inputs =
         hat_ifeval::parse_inputs(&format!("{line}\n{line2}\n"), "in.jsonl".as_ref()).unwrap();
-    let responses = HashMap::from([("P".to_string(), "no commas here".to_string())]);
+    let responses = HashMap::from([
+        ("P".to_string(), "no commas here".to_string()),
+        // red-team finding: a response to no known prompt was dropped without a word
+        ("Q, edited".to_string(), "x".to_string()),
+    ]);
     let report = score_responses(&inputs, &responses).unwrap();
     assert_eq!(report.missing, [8]);
+    assert_eq!(report.unmatched, 1);
+    assert!(report.to_string().contains("1 responses match no prompt"));
     assert_eq!(report.items[0].strict, [true, false]);
     assert_eq!(report.items[1].loose, [false]);
     assert_eq!(report.strict.instruction_level.passed, 1);
