@@ -87,6 +87,9 @@ pub struct App {
     pub stop: Arc<AtomicBool>,
     /// Serialises stream creation (id choice and folder).
     pub create_lock: tokio::sync::Mutex<()>,
+    /// An exclusive lock on `<data_dir>/.lock`, held while the server lives: two servers on one
+    /// data folder would overwrite each other's streams.
+    pub data_lock: std::fs::File,
 }
 
 impl App {
@@ -193,6 +196,22 @@ impl Server {
             std::fs::create_dir_all(d)
                 .map_err(|e| ServeError::internal(format!("creating {}", d.display()), e))?;
         }
+        let lock_path = cfg.data_dir.join(".lock");
+        let data_lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| ServeError::internal(format!("opening {}", lock_path.display()), e))?;
+        if data_lock.try_lock().is_err() {
+            return Err(ServeError::bad(
+                "data_dir",
+                format!(
+                    "{} is in use by another hat serve; give each server its own --data-dir",
+                    cfg.data_dir.display()
+                ),
+            ));
+        }
         let metrics = Arc::new(Metrics::new());
         metrics.set_harness(harness.hash());
         let harnesses = Arc::new(Harnesses::new(harness));
@@ -230,6 +249,7 @@ impl Server {
             chat_waiting: AtomicUsize::new(0),
             stop,
             create_lock: tokio::sync::Mutex::new(()),
+            data_lock,
         });
         let restored = restore(&app)?;
         if restored > 0 {

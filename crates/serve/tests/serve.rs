@@ -554,3 +554,25 @@ fn walk(d: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// Red-team finding: two servers could share one data folder and overwrite each other's
+/// streams; the second is refused while the first lives.
+#[test]
+fn a_second_server_on_the_same_data_folder_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(config(dir.path()), Duration::ZERO);
+    let version = hat_serve::load_dir(&harness_dir(), "h".into()).unwrap();
+    let second = hat_serve::app::Server::start(
+        config(dir.path()),
+        Box::new(Scripted {
+            delay: Duration::ZERO,
+        }),
+        version,
+    );
+    let e = match second {
+        Ok(_) => panic!("a second server started on the same data folder"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("in use by another hat serve"), "{e}");
+    r.stop();
+}
