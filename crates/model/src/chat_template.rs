@@ -229,6 +229,35 @@ pub fn defuse(v: &serde_json::Value, specials: &[String]) -> serde_json::Value {
 /// Parses a chat file: either `[messages...]` or `{"messages": [...], "tools": [...]}`.
 pub fn parse_chat_file(text: &str) -> Result<ChatInput> {
     let v: serde_json::Value = serde_json::from_str(text)?;
+    let input = chat_input(v)?;
+    // Each message is checked here, by index: a template fails on a wrong type with a message
+    // about its own operators ("+ operator on unsupported types string and number").
+    for (i, m) in input.messages.iter().enumerate() {
+        let role_ok = m.get("role").is_some_and(serde_json::Value::is_string);
+        let content_ok = match m.get("content") {
+            None | Some(serde_json::Value::Null) => m.get("tool_calls").is_some(),
+            Some(c) => c.is_string(),
+        };
+        if !m.is_object() || !role_ok || !content_ok {
+            return Err(Error::InvalidArgument(format!(
+                "message {i}: each message needs a string `role` and a string `content` (or \
+                 `tool_calls`), got {}",
+                short_json(m)
+            )));
+        }
+    }
+    Ok(input)
+}
+
+fn short_json(v: &serde_json::Value) -> String {
+    let s = v.to_string();
+    match s.char_indices().nth(120) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s,
+    }
+}
+
+fn chat_input(v: serde_json::Value) -> Result<ChatInput> {
     match v {
         serde_json::Value::Array(messages) => Ok(ChatInput {
             messages,
@@ -322,5 +351,15 @@ mod tests {
             1
         );
         assert!(parse_chat_file(r#"{"tools": []}"#).is_err());
+        // red-team finding: a number as content failed inside the template without the index
+        let e = parse_chat_file(r#"[{"role":"user","content":"x"},{"role":"user","content":5}]"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("message 1") && e.contains("string `content`"),
+            "{e}"
+        );
+        let calls = r#"[{"role":"assistant","content":null,"tool_calls":[]}]"#;
+        assert!(parse_chat_file(calls).is_ok());
     }
 }
