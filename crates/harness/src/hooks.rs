@@ -163,6 +163,12 @@ fn lint_check(id: &str, rule: &CheckRule) -> Vec<String> {
         if m == 0 {
             errs.push(format!("hook `{id}`: max_chars = 0 rejects every reply"));
         }
+        if let Some(r) = rule.require.iter().find(|r| r.chars().count() > m) {
+            errs.push(format!(
+                "hook `{id}`: the required `{}` is longer than max_chars = {m}, so no reply can pass",
+                crate::text::truncate_chars(r, 60)
+            ));
+        }
         let needed = rule.ends_with.as_deref().map_or(0, |e| e.chars().count());
         if m > 0 && needed >= m {
             errs.push(format!(
@@ -344,6 +350,13 @@ pub fn compile(spec: &HookSpec) -> Result<Hook, Vec<String>> {
             if spec.replace.is_none() && spec.append.is_none() && spec.truncate_chars.is_none() {
                 errs.push(format!(
                     "hook `{}`: a rewrite needs at least one of replace, append, truncate_chars",
+                    spec.id
+                ));
+            }
+            if spec.replace.iter().flatten().any(|(a, _)| a.is_empty()) {
+                // "" matches between every two characters: the text would be interleaved
+                errs.push(format!(
+                    "hook `{}`: an empty phrase in replace matches everywhere; remove it",
                     spec.id
                 ));
             }

@@ -1197,6 +1197,11 @@ fn dead_hook_rules_are_refused_and_an_empty_data_gen_fails() {
             "no reply can pass",
         ),
         ("ends_with = \"", "not less than the reply limit"),
+        // red-team findings: a required phrase past the hook's own limit
+        (
+            "require = [\"thanks for watching the stream\"]\nmax_chars = 10",
+            "longer than max_chars = 10",
+        ),
     ] {
         let rule = if rule.starts_with("ends_with") {
             format!("ends_with = \"{}\"", "x".repeat(400))
@@ -1213,6 +1218,14 @@ fn dead_hook_rules_are_refused_and_an_empty_data_gen_fails() {
         fails_cleanly(hat().args(["harness", "check"]).arg(d.path()))
             .stderr(predicate::str::contains("hook `dead`").and(predicate::str::contains(want)));
     }
+    // An empty phrase in a rewrite's replace matches between every two characters.
+    let d = broken_copy(|p| {
+        let mut h = std::fs::read_to_string(p.join("hooks.toml")).unwrap();
+        h.push_str("\n[[hooks]]\nid = \"dead\"\nevent = \"before_reply\"\naction = \"rewrite\"\nreplace = { \"\" = \"x\" }\n");
+        std::fs::write(p.join("hooks.toml"), h).unwrap();
+    });
+    fails_cleanly(hat().args(["harness", "check"]).arg(d.path()))
+        .stderr(predicate::str::contains("empty phrase in replace"));
     // Contradictions across two hooks reject every reply as surely: check names both.
     for (a, b, want) in [
         (
