@@ -97,7 +97,8 @@ pub fn read_dir(dir: &Path) -> Result<(FileMap, Vec<Problem>), HarnessError> {
                     None,
                     format!("more than {MAX_FILES} files; is this really a harness folder?"),
                 ));
-                return Ok((files, problems));
+                // The rest is unread: parsing it would report files as missing that exist.
+                return Err(HarnessError::Invalid(problems));
             }
             let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
             if len > MAX_FILE_BYTES {
@@ -116,7 +117,7 @@ pub fn read_dir(dir: &Path) -> Result<(FileMap, Vec<Problem>), HarnessError> {
                     None,
                     format!("the harness files together exceed {MAX_TOTAL_BYTES} bytes"),
                 ));
-                return Ok((files, problems));
+                return Err(HarnessError::Invalid(problems));
             }
             total += len;
             match read_bounded(&path) {
@@ -438,6 +439,20 @@ mod tests {
         assert_eq!(s.front.name, "greet");
         assert_eq!(s.front.when.as_deref(), Some("viewer_join"));
         assert_eq!(s.body, "1. Wave.\n2. Smile.");
+    }
+
+    /// Red-team finding: a folder past the file limit also got a false "harness.toml: missing"
+    /// (the rest of the folder was unread, then parsed as if complete).
+    #[test]
+    fn a_folder_past_the_file_limit_reports_only_the_limit() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("a")).unwrap();
+        for i in 0..=MAX_FILES {
+            std::fs::write(d.path().join(format!("a/{i}.md")), "x").unwrap();
+        }
+        std::fs::write(d.path().join("zz.toml"), "x = 1").unwrap();
+        let e = read_dir(d.path()).unwrap_err().to_string();
+        assert!(e.contains("more than") && !e.contains("missing"), "{e}");
     }
 
     /// Red-team finding: `when: [[[...]]]` 32,000 deep took 8.5 s to parse; 100 KB ran past 20 s.
