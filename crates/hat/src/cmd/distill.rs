@@ -8,7 +8,7 @@ use clap::Args;
 use hat_train::distill::{self, DistillConfig};
 
 use crate::cmd::backend::model_path;
-use crate::cmd::train::{resume_config, run_stage, LoraArgs, RunArgs};
+use crate::cmd::train::{run_stage, stage_config, LoraArgs, Resolved, RunArgs, StageConfig};
 
 #[derive(Args)]
 pub struct DistillArgs {
@@ -51,23 +51,9 @@ pub struct DistillArgs {
 
 /// The config with the flags applied: to a saved run (only --max-steps may change) or a new one.
 fn resolve(a: &DistillArgs) -> Result<(DistillConfig, bool)> {
-    if a.run.resume {
-        if let Some((c, changed)) = resume_config(
-            &a.run.out,
-            DistillConfig::from_toml,
-            |c| apply(c, a),
-            |c| &mut c.max_steps,
-        )? {
-            if changed {
-                c.validate()?;
-            }
-            return Ok((c, changed));
-        }
-    }
-    let mut c = match (&a.run.config, &a.run.preset) {
-        (Some(p), _) => DistillConfig::from_toml(p)?,
-        (None, Some(p)) => DistillConfig::preset(p)?,
-        (None, None) => DistillConfig::default(),
+    let mut c = match stage_config::<DistillConfig>(&a.run, |c| apply(c, a))? {
+        Resolved::Resumed(c, changed) => return Ok((c, changed)),
+        Resolved::New(c) => c,
     };
     if c.teacher.as_os_str().is_empty() {
         c.teacher = model_path("default");
@@ -134,4 +120,19 @@ pub fn run(a: DistillArgs) -> Result<()> {
     run_stage(&a.run.out, write.then(|| cfg.to_toml()), |on| {
         distill::run(&cfg, &a.run.out, a.run.resume, on)
     })
+}
+
+impl StageConfig for DistillConfig {
+    fn from_toml(path: &std::path::Path) -> hat_train::Result<Self> {
+        DistillConfig::from_toml(path)
+    }
+    fn preset(name: &str) -> hat_train::Result<Self> {
+        DistillConfig::preset(name)
+    }
+    fn validate(&self) -> hat_train::Result<()> {
+        DistillConfig::validate(self)
+    }
+    fn max_steps(&mut self) -> &mut usize {
+        &mut self.max_steps
+    }
 }

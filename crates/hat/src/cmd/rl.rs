@@ -8,7 +8,7 @@ use clap::Args;
 use hat_train::rl::{self, RlConfig};
 
 use crate::cmd::backend::model_path;
-use crate::cmd::train::{resume_config, run_stage, LoraArgs, RunArgs};
+use crate::cmd::train::{run_stage, stage_config, LoraArgs, Resolved, RunArgs, StageConfig};
 
 #[derive(Args)]
 pub struct RlArgs {
@@ -50,23 +50,9 @@ pub struct RlArgs {
 
 /// The config with the flags applied: to a saved run (only --max-steps may change) or a new one.
 fn resolve(a: &RlArgs) -> Result<(RlConfig, bool)> {
-    if a.run.resume {
-        if let Some((c, changed)) = resume_config(
-            &a.run.out,
-            RlConfig::from_toml,
-            |c| apply(c, a),
-            |c| &mut c.max_steps,
-        )? {
-            if changed {
-                c.validate()?;
-            }
-            return Ok((c, changed));
-        }
-    }
-    let mut c = match (&a.run.config, &a.run.preset) {
-        (Some(p), _) => RlConfig::from_toml(p)?,
-        (None, Some(p)) => RlConfig::preset(p)?,
-        (None, None) => RlConfig::default(),
+    let mut c = match stage_config::<RlConfig>(&a.run, |c| apply(c, a))? {
+        Resolved::Resumed(c, changed) => return Ok((c, changed)),
+        Resolved::New(c) => c,
     };
     apply(&mut c, a);
     if c.model.as_os_str().is_empty() {
@@ -132,4 +118,19 @@ pub fn run(a: RlArgs) -> Result<()> {
     run_stage(&a.run.out, write.then(|| cfg.to_toml()), |on| {
         rl::run(&cfg, &a.run.out, a.run.resume, on)
     })
+}
+
+impl StageConfig for RlConfig {
+    fn from_toml(path: &std::path::Path) -> hat_train::Result<Self> {
+        RlConfig::from_toml(path)
+    }
+    fn preset(name: &str) -> hat_train::Result<Self> {
+        RlConfig::preset(name)
+    }
+    fn validate(&self) -> hat_train::Result<()> {
+        RlConfig::validate(self)
+    }
+    fn max_steps(&mut self) -> &mut usize {
+        &mut self.max_steps
+    }
 }

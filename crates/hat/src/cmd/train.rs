@@ -221,10 +221,47 @@ pub(crate) fn run_stage(
     Ok(())
 }
 
+/// What `stage_config` needs of a stage's config type.
+pub(crate) trait StageConfig: Clone + PartialEq + Default {
+    fn from_toml(path: &std::path::Path) -> hat_train::Result<Self>;
+    fn preset(name: &str) -> hat_train::Result<Self>;
+    fn validate(&self) -> hat_train::Result<()>;
+    fn max_steps(&mut self) -> &mut usize;
+}
+
+/// A stage's config before its own checks: a resumed run's (with whether it must be saved
+/// again), or the starting point of a new run.
+pub(crate) enum Resolved<C> {
+    Resumed(C, bool),
+    New(C),
+}
+
+/// `--resume` with a saved run: its config with the flags applied (validated when
+/// `--max-steps` changed it); otherwise `--config`, else `--preset`, else the defaults, with
+/// the flags still to apply.
+pub(crate) fn stage_config<C: StageConfig>(
+    run: &RunArgs,
+    apply: impl Fn(&mut C),
+) -> Result<Resolved<C>> {
+    if run.resume {
+        if let Some((c, changed)) = resume_config(&run.out, C::from_toml, apply, C::max_steps)? {
+            if changed {
+                c.validate()?;
+            }
+            return Ok(Resolved::Resumed(c, changed));
+        }
+    }
+    Ok(Resolved::New(match (&run.config, &run.preset) {
+        (Some(p), _) => C::from_toml(p)?,
+        (None, Some(p)) => C::preset(p)?,
+        (None, None) => C::default(),
+    }))
+}
+
 /// A resumed run keeps its saved config: `apply` puts the flags on it, and anything but
 /// `max_steps` changing is refused. Returns the config and whether `max_steps` grew (it must
 /// be saved again). `None` when there is no saved run to resume.
-pub(crate) fn resume_config<C: Clone + PartialEq>(
+fn resume_config<C: Clone + PartialEq>(
     out: &std::path::Path,
     read: impl Fn(&std::path::Path) -> hat_train::Result<C>,
     apply: impl Fn(&mut C),
