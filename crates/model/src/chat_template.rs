@@ -168,7 +168,8 @@ impl ChatTemplate {
         // Text inside messages (a viewer's comment, a tool result, a model's output) is text:
         // a special token typed into it must not become the control token that opens a turn.
         let defused;
-        let messages = if self.specials.is_empty() {
+        let messages = if !input.messages.iter().any(|m| holds_any(m, &self.specials)) {
+            // the usual case: nothing to defuse, nothing copied
             &input.messages
         } else {
             defused = input
@@ -197,13 +198,24 @@ impl ChatTemplate {
     }
 }
 
+/// Whether any string value inside `v` contains one of `specials`.
+fn holds_any(v: &serde_json::Value, specials: &[String]) -> bool {
+    use serde_json::Value as J;
+    match v {
+        J::String(s) => specials.iter().any(|t| s.contains(t.as_str())),
+        J::Array(a) => a.iter().any(|x| holds_any(x, specials)),
+        J::Object(o) => o.values().any(|x| holds_any(x, specials)),
+        _ => false,
+    }
+}
+
 /// Breaks every special-token text inside the string values of `v` with a zero-width space
 /// after its first character (`<|im_start|>` becomes `<\u{200b}|im_start|>`): it reads the same
 /// and encodes as ordinary text, never as the control token.
 pub fn defuse(v: &serde_json::Value, specials: &[String]) -> serde_json::Value {
     use serde_json::Value as J;
     match v {
-        J::String(s) if specials.iter().any(|t| s.contains(t.as_str())) => {
+        J::String(s) if holds_any(v, specials) => {
             let mut out = s.clone();
             for t in specials {
                 if out.contains(t.as_str()) {
