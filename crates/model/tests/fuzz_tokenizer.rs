@@ -4,7 +4,7 @@
 //! is lossless: the tiny committed Qwen2 `tokenizer.json` (all 256 byte symbols, special
 //! tokens), with its own pre-tokenizer and with each one `tokenizer.ggml.pre` selects.
 //!
-//! `tests/corpus/tokenizer/` is replayed first: `*.txt` as text, `*.bin` as lossy UTF-8.
+//! `tests/corpus/tokenizer/` is replayed first: `*.txt` as text, `*.bytes` as lossy UTF-8.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -98,7 +98,7 @@ fn corpus_replays() {
     for path in entries {
         let text = match path.extension().and_then(|e| e.to_str()) {
             Some("txt") => std::fs::read_to_string(&path).unwrap(),
-            Some("bin") => String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned(),
+            Some("bytes") => String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned(),
             _ => continue,
         };
         round_trips(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

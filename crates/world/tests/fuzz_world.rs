@@ -4,7 +4,7 @@
 //! names the file, never panic or hang. A world that opens answers every operation.
 //!
 //! `tests/corpus/` is replayed first: `*.sql` is run on a saved world (seed 7) before it is
-//! opened, `*.bin` is opened as the file itself.
+//! opened, `*.bytes` is opened as the file itself.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -256,7 +256,7 @@ fn corpus_replays() {
                     .unwrap_or_else(|e| panic!("{name}: {e}"));
                 path
             }
-            Some("bin") => write(dir.path(), &name, &std::fs::read(&entry).unwrap()),
+            Some("bytes") => write(dir.path(), &name, &std::fs::read(&entry).unwrap()),
             _ => continue,
         };
         open_checked(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
