@@ -1,0 +1,345 @@
+//! CLI integration tests of the training commands: `hat train sft|distill|rl|pipeline|plot`
+//! on tiny fixture models.
+
+mod common;
+
+use common::*;
+use predicates::prelude::*;
+
+#[test]
+fn train_plot_draws_runs_and_names_a_bad_metrics_line() {
+    let d = tempfile::tempdir().unwrap();
+    let run = d.path().join("run-a");
+    std::fs::create_dir_all(&run).unwrap();
+    let line = |s: usize, loss: f64| {
+        format!(
+            r#"{{"step":{s},"loss":{loss},"lr":0.0003,"grad_norm":1.5,"tokens":1000,"loss_tokens":64,"tokens_per_s":150.0,"seconds":{s}.0,"epoch":0}}"#
+        )
+    };
+    std::fs::write(
+        run.join("metrics.jsonl"),
+        format!("{}\n{}\n", line(1, 2.5), line(2, 1.25)),
+    )
+    .unwrap();
+    let png = d.path().join("curves.png");
+    hat()
+        .args(["train", "plot"])
+        .arg(&run)
+        .arg("--out")
+        .arg(&png)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("1 runs"));
+    assert_eq!(&std::fs::read(&png).unwrap()[..4], b"\x89PNG");
+
+    std::fs::write(
+        run.join("metrics.jsonl"),
+        format!("{}\nnot json\n", line(1, 2.5)),
+    )
+    .unwrap();
+    fails_cleanly(
+        hat()
+            .args(["train", "plot"])
+            .arg(&run)
+            .arg("--out")
+            .arg(&png),
+    )
+    .stderr(predicate::str::contains("metrics.jsonl:2"));
+    // Red-team findings: a folder or a .txt as --out printed a raw ImageError; `--lr -1` read
+    // as an unknown flag, and config errors said "config config".
+    std::fs::write(run.join("metrics.jsonl"), format!("{}\n", line(1, 2.5))).unwrap();
+    for out in [d.path().to_path_buf(), d.path().join("x.txt")] {
+        fails_cleanly(
+            hat()
+                .args(["train", "plot"])
+                .arg(&run)
+                .arg("--out")
+                .arg(&out),
+        )
+        .stderr(
+            predicate::str::contains("ending in .png")
+                .and(predicate::str::contains("ImageError").not()),
+        );
+    }
+    let data = d.path().join("d.jsonl");
+    std::fs::write(&data, "{}\n").unwrap();
+    fails_cleanly(
+        hat()
+            .args(["train", "sft", "--preset", "smoke", "--lr", "-1", "--data"])
+            .arg(&data)
+            .arg("--out")
+            .arg(d.path().join("neg")),
+    )
+    .stderr(
+        predicate::str::contains("optim.lr must be a positive number")
+            .and(predicate::str::contains("config config").not()),
+    );
+}
+
+/// Stage 2 end to end on the tiny qwen2 fixture: a run, an extension by `--resume
+/// --max-steps`, a resume with a changed flag refused, and an export of the distilled run.
+#[test]
+fn train_distill_runs_resumes_and_exports_on_a_tiny_model() {
+    let d = tempfile::tempdir().unwrap();
+    let fixture = hat_train::fixture::tiny_model(&d.path().join("m"), 1, "qwen2").unwrap();
+    let run = d.path().join("run");
+    let base = |steps: &str| {
+        let mut c = hat();
+        c.args([
+            "train",
+            "distill",
+            "--preset",
+            "smoke",
+            "--rollout-format",
+            "f32",
+        ])
+        .arg("--model")
+        .arg(&fixture)
+        .arg("--teacher")
+        .arg(&fixture)
+        .arg("--out")
+        .arg(&run)
+        .args(["--max-steps", steps]);
+        c
+    };
+    base("2")
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("dropped as IFEval look-alikes"));
+    base("3").arg("--resume").assert().success();
+    let lines = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 3);
+    assert!(lines.contains("rollout_mismatch"), "{lines}");
+    fails_cleanly(base("3").arg("--resume").args(["--lr", "0.5"]))
+        .stderr(predicate::str::contains("only --max-steps may change"));
+    let out = d.path().join("distilled.gguf");
+    hat()
+        .args(["train", "export", "--format", "f32"])
+        .arg(&run)
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("step 3"));
+    assert!(std::fs::metadata(&out).unwrap().len() > 1000);
+    fails_cleanly(
+        hat()
+            .args(["train", "distill", "--out"])
+            .arg(d.path().join("x")),
+    )
+    .stderr(predicate::str::contains("--model"));
+}
+
+/// `hat train sft --lora-rank`: adapters are what the run saves, and the export is a whole
+/// model; a resume with another rank is refused by flag.
+#[test]
+fn train_sft_with_lora_saves_adapters_and_exports_a_merged_model() {
+    let d = tempfile::tempdir().unwrap();
+    let model = hat_train::fixture::tiny_model(&d.path().join("m"), 2, "qwen2").unwrap();
+    let data = d.path().join("d.jsonl");
+    let rec = |i: usize| {
+        serde_json::json!({
+            "messages": [
+                {"role": "system", "content": "You are a host. Coat 99."},
+                {"role": "user", "content": format!("viewer {i}: price of the coat?")},
+                {"role": "assistant", "content": "The coat is 99."}
+            ],
+            "tools": [], "harness_name": "h", "harness_hash": "x", "variant": "base",
+            "call_syntax": "json-tags", "task_id": format!("t{i}"), "task_type": "t",
+            "split": "train", "lang": "en", "calls": [], "teacher": "oracle", "score": {}
+        })
+        .to_string()
+    };
+    std::fs::write(&data, (0..6).map(|i| rec(i) + "\n").collect::<String>()).unwrap();
+    let run = d.path().join("run");
+    let sft = |rank: &str| {
+        let mut c = hat();
+        c.args(["train", "sft", "--preset", "smoke", "--lora-rank", rank])
+            .arg("--data")
+            .arg(&data)
+            .arg("--model")
+            .arg(&model)
+            .arg("--out")
+            .arg(&run);
+        c
+    };
+    sft("4").assert().success();
+    let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    assert!(
+        config.contains("[lora]") && config.contains("rank = 4"),
+        "{config}"
+    );
+    fails_cleanly(sft("8").arg("--resume")).stderr(predicate::str::contains("--lora-*"));
+    // red-team finding: rank 100,000,000 asked for 230 GB and aborted
+    fails_cleanly(
+        hat()
+            .args([
+                "train",
+                "sft",
+                "--preset",
+                "smoke",
+                "--lora-rank",
+                "100000000",
+            ])
+            .arg("--data")
+            .arg(&data)
+            .arg("--model")
+            .arg(&model)
+            .arg("--out")
+            .arg(d.path().join("huge")),
+    )
+    .stderr(predicate::str::contains(
+        "larger than the model's hidden size",
+    ));
+    let out = d.path().join("merged.gguf");
+    hat()
+        .args(["train", "export", "--format", "f32"])
+        .arg(&run)
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success();
+    hat()
+        .args(["model", "info"])
+        .arg(&out)
+        .assert()
+        .success()
+        // a whole model (2 blocks of 12 tensors, embedding, norm), not 28 adapter tensors
+        .stdout(predicate::str::contains("f32:26"));
+}
+
+/// `hat train rl` on a tiny model: rollouts through the agent loop, a resume that extends the
+/// run, and a clear error without a model.
+#[test]
+fn train_rl_runs_and_resumes_on_a_tiny_model() {
+    let d = tempfile::tempdir().unwrap();
+    let fixture = hat_train::fixture::tiny_model(&d.path().join("m"), 1, "qwen2").unwrap();
+    let run = d.path().join("run");
+    let base = |steps: &str| {
+        let mut c = hat();
+        c.args([
+            "train",
+            "rl",
+            "--preset",
+            "smoke",
+            "--rollout-format",
+            "f32",
+        ])
+        .args(["--max-new-tokens", "8"])
+        .arg("--model")
+        .arg(&fixture)
+        .arg("--harness")
+        .arg(production())
+        .arg("--out")
+        .arg(&run)
+        .args(["--max-steps", steps]);
+        c
+    };
+    base("1")
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(
+            "train-split tasks under 3 harness states",
+        ));
+    base("2").arg("--resume").assert().success();
+    let lines = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 2);
+    assert!(lines.contains("reward_mean"), "{lines}");
+    assert!(run.join("rollouts.jsonl").exists());
+    fails_cleanly(base("2").arg("--resume").args(["--group-size", "5"]))
+        .stderr(predicate::str::contains("only --max-steps may change"));
+    fails_cleanly(hat().args(["train", "rl", "--out"]).arg(d.path().join("x")))
+        .stderr(predicate::str::contains("--model"));
+}
+
+/// `hat train pipeline`: every stage on a tiny model, evaluated after each, one report; a
+/// second invocation resumes and skips what is done.
+#[test]
+fn train_pipeline_runs_every_stage_reports_and_resumes() {
+    let d = tempfile::tempdir().unwrap();
+    let fixture = hat_train::fixture::tiny_model(&d.path().join("m"), 1, "qwen2").unwrap();
+    let cfg = d.path().join("p.toml");
+    std::fs::write(
+        &cfg,
+        r#"preset = "quick"
+[data]
+tasks = 40
+variants = 1
+group = 4
+[sft]
+max_steps = 2
+save_every = 2
+[sft.pack]
+max_tokens = 8192
+[distill]
+max_steps = 1
+save_every = 1
+rollout_format = "f32"
+general_prompts = 20
+[rl]
+max_steps = 1
+save_every = 1
+max_new_tokens = 8
+rollout_format = "f32"
+[eval]
+limit = 2
+max_tokens = 16
+ifeval_max_tokens = 8
+"#,
+    )
+    .unwrap();
+    let out = d.path().join("p");
+    let run = |resume: bool| {
+        let mut c = hat();
+        c.args(["train", "pipeline"]);
+        if resume {
+            c.arg("--resume");
+        } else {
+            c.arg("--config")
+                .arg(&cfg)
+                .arg("--model")
+                .arg(&fixture)
+                .arg("--harness")
+                .arg(production());
+        }
+        c.arg("--out").arg(&out);
+        c
+    };
+    run(false)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("rl"));
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for stage in ["| base |", "| sft |", "| distill |", "| rl |"] {
+        assert!(report.contains(stage), "{report}");
+    }
+    assert!(out.join("curves.png").exists());
+    assert!(out.join("rl/model-q8_0.gguf").exists());
+    assert!(out.join("eval/rl/hvqa/results.json").exists());
+    assert!(
+        !out.join("sft/checkpoints").exists(),
+        "a finished stage keeps its exports only"
+    );
+    assert!(
+        !out.join("sft/checkpoints").exists(),
+        "a finished stage keeps its exports only"
+    );
+    let first = std::fs::read_to_string(out.join("report.json")).unwrap();
+    // a finished pipeline resumes to the same report without training again
+    run(true)
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("sft: finished before"));
+    let again = std::fs::read_to_string(out.join("report.json")).unwrap();
+    assert_eq!(first, again);
+    // a second start into the same folder must say how to continue
+    fails_cleanly(&mut run(false)).stderr(predicate::str::contains("--resume"));
+    // and a resume of nothing starts nothing
+    fails_cleanly(
+        hat()
+            .args(["train", "pipeline", "--resume", "--out"])
+            .arg(d.path().join("none")),
+    )
+    .stderr(predicate::str::contains("no pipeline to continue"));
+    assert!(!d.path().join("none").exists());
+}
