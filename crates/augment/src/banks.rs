@@ -638,7 +638,7 @@ pub const DISTRACTOR_TOOLS: Split<DistractorTool> = Split::new(
 
 // ---------------------------------------------------------- prompt structure
 
-pub const FORMATS: Split<&str> = Split::new(&["markdown", "xml"], &["json"]);
+pub const FORMATS: Split<&str> = Split::new(&["markdown", "xml", "toml"], &["json"]);
 pub const CALL_SYNTAXES: Split<&str> = Split::new(
     &["json-tags", "json-block", "bracket", "tool-use", "react"],
     &["function", "xml-invoke"],

@@ -153,7 +153,7 @@ impl Harness {
                 "harness.toml",
                 at("harness.toml", "format"),
                 format!(
-                    "[prompt] format `{}` must be markdown, xml or json",
+                    "[prompt] format `{}` must be markdown, xml, json or toml",
                     m.prompt.format
                 ),
             ));

@@ -135,15 +135,18 @@ pub enum Format {
     Markdown,
     Xml,
     Json,
+    /// The JSON layout's tree as TOML tables, every string a basic (escaped) string.
+    Toml,
 }
 
 impl Format {
-    pub const ALL: [Format; 3] = [Format::Markdown, Format::Xml, Format::Json];
+    pub const ALL: [Format; 4] = [Format::Markdown, Format::Xml, Format::Json, Format::Toml];
     pub fn parse(s: &str) -> Option<Format> {
         match s {
             "markdown" => Some(Format::Markdown),
             "xml" => Some(Format::Xml),
             "json" => Some(Format::Json),
+            "toml" => Some(Format::Toml),
             _ => None,
         }
     }
@@ -152,6 +155,7 @@ impl Format {
             Format::Markdown => "markdown",
             Format::Xml => "xml",
             Format::Json => "json",
+            Format::Toml => "toml",
         }
     }
 }
@@ -193,6 +197,7 @@ impl Renderer {
                 Format::Markdown => "markdown",
                 Format::Xml => "xml",
                 Format::Json => return Ok(render_json(harness, sections, stream)),
+                Format::Toml => return Ok(render_toml(harness, sections, stream)),
             }
         };
         let tmpl = self
@@ -218,6 +223,144 @@ fn describe_template_error(e: &minijinja::Error) -> String {
 }
 
 fn render_json(h: &HarnessView, sections: &[String], stream: &Value) -> String {
+    serde_json::to_string_pretty(&Value::Object(layout_tree(h, sections, stream)))
+        .expect("values serialise")
+}
+
+/// The TOML layout: the JSON layout's tree, one table per section in section order.
+/// Every string is a basic string, so quotes and newlines inside it are escaped
+/// (`\"`, `\n`) as they are in the JSON layout: a model that learns to read the
+/// escaped call example here has learnt something the JSON layout asks of it too.
+fn render_toml(h: &HarnessView, sections: &[String], stream: &Value) -> String {
+    let mut out = String::new();
+    for (name, v) in layout_tree(h, sections, stream) {
+        match v {
+            Value::Object(m) => toml_table(&mut out, &toml_key(&name), &m),
+            Value::Array(items) if items.iter().all(Value::is_object) && !items.is_empty() => {
+                for item in items {
+                    if let Value::Object(m) = item {
+                        toml_array_entry(&mut out, &toml_key(&name), &m);
+                    }
+                }
+            }
+            other => {
+                // A section that is a list or a scalar gets a table of its own so the
+                // sections stay in their configured order.
+                let mut m = Map::new();
+                m.insert("items".into(), other);
+                toml_table(&mut out, &toml_key(&name), &m);
+            }
+        }
+    }
+    out.trim().to_string()
+}
+
+fn toml_table(out: &mut String, path: &str, m: &Map<String, Value>) {
+    out.push_str(&format!("[{path}]\n"));
+    toml_body(out, path, m);
+}
+
+fn toml_array_entry(out: &mut String, path: &str, m: &Map<String, Value>) {
+    out.push_str(&format!("[[{path}]]\n"));
+    toml_body(out, path, m);
+}
+
+/// Key-value lines first (TOML puts a table's own keys before its sub-tables),
+/// then sub-tables and arrays of tables. `null` has no TOML form and is left out.
+fn toml_body(out: &mut String, path: &str, m: &Map<String, Value>) {
+    let is_table_array =
+        |v: &Value| matches!(v, Value::Array(a) if !a.is_empty() && a.iter().all(Value::is_object));
+    for (k, v) in m {
+        if v.is_null() || v.is_object() || is_table_array(v) {
+            continue;
+        }
+        out.push_str(&toml_key(k));
+        out.push_str(" = ");
+        toml_inline(out, v);
+        out.push('\n');
+    }
+    out.push('\n');
+    for (k, v) in m {
+        let sub = format!("{path}.{}", toml_key(k));
+        match v {
+            Value::Object(t) => toml_table(out, &sub, t),
+            Value::Array(items) if is_table_array(v) => {
+                for item in items {
+                    if let Value::Object(t) = item {
+                        toml_array_entry(out, &sub, t);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn toml_inline(out: &mut String, v: &Value) {
+    match v {
+        Value::Null => out.push_str("\"\""),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => out.push_str(&n.to_string()),
+        Value::String(s) => toml_string(out, s),
+        Value::Array(items) => {
+            let multi = items.len() > 1;
+            out.push('[');
+            for (i, x) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(if multi { "\n  " } else { "" });
+                toml_inline(out, x);
+            }
+            out.push_str(if multi { ",\n]" } else { "]" });
+        }
+        Value::Object(m) => {
+            out.push('{');
+            let mut first = true;
+            for (k, x) in m.iter().filter(|(_, x)| !x.is_null()) {
+                out.push_str(if first { " " } else { ", " });
+                first = false;
+                out.push_str(&toml_key(k));
+                out.push_str(" = ");
+                toml_inline(out, x);
+            }
+            out.push_str(" }");
+        }
+    }
+}
+
+fn toml_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+fn toml_key(k: &str) -> String {
+    if !k.is_empty()
+        && k
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        k.to_string()
+    } else {
+        let mut s = String::new();
+        toml_string(&mut s, k);
+        s
+    }
+}
+
+/// The section tree the JSON and TOML layouts share, in section order.
+fn layout_tree(h: &HarnessView, sections: &[String], stream: &Value) -> Map<String, Value> {
     let mut root = Map::new();
     for s in sections {
         let v = match s.as_str() {
@@ -247,7 +390,7 @@ fn render_json(h: &HarnessView, sections: &[String], stream: &Value) -> String {
         };
         root.insert(s.clone(), v);
     }
-    serde_json::to_string_pretty(&Value::Object(root)).expect("values serialise")
+    root
 }
 
 /// The user turn for an event: what happened, then any injected notes.
@@ -269,6 +412,73 @@ pub fn call_instructions(syntax: CallSyntax, max_calls: usize) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn view() -> HarnessView {
+        HarnessView {
+            name: "demo".into(),
+            version: "1".into(),
+            hash: "sha256:0".into(),
+            persona: PersonaView {
+                name: "Mia".into(),
+                style: "warm".into(),
+                language: "en".into(),
+                language_name: "English".into(),
+                intro: None,
+            },
+            rules: vec!["Say \"hi\".".into(), "两行\nline".into()],
+            skills: vec![SkillView {
+                id: "greet".into(),
+                description: "Greets".into(),
+                when: None,
+                tools: vec!["get product".into()],
+                body: "1. Say hello\n2. Tab\there \\ back".into(),
+            }],
+            tools: vec![],
+            call_syntax: "xml-invoke".into(),
+            call_instructions: CallSyntax::XmlInvoke.instructions(2),
+            max_chars: 200,
+            max_calls: 2,
+        }
+    }
+
+    fn strip_nulls(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.retain(|_, x| !x.is_null());
+                m.values_mut().for_each(strip_nulls);
+            }
+            Value::Array(a) => a.iter_mut().for_each(strip_nulls),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn toml_layout_is_valid_toml_holding_the_json_layouts_tree_with_escaped_strings() {
+        let stream = json!({"title": "Spring \"sale\"", "products": [
+            {"id": "P1", "price": 19.5, "variants": [{"color": "red", "size": null, "stock": 3}]},
+            {"id": "P2", "price": 7, "tags": ["a", "b"], "variants": []}
+        ], "odd key": true});
+        let sections: Vec<String> = ["persona", "rules", "skills", "tools", "stream"]
+            .map(String::from)
+            .to_vec();
+        let h = view();
+        let out = Renderer::new(Format::Toml, None)
+            .unwrap()
+            .render(&h, &sections, &stream)
+            .unwrap();
+        // The call example is escaped, as in the JSON layout.
+        assert!(out.contains(r#"<invoke name=\"tool_name\">"#), "{out}");
+        // Sections keep their order.
+        let at = |s: &str| out.find(s).unwrap();
+        assert!(at("[persona]") < at("[rules]") && at("[rules]") < at("[[skills]]"));
+        assert!(at("[[skills]]") < at("[tools]") && at("[tools]") < at("[stream]"));
+        let parsed: toml::Value = toml::from_str(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
+        let got = serde_json::to_value(parsed).unwrap();
+        let mut want = Value::Object(layout_tree(&h, &sections, &stream));
+        strip_nulls(&mut want);
+        want["rules"] = json!({"items": want["rules"].take()});
+        assert_eq!(got, want, "{out}");
+    }
 
     #[test]
     fn signatures_show_nesting_enums_and_optionality() {
