@@ -57,6 +57,9 @@ enum Command {
     /// The HSA environment for external RL trainers.
     #[command(subcommand)]
     Env(cmd::env::EnvCmd),
+    /// A/B experiments: arms of models and harness versions on a simulated audience.
+    #[command(subcommand)]
+    Ab(cmd::ab::AbCmd),
 }
 
 fn main() {
@@ -89,6 +92,7 @@ fn main() {
         Command::Bench(c) => cmd::bench::run(c),
         Command::Train(c) => cmd::train::run(c),
         Command::Env(c) => cmd::env::run(c),
+        Command::Ab(c) => cmd::ab::run(c),
     };
     if let Err(e) = result {
         // An error can quote what it read (a store's value, a file's line, a model's output):

@@ -1,4 +1,5 @@
 //! One module per subcommand.
+pub mod ab;
 pub mod augment;
 pub mod backend;
 pub mod bench;
