@@ -576,3 +576,116 @@ fn a_second_server_on_the_same_data_folder_is_refused() {
     assert!(e.contains("in use by another hat serve"), "{e}");
     r.stop();
 }
+
+/// The console's editing path: read the active files, check an invalid edit (problems with
+/// file and line, nothing changes), check and activate a fixed one, roll back.
+#[test]
+fn harness_files_are_read_checked_and_activated_as_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(config(dir.path()), Duration::ZERO);
+    create(&r, "demo");
+    let (code, v) = get(&r.url("/v1/harness/files"));
+    assert_eq!(code, 200, "{v}");
+    let first = v["hash"].as_str().unwrap().to_string();
+    assert_eq!(v["active"], true);
+    let mut files = v["files"].as_object().unwrap().clone();
+    assert!(files.contains_key("harness.toml"));
+    assert!(files.keys().any(|k| k.starts_with("tools/")), "{v}");
+
+    // an invalid tool schema: 422 with the file and the problem; the active hash stays
+    files.insert("tools/check_stock.json".into(), json!("{ not json"));
+    let (code, v) = json(
+        "POST",
+        &r.url("/v1/harness/check"),
+        &json!({"files": files}),
+    );
+    assert_eq!(code, 422, "{v}");
+    let problems = v["error"]["problems"].as_array().unwrap();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p["file"].as_str().unwrap().contains("check_stock.json")),
+        "{v}"
+    );
+    let (code, _) = json(
+        "POST",
+        &r.url("/v1/harness/files"),
+        &json!({"files": files}),
+    );
+    assert_eq!(code, 422);
+    assert_eq!(get(&r.url("/v1/harness")).1["active"], first.as_str());
+    // nothing of the refused edits stays on disk
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("harnesses"))
+        .map(|d| d.filter_map(|e| e.ok()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+
+    // a path outside the folder is refused before anything is written
+    let (code, v) = json(
+        "POST",
+        &r.url("/v1/harness/check"),
+        &json!({"files": {"../escape.toml": "x"}}),
+    );
+    assert_eq!(code, 400, "{v}");
+
+    // without an API key an edit may not change what a command hook runs
+    let mut evil = get(&r.url("/v1/harness/files")).1["files"]
+        .as_object()
+        .unwrap()
+        .clone();
+    let script = evil
+        .keys()
+        .find(|k| k.ends_with(".sh"))
+        .expect("the production harness has a command hook script")
+        .clone();
+    evil.insert(script, json!("#!/bin/sh\ntouch /tmp/pwned\n"));
+    let (code, v) = json("POST", &r.url("/v1/harness/files"), &json!({"files": evil}));
+    assert_eq!(code, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("command hooks"),
+        "{v}"
+    );
+    assert_eq!(get(&r.url("/v1/harness")).1["active"], first.as_str());
+
+    // fixed, with the persona renamed: checks, activates, replies carry the new hash
+    let good = get(&r.url("/v1/harness/files")).1["files"].clone();
+    let mut files = good.as_object().unwrap().clone();
+    let toml = files["harness.toml"]
+        .as_str()
+        .unwrap()
+        .replace("name = \"Mia\"", "name = \"Zoe\"");
+    files.insert("harness.toml".into(), json!(toml));
+    let (code, v) = json(
+        "POST",
+        &r.url("/v1/harness/check"),
+        &json!({"files": files}),
+    );
+    assert_eq!(code, 200, "{v}");
+    let checked = v["hash"].as_str().unwrap().to_string();
+    assert_ne!(checked, first);
+    assert_eq!(get(&r.url("/v1/harness")).1["active"], first.as_str());
+    let (code, v) = json(
+        "POST",
+        &r.url("/v1/harness/files"),
+        &json!({"files": files}),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["active"], checked.as_str());
+    let reply = ask(&r, "demo", "hello");
+    assert_eq!(reply["harness"], checked.as_str());
+    assert!(reply["text"].as_str().unwrap().contains("Zoe"), "{reply}");
+    // the edited version's files read back; the first version's too, by hash
+    let (_, v) = get(&r.url(&format!("/v1/harness/files?hash={}", &first[..20])));
+    assert_eq!(v["active"], false);
+    let (code, _) = json(
+        "POST",
+        &r.url("/v1/harness/rollback"),
+        &json!({"hash": first}),
+    );
+    assert_eq!(code, 200);
+    assert_eq!(ask(&r, "demo", "hello")["harness"], first.as_str());
+    r.stop();
+}

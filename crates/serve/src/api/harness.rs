@@ -1,6 +1,7 @@
 //! Live harness updates: show the versions, swap in a new one (a server-side folder or an
 //! uploaded zip), roll back, and watch the `--harness` folder.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -15,7 +16,9 @@ use serde_json::{json, Value};
 use crate::api::{body, parse};
 use crate::app::App;
 use crate::error::{Result, ServeError};
-use crate::harnesses::{fingerprint, load_dir, unpack_zip, Version};
+use crate::harnesses::{
+    fingerprint, load_dir, read_text_files, unpack_zip, write_text_files, Version,
+};
 
 pub async fn show(State(app): State<Arc<App>>) -> Json<Value> {
     let (versions, rejected) = app.harnesses.list();
@@ -250,4 +253,183 @@ pub async fn watch(app: Arc<App>, dir: PathBuf) {
         let loaded = gated(&app, loaded).await;
         let _ = activate(&app, loaded, &source);
     }
+}
+
+#[derive(Deserialize)]
+pub struct FilesQuery {
+    /// A version's hash or a unique prefix (default: the active version).
+    hash: Option<String>,
+}
+
+/// `GET /v1/harness/files[?hash=H]`: a version's files as text, for the console's editor.
+pub async fn files(
+    State(app): State<Arc<App>>,
+    axum::extract::Query(q): axum::extract::Query<FilesQuery>,
+) -> Result<Json<Value>> {
+    let v = match &q.hash {
+        Some(h) => app.harnesses.find(h)?,
+        None => app.harnesses.active(),
+    };
+    let Some(root) = v.harness.root.clone() else {
+        return Err(ServeError::NotFound(format!(
+            "harness version {} has no folder on this server to read",
+            v.harness.short_hash()
+        )));
+    };
+    let (files, executable, binary) = tokio::task::spawn_blocking(move || read_text_files(&root))
+        .await
+        .map_err(|e| ServeError::internal("reading the harness", e))??;
+    Ok(Json(json!({
+        "hash": v.hash(),
+        "source": v.source,
+        "active": app.harnesses.active().hash() == v.hash(),
+        "files": files,
+        "executable": executable,
+        "binary": binary,
+    })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EditRequest {
+    /// Relative path -> contents: the whole harness folder.
+    files: BTreeMap<String, String>,
+    /// Paths that keep an executable bit (command hooks' scripts; API-key servers only).
+    #[serde(default)]
+    executable: Vec<String>,
+    /// `check` only: also run the regression gate (when the server has one).
+    #[serde(default)]
+    gate: bool,
+}
+
+/// Writes an edit under the data folder and loads it (the same checks as `hat harness
+/// check`); `keep` leaves the folder for activation, otherwise it is removed.
+///
+/// Without an API key an edit may keep the command hooks the active version has, never add
+/// or change one: every command hook's argv must be one of the active version's, the files
+/// those argvs name must be byte-identical, and executable bits come from the active
+/// version's identical files, not from the request.
+async fn load_edit(app: &App, r: &EditRequest, keep: bool) -> Result<Version> {
+    let root = app.cfg.data_dir.join("harnesses");
+    let trusted = app.cfg.api_key.is_some();
+    let active = app.harnesses.active();
+    let (files, requested_exec) = (r.files.clone(), r.executable.clone());
+    tokio::task::spawn_blocking(move || {
+        let before = match &active.harness.root {
+            Some(dir) => read_text_files(dir)?,
+            None => Default::default(),
+        };
+        let exec: Vec<String> = if trusted {
+            requested_exec
+        } else {
+            before
+                .1
+                .iter()
+                .filter(|p| files.get(*p).is_some_and(|t| before.0.get(*p) == Some(t)))
+                .cloned()
+                .collect()
+        };
+        let (dir, source) = write_text_files(&files, &exec, &root)?;
+        let loaded = load_dir(&dir, source).and_then(|v| {
+            if trusted {
+                Ok(v)
+            } else {
+                same_commands(v, &active, &files, &before.0)
+            }
+        });
+        if loaded.is_err() || !keep {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        loaded
+    })
+    .await
+    .map_err(|e| ServeError::internal("loading the harness", e))?
+}
+
+/// An untrusted edit's command hooks must be the active version's, with the same scripts.
+fn same_commands(
+    v: Version,
+    active: &Version,
+    files: &BTreeMap<String, String>,
+    before: &BTreeMap<String, String>,
+) -> Result<Version> {
+    let argv_of = |h: &hat_harness::hooks::Hook| match &h.action {
+        hat_harness::hooks::Action::Command { argv, .. } => Some(argv.clone()),
+        _ => None,
+    };
+    let known: Vec<Vec<String>> = active.harness.hooks.iter().filter_map(argv_of).collect();
+    for h in &v.harness.hooks {
+        let Some(argv) = argv_of(h) else { continue };
+        let same_argv = known.contains(&argv);
+        let same_files = argv.iter().all(|a| {
+            let rel = a.trim_start_matches("./");
+            files.get(rel) == before.get(rel)
+        });
+        if !(same_argv && same_files) {
+            return Err(ServeError::bad(
+                "files",
+                format!(
+                    "this server has no API key, so an edit may keep the command hooks the \
+                     active harness has but not add or change one (hook `{}`); start hat serve \
+                     with --server-api-key-env so only operators can edit, or change the \
+                     harness folder on the server",
+                    h.id
+                ),
+            ));
+        }
+    }
+    Ok(v)
+}
+
+/// `POST /v1/harness/check {"files": {...}, "gate"?: bool}`: validates an edited harness
+/// without activating it: 200 with its hash and summary (and the gate's report when asked),
+/// or 422 with every problem (file, line, message). Nothing live changes either way.
+pub async fn check(
+    State(app): State<Arc<App>>,
+    b: std::result::Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>> {
+    let r: EditRequest = parse(&body(b)?)?;
+    let keep = r.gate && app.cfg.gate.is_some();
+    let v = load_edit(&app, &r, keep).await?;
+    let hash = v.hash().to_string();
+    let summary = v.harness.summary();
+    let gate = if keep {
+        let root = v.harness.root.clone();
+        let verdict = gated(&app, Ok(v)).await;
+        if let Some(dir) = root {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        match verdict {
+            Ok(_) => json!({"passed": true}),
+            Err(ServeError::GateFailed(report)) => json!({"passed": false, "report": report}),
+            Err(e) => return Err(e),
+        }
+    } else {
+        Value::Null
+    };
+    Ok(Json(
+        json!({"ok": true, "hash": hash, "summary": summary, "gate": gate}),
+    ))
+}
+
+/// `POST /v1/harness/files {"files": {...}, "executable"?: [...]}`: activates an edited
+/// harness (validated, then gated when the server has a gate), like an uploaded archive.
+pub async fn save(
+    State(app): State<Arc<App>>,
+    b: std::result::Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>> {
+    let r: EditRequest = parse(&body(b)?)?;
+    let loaded = load_edit(&app, &r, true).await;
+    let source = loaded
+        .as_ref()
+        .map(|v| v.source.clone())
+        .unwrap_or_else(|_| "console edit".to_string());
+    let root = loaded.as_ref().ok().and_then(|v| v.harness.root.clone());
+    let loaded = gated(&app, loaded).await;
+    if loaded.is_err() {
+        if let Some(dir) = root {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    activate(&app, loaded, &source)
 }

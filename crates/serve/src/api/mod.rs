@@ -9,6 +9,8 @@
 //! | `POST /v1/streams/{id}/events` | viewer events (`?wait=true` answers with the replies) |
 //! | `GET /v1/streams/{id}/events` | the host's output over SSE (`?after=SEQ` or `Last-Event-ID` replays) |
 //! | `GET /v1/harness`, `POST /v1/harness`, `POST /v1/harness/rollback` | versions, swap, roll back |
+//! | `GET /v1/harness/files`, `POST /v1/harness/files` | a version's files as text; activate an edit |
+//! | `POST /v1/harness/check` | validate an edit (and run the gate) without activating it |
 //! | `GET /v1/models`, `POST /v1/chat/completions` | OpenAI-compatible |
 
 pub mod harness;
@@ -48,6 +50,11 @@ pub fn router(app: Arc<App>) -> Router {
             get(harness::show).post(harness::upload).layer(upload),
         )
         .route("/harness/rollback", post(harness::rollback))
+        .route(
+            "/harness/files",
+            get(harness::files).post(harness::save).layer(upload),
+        )
+        .route("/harness/check", post(harness::check).layer(upload))
         .route("/models", get(openai::models))
         .route("/chat/completions", post(openai::chat))
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), auth));
@@ -72,7 +79,9 @@ async fn declared_length(
     next: Next,
 ) -> Result<Response> {
     let limit = match req.uri().path() {
-        "/v1/harness" | "/v1/streams" => crate::harnesses::MAX_ARCHIVE_BYTES,
+        "/v1/harness" | "/v1/streams" | "/v1/harness/files" | "/v1/harness/check" => {
+            crate::harnesses::MAX_ARCHIVE_BYTES
+        }
         _ => app.cfg.max_body_bytes,
     };
     let declared = req
