@@ -182,6 +182,8 @@ impl App {
 pub struct Server {
     pub app: Arc<App>,
     worker: std::thread::JoinHandle<()>,
+    /// More routes served beside the API (the operator console's pages).
+    extra: Option<axum::Router>,
 }
 
 impl Server {
@@ -278,7 +280,18 @@ impl Server {
         Ok(Server {
             app,
             worker: handle,
+            extra: None,
         })
+    }
+
+    /// Serves `routes` beside the API (routes without state, e.g. static pages that call
+    /// the API like any client).
+    pub fn with_routes(mut self, routes: axum::Router) -> Self {
+        self.extra = Some(match self.extra.take() {
+            Some(r) => r.merge(routes),
+            None => routes,
+        });
+        self
     }
 
     /// Serves on `listener` until `shutdown` resolves, then lets in-flight replies finish and
@@ -288,7 +301,10 @@ impl Server {
         listener: tokio::net::TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<()> {
-        let router = crate::api::router(self.app.clone());
+        let mut router = crate::api::router(self.app.clone());
+        if let Some(extra) = self.extra {
+            router = router.merge(extra);
+        }
         if let Some(dir) = self.app.cfg.watch.clone() {
             tokio::spawn(crate::api::harness::watch(self.app.clone(), dir));
         }

@@ -140,12 +140,13 @@ pub fn run(a: ServeArgs) -> Result<()> {
         })));
     }
     let hash = harness.harness.short_hash().to_string();
-    let server = Server::start(cfg, model, harness)?;
+    let server = Server::start(cfg, model, harness)?.with_routes(hat_console::router());
     listen(a.addr, |listener, at| async move {
         eprintln!(
-            "serving {} with harness {hash} on http://{at}  (data in {})",
+            "serving {} with harness {hash} on http://{at}  (data in {}; console: http://{at}{})",
             identity.name,
-            a.data_dir.display()
+            a.data_dir.display(),
+            hat_console::ROOT
         );
         server.run(listener, shutdown_signal()).await?;
         eprintln!("stopped; in-flight replies finished, state saved");

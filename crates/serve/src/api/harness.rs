@@ -15,10 +15,9 @@ use serde_json::{json, Value};
 
 use crate::api::{body, parse};
 use crate::app::App;
+use crate::edit::{read_text_files, write_text_files};
 use crate::error::{Result, ServeError};
-use crate::harnesses::{
-    fingerprint, load_dir, read_text_files, unpack_zip, write_text_files, Version,
-};
+use crate::harnesses::{fingerprint, load_dir, unpack_zip, Version};
 
 pub async fn show(State(app): State<Arc<App>>) -> Json<Value> {
     let (versions, rejected) = app.harnesses.list();

@@ -1,0 +1,320 @@
+//! The console in a real browser: headless Chromium (Debian's `chromium`, driven through
+//! its `chromedriver`) against a running server with a scripted model. It posts a comment
+//! and sees the reply, edits a harness file into an invalid state and sees the problem with
+//! its file and line, fixes it, activates it and sees new replies carry the new hash, rolls
+//! back, and reads the metrics. Screenshots go to `target/tmp/console-screenshots/`.
+//!
+//! Needs `chromium` and `chromium-driver` (`.ci/run` installs them). Set
+//! `HAT_SKIP_BROWSER_TESTS=1` to skip on a machine without them.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use hat_agent::episode::ChatModel;
+use hat_agent::AgentError;
+use hat_harness::{Message, Role};
+use hat_serve::{ServeConfig, Server};
+
+/// Greets by the persona its system prompt names, so a reply shows its harness version.
+struct Scripted;
+
+impl ChatModel for Scripted {
+    fn complete(&mut self, messages: &[Message]) -> Result<String, AgentError> {
+        let system = messages.first().map(|m| m.content.as_str()).unwrap_or("");
+        let persona = ["Mia", "Zoe"]
+            .into_iter()
+            .find(|p| system.contains(&format!("You are {p}")))
+            .unwrap_or("nobody");
+        let last = messages.last().expect("a prompt");
+        if last.role == Role::User && last.content.starts_with("[runtime]") {
+            return Ok(format!("Sorry! {persona} here, let me fix that."));
+        }
+        Ok(format!("Hi, {persona} here! Thanks for stopping by."))
+    }
+}
+
+fn harness_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream")
+}
+
+/// Kills the driver (and its browsers) when the test ends, pass or fail.
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn tool(env: &str, candidates: &[&str]) -> Option<PathBuf> {
+    if let Ok(p) = std::env::var(env) {
+        return Some(PathBuf::from(p));
+    }
+    candidates.iter().map(PathBuf::from).find(|p| p.exists())
+}
+
+fn shots() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+async fn shot(c: &Client, name: &str) {
+    let png = c.screenshot().await.unwrap();
+    std::fs::write(shots().join(name), png).unwrap();
+}
+
+/// Waits (at most 30 s) until some element matching `css` has text containing `needle`;
+/// returns that element's text.
+async fn wait_text(c: &Client, css: &str, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(els) = c.find_all(Locator::Css(css)).await {
+            for e in els {
+                if let Ok(t) = e.text().await {
+                    if t.contains(needle) {
+                        return t;
+                    }
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            let body = c
+                .find(Locator::Css("body"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap_or_default();
+            shot(
+                c,
+                &format!(
+                    "timeout-{}.png",
+                    needle.replace(|ch: char| !ch.is_alphanumeric(), "_")
+                ),
+            )
+            .await;
+            panic!("no `{css}` with text `{needle}` after 30 s; the page shows:\n{body}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Sets the editor's text as a user's typing would (an `input` event).
+async fn edit(c: &Client, text: &str) {
+    c.execute(
+        "const ed = document.getElementById('editor'); ed.value = arguments[0]; \
+         ed.dispatchEvent(new Event('input'));",
+        vec![serde_json::json!(text)],
+    )
+    .await
+    .unwrap();
+}
+
+async fn comment(c: &Client, text: &str) {
+    let box_ = c.find(Locator::Id("comment-text")).await.unwrap();
+    box_.clear().await.unwrap();
+    box_.send_keys(text).await.unwrap();
+    c.find(Locator::Css("#comment-form button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
+async fn reply_harness(c: &Client, needle: &str) -> String {
+    wait_text(c, "#replies li", needle).await;
+    let first = c.find(Locator::Css("#replies li")).await.unwrap();
+    first.attr("data-harness").await.unwrap().unwrap()
+}
+
+#[test]
+fn the_console_drives_a_live_stream_and_the_harness_in_a_browser() {
+    if std::env::var("HAT_SKIP_BROWSER_TESTS").is_ok_and(|v| v == "1") {
+        eprintln!("HAT_SKIP_BROWSER_TESTS=1: the browser test is skipped");
+        return;
+    }
+    let chromium = tool("HAT_CHROMIUM", &["/usr/bin/chromium", "/usr/bin/chromium-browser"])
+        .expect("no chromium: install Debian's chromium and chromium-driver (apt-get install chromium chromium-driver), set HAT_CHROMIUM, or HAT_SKIP_BROWSER_TESTS=1");
+    let chromedriver = tool("HAT_CHROMEDRIVER", &["/usr/bin/chromedriver"])
+        .expect("no chromedriver: apt-get install chromium-driver, set HAT_CHROMEDRIVER, or HAT_SKIP_BROWSER_TESTS=1");
+
+    let data = tempfile::tempdir().unwrap();
+    let cfg = ServeConfig {
+        data_dir: data.path().to_path_buf(),
+        request_timeout: Duration::from_secs(60),
+        default_stream: Some(("demo".into(), 1)),
+        harness_roots: vec![harness_dir().parent().unwrap().to_path_buf()],
+        ..ServeConfig::default()
+    };
+    let version = hat_serve::load_dir(&harness_dir(), "test".into()).unwrap();
+    let server = Server::start(cfg, Box::new(Scripted), version)
+        .unwrap()
+        .with_routes(hat_console::router())
+        .spawn("127.0.0.1:0".parse().unwrap())
+        .unwrap();
+    let url = server.url();
+
+    let port = free_port();
+    let _driver = Driver(
+        Command::new(&chromedriver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting chromedriver"),
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            serde_json::json!({
+                "binary": chromium,
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1400,1000"],
+            }),
+        );
+        // the driver takes a moment to listen
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let c = loop {
+            // plain HTTP to the local driver: no TLS stack needed
+            let http = hyper_util::client::legacy::connect::HttpConnector::new();
+            match ClientBuilder::new(http)
+                .capabilities(caps.clone())
+                .connect(&format!("http://127.0.0.1:{port}"))
+                .await
+            {
+                Ok(c) => break c,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("chromedriver on port {port}: {e}"),
+            }
+        };
+
+        // Live: the default stream is there; a comment gets its reply
+        c.goto(&format!("{url}/console")).await.unwrap();
+        wait_text(&c, "#stream-select option", "demo").await;
+        comment(&c, "hello there").await;
+        let first = reply_harness(&c, "Mia here").await;
+        assert!(first.starts_with("sha256:"), "{first}");
+        wait_text(&c, "#log li", "reply").await;
+        shot(&c, "1-live.png").await;
+
+        // Harness: an invalid edit shows its problem with file and line, and changes nothing
+        c.find(Locator::Id("tab-harness"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        wait_text(&c, "#file-list button", "harness.toml").await;
+        c.find(Locator::Css("button[data-file='harness.toml']"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        let original: String = c
+            .execute("return document.getElementById('editor').value;", vec![])
+            .await
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(original.contains("name = \"Mia\""), "{original}");
+        edit(&c, &original.replacen("[persona]", "[persona\n", 1)).await;
+        let problem = wait_text(&c, "#problems li", "harness.toml:").await;
+        assert!(
+            problem.chars().any(|ch| ch.is_ascii_digit()),
+            "a line number: {problem}"
+        );
+        wait_text(&c, "#diff span", "[persona").await;
+        shot(&c, "2-invalid.png").await;
+        c.find(Locator::Id("harness-activate"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        wait_text(&c, "#status", "not activated").await;
+
+        // fixed (the persona renamed), checked, activated: new replies carry the new hash
+        edit(&c, &original.replace("name = \"Mia\"", "name = \"Zoe\"")).await;
+        wait_text(&c, "#problems li", "No problems").await;
+        c.find(Locator::Id("harness-activate"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        wait_text(&c, "#status", "is active").await;
+        shot(&c, "3-activated.png").await;
+        c.find(Locator::Id("tab-live"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        comment(&c, "who is hosting?").await;
+        let second = reply_harness(&c, "Zoe here").await;
+        assert_ne!(second, first);
+
+        // roll back to the first version
+        c.find(Locator::Id("tab-harness"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        let back = format!("button.rollback[data-hash='{first}']");
+        wait_text(&c, "#versions li", "Roll back").await;
+        c.find(Locator::Css(&back))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        wait_text(&c, "#status", "rolled back").await;
+        c.find(Locator::Id("tab-live"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        comment(&c, "and now?").await;
+        wait_text(&c, "#replies li", "Mia here").await;
+        let third = reply_harness(&c, "Mia here").await;
+        assert_eq!(third, first);
+
+        // Metrics: the three replies are counted
+        c.find(Locator::Id("tab-metrics"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        wait_text(&c, "#m-replies", "3").await;
+        shot(&c, "4-metrics.png").await;
+        c.close().await.unwrap();
+    });
+    server.stop().unwrap();
+}
