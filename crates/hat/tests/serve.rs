@@ -124,3 +124,29 @@ fn a_server_killed_with_sigkill_restarts_with_its_streams_intact() {
     );
     assert_eq!(v["results"][0]["type"], "reply", "{v}");
 }
+
+/// A server reachable from other machines needs an API key (or an explicit opt-out): the
+/// console and the API would otherwise be open to anyone there.
+#[test]
+fn serving_beyond_loopback_without_a_key_is_refused() {
+    let data = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hat"))
+        .current_dir(repo())
+        .args([
+            "serve",
+            "--model",
+            "openai:m",
+            "--base-url",
+            "http://127.0.0.1:9",
+        ])
+        .args(["--addr", "0.0.0.0:0", "--data-dir"])
+        .arg(data.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--server-api-key-env") && err.contains("--insecure-no-auth"),
+        "{err}"
+    );
+}

@@ -27,9 +27,14 @@ pub struct ServeArgs {
     /// Streams' stores and state, and uploaded harnesses (kept across restarts).
     #[arg(long, default_value = "runs/serve", env = "HAT_DATA_DIR")]
     data_dir: PathBuf,
-    /// Environment variable holding a key that `/v1/*` requests must send as a bearer token.
+    /// Environment variable holding a key that `/v1/*` requests must send as a bearer token
+    /// (the console asks for it). Required when --addr is not a loopback address.
     #[arg(long = "server-api-key-env", env = "HAT_SERVER_API_KEY_ENV")]
     server_api_key_env: Option<String>,
+    /// Listen on a non-loopback address without an API key: anyone who reaches the server
+    /// can post events, swap the harness and use the console.
+    #[arg(long)]
+    insecure_no_auth: bool,
     /// Streams answered together in one engine batch.
     #[arg(long, default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
     max_batch: usize,
@@ -99,7 +104,6 @@ pub fn run(a: ServeArgs) -> Result<()> {
             }
             other => anyhow::anyhow!("{}: {other}", a.harness.display()),
         })?;
-    let (identity, model) = chat_model(&a.model)?;
     let api_key = match &a.server_api_key_env {
         Some(var) => match std::env::var(var) {
             Ok(k) if !k.is_empty() => Some(k),
@@ -107,6 +111,16 @@ pub fn run(a: ServeArgs) -> Result<()> {
         },
         None => None,
     };
+    if api_key.is_none() && !a.addr.ip().is_loopback() && !a.insecure_no_auth {
+        bail!(
+            "--addr {} is reachable from other machines, and without --server-api-key-env anyone \
+             there could post events, swap the harness and use the console; set \
+             --server-api-key-env VAR (requests then need `Authorization: Bearer $VAR`), listen on \
+             127.0.0.1, or pass --insecure-no-auth to accept that",
+            a.addr
+        );
+    }
+    let (identity, model) = chat_model(&a.model)?;
     let cfg = ServeConfig {
         data_dir: a.data_dir.clone(),
         triage: hat_serve::triage::TriageConfig {
