@@ -66,6 +66,7 @@ function show(view) {
   for (const s of document.querySelectorAll('.view')) s.hidden = s.id !== 'view-' + view;
   if (view === 'harness') loadHarness();
   if (view === 'metrics') pollMetrics();
+  if (view === 'runs') loadRuns();
 }
 
 // ---------------------------------------------------------------- live
@@ -83,9 +84,19 @@ function logLine(ev) {
   li.append(head, ' ');
   let text = '';
   switch (ev.type) {
-    case 'accepted':
-      text = '#' + ev.id + ' ' + (ev.admission || '') + ' ' + describeEvent(ev.event);
+    case 'accepted': {
+      // triage: queued by class, merged into a waiting duplicate, folded into a waiting join,
+      // or queued by evicting a less important event
+      const how = {
+        queued: 'queued (' + ev.class + ')',
+        merged: 'merged into #' + ev.into,
+        folded: 'folded into #' + ev.into,
+        queued_evicting: 'queued (' + ev.class + '), evicting #' + ev.evicted,
+      }[ev.status] || ev.status;
+      if (ev.status !== 'queued') li.classList.add('triaged');
+      text = '#' + ev.id + ' ' + how + ': ' + describeEvent(ev.event);
       break;
+    }
     case 'started':
       text = '#' + ev.id + ' (' + ev.class + ', harness ' + short(ev.harness) + ') ' + describeEvent(ev.event);
       break;
@@ -108,7 +119,8 @@ function logLine(ev) {
       break;
     }
     case 'dropped':
-      text = JSON.stringify(ev);
+      text = '#' + ev.id + (ev.merged.length ? ' (and #' + ev.merged.join(', #') + ')' : '') + ' not answered: ' +
+        ev.reason + ' after ' + secs(ev.waited_s) + ' waiting (' + ev.class + ')';
       break;
     case 'error':
       text = (ev.id ? '#' + ev.id + ' ' : '') + ev.message;
@@ -503,14 +515,99 @@ function drawHistogram(bs) {
   });
 }
 
+// ---------------------------------------------------------------- runs
+
+const COLORS = ['#2b59c3', '#b42318', '#067647', '#8a5a00', '#6941c6', '#0e7490', '#c11574', '#475467'];
+const runState = { data: null, evals: new Set(), training: new Set() };
+
+async function loadRuns() {
+  const r = await api('GET', '/v1/runs');
+  if (r.status !== 200) { status('runs: ' + errorText(r), true); return; }
+  runState.data = r.json;
+  if (!runState.evals.size) r.json.evals.slice(0, 6).forEach((e) => runState.evals.add(e.name));
+  if (!runState.training.size) r.json.training.slice(0, 4).forEach((t) => runState.training.add(t.name));
+  renderRuns();
+}
+
+function checkbox(set, name, label) {
+  const lab = el('label');
+  const cb = el('input');
+  cb.type = 'checkbox';
+  cb.checked = set.has(name);
+  cb.addEventListener('change', () => { if (cb.checked) set.add(name); else set.delete(name); renderRuns(); });
+  lab.append(cb, ' ', label === undefined ? name : label);
+  return lab;
+}
+
+function renderRuns() {
+  const d = runState.data;
+  if (!d) return;
+  const tbody = document.querySelector('#eval-table tbody');
+  tbody.replaceChildren();
+  const fmt = (x) => (x === undefined ? '-' : x.toFixed(1));
+  for (const e of d.evals) {
+    const tr = el('tr');
+    const td0 = el('td');
+    td0.append(checkbox(runState.evals, e.name, ''));
+    tr.append(td0, el('td', 'mono', e.name), el('td', '', fmt(e.scores.lsqa)), el('td', '', fmt(e.scores.hvqa)),
+      el('td', '', fmt(e.scores.ifeval)), el('td', 'mono', e.model || ''));
+    tbody.append(tr);
+  }
+  if (!d.evals.length) tbody.append(el('tr', '', 'No evaluation runs under --runs.'));
+  const list = $('train-list');
+  list.replaceChildren(...d.training.map((t) => { const li = el('li'); li.append(checkbox(runState.training, t.name)); return li; }));
+  drawEvals(d.evals.filter((e) => runState.evals.has(e.name)));
+  drawTraining(d.training.filter((t) => runState.training.has(t.name)));
+}
+
+function drawEvals(evals) {
+  const svg = $('chart-evals');
+  svg.replaceChildren();
+  const suites = ['lsqa', 'hvqa', 'ifeval'];
+  const gw = 540 / suites.length;
+  const bw = Math.min(24, (gw - 20) / Math.max(evals.length, 1));
+  suites.forEach((s, i) => {
+    svg.append(svgEl('text', { x: 40 + i * gw + gw / 2 - 12, y: 214 }, s));
+    evals.forEach((e, j) => {
+      const v = e.scores[s];
+      if (v === undefined) return;
+      const h = 180 * v / 100;
+      const r = svgEl('rect', { x: 40 + i * gw + 10 + j * bw, y: 200 - h, width: bw - 2, height: h, fill: COLORS[j % COLORS.length] });
+      r.append(svgEl('title', {}, e.name + ' ' + s + ': ' + v.toFixed(1)));
+      svg.append(r);
+    });
+  });
+  svg.append(svgEl('text', { x: 2, y: 24 }, '100'), svgEl('text', { x: 2, y: 204 }, '0'));
+  evals.forEach((e, j) => svg.append(svgEl('text', { x: 420, y: 14 + 12 * j, fill: COLORS[j % COLORS.length] }, e.name)));
+}
+
+function drawTraining(runs) {
+  const svg = $('chart-train');
+  svg.replaceChildren();
+  const pts = runs.flatMap((r) => r.loss.concat(r.val_loss));
+  if (!pts.length) { svg.append(svgEl('text', { x: 10, y: 100 }, 'No training runs selected.')); return; }
+  const smax = Math.max(...pts.map((p) => p[0]));
+  const ymax = Math.max(...pts.map((p) => p[1])) * 1.05;
+  const X = (s) => 40 + 550 * s / Math.max(smax, 1);
+  const Y = (v) => 200 - 190 * v / ymax;
+  runs.forEach((r, j) => {
+    const c = COLORS[j % COLORS.length];
+    svg.append(svgEl('polyline', { fill: 'none', stroke: c, 'stroke-width': 1.5, points: r.loss.map((p) => X(p[0]) + ',' + Y(p[1])).join(' ') }));
+    for (const p of r.val_loss) svg.append(svgEl('circle', { cx: X(p[0]), cy: Y(p[1]), r: 3, fill: c }));
+    svg.append(svgEl('text', { x: 420, y: 14 + 12 * j, fill: c }, r.name));
+  });
+  svg.append(svgEl('text', { x: 2, y: 14 }, ymax.toFixed(2)), svgEl('text', { x: 2, y: 204 }, '0'),
+    svgEl('text', { x: 560, y: 214 }, 'step ' + smax));
+}
+
 // ---------------------------------------------------------------- wiring
 
 function init() {
   for (const b of document.querySelectorAll('[role=tab]')) b.addEventListener('click', () => show(b.dataset.view));
   document.addEventListener('keydown', (e) => {
     const typing = /^(INPUT|TEXTAREA|SELECT)$/.test(document.activeElement.tagName);
-    if (!typing && !e.ctrlKey && !e.metaKey && !e.altKey && ['1', '2', '3'].includes(e.key)) {
-      show(['live', 'harness', 'metrics'][Number(e.key) - 1]);
+    if (!typing && !e.ctrlKey && !e.metaKey && !e.altKey && ['1', '2', '3', '4'].includes(e.key)) {
+      show(['live', 'harness', 'metrics', 'runs'][Number(e.key) - 1]);
     }
   });
   $('login').addEventListener('submit', (e) => {

@@ -8,6 +8,7 @@
 //! `HAT_SKIP_BROWSER_TESTS=1` to skip on a machine without them.
 
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -40,11 +41,15 @@ fn harness_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream")
 }
 
-/// Kills the driver (and its browsers) when the test ends, pass or fail.
+/// Kills the driver and the browsers it started (its process group) when the test ends,
+/// pass or fail: a browser left behind would keep its connections to the server open.
 struct Driver(Child);
 
 impl Drop for Driver {
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-9", &format!("-{}", self.0.id())])
+            .status();
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -135,10 +140,18 @@ async fn comment(c: &Client, text: &str) {
         .unwrap();
 }
 
+/// Waits until the newest reply (the list's first item) contains `needle`; its harness hash.
 async fn reply_harness(c: &Client, needle: &str) -> String {
-    wait_text(c, "#replies li", needle).await;
-    let first = c.find(Locator::Css("#replies li")).await.unwrap();
-    first.attr("data-harness").await.unwrap().unwrap()
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(first) = c.find(Locator::Css("#replies li")).await {
+            if first.text().await.is_ok_and(|t| t.contains(needle)) {
+                return first.attr("data-harness").await.unwrap().unwrap();
+            }
+        }
+        assert!(Instant::now() < deadline, "no newest reply with `{needle}` after 30 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[test]
@@ -153,7 +166,22 @@ fn the_console_drives_a_live_stream_and_the_harness_in_a_browser() {
         .expect("no chromedriver: apt-get install chromium-driver, set HAT_CHROMEDRIVER, or HAT_SKIP_BROWSER_TESTS=1");
 
     let data = tempfile::tempdir().unwrap();
+    // one evaluation run and one training run for the Runs view
+    let runs = data.path().join("runs");
+    std::fs::create_dir_all(runs.join("eval-demo/lsqa")).unwrap();
+    std::fs::write(
+        runs.join("eval-demo/lsqa/results.json"),
+        r#"{"suite":"lsqa","score":42.5,"model":{"name":"demo-model"}}"#,
+    )
+    .unwrap();
+    std::fs::create_dir_all(runs.join("sft-demo")).unwrap();
+    std::fs::write(
+        runs.join("sft-demo/metrics.jsonl"),
+        "{\"step\":1,\"loss\":2.0}\n{\"step\":2,\"loss\":1.0,\"val_loss\":1.2}\n",
+    )
+    .unwrap();
     let cfg = ServeConfig {
+        runs_dir: Some(runs),
         data_dir: data.path().to_path_buf(),
         request_timeout: Duration::from_secs(60),
         default_stream: Some(("demo".into(), 1)),
@@ -172,6 +200,7 @@ fn the_console_drives_a_live_stream_and_the_harness_in_a_browser() {
     let _driver = Driver(
         Command::new(&chromedriver)
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -217,6 +246,8 @@ fn the_console_drives_a_live_stream_and_the_harness_in_a_browser() {
         let first = reply_harness(&c, "Mia here").await;
         assert!(first.starts_with("sha256:"), "{first}");
         wait_text(&c, "#log li", "reply").await;
+        // triage is shown: the comment was queued in its class
+        wait_text(&c, "#log li", "queued (").await;
         shot(&c, "1-live.png").await;
 
         // Harness: an invalid edit shows its problem with file and line, and changes nothing
@@ -301,7 +332,6 @@ fn the_console_drives_a_live_stream_and_the_harness_in_a_browser() {
             .await
             .unwrap();
         comment(&c, "and now?").await;
-        wait_text(&c, "#replies li", "Mia here").await;
         let third = reply_harness(&c, "Mia here").await;
         assert_eq!(third, first);
 
@@ -314,6 +344,23 @@ fn the_console_drives_a_live_stream_and_the_harness_in_a_browser() {
             .unwrap();
         wait_text(&c, "#m-replies", "3").await;
         shot(&c, "4-metrics.png").await;
+
+        // Runs: evaluations and training curves from the --runs folder
+        c.find(Locator::Id("tab-runs"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        wait_text(&c, "#eval-table td", "42.5").await;
+        wait_text(&c, "#train-list li", "sft-demo").await;
+        let curves = c
+            .find_all(Locator::Css("#chart-train polyline"))
+            .await
+            .unwrap()
+            .len();
+        assert_eq!(curves, 1);
+        shot(&c, "5-runs.png").await;
         c.close().await.unwrap();
     });
     server.stop().unwrap();

@@ -347,8 +347,7 @@ fn toml_string(out: &mut String, s: &str) {
 
 fn toml_key(k: &str) -> String {
     if !k.is_empty()
-        && k
-            .bytes()
+        && k.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
     {
         k.to_string()

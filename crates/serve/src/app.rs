@@ -51,6 +51,8 @@ pub struct ServeConfig {
     /// Folders `POST /v1/harness {"path"}` may activate a harness from (besides `data_dir`):
     /// a client must not make the server read, or list, any folder it can name.
     pub harness_roots: Vec<PathBuf>,
+    /// Evaluation and training runs shown by `GET /v1/runs` (the console's charts).
+    pub runs_dir: Option<PathBuf>,
 }
 
 impl Default for ServeConfig {
@@ -72,6 +74,7 @@ impl Default for ServeConfig {
             gate: None,
             default_stream: None,
             harness_roots: Vec::new(),
+            runs_dir: None,
         }
     }
 }
@@ -85,6 +88,9 @@ pub struct App {
     pub tx: Sender<Command>,
     pub chat_waiting: AtomicUsize,
     pub stop: Arc<AtomicBool>,
+    /// Turns true when shutdown starts: open event streams (SSE) end, so a graceful shutdown
+    /// does not wait forever on a console or client that keeps following a stream.
+    pub closing: tokio::sync::watch::Sender<bool>,
     /// Serialises stream creation (id choice and folder).
     pub create_lock: tokio::sync::Mutex<()>,
     /// An exclusive lock on `<data_dir>/.lock`, held while the server lives: two servers on one
@@ -250,6 +256,7 @@ impl Server {
             tx,
             chat_waiting: AtomicUsize::new(0),
             stop,
+            closing: tokio::sync::watch::channel(false).0,
             create_lock: tokio::sync::Mutex::new(()),
             data_lock,
         });
@@ -308,6 +315,11 @@ impl Server {
         if let Some(dir) = self.app.cfg.watch.clone() {
             tokio::spawn(crate::api::harness::watch(self.app.clone(), dir));
         }
+        let closing = self.app.closing.clone();
+        let shutdown = async move {
+            shutdown.await;
+            let _ = closing.send(true);
+        };
         let served = axum::serve(listener, router)
             .with_graceful_shutdown(shutdown)
             .await;

@@ -19,6 +19,7 @@ pub mod edit;
 pub mod error;
 pub mod harnesses;
 pub mod metrics;
+pub mod runs;
 pub mod stream;
 pub mod triage;
 pub mod worker;

@@ -689,3 +689,33 @@ fn harness_files_are_read_checked_and_activated_as_text() {
     assert_eq!(ask(&r, "demo", "hello")["harness"], first.as_str());
     r.stop();
 }
+
+/// A client that keeps following a stream (the console does) must not hold a graceful
+/// shutdown forever: the event streams end when shutdown starts.
+#[test]
+fn shutdown_ends_open_event_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(config(dir.path()), Duration::ZERO);
+    create(&r, "demo");
+    let addr = r.addr();
+    let reader = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET /v1/streams/demo/events HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut buf = Vec::new();
+        // returns when the server closes the connection
+        let _ = s.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).to_string()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        r.stop();
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the server stopped with an event stream open");
+    let text = reader.join().unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+}

@@ -31,6 +31,10 @@ pub struct ServeArgs {
     /// (the console asks for it). Required when --addr is not a loopback address.
     #[arg(long = "server-api-key-env", env = "HAT_SERVER_API_KEY_ENV")]
     server_api_key_env: Option<String>,
+    /// Evaluation and training runs the console charts (`hat eval --out` folders and training
+    /// runs directly under it).
+    #[arg(long, default_value = "runs", env = "HAT_RUNS")]
+    runs: PathBuf,
     /// Listen on a non-loopback address without an API key: anyone who reaches the server
     /// can post events, swap the harness and use the console.
     #[arg(long)]
@@ -136,6 +140,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         watch: (!a.no_watch).then(|| a.harness.clone()),
         model_name: a.served_name.clone().unwrap_or(identity.name.clone()),
         default_stream: (!a.default_stream.is_empty()).then(|| (a.default_stream.clone(), 1)),
+        runs_dir: Some(a.runs.clone()),
         // Versions of the served harness usually sit beside it.
         harness_roots: vec![a
             .harness

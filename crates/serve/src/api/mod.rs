@@ -11,6 +11,7 @@
 //! | `GET /v1/harness`, `POST /v1/harness`, `POST /v1/harness/rollback` | versions, swap, roll back |
 //! | `GET /v1/harness/files`, `POST /v1/harness/files` | a version's files as text; activate an edit |
 //! | `POST /v1/harness/check` | validate an edit (and run the gate) without activating it |
+//! | `GET /v1/runs` | evaluation and training runs under `--runs` (the console's charts) |
 //! | `GET /v1/models`, `POST /v1/chat/completions` | OpenAI-compatible |
 
 pub mod harness;
@@ -55,6 +56,7 @@ pub fn router(app: Arc<App>) -> Router {
             get(harness::files).post(harness::save).layer(upload),
         )
         .route("/harness/check", post(harness::check).layer(upload))
+        .route("/runs", get(ops::runs))
         .route("/models", get(openai::models))
         .route("/chat/completions", post(openai::chat))
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), auth));

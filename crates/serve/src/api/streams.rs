@@ -561,5 +561,9 @@ pub async fn sse(
                 .data(json!({"missed": n, "message": "this client fell behind; reconnect with Last-Event-ID to replay"}).to_string()))),
         }
     });
-    Ok(Sse::new(replayed.chain(live)).keep_alive(KeepAlive::default()))
+    let mut closing = app.closing.subscribe();
+    let closed = async move {
+        let _ = closing.wait_for(|c| *c).await;
+    };
+    Ok(Sse::new(replayed.chain(live).take_until(closed)).keep_alive(KeepAlive::default()))
 }
