@@ -67,6 +67,7 @@ function show(view) {
   if (view === 'harness') loadHarness();
   if (view === 'metrics') pollMetrics();
   if (view === 'runs') loadRuns();
+  if (view === 'ab') loadExperiments();
 }
 
 // ---------------------------------------------------------------- live
@@ -600,14 +601,87 @@ function drawTraining(runs) {
     svgEl('text', { x: 560, y: 214 }, 'step ' + smax));
 }
 
+// ---------------------------------------------------------------- A/B experiments
+
+async function loadExperiments() {
+  const [h, x] = await Promise.all([api('GET', '/v1/harness'), api('GET', '/v1/experiments')]);
+  if (h.json) {
+    const opts = () => (h.json.versions || []).slice().reverse().map((v) => {
+      const o = el('option', '', short(v.hash) + ' ' + v.name + (v.active ? ' (active)' : ''));
+      o.value = v.hash;
+      return o;
+    });
+    $('ab-control').replaceChildren(...opts());
+    $('ab-treatment').replaceChildren(...opts());
+    // the active version is the natural control; the newest other version the treatment
+    $('ab-control').value = h.json.active;
+    const other = (h.json.versions || []).slice().reverse().find((v) => v.hash !== h.json.active);
+    if (other) $('ab-treatment').value = other.hash;
+  }
+  const list = $('ab-list');
+  list.replaceChildren();
+  if (!x.json) { status('experiments: ' + errorText(x), true); return; }
+  if (!x.json.experiments.length) list.append(el('p', 'hint', 'No experiments yet.'));
+  for (const e of x.json.experiments) list.append(experimentCard(e));
+}
+
+function experimentCard(e) {
+  const div = el('div', 'experiment');
+  const head = el('h2', '', e.name + (e.running ? ' (running)' : ' (stopped)'));
+  div.append(head);
+  if (e.running) {
+    const b = el('button', 'stop', 'Stop');
+    b.type = 'button';
+    b.addEventListener('click', async () => {
+      const r = await api('POST', '/v1/experiments/' + encodeURIComponent(e.name) + '/stop', {});
+      if (r.status === 200) { status('experiment ' + e.name + ' stopped'); loadExperiments(); }
+      else status('stop: ' + errorText(r), true);
+    });
+    div.append(b);
+  }
+  if (e.note) div.append(el('p', 'hint', e.note));
+  const rep = e.report;
+  div.append(el('p', 'hint', 'unit ' + rep.unit + '; arms: ' + rep.arms.map((a) => a.name + ' (' + short(a.harness) + ', ' + a.viewers + ' viewers)').join(', ')));
+  const t = el('table', 'runs-table');
+  const hr = el('tr');
+  for (const h of ['metric', 'arm', 'control', 'arm mean', 'difference', 'always-valid interval', 'Welch interval', 'units', 'significant']) hr.append(el('th', '', h));
+  t.append(hr);
+  const f = (x) => (typeof x === 'number' ? (Math.abs(x) >= 100 ? x.toFixed(1) : x.toFixed(3)) : '-');
+  const iv = (i) => (i ? '[' + f(i.lo) + ', ' + f(i.hi) + ']' : '-');
+  for (const m of rep.metrics) {
+    for (const c of m.comparisons) {
+      const k = c.comparison;
+      const tr = el('tr', k.significant ? 'significant' : '');
+      tr.append(el('td', '', m.metric), el('td', '', c.arm), el('td', '', f(k.mean_a)), el('td', '', f(k.mean_b)),
+        el('td', '', f(k.diff)), el('td', '', iv(k.always_valid)), el('td', '', iv(k.welch)),
+        el('td', '', k.n_a + ' / ' + k.n_b), el('td', '', k.significant ? 'yes' : 'no'));
+      t.append(tr);
+    }
+  }
+  div.append(t);
+  return div;
+}
+
+async function startExperiment(ev) {
+  ev.preventDefault();
+  const body = {
+    name: $('ab-name').value.trim(),
+    unit: $('ab-unit').value,
+    arms: [{ name: 'control', harness: $('ab-control').value }, { name: 'treatment', harness: $('ab-treatment').value }],
+  };
+  const r = await api('POST', '/v1/experiments', body);
+  if (r.status === 201) { status('experiment ' + body.name + ' started'); loadExperiments(); }
+  else status('not started: ' + errorText(r), true);
+}
+
 // ---------------------------------------------------------------- wiring
 
 function init() {
   for (const b of document.querySelectorAll('[role=tab]')) b.addEventListener('click', () => show(b.dataset.view));
   document.addEventListener('keydown', (e) => {
     const typing = /^(INPUT|TEXTAREA|SELECT)$/.test(document.activeElement.tagName);
-    if (!typing && !e.ctrlKey && !e.metaKey && !e.altKey && ['1', '2', '3', '4'].includes(e.key)) {
-      show(['live', 'harness', 'metrics', 'runs'][Number(e.key) - 1]);
+    if (!typing && !e.ctrlKey && !e.metaKey && !e.altKey && ['1', '2', '3', '4', '5'].includes(e.key)) {
+      show(['live', 'harness', 'metrics', 'runs', 'ab'][Number(e.key) - 1]);
     }
   });
   $('login').addEventListener('submit', (e) => {
@@ -630,6 +704,7 @@ function init() {
     if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) $('comment-form').requestSubmit();
   });
   $('editor').addEventListener('input', onEdit);
+  $('ab-form').addEventListener('submit', startExperiment);
   $('harness-check').addEventListener('click', () => check(false));
   $('harness-gate').addEventListener('click', () => check(true));
   $('harness-activate').addEventListener('click', activate);

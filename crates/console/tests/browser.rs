@@ -149,7 +149,10 @@ async fn reply_harness(c: &Client, needle: &str) -> String {
                 return first.attr("data-harness").await.unwrap().unwrap();
             }
         }
-        assert!(Instant::now() < deadline, "no newest reply with `{needle}` after 30 s");
+        assert!(
+            Instant::now() < deadline,
+            "no newest reply with `{needle}` after 30 s"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -361,6 +364,31 @@ fn the_console_drives_a_live_stream_and_the_harness_in_a_browser() {
             .len();
         assert_eq!(curves, 1);
         shot(&c, "5-runs.png").await;
+
+        // A/B: start an experiment between the two versions, see its report, stop it
+        c.find(Locator::Id("tab-ab"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        wait_text(&c, "#ab-control option", "(active)").await;
+        c.find(Locator::Css("#ab-form button[type=submit]"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        wait_text(&c, "#ab-list h2", "exp-1 (running)").await;
+        wait_text(&c, "#ab-list td", "gmv").await;
+        shot(&c, "6-ab.png").await;
+        c.find(Locator::Css("#ab-list button.stop"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        wait_text(&c, "#ab-list h2", "exp-1 (stopped)").await;
         c.close().await.unwrap();
     });
     server.stop().unwrap();

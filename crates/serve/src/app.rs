@@ -84,6 +84,8 @@ pub struct App {
     pub cfg: ServeConfig,
     pub streams: RwLock<HashMap<String, Arc<Stream>>>,
     pub harnesses: Arc<Harnesses>,
+    /// Live A/B experiments over harness versions.
+    pub experiments: Arc<crate::experiments::Experiments>,
     pub metrics: Arc<Metrics>,
     pub tx: Sender<Command>,
     pub chat_waiting: AtomicUsize,
@@ -223,6 +225,10 @@ impl Server {
         let metrics = Arc::new(Metrics::new());
         metrics.set_harness(harness.hash());
         let harnesses = Arc::new(Harnesses::new(harness));
+        let experiments = Arc::new(crate::experiments::Experiments::open(
+            &cfg.data_dir,
+            &harnesses,
+        )?);
         let (tx, rx) = std::sync::mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let mut model = model;
@@ -232,6 +238,7 @@ impl Server {
         let worker = Worker {
             model,
             harnesses: harnesses.clone(),
+            experiments: experiments.clone(),
             metrics: metrics.clone(),
             cfg: WorkerConfig {
                 max_batch: cfg.max_batch,
@@ -252,6 +259,7 @@ impl Server {
             cfg,
             streams: RwLock::new(HashMap::new()),
             harnesses,
+            experiments,
             metrics,
             tx,
             chat_waiting: AtomicUsize::new(0),

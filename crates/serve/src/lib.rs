@@ -17,6 +17,7 @@ pub mod app;
 pub mod bench;
 pub mod edit;
 pub mod error;
+pub mod experiments;
 pub mod harnesses;
 pub mod metrics;
 pub mod runs;

@@ -56,6 +56,7 @@ pub struct WorkerConfig {
 pub struct Worker {
     pub model: Box<dyn ChatModel + Send>,
     pub harnesses: Arc<Harnesses>,
+    pub experiments: Arc<crate::experiments::Experiments>,
     pub metrics: Arc<Metrics>,
     pub cfg: WorkerConfig,
     pub rx: Receiver<Command>,
@@ -81,6 +82,8 @@ struct Job {
     history: Vec<Turn>,
     recent: Vec<String>,
     version: Arc<Version>,
+    /// The experiment arm serving this reply: (experiment, arm, viewer).
+    arm: Option<(String, usize, String)>,
     started: Instant,
 }
 
@@ -261,8 +264,19 @@ impl Worker {
                 g.meta.recent.iter().cloned().collect(),
             )
         };
-        let version = self.harnesses.active();
         let event = pending.event();
+        // A running experiment serves each viewer from their arm's harness version.
+        let (version, arm) = match (self.experiments.running(), event.viewer()) {
+            (Some(r), Some(viewer)) => {
+                let a = r.arm_of(viewer, &l.stream.id);
+                self.experiments.expose(&r, a, viewer, &l.stream.id);
+                (
+                    r.versions[a].clone(),
+                    Some((r.def.name.clone(), a, viewer.to_string())),
+                )
+            }
+            _ => (self.harnesses.active(), None),
+        };
         self.metrics
             .queue_wait
             .observe(pending.arrived.elapsed().as_secs_f64());
@@ -282,6 +296,7 @@ impl Worker {
             history,
             recent,
             version,
+            arm,
             started: Instant::now(),
         });
         let scene = Scene {
@@ -478,6 +493,10 @@ impl Worker {
             "reply"
         );
         self.metrics.latency.observe(latency.total);
+        if let Some((experiment, arm, viewer)) = &j.arm {
+            self.experiments
+                .reply(experiment, *arm, viewer, latency.total);
+        }
         self.metrics.ttft.observe(latency.total);
         self.metrics.replies.inc();
         let reply = t.attempt.reply.clone();

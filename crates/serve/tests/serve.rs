@@ -719,3 +719,122 @@ fn shutdown_ends_open_event_streams() {
     let text = reader.join().unwrap();
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
 }
+
+/// A live experiment over two harness versions: each viewer is answered by their arm's
+/// version (and always the same one), outcome events are attributed to that arm, the report
+/// compares the arms, an unknown viewer's outcome is refused, and stopping returns every
+/// viewer to the active version.
+#[test]
+fn a_live_experiment_serves_each_viewer_from_their_arm_and_attributes_outcomes() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(config(dir.path()), Duration::ZERO);
+    create(&r, "demo");
+    let zoe = renamed_harness(dir.path(), "Zoe");
+    let mia_hash = get(&r.url("/v1/harness")).1["active"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (code, v) = json("POST", &r.url("/v1/harness"), &json!({"path": zoe}));
+    assert_eq!(code, 200, "{v}");
+    let zoe_hash = v["active"].as_str().unwrap().to_string();
+    let (code, _) = json(
+        "POST",
+        &r.url("/v1/harness/rollback"),
+        &json!({"hash": mia_hash}),
+    );
+    assert_eq!(code, 200);
+
+    let exp = json!({"name": "mia-vs-zoe", "seed": 5, "arms": [
+        {"name": "mia", "harness": mia_hash}, {"name": "zoe", "harness": &zoe_hash[..20]}]});
+    let (code, v) = json("POST", &r.url("/v1/experiments"), &exp);
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(v["arms"][1]["harness"], zoe_hash.as_str());
+    // one experiment at a time
+    let (code, _) = json("POST", &r.url("/v1/experiments"), &exp);
+    assert_eq!(code, 400);
+
+    let ask_as = |viewer: &str| -> Value {
+        let (code, v) = json(
+            "POST",
+            &r.url("/v1/streams/demo/events?wait=true"),
+            &json!({"type": "comment", "viewer": viewer, "text": "hello"}),
+        );
+        assert_eq!(code, 200, "{v}");
+        v["results"][0].clone()
+    };
+    let mut arm_of = std::collections::HashMap::new();
+    for i in 0..24 {
+        let viewer = format!("viewer{i}");
+        let reply = ask_as(&viewer);
+        let h = reply["harness"].as_str().unwrap().to_string();
+        let persona = if h == zoe_hash { "Zoe" } else { "Mia" };
+        assert!(reply["text"].as_str().unwrap().contains(persona), "{reply}");
+        arm_of.insert(viewer, h);
+    }
+    let zoes: Vec<&String> = arm_of
+        .iter()
+        .filter(|(_, h)| **h == zoe_hash)
+        .map(|(v, _)| v)
+        .collect();
+    assert!(!zoes.is_empty() && zoes.len() < 24, "{} of 24", zoes.len());
+    // the same viewer stays in their arm
+    assert_eq!(ask_as("viewer0")["harness"], arm_of["viewer0"].as_str());
+
+    // outcomes: every Zoe viewer buys for 100, nobody else does
+    let events: Vec<Value> = zoes
+        .iter()
+        .flat_map(|v| {
+            [
+                json!({"viewer": v, "type": "page_view"}),
+                json!({"viewer": v, "type": "purchase", "amount": 100.0}),
+            ]
+        })
+        .collect();
+    let (code, v) = json("POST", &r.url("/v1/outcomes"), &json!({"events": events}));
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["by_arm"]["zoe"], zoes.len() * 2);
+    // an unknown viewer refuses the whole request, naming the event
+    let (code, v) = json(
+        "POST",
+        &r.url("/v1/outcomes"),
+        &json!({"events": [{"viewer": "viewer1", "type": "page_view"},
+                           {"viewer": "stranger", "type": "page_view"}]}),
+    );
+    assert_eq!(code, 400, "{v}");
+    assert_eq!(v["error"]["field"], "events[1].viewer");
+    let (code, v) = json(
+        "POST",
+        &r.url("/v1/outcomes"),
+        &json!({"viewer": "viewer1", "type": "purchase"}),
+    );
+    assert_eq!(code, 400, "{v}");
+
+    let (_, list) = get(&r.url("/v1/experiments"));
+    assert_eq!(list["running"], "mia-vs-zoe");
+    let report = &list["experiments"][0]["report"];
+    let gmv = report["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["metric"] == "gmv")
+        .unwrap();
+    let c = &gmv["comparisons"][0]["comparison"];
+    assert_eq!(c["mean_a"], 0.0);
+    assert_eq!(c["mean_b"], 100.0);
+    assert_eq!(c["n_b"], zoes.len());
+    assert_eq!(c["n_a"], 24 - zoes.len());
+
+    let (code, _) = json(
+        "POST",
+        &r.url("/v1/experiments/mia-vs-zoe/stop"),
+        &json!({}),
+    );
+    assert_eq!(code, 200);
+    for z in zoes.iter().take(3) {
+        assert_eq!(ask_as(z)["harness"], mia_hash.as_str());
+    }
+    let (_, list) = get(&r.url("/v1/experiments"));
+    assert!(list["running"].is_null());
+    assert!(list["experiments"][0]["stopped_at"].is_f64());
+    r.stop();
+}

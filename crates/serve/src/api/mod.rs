@@ -11,9 +11,12 @@
 //! | `GET /v1/harness`, `POST /v1/harness`, `POST /v1/harness/rollback` | versions, swap, roll back |
 //! | `GET /v1/harness/files`, `POST /v1/harness/files` | a version's files as text; activate an edit |
 //! | `POST /v1/harness/check` | validate an edit (and run the gate) without activating it |
+//! | `GET /v1/experiments`, `POST /v1/experiments`, `POST /v1/experiments/{name}/stop` | live A/B experiments over harness versions, with their reports |
+//! | `POST /v1/outcomes` | the platform's outcome events (page view, add to cart, purchase), attributed to the viewer's arm |
 //! | `GET /v1/runs` | evaluation and training runs under `--runs` (the console's charts) |
 //! | `GET /v1/models`, `POST /v1/chat/completions` | OpenAI-compatible |
 
+pub mod experiments;
 pub mod harness;
 pub mod openai;
 pub mod openai_tools;
@@ -57,6 +60,12 @@ pub fn router(app: Arc<App>) -> Router {
         )
         .route("/harness/check", post(harness::check).layer(upload))
         .route("/runs", get(ops::runs))
+        .route(
+            "/experiments",
+            get(experiments::list).post(experiments::start),
+        )
+        .route("/experiments/{name}/stop", post(experiments::stop))
+        .route("/outcomes", post(experiments::outcomes))
         .route("/models", get(openai::models))
         .route("/chat/completions", post(openai::chat))
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), auth));

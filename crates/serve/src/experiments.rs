@@ -1,0 +1,580 @@
+//! Live A/B experiments on real traffic: arms are harness versions of this server (the model
+//! is the server's own), viewers (or whole streams) are assigned by the stable hash of
+//! `hat_ab::assign`, the reply a viewer gets comes from their arm's harness, and the platform
+//! posts outcome events (item-page view, add to cart, purchase with its amount) that are
+//! attributed to the arm that served the viewer. Everything is kept in SQLite
+//! (`<data_dir>/experiments.sqlite`) and reported with `hat_ab::stats` (Welch, bootstrap and
+//! the always-valid interval that decides significance, so the console may be refreshed at
+//! will).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use hat_ab::stats::{compare, CompareConfig};
+use hat_ab::Unit;
+
+use crate::error::{Result, ServeError};
+use crate::harnesses::{Harnesses, Version};
+
+/// Most arms, most outcome events in one request.
+pub const MAX_ARMS: usize = 16;
+pub const MAX_OUTCOMES_PER_REQUEST: usize = 1000;
+/// Largest purchase amount accepted.
+pub const MAX_AMOUNT: f64 = 1e9;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArmDef {
+    pub name: String,
+    /// A harness version's hash, or a unique prefix of at least 8 characters.
+    pub harness: String,
+    #[serde(default = "one")]
+    pub weight: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentDef {
+    pub name: String,
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default = "viewer")]
+    pub unit: Unit,
+    #[serde(default = "alpha")]
+    pub alpha: f64,
+    #[serde(default = "mixture_sd")]
+    pub mixture_sd: f64,
+    pub arms: Vec<ArmDef>,
+}
+
+fn viewer() -> Unit {
+    Unit::Viewer
+}
+fn alpha() -> f64 {
+    0.05
+}
+fn mixture_sd() -> f64 {
+    0.2
+}
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+impl ExperimentDef {
+    fn check(&self) -> Result<()> {
+        let bad = |f: &str, m: String| Err(ServeError::bad(f, m));
+        if !valid_name(&self.name) {
+            return bad("name", "1 to 64 letters, digits, `-`, `_` or `.`".into());
+        }
+        if self.arms.len() < 2 || self.arms.len() > MAX_ARMS {
+            return bad(
+                "arms",
+                format!("2 to {MAX_ARMS} arms, not {}", self.arms.len()),
+            );
+        }
+        for (i, a) in self.arms.iter().enumerate() {
+            if !valid_name(&a.name) || self.arms[..i].iter().any(|b| b.name == a.name) {
+                return bad(
+                    &format!("arms[{i}].name"),
+                    "a unique name of 1 to 64 letters, digits, `-`, `_` or `.`".into(),
+                );
+            }
+            if !(a.weight.is_finite() && a.weight > 0.0 && a.weight <= 1e6) {
+                return bad(
+                    &format!("arms[{i}].weight"),
+                    format!("above 0 and at most 1e6, not {}", a.weight),
+                );
+            }
+        }
+        if !(self.alpha > 0.0 && self.alpha < 0.5) {
+            return bad("alpha", format!("between 0 and 0.5, not {}", self.alpha));
+        }
+        if !(self.mixture_sd > 0.0 && self.mixture_sd <= 10.0) {
+            return bad(
+                "mixture_sd",
+                format!("above 0 and at most 10, not {}", self.mixture_sd),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The running experiment with its arms' harness versions resolved.
+pub struct Running {
+    pub def: ExperimentDef,
+    pub versions: Vec<Arc<Version>>,
+}
+
+impl Running {
+    /// The arm serving `viewer` on `stream`.
+    pub fn arm_of(&self, viewer: &str, stream: &str) -> usize {
+        let key = match self.def.unit {
+            Unit::Viewer => viewer,
+            Unit::Stream => stream,
+        };
+        let w: Vec<f64> = self.def.arms.iter().map(|a| a.weight).collect();
+        hat_ab::assign::assign(key, self.def.seed, &w)
+    }
+}
+
+/// What an outcome event says happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeKind {
+    PageView,
+    AddToCart,
+    Purchase,
+}
+
+impl OutcomeKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            OutcomeKind::PageView => "page_view",
+            OutcomeKind::AddToCart => "add_to_cart",
+            OutcomeKind::Purchase => "purchase",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Outcome {
+    pub viewer: String,
+    #[serde(rename = "type")]
+    pub kind: OutcomeKind,
+    /// What a purchase paid.
+    #[serde(default)]
+    pub amount: Option<f64>,
+}
+
+pub struct Experiments {
+    db: Mutex<Connection>,
+    running: RwLock<Option<Arc<Running>>>,
+}
+
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn db_err(e: rusqlite::Error) -> ServeError {
+    ServeError::internal("the experiments database", e)
+}
+
+impl Experiments {
+    /// Opens (or creates) the store. An experiment left running by an earlier server is
+    /// stopped when its arms' harness versions are not loaded in this one.
+    pub fn open(data_dir: &Path, harnesses: &Harnesses) -> Result<Experiments> {
+        let path = data_dir.join("experiments.sqlite");
+        let db = Connection::open(&path)
+            .map_err(|e| ServeError::internal(format!("opening {}", path.display()), e))?;
+        db.execute_batch(
+            "CREATE TABLE IF NOT EXISTS experiments (name TEXT PRIMARY KEY, def TEXT NOT NULL,
+                started_at REAL NOT NULL, stopped_at REAL, note TEXT);
+             CREATE TABLE IF NOT EXISTS exposures (experiment TEXT NOT NULL, viewer TEXT NOT NULL,
+                stream TEXT NOT NULL, arm INTEGER NOT NULL, at REAL NOT NULL,
+                PRIMARY KEY (experiment, viewer));
+             CREATE TABLE IF NOT EXISTS replies (experiment TEXT NOT NULL, viewer TEXT NOT NULL,
+                arm INTEGER NOT NULL, latency REAL NOT NULL, at REAL NOT NULL);
+             CREATE TABLE IF NOT EXISTS outcomes (experiment TEXT NOT NULL, viewer TEXT NOT NULL,
+                arm INTEGER NOT NULL, kind TEXT NOT NULL, amount REAL NOT NULL, at REAL NOT NULL);",
+        )
+        .map_err(db_err)?;
+        let ex = Experiments {
+            db: Mutex::new(db),
+            running: RwLock::new(None),
+        };
+        let left: Option<(String, String)> = ex
+            .db()
+            .query_row(
+                "SELECT name, def FROM experiments WHERE stopped_at IS NULL LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(db_err)?;
+        if let Some((name, def)) = left {
+            let resolved = serde_json::from_str::<ExperimentDef>(&def)
+                .ok()
+                .and_then(|d| resolve(&d, harnesses).ok().map(|v| (d, v)));
+            match resolved {
+                Some((def, versions)) => {
+                    *ex.running.write().unwrap_or_else(|e| e.into_inner()) =
+                        Some(Arc::new(Running { def, versions }))
+                }
+                None => ex.mark_stopped(
+                    &name,
+                    "stopped at a restart: its arms' harness versions were not loaded",
+                )?,
+            }
+        }
+        Ok(ex)
+    }
+
+    fn db(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.db.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn running(&self) -> Option<Arc<Running>> {
+        self.running
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Starts an experiment (one runs at a time).
+    pub fn start(&self, mut def: ExperimentDef, harnesses: &Harnesses) -> Result<Value> {
+        def.check()?;
+        if let Some(r) = self.running() {
+            return Err(ServeError::bad(
+                "name",
+                format!(
+                    "experiment `{}` is running; stop it first (POST /v1/experiments/{}/stop)",
+                    r.def.name, r.def.name
+                ),
+            ));
+        }
+        let versions = resolve(&def, harnesses)?;
+        for (a, v) in def.arms.iter_mut().zip(&versions) {
+            a.harness = v.hash().to_string();
+        }
+        let text = serde_json::to_string(&def).expect("definitions serialise");
+        let inserted = self
+            .db()
+            .execute(
+                "INSERT OR IGNORE INTO experiments (name, def, started_at) VALUES (?1, ?2, ?3)",
+                params![def.name, text, now()],
+            )
+            .map_err(db_err)?;
+        if inserted == 0 {
+            return Err(ServeError::bad(
+                "name",
+                format!(
+                    "an experiment named `{}` exists; choose another name",
+                    def.name
+                ),
+            ));
+        }
+        let out = json!({"name": def.name, "arms": def.arms});
+        *self.running.write().unwrap_or_else(|e| e.into_inner()) =
+            Some(Arc::new(Running { def, versions }));
+        Ok(out)
+    }
+
+    fn mark_stopped(&self, name: &str, note: &str) -> Result<()> {
+        self.db()
+            .execute(
+                "UPDATE experiments SET stopped_at = ?2, note = ?3 WHERE name = ?1 AND stopped_at IS NULL",
+                params![name, now(), note],
+            )
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    /// Stops the running experiment `name`: new replies use the active harness again.
+    pub fn stop(&self, name: &str) -> Result<()> {
+        let mut g = self.running.write().unwrap_or_else(|e| e.into_inner());
+        match g.as_ref() {
+            Some(r) if r.def.name == name => {
+                self.mark_stopped(name, "stopped by an operator")?;
+                *g = None;
+                Ok(())
+            }
+            _ => Err(ServeError::NotFound(format!(
+                "no running experiment `{name}` (GET /v1/experiments lists them)"
+            ))),
+        }
+    }
+
+    /// Records that `viewer` on `stream` is served by `arm` (the first exposure counts).
+    pub fn expose(&self, r: &Running, arm: usize, viewer: &str, stream: &str) {
+        let res = self.db().execute(
+            "INSERT OR IGNORE INTO exposures (experiment, viewer, stream, arm, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![r.def.name, viewer, stream, arm as i64, now()],
+        );
+        if let Err(e) = res {
+            tracing::error!(error = %e, "recording an exposure");
+        }
+    }
+
+    pub fn reply(&self, experiment: &str, arm: usize, viewer: &str, latency: f64) {
+        let res = self.db().execute(
+            "INSERT INTO replies (experiment, viewer, arm, latency, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![experiment, viewer, arm as i64, latency, now()],
+        );
+        if let Err(e) = res {
+            tracing::error!(error = %e, "recording a reply");
+        }
+    }
+
+    /// Attributes outcome events to the arm that served each viewer. All or nothing: one
+    /// event that cannot be attributed refuses the request.
+    pub fn outcomes(&self, events: &[Outcome]) -> Result<Value> {
+        let Some(r) = self.running() else {
+            return Err(ServeError::bad(
+                "events",
+                "no experiment is running; outcomes are attributed to a running experiment",
+            ));
+        };
+        if events.is_empty() || events.len() > MAX_OUTCOMES_PER_REQUEST {
+            return Err(ServeError::bad(
+                "events",
+                format!("1 to {MAX_OUTCOMES_PER_REQUEST} events per request"),
+            ));
+        }
+        let mut db = self.db();
+        let tx = db.transaction().map_err(db_err)?;
+        let mut by_arm: BTreeMap<String, usize> = BTreeMap::new();
+        for (i, e) in events.iter().enumerate() {
+            let amount = match (e.kind, e.amount) {
+                (OutcomeKind::Purchase, Some(a))
+                    if a.is_finite() && (0.0..=MAX_AMOUNT).contains(&a) =>
+                {
+                    a
+                }
+                (OutcomeKind::Purchase, _) => {
+                    return Err(ServeError::bad(
+                        format!("events[{i}].amount"),
+                        format!("a purchase needs an amount from 0 to {MAX_AMOUNT}"),
+                    ))
+                }
+                (_, None) => 0.0,
+                (_, Some(_)) => {
+                    return Err(ServeError::bad(
+                        format!("events[{i}].amount"),
+                        "only a purchase has an amount",
+                    ))
+                }
+            };
+            let arm: Option<i64> = tx
+                .query_row(
+                    "SELECT arm FROM exposures WHERE experiment = ?1 AND viewer = ?2",
+                    params![r.def.name, e.viewer],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(db_err)?;
+            let Some(arm) = arm else {
+                return Err(ServeError::bad(
+                    format!("events[{i}].viewer"),
+                    format!(
+                        "viewer `{}` has not been served by experiment `{}`; nothing was recorded",
+                        hat_harness::text::truncate_chars(&e.viewer, 64),
+                        r.def.name
+                    ),
+                ));
+            };
+            tx.execute(
+                "INSERT INTO outcomes (experiment, viewer, arm, kind, amount, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![r.def.name, e.viewer, arm, e.kind.as_str(), amount, now()],
+            )
+            .map_err(db_err)?;
+            *by_arm
+                .entry(r.def.arms[arm as usize].name.clone())
+                .or_default() += 1;
+        }
+        tx.commit().map_err(db_err)?;
+        Ok(json!({"experiment": r.def.name, "recorded": events.len(), "by_arm": by_arm}))
+    }
+
+    /// Every experiment, newest first, each with its report.
+    pub fn list(&self) -> Result<Value> {
+        /// name, definition, started, stopped, note
+        type Row = (String, String, f64, Option<f64>, Option<String>);
+        let rows: Vec<Row> = {
+            let db = self.db();
+            let mut st = db
+                .prepare("SELECT name, def, started_at, stopped_at, note FROM experiments ORDER BY started_at DESC")
+                .map_err(db_err)?;
+            let it = st
+                .query_map([], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })
+                .map_err(db_err)?;
+            it.collect::<std::result::Result<_, _>>().map_err(db_err)?
+        };
+        let running = self.running().map(|r| r.def.name.clone());
+        let mut out = Vec::new();
+        for (name, def, started, stopped, note) in rows {
+            let Ok(def) = serde_json::from_str::<ExperimentDef>(&def) else {
+                continue;
+            };
+            let report = self.report(&def)?;
+            out.push(json!({
+                "name": name, "definition": def, "started_at": started, "stopped_at": stopped,
+                "note": note, "running": running.as_deref() == Some(name.as_str()), "report": report,
+            }));
+        }
+        Ok(json!({"running": running, "experiments": out}))
+    }
+
+    /// Per-unit metrics of every arm, and every arm against the control (the first).
+    fn report(&self, def: &ExperimentDef) -> Result<Value> {
+        #[derive(Default, Clone)]
+        struct Viewer {
+            stream: String,
+            views: f64,
+            cart: bool,
+            bought: bool,
+            gmv: f64,
+            latency: (f64, usize),
+        }
+        let n_arms = def.arms.len();
+        let mut viewers: Vec<BTreeMap<String, Viewer>> = vec![BTreeMap::new(); n_arms];
+        {
+            let db = self.db();
+            let mut st = db
+                .prepare("SELECT viewer, stream, arm FROM exposures WHERE experiment = ?1")
+                .map_err(db_err)?;
+            let rows = st
+                .query_map([&def.name], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, i64>(2)?,
+                    ))
+                })
+                .map_err(db_err)?;
+            for row in rows {
+                let (v, s, a) = row.map_err(db_err)?;
+                if let Some(m) = viewers.get_mut(a as usize) {
+                    m.insert(
+                        v,
+                        Viewer {
+                            stream: s,
+                            ..Viewer::default()
+                        },
+                    );
+                }
+            }
+            let mut st = db
+                .prepare("SELECT viewer, arm, kind, amount FROM outcomes WHERE experiment = ?1")
+                .map_err(db_err)?;
+            let rows = st
+                .query_map([&def.name], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, f64>(3)?,
+                    ))
+                })
+                .map_err(db_err)?;
+            for row in rows {
+                let (v, a, k, amount) = row.map_err(db_err)?;
+                if let Some(x) = viewers.get_mut(a as usize).and_then(|m| m.get_mut(&v)) {
+                    match k.as_str() {
+                        "page_view" => x.views += 1.0,
+                        "add_to_cart" => x.cart = true,
+                        _ => {
+                            x.bought = true;
+                            x.gmv += amount;
+                        }
+                    }
+                }
+            }
+            let mut st = db
+                .prepare("SELECT viewer, arm, latency FROM replies WHERE experiment = ?1")
+                .map_err(db_err)?;
+            let rows = st
+                .query_map([&def.name], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, f64>(2)?,
+                    ))
+                })
+                .map_err(db_err)?;
+            for row in rows {
+                let (v, a, l) = row.map_err(db_err)?;
+                if let Some(x) = viewers.get_mut(a as usize).and_then(|m| m.get_mut(&v)) {
+                    x.latency.0 += l;
+                    x.latency.1 += 1;
+                }
+            }
+        }
+        type Metric = (&'static str, fn(&Viewer) -> Option<f64>);
+        let metrics: [Metric; 5] = [
+            ("gmv", |v| Some(v.gmv)),
+            ("item_page_views", |v| Some(v.views)),
+            ("add_to_cart", |v| Some(f64::from(v.cart as u8))),
+            ("conversion", |v| Some(f64::from(v.bought as u8))),
+            ("latency_s", |v| {
+                (v.latency.1 > 0).then(|| v.latency.0 / v.latency.1 as f64)
+            }),
+        ];
+        let units = |arm: &BTreeMap<String, Viewer>, f: fn(&Viewer) -> Option<f64>| -> Vec<f64> {
+            match def.unit {
+                Unit::Viewer => arm.values().filter_map(f).collect(),
+                Unit::Stream => {
+                    let mut by: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
+                    for v in arm.values() {
+                        if let Some(x) = f(v) {
+                            let e = by.entry(v.stream.as_str()).or_default();
+                            e.0 += x;
+                            e.1 += 1;
+                        }
+                    }
+                    by.values().map(|(s, n)| s / *n as f64).collect()
+                }
+            }
+        };
+        let arms: Vec<Value> = def
+            .arms
+            .iter()
+            .zip(&viewers)
+            .map(|(a, v)| json!({"name": a.name, "harness": a.harness, "viewers": v.len()}))
+            .collect();
+        let mut rows = Vec::new();
+        for (m, (name, f)) in metrics.iter().enumerate() {
+            let values: Vec<Vec<f64>> = viewers.iter().map(|a| units(a, *f)).collect();
+            let comparisons: Vec<Value> = (1..n_arms)
+                .map(|b| {
+                    let cfg = CompareConfig {
+                        alpha: def.alpha,
+                        mixture_sd: def.mixture_sd,
+                        seed: def.seed ^ ((m as u64) << 32) ^ b as u64,
+                    };
+                    json!({"arm": def.arms[b].name, "comparison": compare(&values[0], &values[b], &cfg)})
+                })
+                .collect();
+            rows.push(json!({"metric": name, "comparisons": comparisons}));
+        }
+        Ok(
+            json!({"control": def.arms[0].name, "unit": def.unit, "alpha": def.alpha, "arms": arms, "metrics": rows}),
+        )
+    }
+}
+
+/// The arms' harness versions, from this server's history.
+fn resolve(def: &ExperimentDef, harnesses: &Harnesses) -> Result<Vec<Arc<Version>>> {
+    def.arms
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            harnesses.find(&a.harness).map_err(|e| {
+                ServeError::bad(
+                    format!("arms[{i}].harness"),
+                    format!(
+                        "{e}; an arm's harness must be a version this server has loaded (GET /v1/harness lists them)"
+                    ),
+                )
+            })
+        })
+        .collect()
+}
