@@ -8,7 +8,6 @@
 //! `HAT_SKIP_BROWSER_TESTS=1` to skip on a machine without them.
 
 use std::net::TcpListener;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -41,14 +40,15 @@ fn harness_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream")
 }
 
-/// Kills the driver and the browsers it started (its process group) when the test ends,
-/// pass or fail: a browser left behind would keep its connections to the server open.
+/// Kills the driver and the browser it started when the test ends, pass or fail: a browser
+/// left behind would keep its connections to the server open. (Only the driver's own
+/// children: killing a process group could reach the test runner's.)
 struct Driver(Child);
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-9", &format!("-{}", self.0.id())])
+        let _ = Command::new("pkill")
+            .args(["-9", "-P", &self.0.id().to_string()])
             .status();
         let _ = self.0.kill();
         let _ = self.0.wait();
@@ -117,6 +117,26 @@ async fn wait_text(c: &Client, css: &str, needle: &str) -> String {
     }
 }
 
+/// Clicks the element `css` selects once it exists, retrying while the page re-renders it
+/// (a list redrawn after a fetch makes a found element stale); at most 30 s.
+async fn click(c: &Client, css: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let clicked = match c.find(Locator::Css(css)).await {
+            Ok(e) => e.click().await.is_ok(),
+            Err(_) => false,
+        };
+        if clicked {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "could not click `{css}` for 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Sets the editor's text as a user's typing would (an `input` event).
 async fn edit(c: &Client, text: &str) {
     c.execute(
@@ -132,12 +152,7 @@ async fn comment(c: &Client, text: &str) {
     let box_ = c.find(Locator::Id("comment-text")).await.unwrap();
     box_.clear().await.unwrap();
     box_.send_keys(text).await.unwrap();
-    c.find(Locator::Css("#comment-form button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, "#comment-form button[type=submit]").await;
 }
 
 /// Waits until the newest reply (the list's first item) contains `needle`; its harness hash.
@@ -203,7 +218,6 @@ fn the_console_drives_a_live_stream_and_the_harness_in_a_browser() {
     let _driver = Driver(
         Command::new(&chromedriver)
             .arg(format!("--port={port}"))
-            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -254,19 +268,9 @@ fn the_console_drives_a_live_stream_and_the_harness_in_a_browser() {
         shot(&c, "1-live.png").await;
 
         // Harness: an invalid edit shows its problem with file and line, and changes nothing
-        c.find(Locator::Id("tab-harness"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, "#tab-harness").await;
         wait_text(&c, "#file-list button", "harness.toml").await;
-        c.find(Locator::Css("button[data-file='harness.toml']"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, "button[data-file='harness.toml']").await;
         let original: String = c
             .execute("return document.getElementById('editor').value;", vec![])
             .await
@@ -283,78 +287,38 @@ fn the_console_drives_a_live_stream_and_the_harness_in_a_browser() {
         );
         wait_text(&c, "#diff span", "[persona").await;
         shot(&c, "2-invalid.png").await;
-        c.find(Locator::Id("harness-activate"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, "#harness-activate").await;
         wait_text(&c, "#status", "not activated").await;
 
         // fixed (the persona renamed), checked, activated: new replies carry the new hash
         edit(&c, &original.replace("name = \"Mia\"", "name = \"Zoe\"")).await;
         wait_text(&c, "#problems li", "No problems").await;
-        c.find(Locator::Id("harness-activate"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, "#harness-activate").await;
         wait_text(&c, "#status", "is active").await;
         shot(&c, "3-activated.png").await;
-        c.find(Locator::Id("tab-live"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, "#tab-live").await;
         comment(&c, "who is hosting?").await;
         let second = reply_harness(&c, "Zoe here").await;
         assert_ne!(second, first);
 
         // roll back to the first version
-        c.find(Locator::Id("tab-harness"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, "#tab-harness").await;
         let back = format!("button.rollback[data-hash='{first}']");
         wait_text(&c, "#versions li", "Roll back").await;
-        c.find(Locator::Css(&back))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, &back).await;
         wait_text(&c, "#status", "rolled back").await;
-        c.find(Locator::Id("tab-live"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, "#tab-live").await;
         comment(&c, "and now?").await;
         let third = reply_harness(&c, "Mia here").await;
         assert_eq!(third, first);
 
         // Metrics: the three replies are counted
-        c.find(Locator::Id("tab-metrics"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, "#tab-metrics").await;
         wait_text(&c, "#m-replies", "3").await;
         shot(&c, "4-metrics.png").await;
 
         // Runs: evaluations and training curves from the --runs folder
-        c.find(Locator::Id("tab-runs"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, "#tab-runs").await;
         wait_text(&c, "#eval-table td", "42.5").await;
         wait_text(&c, "#train-list li", "sft-demo").await;
         let curves = c
@@ -366,28 +330,13 @@ fn the_console_drives_a_live_stream_and_the_harness_in_a_browser() {
         shot(&c, "5-runs.png").await;
 
         // A/B: start an experiment between the two versions, see its report, stop it
-        c.find(Locator::Id("tab-ab"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, "#tab-ab").await;
         wait_text(&c, "#ab-control option", "(active)").await;
-        c.find(Locator::Css("#ab-form button[type=submit]"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, "#ab-form button[type=submit]").await;
         wait_text(&c, "#ab-list h2", "exp-1 (running)").await;
         wait_text(&c, "#ab-list td", "gmv").await;
         shot(&c, "6-ab.png").await;
-        c.find(Locator::Css("#ab-list button.stop"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
+        click(&c, "#ab-list button.stop").await;
         wait_text(&c, "#ab-list h2", "exp-1 (stopped)").await;
         c.close().await.unwrap();
     });
