@@ -314,7 +314,8 @@ impl Experiment {
     }
 }
 
-fn valid_name(s: &str) -> bool {
+/// A name for an experiment or an arm: 1 to 64 letters, digits, `-`, `_` or `.`.
+pub fn valid_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
         && s.bytes()

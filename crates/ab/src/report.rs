@@ -66,20 +66,26 @@ pub struct Report {
     pub metrics: Vec<MetricRow>,
 }
 
-/// Per-unit values of one metric for one arm.
-fn unit_values(exp: &Experiment, recs: &[&ViewerRecord], f: PerViewer) -> Vec<f64> {
-    match exp.unit {
-        Unit::Viewer => recs.iter().map(|r| f(r)).collect(),
+/// Values per randomised unit: each viewer's value, or each stream's mean over its viewers
+/// (`(stream, value)` per viewer), since units, not viewers, were assigned.
+pub fn per_unit<'a>(unit: Unit, viewers: impl IntoIterator<Item = (&'a str, f64)>) -> Vec<f64> {
+    match unit {
+        Unit::Viewer => viewers.into_iter().map(|(_, v)| v).collect(),
         Unit::Stream => {
             let mut by: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
-            for r in recs {
-                let e = by.entry(r.stream.as_str()).or_default();
-                e.0 += f(r);
+            for (stream, v) in viewers {
+                let e = by.entry(stream).or_default();
+                e.0 += v;
                 e.1 += 1;
             }
             by.values().map(|(s, n)| s / *n as f64).collect()
         }
     }
+}
+
+/// Per-unit values of one metric for one arm.
+fn unit_values(exp: &Experiment, recs: &[&ViewerRecord], f: PerViewer) -> Vec<f64> {
+    per_unit(exp.unit, recs.iter().map(|r| (r.stream.as_str(), f(r))))
 }
 
 pub fn report(exp: &Experiment, records: &[ViewerRecord]) -> Report {

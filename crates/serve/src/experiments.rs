@@ -15,6 +15,8 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use hat_ab::config::valid_name;
+use hat_ab::report::per_unit;
 use hat_ab::stats::{compare, CompareConfig};
 use hat_ab::Unit;
 
@@ -64,13 +66,6 @@ fn alpha() -> f64 {
 }
 fn mixture_sd() -> f64 {
     0.2
-}
-
-fn valid_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 impl ExperimentDef {
@@ -518,21 +513,12 @@ impl Experiments {
                 (v.latency.1 > 0).then(|| v.latency.0 / v.latency.1 as f64)
             }),
         ];
-        let units = |arm: &BTreeMap<String, Viewer>, f: fn(&Viewer) -> Option<f64>| -> Vec<f64> {
-            match def.unit {
-                Unit::Viewer => arm.values().filter_map(f).collect(),
-                Unit::Stream => {
-                    let mut by: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
-                    for v in arm.values() {
-                        if let Some(x) = f(v) {
-                            let e = by.entry(v.stream.as_str()).or_default();
-                            e.0 += x;
-                            e.1 += 1;
-                        }
-                    }
-                    by.values().map(|(s, n)| s / *n as f64).collect()
-                }
-            }
+        let units = |arm: &BTreeMap<String, Viewer>, f: fn(&Viewer) -> Option<f64>| {
+            per_unit(
+                def.unit,
+                arm.values()
+                    .filter_map(|v| f(v).map(|x| (v.stream.as_str(), x))),
+            )
         };
         let arms: Vec<Value> = def
             .arms
