@@ -243,31 +243,10 @@ impl Experiment {
                     format!("arm `{}` has an empty model", a.name),
                 ));
             }
-            if !(a.weight.is_finite() && a.weight > 0.0 && a.weight <= 1e6) {
-                return Err((
-                    "weight",
-                    Some(i),
-                    format!(
-                        "arm `{}`: weight must be above 0 and at most 1e6, not {}",
-                        a.name, a.weight
-                    ),
-                ));
-            }
+            check_weight(a.weight)
+                .map_err(|m| ("weight", Some(i), format!("arm `{}`: weight {m}", a.name)))?;
         }
-        if !(self.alpha > 0.0 && self.alpha < 0.5) {
-            return Err((
-                "alpha",
-                None,
-                format!("must be between 0 and 0.5, not {}", self.alpha),
-            ));
-        }
-        if !(self.mixture_sd > 0.0 && self.mixture_sd <= 10.0) {
-            return Err((
-                "mixture_sd",
-                None,
-                format!("must be above 0 and at most 10, not {}", self.mixture_sd),
-            ));
-        }
+        check_levels(self.alpha, self.mixture_sd).map_err(|(f, m)| (f, None, m))?;
         let au = &self.audience;
         if au.viewers < 2 || au.viewers > MAX_VIEWERS {
             return Err((
@@ -312,6 +291,29 @@ impl Experiment {
     pub fn weights(&self) -> Vec<f64> {
         self.arms.iter().map(|a| a.weight).collect()
     }
+}
+
+/// An arm's traffic weight: above 0 and at most 1e6. `Err` says what is wrong.
+pub fn check_weight(w: f64) -> Result<(), String> {
+    if w.is_finite() && w > 0.0 && w <= 1e6 {
+        Ok(())
+    } else {
+        Err(format!("must be above 0 and at most 1e6, not {w}"))
+    }
+}
+
+/// The error level and the sequential test's mixture: `Err((field, problem))`.
+pub fn check_levels(alpha: f64, mixture_sd: f64) -> Result<(), (&'static str, String)> {
+    if !(alpha > 0.0 && alpha < 0.5) {
+        return Err(("alpha", format!("must be between 0 and 0.5, not {alpha}")));
+    }
+    if !(mixture_sd > 0.0 && mixture_sd <= 10.0) {
+        return Err((
+            "mixture_sd",
+            format!("must be above 0 and at most 10, not {mixture_sd}"),
+        ));
+    }
+    Ok(())
 }
 
 /// A name for an experiment or an arm: 1 to 64 letters, digits, `-`, `_` or `.`.

@@ -45,6 +45,22 @@ impl Actor for ModelActor<'_> {
     }
 }
 
+/// [`ModelActor`] owning its model (for callers that hand an actor over, e.g. one per A/B arm).
+pub struct OwnedModelActor {
+    pub model: Box<dyn ChatModel + Send>,
+    pub cfg: EpisodeConfig,
+}
+
+impl Actor for OwnedModelActor {
+    fn act(&mut self, jobs: &[(Job<'_>, &Expectations)]) -> Result<Vec<Trajectory>, AgentError> {
+        ModelActor {
+            model: self.model.as_mut(),
+            cfg: self.cfg,
+        }
+        .act(jobs)
+    }
+}
+
 /// A scored job.
 pub struct Outcome {
     pub gold: Expectations,

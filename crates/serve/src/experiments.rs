@@ -15,7 +15,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use hat_ab::config::valid_name;
+use hat_ab::config::{check_levels, check_weight, valid_name};
 use hat_ab::report::per_unit;
 use hat_ab::stats::{compare, CompareConfig};
 use hat_ab::Unit;
@@ -87,23 +87,9 @@ impl ExperimentDef {
                     "a unique name of 1 to 64 letters, digits, `-`, `_` or `.`".into(),
                 );
             }
-            if !(a.weight.is_finite() && a.weight > 0.0 && a.weight <= 1e6) {
-                return bad(
-                    &format!("arms[{i}].weight"),
-                    format!("above 0 and at most 1e6, not {}", a.weight),
-                );
-            }
+            check_weight(a.weight).map_err(|m| ServeError::bad(format!("arms[{i}].weight"), m))?;
         }
-        if !(self.alpha > 0.0 && self.alpha < 0.5) {
-            return bad("alpha", format!("between 0 and 0.5, not {}", self.alpha));
-        }
-        if !(self.mixture_sd > 0.0 && self.mixture_sd <= 10.0) {
-            return bad(
-                "mixture_sd",
-                format!("above 0 and at most 10, not {}", self.mixture_sd),
-            );
-        }
-        Ok(())
+        check_levels(self.alpha, self.mixture_sd).map_err(|(f, m)| ServeError::bad(f, m))
     }
 }
 
@@ -111,6 +97,8 @@ impl ExperimentDef {
 pub struct Running {
     pub def: ExperimentDef,
     pub versions: Vec<Arc<Version>>,
+    /// Viewers whose exposure is recorded, so repeat events skip the database.
+    exposed: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Running {
@@ -178,8 +166,11 @@ impl Experiments {
         let path = data_dir.join("experiments.sqlite");
         let db = Connection::open(&path)
             .map_err(|e| ServeError::internal(format!("opening {}", path.display()), e))?;
+        // WAL with normal sync: exposures and replies are written from the engine worker's
+        // thread, which must not wait for a full sync per reply.
         db.execute_batch(
-            "CREATE TABLE IF NOT EXISTS experiments (name TEXT PRIMARY KEY, def TEXT NOT NULL,
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
+             CREATE TABLE IF NOT EXISTS experiments (name TEXT PRIMARY KEY, def TEXT NOT NULL,
                 started_at REAL NOT NULL, stopped_at REAL, note TEXT);
              CREATE TABLE IF NOT EXISTS exposures (experiment TEXT NOT NULL, viewer TEXT NOT NULL,
                 stream TEXT NOT NULL, arm INTEGER NOT NULL, at REAL NOT NULL,
@@ -210,7 +201,11 @@ impl Experiments {
             match resolved {
                 Some((def, versions)) => {
                     *ex.running.write().unwrap_or_else(|e| e.into_inner()) =
-                        Some(Arc::new(Running { def, versions }))
+                        Some(Arc::new(Running {
+                            def,
+                            versions,
+                            exposed: Mutex::default(),
+                        }))
                 }
                 None => ex.mark_stopped(
                     &name,
@@ -266,8 +261,11 @@ impl Experiments {
             ));
         }
         let out = json!({"name": def.name, "arms": def.arms});
-        *self.running.write().unwrap_or_else(|e| e.into_inner()) =
-            Some(Arc::new(Running { def, versions }));
+        *self.running.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(Running {
+            def,
+            versions,
+            exposed: Mutex::default(),
+        }));
         Ok(out)
     }
 
@@ -298,6 +296,14 @@ impl Experiments {
 
     /// Records that `viewer` on `stream` is served by `arm` (the first exposure counts).
     pub fn expose(&self, r: &Running, arm: usize, viewer: &str, stream: &str) {
+        let fresh = r
+            .exposed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(viewer.to_string());
+        if !fresh {
+            return;
+        }
         let res = self.db().execute(
             "INSERT OR IGNORE INTO exposures (experiment, viewer, stream, arm, at) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![r.def.name, viewer, stream, arm as i64, now()],
@@ -433,75 +439,56 @@ impl Experiments {
         let mut viewers: Vec<BTreeMap<String, Viewer>> = vec![BTreeMap::new(); n_arms];
         {
             let db = self.db();
-            let mut st = db
-                .prepare("SELECT viewer, stream, arm FROM exposures WHERE experiment = ?1")
-                .map_err(db_err)?;
-            let rows = st
-                .query_map([&def.name], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, i64>(2)?,
-                    ))
-                })
-                .map_err(db_err)?;
-            for row in rows {
-                let (v, s, a) = row.map_err(db_err)?;
-                if let Some(m) = viewers.get_mut(a as usize) {
-                    m.insert(
-                        v,
-                        Viewer {
-                            stream: s,
-                            ..Viewer::default()
-                        },
-                    );
-                }
-            }
-            let mut st = db
-                .prepare("SELECT viewer, arm, kind, amount FROM outcomes WHERE experiment = ?1")
-                .map_err(db_err)?;
-            let rows = st
-                .query_map([&def.name], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, f64>(3)?,
-                    ))
-                })
-                .map_err(db_err)?;
-            for row in rows {
-                let (v, a, k, amount) = row.map_err(db_err)?;
-                if let Some(x) = viewers.get_mut(a as usize).and_then(|m| m.get_mut(&v)) {
-                    match k.as_str() {
-                        "page_view" => x.views += 1.0,
-                        "add_to_cart" => x.cart = true,
-                        _ => {
-                            x.bought = true;
-                            x.gmv += amount;
+            each_row(
+                &db,
+                "SELECT viewer, stream, arm FROM exposures WHERE experiment = ?1",
+                &def.name,
+                |r| {
+                    if let Some(m) = viewers.get_mut(r.get::<_, i64>(2)? as usize) {
+                        let stream = r.get(1)?;
+                        m.insert(
+                            r.get(0)?,
+                            Viewer {
+                                stream,
+                                ..Viewer::default()
+                            },
+                        );
+                    }
+                    Ok(())
+                },
+            )?;
+            each_row(
+                &db,
+                "SELECT viewer, arm, kind, amount FROM outcomes WHERE experiment = ?1",
+                &def.name,
+                |r| {
+                    let (v, a): (String, i64) = (r.get(0)?, r.get(1)?);
+                    if let Some(x) = viewers.get_mut(a as usize).and_then(|m| m.get_mut(&v)) {
+                        match r.get::<_, String>(2)?.as_str() {
+                            "page_view" => x.views += 1.0,
+                            "add_to_cart" => x.cart = true,
+                            _ => {
+                                x.bought = true;
+                                x.gmv += r.get::<_, f64>(3)?;
+                            }
                         }
                     }
-                }
-            }
-            let mut st = db
-                .prepare("SELECT viewer, arm, latency FROM replies WHERE experiment = ?1")
-                .map_err(db_err)?;
-            let rows = st
-                .query_map([&def.name], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, f64>(2)?,
-                    ))
-                })
-                .map_err(db_err)?;
-            for row in rows {
-                let (v, a, l) = row.map_err(db_err)?;
-                if let Some(x) = viewers.get_mut(a as usize).and_then(|m| m.get_mut(&v)) {
-                    x.latency.0 += l;
-                    x.latency.1 += 1;
-                }
-            }
+                    Ok(())
+                },
+            )?;
+            each_row(
+                &db,
+                "SELECT viewer, arm, latency FROM replies WHERE experiment = ?1",
+                &def.name,
+                |r| {
+                    let (v, a): (String, i64) = (r.get(0)?, r.get(1)?);
+                    if let Some(x) = viewers.get_mut(a as usize).and_then(|m| m.get_mut(&v)) {
+                        x.latency.0 += r.get::<_, f64>(2)?;
+                        x.latency.1 += 1;
+                    }
+                    Ok(())
+                },
+            )?;
         }
         type Metric = (&'static str, fn(&Viewer) -> Option<f64>);
         let metrics: [Metric; 5] = [
@@ -545,6 +532,21 @@ impl Experiments {
             json!({"control": def.arms[0].name, "unit": def.unit, "alpha": def.alpha, "arms": arms, "metrics": rows}),
         )
     }
+}
+
+/// Runs `sql` (one parameter: the experiment's name) and hands each row to `f`.
+fn each_row(
+    db: &Connection,
+    sql: &str,
+    name: &str,
+    mut f: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<()>,
+) -> Result<()> {
+    let mut st = db.prepare(sql).map_err(db_err)?;
+    let mut rows = st.query([name]).map_err(db_err)?;
+    while let Some(r) = rows.next().map_err(db_err)? {
+        f(r).map_err(db_err)?;
+    }
+    Ok(())
 }
 
 /// The arms' harness versions, from this server's history.

@@ -7,10 +7,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 
 use hat_ab::{AbError, Arm, Audience, Experiment};
-use hat_agent::driver::{Actor, Job};
-use hat_agent::episode::{run_batch, ChatModel, Episode, EpisodeConfig};
-use hat_agent::{AgentError, Trajectory};
-use hat_tasks::Expectations;
+use hat_agent::driver::{Actor, OwnedModelActor};
+use hat_agent::episode::EpisodeConfig;
 use hat_teacher::oracle::OracleActor;
 
 use crate::cmd::backend::{chat_model, ModelArgs};
@@ -47,22 +45,6 @@ pub struct RunArgs {
 pub fn run(c: AbCmd) -> Result<()> {
     match c {
         AbCmd::Run(a) => run_experiment(a),
-    }
-}
-
-/// A model that the actor owns (the driver's `ModelActor` borrows one).
-struct OwnedModel {
-    model: Box<dyn ChatModel + Send>,
-    cfg: EpisodeConfig,
-}
-
-impl Actor for OwnedModel {
-    fn act(&mut self, jobs: &[(Job<'_>, &Expectations)]) -> Result<Vec<Trajectory>, AgentError> {
-        let eps = jobs
-            .iter()
-            .map(|(j, _)| Episode::start(j.task.scene(), j.harness, j.world, self.cfg))
-            .collect::<Result<Vec<_>, _>>()?;
-        run_batch(eps, self.model.as_mut())
     }
 }
 
@@ -122,7 +104,7 @@ fn run_experiment(a: RunArgs) -> Result<()> {
             arm: arm.name.clone(),
             message: format!("{e:#}"),
         })?;
-        Ok(Box::new(OwnedModel {
+        Ok(Box::new(OwnedModelActor {
             model,
             cfg: EpisodeConfig::default(),
         }))
