@@ -126,4 +126,17 @@ fn a_bad_experiment_file_names_its_line_and_runs_nothing() {
             .arg(&out),
     )
     .stderr(predicate::str::contains("/no/such/harness"));
+    // a missing model is refused before anything is written
+    let no_model = config(d.path(), std::path::Path::new("/no/such/model.gguf"), "");
+    fails_cleanly(
+        hat()
+            .args(["ab", "run", "--config"])
+            .arg(&no_model)
+            .arg("--out")
+            .arg(&out),
+    )
+    .stderr(predicate::str::contains(
+        "model /no/such/model.gguf does not exist",
+    ));
+    assert!(!out.exists());
 }

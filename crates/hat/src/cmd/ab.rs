@@ -63,6 +63,21 @@ fn run_experiment(a: RunArgs) -> Result<()> {
         );
     }
     for arm in &exp.arms {
+        // a missing model fails here, before anything is written or any arm has run
+        let model = crate::cmd::backend::model_path(&arm.model);
+        if arm.model != "oracle" && !model.exists() {
+            bail!(
+                "{}: arm `{}`: model {} does not exist{}",
+                a.config.display(),
+                arm.name,
+                model.display(),
+                if arm.model == "default" {
+                    "; run `hat model fetch` first"
+                } else {
+                    " (use default, a GGUF file, a Hugging Face folder, or oracle)"
+                }
+            );
+        }
         if !arm.harness.is_dir() {
             bail!(
                 "{}: arm `{}`: harness folder {} does not exist",
