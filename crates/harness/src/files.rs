@@ -22,7 +22,17 @@ pub const MAX_FRONT_MATTER_DEPTH: usize = 16;
 
 pub type FileMap = BTreeMap<String, String>;
 
-/// Reads every file below `dir` (hidden entries skipped) into a [`FileMap`].
+/// Folders whose whole content belongs to a harness.
+pub const HARNESS_DIRS: [&str; 4] = ["hooks", "prompts", "skills", "tools"];
+/// Files at the root that belong to a harness.
+pub const ROOT_FILES: [&str; 2] = ["harness.toml", "hooks.toml"];
+
+/// Reads the files of the harness in `dir` into a [`FileMap`]: `harness.toml`, `hooks.toml`,
+/// everything below `hooks/`, `prompts/`, `skills/` and `tools/` (hidden entries skipped), and
+/// the prompt template and hook programs the two TOML files name wherever they lie in the
+/// folder. Nothing else is part of the harness: a README, notes or an evaluation's `--out`
+/// written inside the folder are not read, hashed or copied by `hat augment`.
+///
 /// Unreadable or oversized files become problems rather than errors. Only regular files are
 /// read: a symbolic link (which could point outside the folder, at a secret or a device) or a
 /// FIFO, socket or device (which could block forever) is a problem naming it, never opened.
@@ -40,11 +50,21 @@ pub fn read_dir(dir: &Path) -> Result<(FileMap, Vec<Problem>), HarnessError> {
             ),
         });
     }
-    let mut files = FileMap::new();
-    let mut problems = Vec::new();
-    let mut total = 0u64;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
+    let mut reader = Reader::default();
+    for name in ROOT_FILES {
+        let path = dir.join(name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) => reader.take(&path, name.to_string(), m.file_type(), m.len())?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => reader
+                .problems
+                .push(Problem::new(name, None, format!("cannot read: {e}"))),
+        }
+    }
+    let named = named_paths(&reader.files);
+    // (folder, relative path, whether everything below it belongs to the harness)
+    let mut stack = vec![(dir.to_path_buf(), String::new(), false)];
+    while let Some((d, rel_dir, whole)) = stack.pop() {
         let entries = std::fs::read_dir(&d).map_err(|source| HarnessError::Io {
             path: d.display().to_string(),
             source,
@@ -59,79 +79,159 @@ pub fn read_dir(dir: &Path) -> Result<(FileMap, Vec<Problem>), HarnessError> {
             if name.starts_with('.') {
                 continue;
             }
-            let path = entry.path();
-            let rel = path
-                .strip_prefix(dir)
-                .unwrap_or(&path)
-                .to_string_lossy()
-                .replace('\\', "/");
+            let rel = if rel_dir.is_empty() {
+                name.to_string()
+            } else {
+                format!("{rel_dir}/{name}")
+            };
+            if rel_dir.is_empty() && ROOT_FILES.contains(&rel.as_str()) {
+                continue; // read above
+            }
             let ft = entry.file_type().map_err(|source| HarnessError::Io {
                 path: rel.clone(),
                 source,
             })?;
-            if ft.is_symlink() {
-                problems.push(Problem::new(
-                    rel,
-                    None,
-                    "a symbolic link: harness files are read only as regular files inside the \
-                     folder (copy the file in instead)",
-                ));
+            // a top-level `skills` that is a link or a file is reported, not skipped
+            let wanted = whole
+                || named.contains(&rel)
+                || (rel_dir.is_empty() && HARNESS_DIRS.contains(&&*name));
+            if ft.is_dir() && !ft.is_symlink() {
+                let below = whole || (rel_dir.is_empty() && HARNESS_DIRS.contains(&&*name));
+                let leads_to_named = named.iter().any(|n| {
+                    n.strip_prefix(rel.as_str())
+                        .is_some_and(|rest| rest.starts_with('/'))
+                });
+                if below || leads_to_named {
+                    stack.push((entry.path(), rel, below));
+                }
                 continue;
             }
-            if ft.is_dir() {
-                stack.push(path);
+            if !wanted {
                 continue;
-            }
-            if !ft.is_file() {
-                problems.push(Problem::new(
-                    rel,
-                    None,
-                    "not a regular file (a FIFO, socket or device): harness files must be plain \
-                     text files",
-                ));
-                continue;
-            }
-            if files.len() >= MAX_FILES {
-                problems.push(Problem::new(
-                    rel,
-                    None,
-                    format!("more than {MAX_FILES} files; is this really a harness folder?"),
-                ));
-                // The rest is unread: parsing it would report files as missing that exist.
-                return Err(HarnessError::Invalid(problems));
             }
             let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
-            if len > MAX_FILE_BYTES {
-                problems.push(Problem::new(
-                    rel,
-                    None,
-                    format!(
-                        "file is {len} bytes; harness files must be under {MAX_FILE_BYTES} bytes"
-                    ),
-                ));
-                continue;
-            }
-            if total + len > MAX_TOTAL_BYTES {
-                problems.push(Problem::new(
-                    rel,
-                    None,
-                    format!("the harness files together exceed {MAX_TOTAL_BYTES} bytes"),
-                ));
-                return Err(HarnessError::Invalid(problems));
-            }
-            total += len;
-            match read_bounded(&path) {
-                Ok(bytes) => match String::from_utf8(bytes) {
-                    Ok(text) => {
-                        files.insert(rel, normalize(&text));
-                    }
-                    Err(_) => problems.push(Problem::new(rel, None, "not valid UTF-8 text")),
-                },
-                Err(e) => problems.push(Problem::new(rel, None, format!("cannot read: {e}"))),
+            reader.take(&entry.path(), rel, ft, len)?;
+        }
+    }
+    Ok((reader.files, reader.problems))
+}
+
+/// The template and hook programs that `harness.toml` and `hooks.toml` name, as relative
+/// paths. Read leniently: a file that does not parse is reported by [`parse`] later.
+fn named_paths(files: &FileMap) -> std::collections::BTreeSet<String> {
+    let mut named = std::collections::BTreeSet::new();
+    let mut add = |p: &str| {
+        let p = p.strip_prefix("./").unwrap_or(p);
+        if !p.is_empty() && !p.starts_with('/') && !p.split('/').any(|c| c == "..") {
+            named.insert(p.to_string());
+        }
+    };
+    if let Some(v) = files
+        .get("harness.toml")
+        .and_then(|t| toml::from_str::<toml::Value>(t).ok())
+    {
+        if let Some(t) = v
+            .get("prompt")
+            .and_then(|p| p.get("template"))
+            .and_then(|t| t.as_str())
+        {
+            add(t);
+        }
+    }
+    if let Some(v) = files
+        .get("hooks.toml")
+        .and_then(|t| toml::from_str::<toml::Value>(t).ok())
+    {
+        for hook in v.get("hooks").and_then(|h| h.as_array()).into_iter().flatten() {
+            if let Some(p) = hook
+                .get("command")
+                .and_then(|c| c.as_array())
+                .and_then(|c| c.first())
+                .and_then(|p| p.as_str())
+            {
+                add(p);
             }
         }
     }
-    Ok((files, problems))
+    named
+}
+
+/// The files read so far, the problems found, and the running totals the limits apply to.
+#[derive(Default)]
+struct Reader {
+    files: FileMap,
+    problems: Vec<Problem>,
+    total: u64,
+}
+
+impl Reader {
+    /// Reads one entry at `rel`, or records why not. An error stops the whole read (a folder
+    /// past the limits is not a harness, and the rest unread would look missing).
+    fn take(
+        &mut self,
+        path: &Path,
+        rel: String,
+        ft: std::fs::FileType,
+        len: u64,
+    ) -> Result<(), HarnessError> {
+        if ft.is_symlink() {
+            self.problems.push(Problem::new(
+                rel,
+                None,
+                "a symbolic link: harness files are read only as regular files inside the \
+                 folder (copy the file in instead)",
+            ));
+            return Ok(());
+        }
+        if !ft.is_file() {
+            self.problems.push(Problem::new(
+                rel,
+                None,
+                "not a regular file (a folder, FIFO, socket or device): harness files must be \
+                 plain text files",
+            ));
+            return Ok(());
+        }
+        if self.files.len() >= MAX_FILES {
+            self.problems.push(Problem::new(
+                rel,
+                None,
+                format!("more than {MAX_FILES} files; is this really a harness folder?"),
+            ));
+            return Err(HarnessError::Invalid(std::mem::take(&mut self.problems)));
+        }
+        if len > MAX_FILE_BYTES {
+            self.problems.push(Problem::new(
+                rel,
+                None,
+                format!("file is {len} bytes; harness files must be under {MAX_FILE_BYTES} bytes"),
+            ));
+            return Ok(());
+        }
+        if self.total + len > MAX_TOTAL_BYTES {
+            self.problems.push(Problem::new(
+                rel,
+                None,
+                format!("the harness files together exceed {MAX_TOTAL_BYTES} bytes"),
+            ));
+            return Err(HarnessError::Invalid(std::mem::take(&mut self.problems)));
+        }
+        self.total += len;
+        match read_bounded(path) {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => {
+                    self.files.insert(rel, normalize(&text));
+                }
+                Err(_) => self
+                    .problems
+                    .push(Problem::new(rel, None, "not valid UTF-8 text")),
+            },
+            Err(e) => self
+                .problems
+                .push(Problem::new(rel, None, format!("cannot read: {e}"))),
+        }
+        Ok(())
+    }
 }
 
 /// Reads at most [`MAX_FILE_BYTES`] (a file that grew since its size was taken is an error),
@@ -446,13 +546,73 @@ mod tests {
     #[test]
     fn a_folder_past_the_file_limit_reports_only_the_limit() {
         let d = tempfile::tempdir().unwrap();
-        std::fs::create_dir(d.path().join("a")).unwrap();
+        std::fs::create_dir(d.path().join("tools")).unwrap();
         for i in 0..=MAX_FILES {
-            std::fs::write(d.path().join(format!("a/{i}.md")), "x").unwrap();
+            std::fs::write(d.path().join(format!("tools/{i}.md")), "x").unwrap();
         }
         std::fs::write(d.path().join("zz.toml"), "x = 1").unwrap();
         let e = read_dir(d.path()).unwrap_err().to_string();
         assert!(e.contains("more than") && !e.contains("missing"), "{e}");
+    }
+
+    /// Red-team finding: an evaluation's `--out` inside a harness folder changed its hash, and
+    /// a big enough one made the folder unreadable. Only the harness's own files are read.
+    #[test]
+    fn files_outside_the_harness_layout_are_not_read() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path();
+        for dir in ["skills/x", "tools", "hooks", "out/lsqa", "bin", "notes"] {
+            std::fs::create_dir_all(p.join(dir)).unwrap();
+        }
+        #[cfg(unix)]
+        std::os::unix::fs::symlink("/etc", p.join("prompts")).unwrap();
+        std::fs::write(
+            p.join("harness.toml"),
+            "[prompt]\ntemplate = \"main.j2\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            p.join("hooks.toml"),
+            "[[hooks]]\nid = \"a\"\ncommand = [\"./bin/check.sh\"]\n\
+             [[hooks]]\nid = \"b\"\ncommand = [\"./../escape.sh\"]\n",
+        )
+        .unwrap();
+        for f in [
+            "main.j2",
+            "skills/x/SKILL.md",
+            "skills/x/notes.txt",
+            "tools/t.json",
+            "hooks/h.sh",
+            "bin/check.sh",
+            "bin/other.sh",
+            "README.md",
+            "out/lsqa/items.jsonl",
+            "notes/todo.md",
+        ] {
+            std::fs::write(p.join(f), "x").unwrap();
+        }
+        // an output too big for a harness file must not make the folder unreadable
+        std::fs::write(p.join("out/big.jsonl"), vec![b'x'; MAX_FILE_BYTES as usize + 1]).unwrap();
+        let (files, problems) = read_dir(p).unwrap();
+        #[cfg(unix)]
+        assert!(
+            problems.len() == 1 && problems[0].message.contains("symbolic link"),
+            "a linked harness folder is reported, not skipped: {problems:?}"
+        );
+        let read: Vec<&str> = files.keys().map(|k| k.as_str()).collect();
+        assert_eq!(
+            read,
+            [
+                "bin/check.sh",
+                "harness.toml",
+                "hooks.toml",
+                "hooks/h.sh",
+                "main.j2",
+                "skills/x/SKILL.md",
+                "skills/x/notes.txt",
+                "tools/t.json"
+            ]
+        );
     }
 
     /// Red-team finding: `when: [[[...]]]` 32,000 deep took 8.5 s to parse; 100 KB ran past 20 s.

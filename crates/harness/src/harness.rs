@@ -244,6 +244,13 @@ impl Harness {
                     format!("inputSchema: {c} (a validator would recurse forever; make each reference reach a property or an item)"),
                 ));
             }
+            for why in crate::schema_lint::unsatisfiable(&t.input_schema) {
+                problems.push(Problem::new(
+                    &file,
+                    here("inputSchema"),
+                    format!("inputSchema{why}: fix the schema so a call can satisfy it"),
+                ));
+            }
             let compiled = if cycle.is_some() {
                 None
             } else {
@@ -456,6 +463,33 @@ impl Harness {
                         .map(|e| Problem::new("hooks.toml", line, e)),
                 ),
             }
+        }
+
+        let budget_ms = m
+            .reply
+            .hook_budget_ms
+            .unwrap_or(crate::spec::DEFAULT_HOOK_BUDGET_MS);
+        if !(100..=600_000).contains(&budget_ms) {
+            problems.push(Problem::new(
+                "harness.toml",
+                at("harness.toml", "hook_budget_ms"),
+                "[reply] hook_budget_ms must be between 100 and 600000",
+            ));
+        } else if let Some((event, worst)) =
+            hook_time_worst_case(&hooks_out, m.calls.max_per_turn as u64)
+                .filter(|(_, ms)| *ms > budget_ms)
+        {
+            problems.push(Problem::new(
+                "hooks.toml",
+                None,
+                format!(
+                    "command hooks could hold a `{event}` turn for {worst} ms (their timeouts: the \
+                     event's own, after_tool's once per call up to [calls] max_per_turn, \
+                     before_reply's twice for a retry), over the budget of {budget_ms} ms: lower \
+                     timeout_ms, use fewer command hooks, or raise [reply] hook_budget_ms in \
+                     harness.toml"
+                ),
+            ));
         }
 
         let hash = content_hash(&spec.to_files());
@@ -884,6 +918,30 @@ fn build_view(
 }
 
 /// A small stream state used to prove a template renders at check time.
+/// The stream event whose turn the command hooks could hold longest, and for how many
+/// milliseconds (timeouts added up: the event's own hooks, `after_tool` hooks once per call,
+/// `before_reply` hooks twice since a blocked reply is retried once); `None` without command
+/// hooks.
+pub fn hook_time_worst_case(hooks: &[Hook], max_calls: u64) -> Option<(&'static str, u64)> {
+    let ms_at = |e: EventKind| -> u64 {
+        hooks
+            .iter()
+            .filter(|h| h.event == e)
+            .map(|h| match &h.action {
+                Action::Command { timeout, .. } => timeout.as_millis() as u64,
+                _ => 0,
+            })
+            .sum()
+    };
+    let inside = ms_at(EventKind::AfterTool) * max_calls + ms_at(EventKind::BeforeReply) * 2;
+    EventKind::ALL
+        .into_iter()
+        .filter(|e| e.is_stream_event())
+        .map(|e| (e.as_str(), ms_at(e) + inside))
+        .max_by_key(|(_, ms)| *ms)
+        .filter(|(_, ms)| *ms > 0)
+}
+
 fn sample_stream() -> Value {
     json!({
         "stream_id": "S-check", "title": "Check stream", "host": "Host", "now": "2026-01-01T20:00:00",

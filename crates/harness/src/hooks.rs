@@ -55,6 +55,21 @@ impl EventKind {
     pub fn is_stream_event(self) -> bool {
         !matches!(self, EventKind::AfterTool | EventKind::BeforeReply)
     }
+    /// The `{{ name }}` variables a hook text can use at this event. `after_tool` and
+    /// `before_reply` run inside a turn of any stream event, so they see any of them (and an
+    /// empty value where the turn's event lacks one).
+    pub fn vars(self) -> &'static [&'static str] {
+        match self {
+            EventKind::ViewerJoin => &["viewer"],
+            EventKind::Comment => &["viewer", "comment"],
+            EventKind::Gift => &["viewer", "gift", "count"],
+            EventKind::Purchase => &["viewer", "product", "quantity"],
+            EventKind::OperatorCue => &["cue"],
+            EventKind::AfterTool | EventKind::BeforeReply => &[
+                "viewer", "comment", "gift", "count", "product", "quantity", "cue",
+            ],
+        }
+    }
 }
 
 /// What a failed `check` does.
@@ -125,6 +140,44 @@ pub struct Hook {
 pub const ACTIONS: [&str; 5] = ["check", "rewrite", "inject", "drop_fields", "command"];
 pub const DEFAULT_FALLBACK: &str =
     "Thanks for asking! Let me double-check that and come back to you in a moment.";
+
+/// Every `{{ name }}` in a hook's texts must be closed and name a variable of its event: an
+/// unknown or unclosed one would send the viewer an empty gap or raw braces.
+fn lint_placeholders(spec: &HookSpec, event: EventKind, errs: &mut Vec<String>) {
+    let texts = spec
+        .forbid
+        .iter()
+        .chain(&spec.require)
+        .map(|t| ("forbid/require", t))
+        .chain(spec.ends_with.iter().map(|t| ("ends_with", t)))
+        .chain(spec.fallback.iter().map(|t| ("fallback", t)))
+        .chain(spec.append.iter().map(|t| ("append", t)))
+        .chain(spec.note.iter().map(|t| ("note", t)))
+        .chain(
+            spec.replace
+                .iter()
+                .flatten()
+                .flat_map(|(k, v)| [("replace", k), ("replace", v)]),
+        );
+    for (field, t) in texts {
+        match text::placeholders(t) {
+            Err(e) => errs.push(format!("hook `{}`: {field}: {e}", spec.id)),
+            Ok(names) => {
+                for n in names {
+                    if !event.vars().contains(&n) {
+                        errs.push(format!(
+                            "hook `{}`: {field}: `{{{{ {n} }}}}` is not a variable of event `{}` \
+                             (it has: {})",
+                            spec.id,
+                            event.as_str(),
+                            event.vars().join(", ")
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}
 
 /// Compiles one hook; `Err` holds every problem found.
 /// Check rules that can never pass, or that contradict themselves: every reply would fail
@@ -324,6 +377,27 @@ pub fn compile(spec: &HookSpec) -> Result<Hook, Vec<String>> {
             OnError::Allow
         }
     };
+    if let Some(ev) = event {
+        lint_placeholders(spec, ev, &mut errs);
+    }
+    match (spec.action.as_str(), &spec.fallback) {
+        ("check", None) if on_fail == OnFail::Fallback => errs.push(format!(
+            "hook `{}`: on_fail = \"fallback\" needs `fallback = \"...\"`, the reply sent \
+             instead (in the persona's language)",
+            spec.id
+        )),
+        ("check", Some(_)) if on_fail != OnFail::Fallback => errs.push(format!(
+            "hook `{}`: `fallback` is never sent because on_fail is not \"fallback\"; remove it \
+             or set on_fail = \"fallback\"",
+            spec.id
+        )),
+        ("command", None) if on_error == OnError::Fallback => errs.push(format!(
+            "hook `{}`: on_error = \"fallback\" needs `fallback = \"...\"`, the reply sent \
+             instead (in the persona's language)",
+            spec.id
+        )),
+        _ => {}
+    }
     let action = match spec.action.as_str() {
         "check" => {
             let rule = CheckRule {
@@ -887,6 +961,55 @@ mod tests {
             errs.iter().any(|e| e.contains("unknown event `on_reply`")),
             "{errs:?}"
         );
+    }
+
+    /// Red-team finding: `on_fail = "fallback"` with no fallback text passed `check` and sent
+    /// a built-in English sentence whatever the persona's language.
+    #[test]
+    fn a_fallback_action_needs_its_text_and_a_text_needs_its_action() {
+        let errs = compile(&check(&["best"], None, "fallback")).unwrap_err();
+        assert!(errs[0].contains("needs `fallback"), "{errs:?}");
+        let mut h = check(&["best"], None, "retry");
+        h.fallback = Some("稍等一下".into());
+        let errs = compile(&h).unwrap_err();
+        assert!(errs[0].contains("never sent"), "{errs:?}");
+        h.on_fail = Some("fallback".into());
+        assert!(compile(&h).is_ok());
+        let cmd = HookSpec {
+            id: "x".into(),
+            event: "before_reply".into(),
+            action: "command".into(),
+            command: vec!["./hooks/x.sh".into()],
+            on_error: Some("fallback".into()),
+            ..Default::default()
+        };
+        assert!(compile(&cmd).unwrap_err()[0].contains("needs `fallback"));
+    }
+
+    /// Red-team finding: a malformed or unknown `{{ viewer` placeholder in a note passed
+    /// `check` and reached viewers as raw braces or an empty gap.
+    #[test]
+    fn placeholders_must_be_closed_and_known_at_their_event() {
+        let inject = |event: &str, note: &str| HookSpec {
+            id: "i".into(),
+            event: event.into(),
+            action: "inject".into(),
+            note: Some(note.into()),
+            ..Default::default()
+        };
+        assert!(compile(&inject("gift", "Thank {{ viewer }} for {{count}} {{ gift }}")).is_ok());
+        let errs = compile(&inject("gift", "Thank {{ viewer for the gift")).unwrap_err();
+        assert!(errs[0].contains("never closed"), "{errs:?}");
+        let errs = compile(&inject("viewer_join", "Hi {{ gift }}")).unwrap_err();
+        assert!(
+            errs[0].contains("not a variable of event `viewer_join`"),
+            "{errs:?}"
+        );
+        let errs = compile(&inject("comment", "Hi {{ viewer name }}")).unwrap_err();
+        assert!(errs[0].contains("not a placeholder"), "{errs:?}");
+        let mut c = check(&["{{ cue }}"], None, "retry");
+        c.event = "before_reply".into();
+        assert!(compile(&c).is_ok(), "before_reply sees every event's variables");
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod hooks;
 pub mod op;
 pub mod problem;
 pub mod render;
+pub mod schema_lint;
 pub mod schema_refs;
 pub mod spec;
 pub mod syntax;

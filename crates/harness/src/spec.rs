@@ -124,7 +124,16 @@ impl Default for CallsConfig {
 pub struct ReplyConfig {
     #[serde(default = "default_max_chars")]
     pub max_chars: usize,
+    /// Most milliseconds the command hooks may take in one turn, their timeouts added up over
+    /// the worst case (see `Harness::hook_time_worst_case`); default
+    /// [`DEFAULT_HOOK_BUDGET_MS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_budget_ms: Option<u64>,
 }
+
+/// A live reply is due in a few seconds; hooks that could hold one turn longer than this
+/// are refused by `hat harness check` unless `[reply] hook_budget_ms` says otherwise.
+pub const DEFAULT_HOOK_BUDGET_MS: u64 = 10_000;
 
 fn default_max_chars() -> usize {
     280
@@ -134,6 +143,7 @@ impl Default for ReplyConfig {
     fn default() -> Self {
         ReplyConfig {
             max_chars: default_max_chars(),
+            hook_budget_ms: None,
         }
     }
 }

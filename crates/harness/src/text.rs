@@ -179,6 +179,35 @@ pub fn truncate_chars(s: &str, max: usize) -> String {
 /// Fills `{{ name }}` and `{{ a.b }}` from `vars`. Unknown names become empty,
 /// as in Jinja's lenient mode; only simple lookups are supported because hook
 /// values are short phrases, not templates.
+/// The variable names of the `{{ name }}` placeholders in `text`, in order, or what is wrong
+/// with one: a `{{` never closed, or a name that is empty or not letters, digits, `_` and `.`.
+pub fn placeholders(text: &str) -> Result<Vec<&str>, String> {
+    let mut names = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("{{") {
+        let Some(end) = rest[start..].find("}}") else {
+            return Err(format!(
+                "`{}` opens a placeholder that is never closed with `}}}}`",
+                truncate_chars(&rest[start..], 40)
+            ));
+        };
+        let name = rest[start + 2..start + end].trim();
+        let valid = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+        if !valid {
+            return Err(format!(
+                "`{}` is not a placeholder: write a variable name like `{{{{ viewer }}}}`",
+                truncate_chars(&rest[start..start + end + 2], 40)
+            ));
+        }
+        names.push(name);
+        rest = &rest[start + end + 2..];
+    }
+    Ok(names)
+}
+
 pub fn fill_vars(text: &str, vars: &Value) -> String {
     if !text.contains("{{") {
         return text.to_string();

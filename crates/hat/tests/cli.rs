@@ -839,6 +839,67 @@ fn harness_check_rejects_a_ref_cycle_in_a_tool_schema() {
     );
 }
 
+/// Issue 13: schemas no call satisfies, 300 command hooks of 60 s each, a fallback with no
+/// text and an unknown placeholder all passed `check`.
+#[test]
+fn harness_check_rejects_unsatisfiable_schemas_hook_time_and_dead_hook_texts() {
+    let d = broken_copy(|p| {
+        let t = std::fs::read_to_string(p.join("tools/check_stock.json"))
+            .unwrap()
+            .replace(
+                "\"required\": [\"product_id\"]",
+                "\"required\": [\"product_id\", \"colour\"]",
+            );
+        std::fs::write(p.join("tools/check_stock.json"), t).unwrap();
+        let mut h = std::fs::read_to_string(p.join("hooks.toml")).unwrap();
+        for i in 0..300 {
+            h.push_str(&format!(
+                "\n[[hooks]]\nid = \"slow-{i}\"\nevent = \"comment\"\naction = \"command\"\n\
+                 command = [\"./hooks/no-medical-claims.sh\"]\ntimeout_ms = 60000\n"
+            ));
+        }
+        h.push_str(
+            "\n[[hooks]]\nid = \"fb\"\nevent = \"before_reply\"\naction = \"check\"\n\
+             forbid = [\"cure\"]\non_fail = \"fallback\"\n\
+             \n[[hooks]]\nid = \"hi\"\nevent = \"viewer_join\"\naction = \"inject\"\n\
+             note = \"Hi {{ viewr }}\"\n",
+        );
+        std::fs::write(p.join("hooks.toml"), h).unwrap();
+    });
+    fails_cleanly(hat().args(["harness", "check"]).arg(d.path())).stderr(
+        predicate::str::contains("tools/check_stock.json")
+            .and(predicate::str::contains("`required` names `colour`"))
+            .and(predicate::str::contains("could hold a `comment` turn for"))
+            .and(predicate::str::contains("hook_budget_ms"))
+            .and(predicate::str::contains("hook `fb`: on_fail = \"fallback\" needs"))
+            .and(predicate::str::contains(
+                "`{{ viewr }}` is not a variable of event `viewer_join`",
+            )),
+    );
+}
+
+/// Issue 13: an evaluation written inside a harness folder changed the harness's hash.
+#[test]
+fn files_outside_the_harness_layout_leave_its_hash_alone() {
+    let hash = |dir: &Path| {
+        let out = hat().args(["harness", "check"]).arg(dir).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout).unwrap();
+        text.split_whitespace()
+            .find(|w| w.starts_with("sha256:"))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("no hash in {text}"))
+    };
+    let d = broken_copy(|_| {});
+    let before = hash(d.path());
+    std::fs::create_dir_all(d.path().join("runs/eval/lsqa")).unwrap();
+    std::fs::write(d.path().join("runs/eval/lsqa/items.jsonl"), "{}\n").unwrap();
+    std::fs::write(d.path().join("README.md"), "notes").unwrap();
+    assert_eq!(hash(d.path()), before);
+    std::fs::write(d.path().join("hooks/helper.py"), "print(1)").unwrap();
+    assert_ne!(hash(d.path()), before, "files under hooks/ are part of the harness");
+}
+
 /// Issue 13: a FIFO hung `check` forever, a symlink to /dev/zero read until memory ran out,
 /// and symlinks to files outside the folder were read (and copied by `augment`) silently.
 #[cfg(unix)]
@@ -848,8 +909,8 @@ fn harness_reader_refuses_symlinks_and_special_files() {
     std::fs::write(outside.path(), "TOP-SECRET-VALUE").unwrap();
     let d = broken_copy(|p| {
         std::os::unix::fs::symlink(outside.path(), p.join("skills/leak.md")).unwrap();
-        std::os::unix::fs::symlink("/dev/zero", p.join("zero.md")).unwrap();
-        let fifo = std::ffi::CString::new(p.join("pipe.md").to_str().unwrap()).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", p.join("tools/zero.md")).unwrap();
+        let fifo = std::ffi::CString::new(p.join("hooks/pipe.md").to_str().unwrap()).unwrap();
         // SAFETY: a valid NUL-terminated path
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
     });
