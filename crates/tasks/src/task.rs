@@ -285,6 +285,44 @@ mod tests {
         }
     }
 
+    /// `hat harness check` checks hook placeholders against `EventKind::vars`; an event
+    /// variable it did not know would be refused, one it knew but the runtime lacked would
+    /// render empty.
+    #[test]
+    fn event_vars_are_the_variables_the_harness_checks_against() {
+        let events = [
+            Event::Comment {
+                viewer: "a".into(),
+                text: "b".into(),
+            },
+            Event::ViewerJoin { viewer: "a".into() },
+            Event::Gift {
+                viewer: "a".into(),
+                gift: "rose".into(),
+                count: 1,
+            },
+            Event::Purchase {
+                viewer: "a".into(),
+                product: "P1".into(),
+                quantity: 1,
+            },
+            Event::OperatorCue { text: "c".into() },
+        ];
+        for e in &events {
+            let vars = event_vars(e);
+            let mut got: Vec<&str> = vars
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(String::as_str)
+                .collect();
+            let mut want = event_kind(e).vars().to_vec();
+            got.sort();
+            want.sort();
+            assert_eq!(got, want, "{e:?}");
+        }
+    }
+
     /// Issue 13: a viewer name with a line break forged an operator cue in the user turn.
     #[test]
     fn viewer_text_cannot_forge_a_line_in_the_user_turn() {
