@@ -258,39 +258,81 @@ fn all<T>(
 ) -> rusqlite::Result<Vec<T>> {
     let mut stmt = conn.prepare(query)?;
     let names: Vec<String> = stmt.column_names().iter().map(|n| n.to_string()).collect();
+    let table = query
+        .split_once(" FROM ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .unwrap_or("");
     let mut out = Vec::new();
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
         // a bad value names its column and row, not just a column index
         let n = out.len() + 1;
-        out.push(row(r).map_err(|e| with_column(e, &names, n))?);
+        out.push(row(r).map_err(|e| with_column(e, table, &names, n))?);
     }
     Ok(out)
 }
 
-/// Rewrites a value-conversion error to name the column and the (1-based) row.
-fn with_column(e: rusqlite::Error, names: &[String], row: usize) -> rusqlite::Error {
+/// Rewrites a value-conversion error to name the column, the (1-based) row and what the
+/// column holds (its declaration in [`SCHEMA`]).
+fn with_column(e: rusqlite::Error, table: &str, names: &[String], row: usize) -> rusqlite::Error {
     use rusqlite::Error as E;
     let col = |i: usize| names.get(i).map_or("?", String::as_str).to_string();
+    let wants = |i: usize| {
+        declared(table, &col(i)).map_or(String::new(), |d| format!("; the column holds {d}"))
+    };
     let msg = match &e {
         E::IntegralValueOutOfRange(i, v) => {
-            format!("row {row}, column `{}`: {v} is out of range", col(*i))
+            format!(
+                "row {row}, column `{}`: {v} is out of range{}",
+                col(*i),
+                wants(*i)
+            )
         }
         E::FromSqlConversionFailure(i, t, inner) => {
             format!(
-                "row {row}, column `{}`: a {t} value that does not fit ({inner})",
-                col(*i)
+                "row {row}, column `{}`: a {t} value that does not fit ({inner}){}",
+                col(*i),
+                wants(*i)
             )
         }
         E::InvalidColumnType(i, _, t) => {
             format!(
-                "row {row}, column `{}`: a {t} value where another type is expected",
-                col(*i)
+                "row {row}, column `{}`: a {t} value{}",
+                col(*i),
+                wants(*i)
             )
         }
         _ => return e,
     };
     E::ToSqlConversionFailure(msg.into())
+}
+
+/// A column's declaration in [`SCHEMA`] (`INTEGER NOT NULL CHECK (stock >= 0)`), with the
+/// integer widths the loader reads: what a value in that column must be.
+fn declared(table: &str, column: &str) -> Option<String> {
+    let start = SCHEMA.find(&format!("CREATE TABLE {table} ("))?;
+    let body = &SCHEMA[start..];
+    let body = &body[..body.find("\n);").unwrap_or(body.len())];
+    let line = body.lines().skip(1).find_map(|l| {
+        let l = l.trim();
+        let rest = l.strip_prefix(column)?;
+        rest.starts_with(' ').then_some(rest.trim())
+    })?;
+    let decl = line
+        .split("--")
+        .next()
+        .unwrap_or(line)
+        .trim()
+        .trim_end_matches(',')
+        .trim();
+    let range = if column.ends_with("_cents") {
+        format!(", cents from 0 to {}", crate::money::MAX_CENTS)
+    } else if decl.starts_with("INTEGER") {
+        ", a whole number that fits 32 bits".to_string()
+    } else {
+        String::new()
+    };
+    Some(format!("`{decl}`{range}"))
 }
 
 /// The first of [`TABLES`] the database lacks, if any.
@@ -491,7 +533,11 @@ pub(crate) fn read(
                 region: r.get(1)?,
                 days_min: r.get(2)?,
                 days_max: r.get(3)?,
-                cost: Money::from_cents(r.get(4)?),
+                cost: {
+                    let cents: i64 = r.get(4)?;
+                    Money::checked_from_cents(cents)
+                        .ok_or(rusqlite::Error::IntegralValueOutOfRange(4, cents))?
+                },
             })
         },
     )
@@ -520,6 +566,22 @@ pub(crate) fn read(
             c.scope = scope
                 .parse()
                 .map_err(|e: String| invalid(format!("coupon {}: {e}", c.id)))?;
+            for (column, m) in [("threshold_cents", c.threshold), ("amount_cents", c.amount)] {
+                if Money::checked_from_cents(m.cents()).is_none() {
+                    return Err(invalid(format!(
+                        "table `coupons`, coupon {}: `{column}` is {}, outside 0 to {}",
+                        c.id,
+                        m.cents(),
+                        crate::money::MAX_CENTS
+                    )));
+                }
+            }
+            if c.amount == Money::ZERO {
+                return Err(invalid(format!(
+                    "table `coupons`, coupon {}: `amount_cents` is 0; a coupon takes something off",
+                    c.id
+                )));
+            }
             Ok(c)
         })
         .collect::<Result<Vec<_>, WorldError>>()?;

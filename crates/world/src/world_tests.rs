@@ -239,13 +239,44 @@ fn out_of_range_store_values_are_refused_with_their_row() {
     }
 }
 
-/// Issue 13: world integer errors named no column or row.
+/// Issue 13: world integer errors named no column or row, nor what the column holds.
 #[test]
 fn a_badly_typed_store_value_names_its_column_and_row() {
     let (e, _) =
         open_after_edit("UPDATE products SET warranty_months = 'forever' WHERE id = '{id1}'");
     assert!(
-        e.contains("`warranty_months`") && e.contains("row 2") && e.contains("products"),
+        e.contains("`warranty_months`")
+            && e.contains("row 2")
+            && e.contains("products")
+            && e.contains("the column holds `INTEGER`, a whole number"),
         "{e}"
     );
+}
+
+/// Issue 13 (red-team): coupon amounts and shipping costs were not range-checked, so a
+/// coupon of i64::MAX cents reached price arithmetic.
+#[test]
+fn coupon_amounts_and_shipping_costs_are_range_checked() {
+    for (sql, want) in [
+        (
+            "UPDATE coupons SET amount_cents = 9223372036854775807",
+            "`amount_cents` is 9223372036854775807, outside 0 to",
+        ),
+        (
+            "UPDATE coupons SET amount_cents = 0",
+            "`amount_cents` is 0",
+        ),
+        (
+            "UPDATE coupons SET threshold_cents = 9223372036854775807",
+            "`threshold_cents`",
+        ),
+        (
+            "UPDATE shipping SET cost_cents = 9223372036854775807 WHERE pos = 2",
+            "row 2, column `cost_cents`: 9223372036854775807 is out of range; the column holds \
+             `INTEGER NOT NULL CHECK (cost_cents >= 0)`, cents from 0 to",
+        ),
+    ] {
+        let (e, _) = open_after_edit(sql);
+        assert!(e.contains(want), "{sql}: {e}");
+    }
 }
