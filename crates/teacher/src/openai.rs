@@ -49,6 +49,35 @@ impl OpenAiTeacher {
     }
 }
 
+/// What went wrong below HTTP, once (ureq's own text repeats the URL and the kind) and with
+/// what to do about it.
+fn transport_message(t: &ureq::Transport, timeout: Duration) -> String {
+    let detail = [
+        t.message().map(str::to_string),
+        std::error::Error::source(t).map(|s| s.to_string()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(": ");
+    let lower = detail.to_lowercase();
+    if lower.contains("timed out") || lower.contains("timeout") {
+        return format!(
+            "no answer within {} s; check that the endpoint is up and not overloaded, or raise \
+             --request-timeout-s for a slow one",
+            timeout.as_secs_f64()
+        );
+    }
+    match t.kind() {
+        ureq::ErrorKind::ConnectionFailed => format!(
+            "cannot connect ({detail}); check --base-url and that the server is running"
+        ),
+        ureq::ErrorKind::Dns => format!("cannot resolve the host ({detail}); check --base-url"),
+        kind if detail.is_empty() => kind.to_string(),
+        kind => format!("{kind}: {detail}"),
+    }
+}
+
 /// Chat messages as endpoints and chat templates take them. Tool results become tagged user
 /// turns: HAT's call syntax lives in the text, so templates without a tool role work unchanged
 /// (the embedded engine renders the same form).
@@ -128,7 +157,7 @@ impl OpenAiTeacher {
                     hat_harness::text::truncate_chars(&text, 300)
                 )));
             }
-            Err(e) => return Err(err(e.to_string())),
+            Err(ureq::Error::Transport(t)) => return Err(err(transport_message(&t, self.cfg.timeout))),
         };
         let v: Value = resp
             .into_json()
@@ -246,9 +275,42 @@ mod tests {
             ..cfg
         })
         .unwrap();
-        assert!(matches!(
-            t.complete(&[Message::user("x")]),
-            Err(AgentError::Endpoint { .. })
-        ));
+        let e = t.complete(&[Message::user("x")]).unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, AgentError::Endpoint { .. }), "{text}");
+        // issue 13: ureq's text named the URL twice and said nothing of what to do
+        assert!(
+            text.matches("127.0.0.1:9").count() == 1 && text.contains("check --base-url"),
+            "{text}"
+        );
+    }
+
+    /// Issue 13: a stalled endpoint held a live turn for a hard-coded 300 s; the timeout is an
+    /// option and its error says so.
+    #[test]
+    fn a_stalled_endpoint_times_out_with_a_clear_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let h = std::thread::spawn(move || {
+            // accept, then say nothing until the client gives up
+            let (s, _) = listener.accept().unwrap();
+            std::thread::sleep(Duration::from_secs(3));
+            drop(s);
+        });
+        let mut t = OpenAiTeacher::new(OpenAiConfig {
+            base_url: format!("http://127.0.0.1:{port}"),
+            model: "m".into(),
+            api_key_env: None,
+            temperature: 0.0,
+            max_tokens: 8,
+            timeout: Duration::from_millis(300),
+        })
+        .unwrap();
+        let text = t.complete(&[Message::user("x")]).unwrap_err().to_string();
+        assert!(
+            text.contains("no answer within 0.3 s") && text.contains("--request-timeout-s"),
+            "{text}"
+        );
+        h.join().unwrap();
     }
 }
