@@ -223,8 +223,12 @@ impl Server {
             ));
         }
         let metrics = Arc::new(Metrics::new());
-        metrics.set_harness(harness.hash());
-        let harnesses = Arc::new(Harnesses::new(harness));
+        let (harnesses, notes) = Harnesses::restore(harness, &cfg.data_dir);
+        for n in notes {
+            tracing::info!("harness history: {n}");
+        }
+        let harnesses = Arc::new(harnesses);
+        metrics.set_harness(harnesses.active().hash());
         let experiments = Arc::new(crate::experiments::Experiments::open(
             &cfg.data_dir,
             &harnesses,

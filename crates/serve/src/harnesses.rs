@@ -50,6 +50,8 @@ pub struct Version {
     pub harness: Harness,
     /// Where it came from: a folder path, or `upload:<sha256 of the archive>`.
     pub source: String,
+    /// The folder it was loaded from (an upload's or an edit's folder under the data folder).
+    pub dir: PathBuf,
     pub loaded_at: u64,
 }
 
@@ -87,7 +89,42 @@ struct State {
 /// The server's harness versions.
 pub struct Harnesses {
     state: RwLock<State>,
+    /// Where the history is kept across restarts (`<data_dir>/harness-history.json`).
+    store: Option<PathBuf>,
+    /// The harness this server was started with, as the history records it.
+    boot: Option<StoredVersion>,
 }
+
+/// The history as kept on disk: each version by hash and folder, which one is active, and the
+/// harness the server was started with (to tell a plain restart from a new `--harness`).
+#[derive(Debug, Default, Serialize, serde::Deserialize)]
+struct StoredHistory {
+    boot: Option<StoredVersion>,
+    active: String,
+    versions: Vec<StoredVersion>,
+}
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+struct StoredVersion {
+    hash: String,
+    source: String,
+    dir: PathBuf,
+    loaded_at: u64,
+}
+
+impl StoredVersion {
+    fn of(v: &Version) -> StoredVersion {
+        StoredVersion {
+            hash: v.hash().to_string(),
+            source: v.source.clone(),
+            dir: v.dir.clone(),
+            loaded_at: v.loaded_at,
+        }
+    }
+}
+
+/// The file the history is kept in, under the data folder.
+pub const HISTORY_FILE: &str = "harness-history.json";
 
 fn now_s() -> u64 {
     SystemTime::now()
@@ -102,6 +139,7 @@ pub fn load_dir(dir: &Path, source: String) -> Result<Version> {
         Ok(harness) => Ok(Version {
             harness,
             source,
+            dir: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()),
             loaded_at: now_s(),
         }),
         Err(HarnessError::Invalid(problems)) => Err(ServeError::InvalidHarness(problems)),
@@ -114,6 +152,7 @@ pub fn load_dir(dir: &Path, source: String) -> Result<Version> {
 }
 
 impl Harnesses {
+    /// A history of one version, kept in memory only.
     pub fn new(first: Version) -> Self {
         Harnesses {
             state: RwLock::new(State {
@@ -121,6 +160,135 @@ impl Harnesses {
                 active: 0,
                 last_rejected: None,
             }),
+            store: None,
+            boot: None,
+        }
+    }
+
+    /// The history kept in `data_dir` by an earlier server, with `boot` (the harness this
+    /// server was started with) in it. Each recorded version is loaded again from its folder
+    /// and kept only when its hash is unchanged (an upload's or an edit's folder never
+    /// changes; a folder on the server may have been edited since). After a plain restart
+    /// (`boot` is the harness the last server started with, unchanged) the version that was
+    /// active stays active, so an operator's live change survives; a different `--harness`
+    /// becomes active itself. Returns what happened, one line per event, for the log.
+    pub fn restore(boot: Version, data_dir: &Path) -> (Harnesses, Vec<String>) {
+        let store = data_dir.join(HISTORY_FILE);
+        let mut notes = Vec::new();
+        let stored: StoredHistory = match std::fs::read(&store) {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                notes.push(format!(
+                    "{} is not a harness history ({e}); starting a new one",
+                    store.display()
+                ));
+                StoredHistory::default()
+            }),
+            Err(_) => StoredHistory::default(),
+        };
+        let same_boot = stored
+            .boot
+            .as_ref()
+            .is_some_and(|b| b.hash == boot.hash() && b.dir == boot.dir);
+        let boot_info = StoredVersion::of(&boot);
+        let mut versions: Vec<Arc<Version>> = Vec::new();
+        let mut boot = Some(boot);
+        for sv in stored.versions.iter().rev().take(HISTORY).rev() {
+            if versions.iter().any(|v| v.hash() == sv.hash) {
+                continue;
+            }
+            if sv.hash == boot_info.hash {
+                if let Some(b) = boot.take() {
+                    versions.push(Arc::new(Version {
+                        loaded_at: sv.loaded_at,
+                        ..b
+                    }));
+                }
+                continue;
+            }
+            match load_dir(&sv.dir, sv.source.clone()) {
+                Ok(v) if v.hash() == sv.hash => versions.push(Arc::new(Version {
+                    loaded_at: sv.loaded_at,
+                    ..v
+                })),
+                Ok(v) => notes.push(format!(
+                    "dropped {} from the history: its folder {} now holds {}",
+                    short(&sv.hash),
+                    sv.dir.display(),
+                    short(v.hash())
+                )),
+                Err(_) => notes.push(format!(
+                    "dropped {} from the history: its folder {} is gone or no longer loads",
+                    short(&sv.hash),
+                    sv.dir.display()
+                )),
+            }
+        }
+        if let Some(b) = boot.take() {
+            versions.push(Arc::new(b));
+        }
+        if versions.len() > HISTORY {
+            let extra = versions.len() - HISTORY;
+            versions.drain(..extra);
+        }
+        let boot_at = versions
+            .iter()
+            .position(|v| v.hash() == boot_info.hash)
+            .unwrap_or(versions.len() - 1);
+        let active = match versions.iter().position(|v| v.hash() == stored.active) {
+            Some(i) if same_boot => {
+                if i != boot_at {
+                    notes.push(format!(
+                        "kept {} active from before the restart (the server was started with {}; \
+                         roll back to it in the console or with POST /v1/harness/rollback)",
+                        short(&stored.active),
+                        short(&boot_info.hash)
+                    ));
+                }
+                i
+            }
+            _ => boot_at,
+        };
+        if versions.len() > 1 {
+            notes.push(format!(
+                "restored {} harness versions from {}",
+                versions.len(),
+                store.display()
+            ));
+        }
+        let h = Harnesses {
+            state: RwLock::new(State {
+                versions,
+                active,
+                last_rejected: None,
+            }),
+            store: Some(store),
+            boot: Some(boot_info),
+        };
+        h.save();
+        (h, notes)
+    }
+
+    /// Writes the history (atomically: a crash leaves the old file or the new one). A
+    /// failure is logged, not fatal: serving goes on with the history in memory.
+    fn save(&self) {
+        let Some(path) = &self.store else {
+            return;
+        };
+        let stored = {
+            let s = self.read();
+            StoredHistory {
+                boot: self.boot.clone(),
+                active: s.versions[s.active].hash().to_string(),
+                versions: s.versions.iter().map(|v| StoredVersion::of(v)).collect(),
+            }
+        };
+        let tmp = path.with_extension("json.tmp");
+        let written = serde_json::to_vec_pretty(&stored)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(&tmp, bytes))
+            .and_then(|()| std::fs::rename(&tmp, path));
+        if let Err(e) = written {
+            tracing::warn!(path = %path.display(), error = %e, "could not save the harness history");
         }
     }
 
@@ -156,15 +324,22 @@ impl Harnesses {
             }
             s.active = s.versions.len() - 1;
         }
-        s.versions[s.active].hash() != before
+        let changed = s.versions[s.active].hash() != before;
+        drop(s);
+        self.save();
+        changed
     }
 
     /// Activates an earlier version by hash (or a unique prefix of at least 8 characters).
     pub fn rollback(&self, hash: &str) -> Result<Arc<Version>> {
-        let mut s = self.write();
-        let i = Self::index(&s, hash)?;
-        s.active = i;
-        Ok(s.versions[i].clone())
+        let v = {
+            let mut s = self.write();
+            let i = Self::index(&s, hash)?;
+            s.active = i;
+            s.versions[i].clone()
+        };
+        self.save();
+        Ok(v)
     }
 
     /// A version of the history by hash (or a unique prefix of at least 8 characters).
@@ -215,6 +390,11 @@ impl Harnesses {
             .collect();
         (v, s.last_rejected.clone())
     }
+}
+
+/// A hash as the log shows it: `sha256:` and 16 hex digits.
+fn short(hash: &str) -> &str {
+    hash.get(..23).unwrap_or(hash)
 }
 
 fn archive_err(message: impl Into<String>) -> ServeError {

@@ -838,3 +838,67 @@ fn a_live_experiment_serves_each_viewer_from_their_arm_and_attributes_outcomes()
     assert!(list["experiments"][0]["stopped_at"].is_f64());
     r.stop();
 }
+
+/// Issue 12: the harness history lived in memory only, so a restart silently rolled back an
+/// operator's live change, forgot every version to roll back to, and stopped a running
+/// experiment whose arms were no longer loaded.
+#[test]
+fn the_harness_history_the_active_version_and_experiments_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(config(dir.path()), Duration::ZERO);
+    let mia_hash = get(&r.url("/v1/harness")).1["active"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let zoe = renamed_harness(dir.path(), "Zoe");
+    let ann = renamed_harness(dir.path(), "Ann");
+    let (_, v) = json("POST", &r.url("/v1/harness"), &json!({"path": ann}));
+    let ann_hash = v["active"].as_str().unwrap().to_string();
+    let (_, v) = json("POST", &r.url("/v1/harness"), &json!({"path": zoe}));
+    let zoe_hash = v["active"].as_str().unwrap().to_string();
+    let exp = json!({"name": "mia-vs-zoe", "arms": [
+        {"name": "mia", "harness": mia_hash}, {"name": "zoe", "harness": zoe_hash}]});
+    assert_eq!(json("POST", &r.url("/v1/experiments"), &exp).0, 201);
+    r.stop();
+
+    // the Ann version's folder changes while the server is down: it cannot come back
+    let t = ann.join("harness.toml");
+    let text = std::fs::read_to_string(&t).unwrap();
+    std::fs::write(&t, text.replace("name = \"Ann\"", "name = \"Bea\"")).unwrap();
+
+    // a plain restart: same --harness, same data folder
+    let r = start(config(dir.path()), Duration::ZERO);
+    let (_, h) = get(&r.url("/v1/harness"));
+    assert_eq!(h["active"], zoe_hash.as_str(), "{h}");
+    let hashes: Vec<&str> = h["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["hash"].as_str().unwrap())
+        .collect();
+    assert_eq!(hashes, [mia_hash.as_str(), zoe_hash.as_str()], "{h}");
+    assert!(!hashes.contains(&ann_hash.as_str()));
+    let (_, list) = get(&r.url("/v1/experiments"));
+    assert_eq!(list["running"], "mia-vs-zoe", "{list}");
+    let (code, _) = json(
+        "POST",
+        &r.url("/v1/harness/rollback"),
+        &json!({"hash": mia_hash}),
+    );
+    assert_eq!(code, 200);
+    r.stop();
+
+    // a restart on another harness: it becomes active, the history stays for rollbacks
+    let ann_now = hat_harness::Harness::load(&ann).unwrap().hash;
+    let r = start_with(
+        config(dir.path()),
+        Box::new(common::Scripted {
+            delay: Duration::ZERO,
+        }),
+        &ann,
+    );
+    let (_, h) = get(&r.url("/v1/harness"));
+    assert_eq!(h["active"], ann_now.as_str(), "{h}");
+    assert_eq!(h["versions"].as_array().unwrap().len(), 3, "{h}");
+    r.stop();
+}
