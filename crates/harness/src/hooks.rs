@@ -535,6 +535,18 @@ pub struct HookDecision {
     pub outcome: String,
 }
 
+/// How the decisions that caught a rule-breaking draft begin (`review_reply` writes them).
+const CAUGHT: [&str; 5] = ["retry:", "repaired:", "fallback:", "blocked", "reconciled:"];
+
+impl HookDecision {
+    /// Whether a reply hook caught a draft that broke a rule (and had it retried, repaired,
+    /// replaced or blocked): a compliance incident the hooks prevented. Routine rewrites
+    /// (`replace` wording) and hook failures are not.
+    pub fn caught_violation(&self) -> bool {
+        self.event == EventKind::BeforeReply && CAUGHT.iter().any(|c| self.outcome.starts_with(c))
+    }
+}
+
 impl CheckRule {
     /// Each way `reply` breaks the rule, in words the model can act on.
     pub fn violations(&self, reply: &str, vars: &Value) -> Vec<String> {
@@ -1010,6 +1022,34 @@ mod tests {
         let mut c = check(&["{{ cue }}"], None, "retry");
         c.event = "before_reply".into();
         assert!(compile(&c).is_ok(), "before_reply sees every event's variables");
+    }
+
+    #[test]
+    fn decisions_that_caught_a_rule_breaking_draft_are_told_apart() {
+        let hooks = vec![
+            compile(&check(&["best"], None, "retry")).unwrap(),
+            compile(&HookSpec {
+                id: "w".into(),
+                event: "before_reply".into(),
+                action: "rewrite".into(),
+                replace: Some([("cheap".to_string(), "good value".to_string())].into()),
+                ..Default::default()
+            })
+            .unwrap(),
+        ];
+        for (draft, attempt, caught) in [
+            ("A cheap hoodie.", 0, false),
+            ("The best hoodie.", 0, true),
+            ("The best hoodie.", 1, true),
+        ] {
+            let mut log = Vec::new();
+            review_reply(&hooks, None, draft, &json!({}), attempt, true, &mut log);
+            assert_eq!(
+                log.iter().any(HookDecision::caught_violation),
+                caught,
+                "{draft}: {log:?}"
+            );
+        }
     }
 
     #[test]

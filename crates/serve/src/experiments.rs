@@ -1,8 +1,9 @@
 //! Live A/B experiments on real traffic: arms are harness versions of this server (the model
 //! is the server's own), viewers (or whole streams) are assigned by the stable hash of
 //! `hat_ab::assign`, the reply a viewer gets comes from their arm's harness, and the platform
-//! posts outcome events (item-page view, add to cart, purchase with its amount) that are
-//! attributed to the arm that served the viewer. Everything is kept in SQLite
+//! posts outcome events (item-page view, add to cart, purchase with its amount, a compliance
+//! incident its moderation found) that are attributed to the arm that served the viewer; the
+//! server itself counts the replies whose draft broke a rule and was caught by the hooks. Everything is kept in SQLite
 //! (`<data_dir>/experiments.sqlite`) and reported with `hat_ab::stats` (Welch, bootstrap and
 //! the always-valid interval that decides significance, so the console may be refreshed at
 //! will).
@@ -120,6 +121,8 @@ pub enum OutcomeKind {
     PageView,
     AddToCart,
     Purchase,
+    /// The platform's moderation flagged a reply this viewer got.
+    Incident,
 }
 
 impl OutcomeKind {
@@ -128,6 +131,7 @@ impl OutcomeKind {
             OutcomeKind::PageView => "page_view",
             OutcomeKind::AddToCart => "add_to_cart",
             OutcomeKind::Purchase => "purchase",
+            OutcomeKind::Incident => "incident",
         }
     }
 }
@@ -176,11 +180,23 @@ impl Experiments {
                 stream TEXT NOT NULL, arm INTEGER NOT NULL, at REAL NOT NULL,
                 PRIMARY KEY (experiment, viewer));
              CREATE TABLE IF NOT EXISTS replies (experiment TEXT NOT NULL, viewer TEXT NOT NULL,
-                arm INTEGER NOT NULL, latency REAL NOT NULL, at REAL NOT NULL);
+                arm INTEGER NOT NULL, latency REAL NOT NULL, at REAL NOT NULL,
+                caught INTEGER NOT NULL DEFAULT 0);
              CREATE TABLE IF NOT EXISTS outcomes (experiment TEXT NOT NULL, viewer TEXT NOT NULL,
                 arm INTEGER NOT NULL, kind TEXT NOT NULL, amount REAL NOT NULL, at REAL NOT NULL);",
         )
         .map_err(db_err)?;
+        // a store from before `caught` existed
+        let has_caught: bool = db
+            .prepare("SELECT 1 FROM pragma_table_info('replies') WHERE name = 'caught'")
+            .and_then(|mut st| st.exists([]))
+            .map_err(db_err)?;
+        if !has_caught {
+            db.execute_batch(
+                "ALTER TABLE replies ADD COLUMN caught INTEGER NOT NULL DEFAULT 0",
+            )
+            .map_err(db_err)?;
+        }
         let ex = Experiments {
             db: Mutex::new(db),
             running: RwLock::new(None),
@@ -313,10 +329,11 @@ impl Experiments {
         }
     }
 
-    pub fn reply(&self, experiment: &str, arm: usize, viewer: &str, latency: f64) {
+    /// Records a reply: its latency, and whether the hooks caught a draft that broke a rule.
+    pub fn reply(&self, experiment: &str, arm: usize, viewer: &str, latency: f64, caught: bool) {
         let res = self.db().execute(
-            "INSERT INTO replies (experiment, viewer, arm, latency, at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![experiment, viewer, arm as i64, latency, now()],
+            "INSERT INTO replies (experiment, viewer, arm, latency, at, caught) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![experiment, viewer, arm as i64, latency, now(), caught],
         );
         if let Err(e) = res {
             tracing::error!(error = %e, "recording a reply");
@@ -434,6 +451,8 @@ impl Experiments {
             bought: bool,
             gmv: f64,
             latency: (f64, usize),
+            incidents: f64,
+            caught: f64,
         }
         let n_arms = def.arms.len();
         let mut viewers: Vec<BTreeMap<String, Viewer>> = vec![BTreeMap::new(); n_arms];
@@ -467,6 +486,7 @@ impl Experiments {
                         match r.get::<_, String>(2)?.as_str() {
                             "page_view" => x.views += 1.0,
                             "add_to_cart" => x.cart = true,
+                            "incident" => x.incidents += 1.0,
                             _ => {
                                 x.bought = true;
                                 x.gmv += r.get::<_, f64>(3)?;
@@ -478,20 +498,21 @@ impl Experiments {
             )?;
             each_row(
                 &db,
-                "SELECT viewer, arm, latency FROM replies WHERE experiment = ?1",
+                "SELECT viewer, arm, latency, caught FROM replies WHERE experiment = ?1",
                 &def.name,
                 |r| {
                     let (v, a): (String, i64) = (r.get(0)?, r.get(1)?);
                     if let Some(x) = viewers.get_mut(a as usize).and_then(|m| m.get_mut(&v)) {
                         x.latency.0 += r.get::<_, f64>(2)?;
                         x.latency.1 += 1;
+                        x.caught += f64::from(r.get::<_, bool>(3)? as u8);
                     }
                     Ok(())
                 },
             )?;
         }
         type Metric = (&'static str, fn(&Viewer) -> Option<f64>);
-        let metrics: [Metric; 5] = [
+        let metrics: [Metric; 7] = [
             ("gmv", |v| Some(v.gmv)),
             ("item_page_views", |v| Some(v.views)),
             ("add_to_cart", |v| Some(f64::from(v.cart as u8))),
@@ -499,6 +520,8 @@ impl Experiments {
             ("latency_s", |v| {
                 (v.latency.1 > 0).then(|| v.latency.0 / v.latency.1 as f64)
             }),
+            ("compliance_incidents", |v| Some(v.incidents)),
+            ("caught_by_hooks", |v| Some(v.caught)),
         ];
         let units = |arm: &BTreeMap<String, Viewer>, f: fn(&Viewer) -> Option<f64>| {
             per_unit(

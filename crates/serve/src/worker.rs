@@ -494,8 +494,12 @@ impl Worker {
         );
         self.metrics.latency.observe(latency.total);
         if let Some((experiment, arm, viewer)) = &j.arm {
+            let caught = t
+                .hook_log
+                .iter()
+                .any(hat_harness::hooks::HookDecision::caught_violation);
             self.experiments
-                .reply(experiment, *arm, viewer, latency.total);
+                .reply(experiment, *arm, viewer, latency.total, caught);
         }
         self.metrics.ttft.observe(latency.total);
         self.metrics.replies.inc();

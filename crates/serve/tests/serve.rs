@@ -753,15 +753,16 @@ fn a_live_experiment_serves_each_viewer_from_their_arm_and_attributes_outcomes()
     let (code, _) = json("POST", &r.url("/v1/experiments"), &exp);
     assert_eq!(code, 400);
 
-    let ask_as = |viewer: &str| -> Value {
+    let ask_with = |viewer: &str, text: &str| -> Value {
         let (code, v) = json(
             "POST",
             &r.url("/v1/streams/demo/events?wait=true"),
-            &json!({"type": "comment", "viewer": viewer, "text": "hello"}),
+            &json!({"type": "comment", "viewer": viewer, "text": text}),
         );
         assert_eq!(code, 200, "{v}");
         v["results"][0].clone()
     };
+    let ask_as = |viewer: &str| ask_with(viewer, "hello");
     let mut arm_of = std::collections::HashMap::new();
     for i in 0..24 {
         let viewer = format!("viewer{i}");
@@ -809,9 +810,42 @@ fn a_live_experiment_serves_each_viewer_from_their_arm_and_attributes_outcomes()
     );
     assert_eq!(code, 400, "{v}");
 
+    // compliance: the platform flags one reply of each Mia viewer; the hooks catch the
+    // scripted model's "best deal" drafts for every Zoe viewer
+    let mias: Vec<&String> = arm_of
+        .iter()
+        .filter(|(_, h)| **h != zoe_hash)
+        .map(|(v, _)| v)
+        .collect();
+    let flags: Vec<Value> = mias
+        .iter()
+        .map(|v| json!({"viewer": v, "type": "incident"}))
+        .collect();
+    assert_eq!(
+        json("POST", &r.url("/v1/outcomes"), &json!({ "events": flags })).0,
+        200
+    );
+    for z in &zoes {
+        let reply = ask_with(z, "what is the best deal?");
+        assert!(!reply["text"].as_str().unwrap().contains("best"), "{reply}");
+    }
+
     let (_, list) = get(&r.url("/v1/experiments"));
     assert_eq!(list["running"], "mia-vs-zoe");
     let report = &list["experiments"][0]["report"];
+    let metric = |name: &str| {
+        report["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["metric"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {report}"))["comparisons"][0]["comparison"]
+            .clone()
+    };
+    assert_eq!(metric("compliance_incidents")["mean_a"], 1.0);
+    assert_eq!(metric("compliance_incidents")["mean_b"], 0.0);
+    assert_eq!(metric("caught_by_hooks")["mean_a"], 0.0);
+    assert_eq!(metric("caught_by_hooks")["mean_b"], 1.0);
     let gmv = report["metrics"]
         .as_array()
         .unwrap()

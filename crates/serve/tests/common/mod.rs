@@ -43,6 +43,10 @@ impl ChatModel for Scripted {
         if last.role == Role::User && last.content.starts_with("[runtime]") {
             return Ok(format!("Sorry! {persona} here, let me fix that."));
         }
+        if last.role == Role::User && last.content.contains("best deal") {
+            // an absolute claim the production harness's reply hook catches
+            return Ok(format!("{persona} here: this is the best deal ever!"));
+        }
         Ok(format!("Hi, {persona} here! Thanks for stopping by."))
     }
 }
