@@ -621,6 +621,17 @@ async function loadExperiments() {
   const list = $('ab-list');
   list.replaceChildren();
   if (!x.json) { status('experiments: ' + errorText(x), true); return; }
+  // the server's own model first, then those it was started with for arms (--arm-model)
+  for (const id of ['ab-control-model', 'ab-treatment-model']) {
+    const s = $(id);
+    const keep = s.value;
+    s.replaceChildren(...(x.json.models || []).map((m, i) => {
+      const o = el('option', '', m + (i === 0 ? ' (served)' : ''));
+      o.value = i === 0 ? '' : m;
+      return o;
+    }));
+    if (keep) s.value = keep;
+  }
   if (!x.json.experiments.length) list.append(el('p', 'hint', 'No experiments yet.'));
   for (const e of x.json.experiments) list.append(experimentCard(e));
 }
@@ -641,7 +652,7 @@ function experimentCard(e) {
   }
   if (e.note) div.append(el('p', 'hint', e.note));
   const rep = e.report;
-  div.append(el('p', 'hint', 'unit ' + rep.unit + '; arms: ' + rep.arms.map((a) => a.name + ' (' + short(a.harness) + ', ' + a.viewers + ' viewers)').join(', ')));
+  div.append(el('p', 'hint', 'unit ' + rep.unit + '; arms: ' + rep.arms.map((a) => a.name + ' (' + short(a.harness) + ', ' + a.model + ', ' + a.viewers + ' viewers)').join(', ')));
   const t = el('table', 'runs-table');
   const hr = el('tr');
   for (const h of ['metric', 'arm', 'control', 'arm mean', 'difference', 'always-valid interval', 'Welch interval', 'units', 'significant']) hr.append(el('th', '', h));
@@ -669,6 +680,9 @@ async function startExperiment(ev) {
     unit: $('ab-unit').value,
     arms: [{ name: 'control', harness: $('ab-control').value }, { name: 'treatment', harness: $('ab-treatment').value }],
   };
+  // an arm without a model uses the served one
+  const models = [$('ab-control-model').value, $('ab-treatment-model').value];
+  models.forEach((m, i) => { if (m) body.arms[i].model = m; });
   const r = await api('POST', '/v1/experiments', body);
   if (r.status === 201) { status('experiment ' + body.name + ' started'); loadExperiments(); }
   else status('not started: ' + errorText(r), true);

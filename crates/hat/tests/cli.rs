@@ -1018,6 +1018,25 @@ fn a_hook_that_ignores_its_input_does_not_kill_the_run() {
 /// Red-team finding: `hat serve` with a missing or broken harness said "the active harness
 /// keeps serving" while it exited.
 #[test]
+fn serve_refuses_malformed_or_missing_arm_models() {
+    hat()
+        .args(["serve", "--arm-model", "just-a-path.gguf"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("write NAME=MODEL"));
+    let d = tempfile::tempdir().unwrap();
+    fails_cleanly(
+        hat()
+            .args(["serve", "--model", "openai:m", "--base-url", "http://127.0.0.1:9/v1"])
+            .args(["--arm-model", "b=/definitely/not/here.gguf", "--data-dir"])
+            .arg(d.path())
+            .arg("--harness")
+            .arg(production()),
+    )
+    .stderr(predicate::str::contains("--arm-model b=/definitely/not/here.gguf"));
+}
+
+#[test]
 fn serve_refuses_a_missing_or_broken_harness_at_start() {
     fails_cleanly(hat().args(["serve", "--harness", "/definitely/not/here"]))
         .stderr(predicate::str::contains("not a folder"));

@@ -201,6 +201,31 @@ impl Server {
         model: Box<dyn ChatModel + Send>,
         harness: Version,
     ) -> Result<Server> {
+        Server::start_with_arm_models(cfg, model, Vec::new(), harness)
+    }
+
+    /// [`Server::start`] with more models that live experiments' arms may use, by name
+    /// (`{"model": NAME}` in an arm); the served model answers everything else.
+    pub fn start_with_arm_models(
+        cfg: ServeConfig,
+        model: Box<dyn ChatModel + Send>,
+        arm_models: Vec<(String, Box<dyn ChatModel + Send>)>,
+        harness: Version,
+    ) -> Result<Server> {
+        let mut names = vec![cfg.model_name.clone()];
+        for (n, _) in &arm_models {
+            if !hat_ab::config::valid_name(n) || names.contains(n) {
+                return Err(ServeError::bad(
+                    "arm_models",
+                    format!(
+                        "arm model name `{}`: give each model a unique name of 1 to 64 letters, \
+                         digits, `-`, `_` or `.`, other than the served model's",
+                        hat_harness::text::truncate_chars(n, 64)
+                    ),
+                ));
+            }
+            names.push(n.clone());
+        }
         let dirs = [cfg.data_dir.join("streams"), cfg.data_dir.join("harnesses")];
         for d in &dirs {
             std::fs::create_dir_all(d)
@@ -232,6 +257,7 @@ impl Server {
         let experiments = Arc::new(crate::experiments::Experiments::open(
             &cfg.data_dir,
             &harnesses,
+            names,
         )?);
         let (tx, rx) = std::sync::mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
@@ -239,8 +265,17 @@ impl Server {
         model.set_max_tokens(cfg.max_tokens);
         // an episode's next turn (after a tool result) continues its last prompt
         model.keep_conversations_cached(true);
+        let arm_models: Vec<Box<dyn ChatModel + Send>> = arm_models
+            .into_iter()
+            .map(|(_, mut m)| {
+                m.set_max_tokens(cfg.max_tokens);
+                m.keep_conversations_cached(true);
+                m
+            })
+            .collect();
         let worker = Worker {
             model,
+            arm_models,
             harnesses: harnesses.clone(),
             experiments: experiments.clone(),
             metrics: metrics.clone(),

@@ -1,5 +1,6 @@
-//! Live A/B experiments on real traffic: arms are harness versions of this server (the model
-//! is the server's own), viewers (or whole streams) are assigned by the stable hash of
+//! Live A/B experiments on real traffic: arms are harness versions of this server, each with
+//! the server's own model or one of the models it was started with for arms (`hat serve
+//! --arm-model NAME=MODEL`), viewers (or whole streams) are assigned by the stable hash of
 //! `hat_ab::assign`, the reply a viewer gets comes from their arm's harness, and the platform
 //! posts outcome events (item-page view, add to cart, purchase with its amount, a compliance
 //! incident its moderation found) that are attributed to the arm that served the viewer; the
@@ -36,6 +37,10 @@ pub struct ArmDef {
     pub name: String,
     /// A harness version's hash, or a unique prefix of at least 8 characters.
     pub harness: String,
+    /// A model the server was started with for arms (`--arm-model NAME=MODEL`); absent: the
+    /// server's own model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     #[serde(default = "one")]
     pub weight: f64,
 }
@@ -98,6 +103,8 @@ impl ExperimentDef {
 pub struct Running {
     pub def: ExperimentDef,
     pub versions: Vec<Arc<Version>>,
+    /// Each arm's model: 0 is the server's own, then the `--arm-model`s in order.
+    pub models: Vec<usize>,
     /// Viewers whose exposure is recorded, so repeat events skip the database.
     exposed: Mutex<std::collections::HashSet<String>>,
 }
@@ -150,6 +157,8 @@ pub struct Outcome {
 pub struct Experiments {
     db: Mutex<Connection>,
     running: RwLock<Option<Arc<Running>>>,
+    /// The names of the models arms may use; the first is the server's own.
+    models: Vec<String>,
 }
 
 fn now() -> f64 {
@@ -165,8 +174,9 @@ fn db_err(e: rusqlite::Error) -> ServeError {
 
 impl Experiments {
     /// Opens (or creates) the store. An experiment left running by an earlier server is
-    /// stopped when its arms' harness versions are not loaded in this one.
-    pub fn open(data_dir: &Path, harnesses: &Harnesses) -> Result<Experiments> {
+    /// stopped when its arms' harness versions or models are not loaded in this one. `models`
+    /// names the models arms may use, the server's own first.
+    pub fn open(data_dir: &Path, harnesses: &Harnesses, models: Vec<String>) -> Result<Experiments> {
         let path = data_dir.join("experiments.sqlite");
         let db = Connection::open(&path)
             .map_err(|e| ServeError::internal(format!("opening {}", path.display()), e))?;
@@ -200,6 +210,7 @@ impl Experiments {
         let ex = Experiments {
             db: Mutex::new(db),
             running: RwLock::new(None),
+            models,
         };
         let left: Option<(String, String)> = ex
             .db()
@@ -213,19 +224,20 @@ impl Experiments {
         if let Some((name, def)) = left {
             let resolved = serde_json::from_str::<ExperimentDef>(&def)
                 .ok()
-                .and_then(|d| resolve(&d, harnesses).ok().map(|v| (d, v)));
+                .and_then(|d| ex.resolve(&d, harnesses).ok().map(|v| (d, v)));
             match resolved {
-                Some((def, versions)) => {
+                Some((def, (versions, models))) => {
                     *ex.running.write().unwrap_or_else(|e| e.into_inner()) =
                         Some(Arc::new(Running {
                             def,
                             versions,
+                            models,
                             exposed: Mutex::default(),
                         }))
                 }
                 None => ex.mark_stopped(
                     &name,
-                    "stopped at a restart: its arms' harness versions were not loaded",
+                    "stopped at a restart: its arms' harness versions or models were not loaded",
                 )?,
             }
         }
@@ -255,7 +267,7 @@ impl Experiments {
                 ),
             ));
         }
-        let versions = resolve(&def, harnesses)?;
+        let (versions, models) = self.resolve(&def, harnesses)?;
         for (a, v) in def.arms.iter_mut().zip(&versions) {
             a.harness = v.hash().to_string();
         }
@@ -280,6 +292,7 @@ impl Experiments {
         *self.running.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(Running {
             def,
             versions,
+            models,
             exposed: Mutex::default(),
         }));
         Ok(out)
@@ -438,7 +451,7 @@ impl Experiments {
                 "note": note, "running": running.as_deref() == Some(name.as_str()), "report": report,
             }));
         }
-        Ok(json!({"running": running, "experiments": out}))
+        Ok(json!({"running": running, "models": self.models, "experiments": out}))
     }
 
     /// Per-unit metrics of every arm, and every arm against the control (the first).
@@ -534,7 +547,10 @@ impl Experiments {
             .arms
             .iter()
             .zip(&viewers)
-            .map(|(a, v)| json!({"name": a.name, "harness": a.harness, "viewers": v.len()}))
+            .map(|(a, v)| {
+                let model = a.model.as_deref().unwrap_or(&self.models[0]);
+                json!({"name": a.name, "harness": a.harness, "model": model, "viewers": v.len()})
+            })
             .collect();
         let mut rows = Vec::new();
         for (m, (name, f)) in metrics.iter().enumerate() {
@@ -572,20 +588,45 @@ fn each_row(
     Ok(())
 }
 
-/// The arms' harness versions, from this server's history.
-fn resolve(def: &ExperimentDef, harnesses: &Harnesses) -> Result<Vec<Arc<Version>>> {
-    def.arms
-        .iter()
-        .enumerate()
-        .map(|(i, a)| {
-            harnesses.find(&a.harness).map_err(|e| {
+impl Experiments {
+    /// The names of the models arms may use, the server's own first.
+    pub fn models(&self) -> &[String] {
+        &self.models
+    }
+
+    /// The arms' harness versions, from this server's history, and their models' indices.
+    fn resolve(
+        &self,
+        def: &ExperimentDef,
+        harnesses: &Harnesses,
+    ) -> Result<(Vec<Arc<Version>>, Vec<usize>)> {
+        let mut versions = Vec::new();
+        let mut models = Vec::new();
+        for (i, a) in def.arms.iter().enumerate() {
+            versions.push(harnesses.find(&a.harness).map_err(|e| {
                 ServeError::bad(
                     format!("arms[{i}].harness"),
                     format!(
                         "{e}; an arm's harness must be a version this server has loaded (GET /v1/harness lists them)"
                     ),
                 )
-            })
-        })
-        .collect()
+            })?);
+            let m = match a.model.as_deref() {
+                None => 0,
+                Some(name) => self.models.iter().position(|m| m == name).ok_or_else(|| {
+                    ServeError::bad(
+                        format!("arms[{i}].model"),
+                        format!(
+                            "no model `{}` in this server (it has: {}); start it with \
+                             `--arm-model NAME=MODEL` for each model an arm should use",
+                            hat_harness::text::truncate_chars(name, 64),
+                            self.models.join(", ")
+                        ),
+                    )
+                })?,
+            };
+            models.push(m);
+        }
+        Ok((versions, models))
+    }
 }

@@ -55,6 +55,9 @@ pub struct WorkerConfig {
 
 pub struct Worker {
     pub model: Box<dyn ChatModel + Send>,
+    /// Models experiment arms may use (`hat serve --arm-model`): arm model `i` is
+    /// `arm_models[i - 1]`, 0 being `model`.
+    pub arm_models: Vec<Box<dyn ChatModel + Send>>,
     pub harnesses: Arc<Harnesses>,
     pub experiments: Arc<crate::experiments::Experiments>,
     pub metrics: Arc<Metrics>,
@@ -84,6 +87,8 @@ struct Job {
     version: Arc<Version>,
     /// The experiment arm serving this reply: (experiment, arm, viewer).
     arm: Option<(String, usize, String)>,
+    /// Which model answers (see `Worker::arm_models`).
+    model: usize,
     started: Instant,
 }
 
@@ -236,6 +241,42 @@ impl Worker {
         let _ = job.done.send(out.map_err(|e| e.to_string()));
     }
 
+    /// Decodes each prompt with its model: one batch per model, answers in prompt order.
+    fn generate_by_model(
+        &mut self,
+        chats: &[(usize, &[Message])],
+    ) -> Result<Vec<Completion>, hat_agent::AgentError> {
+        if chats.iter().all(|(m, _)| *m == 0) {
+            let prompts: Vec<&[Message]> = chats.iter().map(|(_, p)| *p).collect();
+            return self.model.generate_batch(&prompts);
+        }
+        let mut out: Vec<Option<Completion>> = vec![None; chats.len()];
+        for m in 0..=self.arm_models.len() {
+            let idx: Vec<usize> = (0..chats.len()).filter(|&k| chats[k].0 == m).collect();
+            if idx.is_empty() {
+                continue;
+            }
+            let prompts: Vec<&[Message]> = idx.iter().map(|&k| chats[k].1).collect();
+            let model = if m == 0 {
+                &mut self.model
+            } else {
+                &mut self.arm_models[m - 1]
+            };
+            let answers = model.generate_batch(&prompts)?;
+            if answers.len() != idx.len() {
+                return Err(hat_agent::AgentError::Model(format!(
+                    "model {m} returned {} answers for {} prompts",
+                    answers.len(),
+                    idx.len()
+                )));
+            }
+            for (k, a) in idx.into_iter().zip(answers) {
+                out[k] = Some(a);
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
     /// Starts answering `pending` on stream `i`: the episode begins on the harness version
     /// active now.
     fn begin<'a>(
@@ -266,16 +307,17 @@ impl Worker {
         };
         let event = pending.event();
         // A running experiment serves each viewer from their arm's harness version.
-        let (version, arm) = match (self.experiments.running(), event.viewer()) {
+        let (version, arm, model) = match (self.experiments.running(), event.viewer()) {
             (Some(r), Some(viewer)) => {
                 let a = r.arm_of(viewer, &l.stream.id);
                 self.experiments.expose(&r, a, viewer, &l.stream.id);
                 (
                     r.versions[a].clone(),
                     Some((r.def.name.clone(), a, viewer.to_string())),
+                    r.models[a].min(self.arm_models.len()),
                 )
             }
-            _ => (self.harnesses.active(), None),
+            _ => (self.harnesses.active(), None, 0),
         };
         self.metrics
             .queue_wait
@@ -297,6 +339,7 @@ impl Worker {
             recent,
             version,
             arm,
+            model,
             started: Instant::now(),
         });
         let scene = Scene {
@@ -350,8 +393,11 @@ impl Worker {
             }
             let t0 = Instant::now();
             let outs = {
-                let chats: Vec<&[Message]> = slots.iter().filter_map(|s| s.ep.prompt()).collect();
-                self.model.generate_batch(&chats)
+                let chats: Vec<(usize, &[Message])> = slots
+                    .iter()
+                    .filter_map(|s| s.ep.prompt().map(|p| (s.job.model, p)))
+                    .collect();
+                self.generate_by_model(&chats)
             };
             let wall = t0.elapsed().as_secs_f64();
             for s in slots.iter_mut() {

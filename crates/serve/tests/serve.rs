@@ -936,3 +936,78 @@ fn the_harness_history_the_active_version_and_experiments_survive_a_restart() {
     assert_eq!(h["versions"].as_array().unwrap().len(), 3, "{h}");
     r.stop();
 }
+
+/// A second model for experiment arms: the scripted host, signing every reply.
+struct Signed(common::Scripted);
+
+impl hat_agent::episode::ChatModel for Signed {
+    fn complete(
+        &mut self,
+        messages: &[hat_harness::Message],
+    ) -> Result<String, hat_agent::AgentError> {
+        let text = self.0.complete(messages)?;
+        Ok(if text.contains("<tool_call>") {
+            text
+        } else {
+            format!("{text} (model B)")
+        })
+    }
+}
+
+/// Issue 12: an arm is a model and a harness version; live experiments could only compare
+/// harness versions, with the server's one model.
+#[test]
+fn a_live_experiment_can_put_another_model_in_an_arm() {
+    let dir = tempfile::tempdir().unwrap();
+    let version = hat_serve::load_dir(&harness_dir(), "livestream".into()).unwrap();
+    let hash = version.hash().to_string();
+    let b: Box<dyn hat_agent::episode::ChatModel + Send> = Box::new(Signed(common::Scripted {
+        delay: Duration::ZERO,
+    }));
+    let server = hat_serve::Server::start_with_arm_models(
+        config(dir.path()),
+        Box::new(common::Scripted {
+            delay: Duration::ZERO,
+        }),
+        vec![("model-b".into(), b)],
+        version,
+    )
+    .unwrap();
+    let r = Running::from(server.spawn(([127, 0, 0, 1], 0).into()).unwrap());
+    create(&r, "demo");
+    let (_, list) = get(&r.url("/v1/experiments"));
+    assert_eq!(list["models"][1], "model-b", "{list}");
+
+    let exp = |model: &str| {
+        json!({"name": "a-vs-b", "arms": [
+            {"name": "a", "harness": hash}, {"name": "b", "harness": hash, "model": model}]})
+    };
+    let (code, v) = json("POST", &r.url("/v1/experiments"), &exp("nope"));
+    assert_eq!(code, 400, "{v}");
+    assert_eq!(v["error"]["field"], "arms[1].model", "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("--arm-model"), "{v}");
+    let (code, v) = json("POST", &r.url("/v1/experiments"), &exp("model-b"));
+    assert_eq!(code, 201, "{v}");
+
+    let mut by_model = [0, 0];
+    for i in 0..24 {
+        let (code, v) = json(
+            "POST",
+            &r.url("/v1/streams/demo/events?wait=true"),
+            &json!({"type": "comment", "viewer": format!("v{i}"), "text": "hello"}),
+        );
+        assert_eq!(code, 200, "{v}");
+        let text = v["results"][0]["text"].as_str().unwrap();
+        by_model[usize::from(text.ends_with("(model B)"))] += 1;
+    }
+    assert!(by_model[0] > 0 && by_model[1] > 0, "{by_model:?}");
+    let (_, list) = get(&r.url("/v1/experiments"));
+    let arms = &list["experiments"][0]["report"]["arms"];
+    assert_eq!(arms[1]["model"], "model-b", "{list}");
+    assert_eq!(
+        arms[0]["viewers"].as_u64().unwrap() + arms[1]["viewers"].as_u64().unwrap(),
+        24
+    );
+    assert_eq!(arms[1]["viewers"], by_model[1], "{list}");
+    r.stop();
+}

@@ -65,6 +65,23 @@ pub struct ServeArgs {
     gate: bool,
     #[command(flatten)]
     gate_opts: crate::cmd::harness::GateOpts,
+    /// Another model that live experiments' arms may use, as NAME=MODEL (MODEL as --model
+    /// takes it, with the same --format, --threads and endpoint options); repeat for more.
+    /// An arm names it with `"model": "NAME"`; every other reply uses --model.
+    #[arg(long = "arm-model", value_name = "NAME=MODEL", value_parser = parse_arm_model)]
+    arm_models: Vec<(String, String)>,
+}
+
+fn parse_arm_model(s: &str) -> std::result::Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, model)) if hat_ab::config::valid_name(name) && !model.is_empty() => {
+            Ok((name.to_string(), model.to_string()))
+        }
+        _ => Err(format!(
+            "`{s}`: write NAME=MODEL, e.g. hsa=runs/hsa-sft/model-q8_0.gguf (NAME: 1 to 64 \
+             letters, digits, `-`, `_` or `.`)"
+        )),
+    }
 }
 
 /// The regression gate on its own copy of the model, so gating never blocks live replies'
@@ -158,8 +175,18 @@ pub fn run(a: ServeArgs) -> Result<()> {
             cfg: a.gate_opts.config(a.model.max_tokens),
         })));
     }
+    let mut arm_models = Vec::new();
+    for (name, m) in &a.arm_models {
+        let args = ModelArgs {
+            model: Some(m.clone()),
+            ..a.model.clone()
+        };
+        let (_, model) = chat_model(&args).with_context(|| format!("--arm-model {name}={m}"))?;
+        arm_models.push((name.clone(), model));
+    }
     let hash = harness.harness.short_hash().to_string();
-    let server = Server::start(cfg, model, harness)?.with_routes(hat_console::router());
+    let server = Server::start_with_arm_models(cfg, model, arm_models, harness)?
+        .with_routes(hat_console::router());
     listen(a.addr, |listener, at| async move {
         eprintln!(
             "serving {} with harness {hash} on http://{at}  (data in {}; console: http://{at}{})",

@@ -94,6 +94,12 @@ pub fn copy_dir(from: &Path, to: &Path) {
 /// A server on a loopback port; `stop` shuts it down gracefully.
 pub struct Running(hat_serve::Background);
 
+impl From<hat_serve::Background> for Running {
+    fn from(b: hat_serve::Background) -> Self {
+        Running(b)
+    }
+}
+
 impl Running {
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.0.url())
