@@ -604,7 +604,14 @@ function drawTraining(runs) {
 // ---------------------------------------------------------------- A/B experiments
 
 async function loadExperiments() {
-  const [h, x] = await Promise.all([api('GET', '/v1/harness'), api('GET', '/v1/experiments')]);
+  const [h, x, runs] = await Promise.all([api('GET', '/v1/harness'), api('GET', '/v1/experiments'), api('GET', '/v1/runs')]);
+  const sim = $('ab-sim');
+  sim.replaceChildren();
+  const abRuns = (runs.json && runs.json.ab) || [];
+  if (!abRuns.length) sim.append(el('p', 'hint', 'No hat ab run results under --runs.'));
+  for (const a of abRuns) {
+    sim.append(experimentCard({ name: a.experiment, simulated: a.name, report: a.report }));
+  }
   if (h.json) {
     const opts = () => (h.json.versions || []).slice().reverse().map((v) => {
       const o = el('option', '', short(v.hash) + ' ' + v.name + (v.active ? ' (active)' : ''));
@@ -638,7 +645,8 @@ async function loadExperiments() {
 
 function experimentCard(e) {
   const div = el('div', 'experiment');
-  const head = el('h2', '', e.name + (e.running ? ' (running)' : ' (stopped)'));
+  const state = e.simulated ? ' (simulated audience, runs/' + e.simulated + ')' : (e.running ? ' (running)' : ' (stopped)');
+  const head = el('h2', '', e.name + state);
   div.append(head);
   if (e.running) {
     const b = el('button', 'stop', 'Stop');
@@ -652,7 +660,7 @@ function experimentCard(e) {
   }
   if (e.note) div.append(el('p', 'hint', e.note));
   const rep = e.report;
-  div.append(el('p', 'hint', 'unit ' + rep.unit + '; arms: ' + rep.arms.map((a) => a.name + ' (' + short(a.harness) + ', ' + a.model + ', ' + a.viewers + ' viewers)').join(', ')));
+  div.append(el('p', 'hint', 'unit ' + rep.unit + '; arms: ' + rep.arms.map((a) => a.name + ' (' + (a.harness.startsWith('sha256:') ? short(a.harness) : a.harness) + ', ' + a.model + ', ' + a.viewers + ' viewers)').join(', ')));
   const t = el('table', 'runs-table');
   const hr = el('tr');
   for (const h of ['metric', 'arm', 'control', 'arm mean', 'difference', 'always-valid interval', 'Welch interval', 'units', 'significant']) hr.append(el('th', '', h));

@@ -198,6 +198,18 @@ fn the_console_drives_a_live_stream_and_the_harness_in_a_browser() {
         "{\"step\":1,\"loss\":2.0}\n{\"step\":2,\"loss\":1.0,\"val_loss\":1.2}\n",
     )
     .unwrap();
+    // and a `hat ab run` result for the A/B view
+    std::fs::create_dir_all(runs.join("ab-demo")).unwrap();
+    std::fs::write(
+        runs.join("ab-demo/report.json"),
+        r#"{"experiment":"sim-demo","unit":"viewer","alpha":0.05,"control":"base",
+            "arms":[{"name":"base","model":"default","harness":"harnesses/livestream","viewers":10},
+                    {"name":"hsa","model":"hsa.gguf","harness":"harnesses/livestream","viewers":12}],
+            "metrics":[{"metric":"correct_replies","comparisons":[["hsa",{"n_a":10,"n_b":12,
+              "mean_a":0.1,"mean_b":0.5,"diff":0.4,"welch":{"lo":0.1,"hi":0.7},
+              "always_valid":{"lo":0.05,"hi":0.75},"significant":true}]]}]}"#,
+    )
+    .unwrap();
     let cfg = ServeConfig {
         runs_dir: Some(runs),
         data_dir: data.path().to_path_buf(),
@@ -335,6 +347,8 @@ fn the_console_drives_a_live_stream_and_the_harness_in_a_browser() {
         click(&c, "#ab-form button[type=submit]").await;
         wait_text(&c, "#ab-list h2", "exp-1 (running)").await;
         wait_text(&c, "#ab-list td", "gmv").await;
+        wait_text(&c, "#ab-sim h2", "sim-demo (simulated audience, runs/ab-demo)").await;
+        wait_text(&c, "#ab-sim td", "correct_replies").await;
         shot(&c, "6-ab.png").await;
         click(&c, "#ab-list button.stop").await;
         wait_text(&c, "#ab-list h2", "exp-1 (stopped)").await;

@@ -1,6 +1,7 @@
-//! Evaluation and training runs on disk, summarised for the console's charts: every `hat eval`
-//! result folder (`<run>/<suite>/results.json`) and every training run (`<run>/metrics.jsonl`)
-//! directly under the server's `--runs` folder. Read-only; nothing outside that folder.
+//! Evaluation, training and A/B runs on disk, summarised for the console: every `hat eval`
+//! result folder (`<run>/<suite>/results.json`), every training run (`<run>/metrics.jsonl`) and
+//! every `hat ab run` result (`<run>/report.json`) directly under the server's `--runs` folder.
+//! Read-only; nothing outside that folder.
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -33,10 +34,21 @@ pub struct TrainRun {
     pub val_loss: Vec<(u64, f64)>,
 }
 
+/// A `hat ab run` on the simulated audience, its report in the form of a live experiment's
+/// (`control`, `unit`, `alpha`, `arms`, `metrics[].comparisons[] = {arm, comparison}`), so the
+/// console shows both alike.
+#[derive(Debug, Clone, Serialize)]
+pub struct AbRun {
+    pub name: String,
+    pub experiment: String,
+    pub report: Value,
+}
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Runs {
     pub evals: Vec<EvalRun>,
     pub training: Vec<TrainRun>,
+    pub ab: Vec<AbRun>,
 }
 
 fn read_json(path: &Path) -> Option<Value> {
@@ -65,6 +77,27 @@ fn eval_run(dir: &Path, name: &str) -> Option<EvalRun> {
         name: name.to_string(),
         scores,
         model,
+    })
+}
+
+fn ab_run(dir: &Path, name: &str) -> Option<AbRun> {
+    let mut v = read_json(&dir.join("report.json"))?;
+    let experiment = v["experiment"].as_str()?.to_string();
+    for m in v["metrics"].as_array_mut()? {
+        let comparisons = m["comparisons"].as_array()?;
+        let live: Vec<Value> = comparisons
+            .iter()
+            .filter_map(|c| {
+                let (arm, cmp) = (c.get(0)?.as_str()?, c.get(1)?);
+                Some(serde_json::json!({"arm": arm, "comparison": cmp}))
+            })
+            .collect();
+        m["comparisons"] = Value::Array(live);
+    }
+    Some(AbRun {
+        name: name.to_string(),
+        experiment,
+        report: v,
     })
 }
 
@@ -135,6 +168,9 @@ pub fn scan(root: &Path) -> Runs {
         if let Some(t) = train_run(&path, &name) {
             runs.training.push(t);
         }
+        if let Some(a) = ab_run(&path, &name) {
+            runs.ab.push(a);
+        }
     }
     runs
 }
@@ -173,5 +209,25 @@ mod tests {
         assert_eq!(tr.loss.last().unwrap().0, 1000);
         assert_eq!(tr.val_loss, vec![(1000, 0.5)]);
         assert!(scan(&d.path().join("missing")).evals.is_empty());
+    }
+
+    #[test]
+    fn an_ab_run_report_takes_the_live_experiments_form() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("ab-x");
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::write(
+            a.join("report.json"),
+            r#"{"experiment":"x","unit":"viewer","control":"base","arms":[{"name":"base"},{"name":"b"}],
+               "metrics":[{"metric":"gmv","comparisons":[["b",{"mean_a":1.0,"mean_b":2.0}]]}]}"#,
+        )
+        .unwrap();
+        let r = scan(d.path());
+        assert_eq!(r.ab.len(), 1);
+        assert_eq!(r.ab[0].experiment, "x");
+        let c = &r.ab[0].report["metrics"][0]["comparisons"][0];
+        assert_eq!(c["arm"], "b");
+        assert_eq!(c["comparison"]["mean_b"], 2.0);
+        assert!(r.evals.is_empty() && r.training.is_empty());
     }
 }
