@@ -152,7 +152,7 @@ async fn comment(c: &Client, text: &str) {
     let box_ = c.find(Locator::Id("comment-text")).await.unwrap();
     box_.clear().await.unwrap();
     box_.send_keys(text).await.unwrap();
-    click(&c, "#comment-form button[type=submit]").await;
+    click(c, "#comment-form button[type=submit]").await;
 }
 
 /// Waits until the newest reply (the list's first item) contains `needle`; its harness hash.
@@ -347,7 +347,12 @@ fn the_console_drives_a_live_stream_and_the_harness_in_a_browser() {
         click(&c, "#ab-form button[type=submit]").await;
         wait_text(&c, "#ab-list h2", "exp-1 (running)").await;
         wait_text(&c, "#ab-list td", "gmv").await;
-        wait_text(&c, "#ab-sim h2", "sim-demo (simulated audience, runs/ab-demo)").await;
+        wait_text(
+            &c,
+            "#ab-sim h2",
+            "sim-demo (simulated audience, runs/ab-demo)",
+        )
+        .await;
         wait_text(&c, "#ab-sim td", "correct_replies").await;
         shot(&c, "6-ab.png").await;
         click(&c, "#ab-list button.stop").await;

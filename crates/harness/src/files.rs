@@ -142,7 +142,12 @@ fn named_paths(files: &FileMap) -> std::collections::BTreeSet<String> {
         .get("hooks.toml")
         .and_then(|t| toml::from_str::<toml::Value>(t).ok())
     {
-        for hook in v.get("hooks").and_then(|h| h.as_array()).into_iter().flatten() {
+        for hook in v
+            .get("hooks")
+            .and_then(|h| h.as_array())
+            .into_iter()
+            .flatten()
+        {
             if let Some(p) = hook
                 .get("command")
                 .and_then(|c| c.as_array())
@@ -566,11 +571,7 @@ mod tests {
         }
         #[cfg(unix)]
         std::os::unix::fs::symlink("/etc", p.join("prompts")).unwrap();
-        std::fs::write(
-            p.join("harness.toml"),
-            "[prompt]\ntemplate = \"main.j2\"\n",
-        )
-        .unwrap();
+        std::fs::write(p.join("harness.toml"), "[prompt]\ntemplate = \"main.j2\"\n").unwrap();
         std::fs::write(
             p.join("hooks.toml"),
             "[[hooks]]\nid = \"a\"\ncommand = [\"./bin/check.sh\"]\n\
@@ -592,7 +593,11 @@ mod tests {
             std::fs::write(p.join(f), "x").unwrap();
         }
         // an output too big for a harness file must not make the folder unreadable
-        std::fs::write(p.join("out/big.jsonl"), vec![b'x'; MAX_FILE_BYTES as usize + 1]).unwrap();
+        std::fs::write(
+            p.join("out/big.jsonl"),
+            vec![b'x'; MAX_FILE_BYTES as usize + 1],
+        )
+        .unwrap();
         let (files, problems) = read_dir(p).unwrap();
         #[cfg(unix)]
         assert!(

@@ -1009,7 +1009,11 @@ mod tests {
             note: Some(note.into()),
             ..Default::default()
         };
-        assert!(compile(&inject("gift", "Thank {{ viewer }} for {{count}} {{ gift }}")).is_ok());
+        assert!(compile(&inject(
+            "gift",
+            "Thank {{ viewer }} for {{count}} {{ gift }}"
+        ))
+        .is_ok());
         let errs = compile(&inject("gift", "Thank {{ viewer for the gift")).unwrap_err();
         assert!(errs[0].contains("never closed"), "{errs:?}");
         let errs = compile(&inject("viewer_join", "Hi {{ gift }}")).unwrap_err();
@@ -1021,7 +1025,10 @@ mod tests {
         assert!(errs[0].contains("not a placeholder"), "{errs:?}");
         let mut c = check(&["{{ cue }}"], None, "retry");
         c.event = "before_reply".into();
-        assert!(compile(&c).is_ok(), "before_reply sees every event's variables");
+        assert!(
+            compile(&c).is_ok(),
+            "before_reply sees every event's variables"
+        );
     }
 
     #[test]

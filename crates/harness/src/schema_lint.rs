@@ -6,14 +6,7 @@
 use serde_json::Value;
 
 /// Keywords whose value is one subschema, a map of them, or a list of them.
-const ONE: [&str; 6] = [
-    "items",
-    "additionalProperties",
-    "not",
-    "if",
-    "then",
-    "else",
-];
+const ONE: [&str; 6] = ["items", "additionalProperties", "not", "if", "then", "else"];
 const MAP: [&str; 4] = ["properties", "$defs", "definitions", "patternProperties"];
 const LIST: [&str; 4] = ["allOf", "anyOf", "oneOf", "prefixItems"];
 /// Bounds on the walk (a tool schema is small; `schema_refs` refuses huge ones).
@@ -34,11 +27,21 @@ pub fn unsatisfiable(schema: &Value) -> Vec<String> {
             continue;
         };
         let here = if at.is_empty() { "/" } else { at.as_str() };
-        if obj.get("enum").and_then(Value::as_array).is_some_and(|e| e.is_empty()) {
+        if obj
+            .get("enum")
+            .and_then(Value::as_array)
+            .is_some_and(|e| e.is_empty())
+        {
             out.push(format!("{here}: `enum` is empty, so no value matches"));
         }
-        if obj.get("type").and_then(Value::as_array).is_some_and(|t| t.is_empty()) {
-            out.push(format!("{here}: `type` is an empty list, so no value matches"));
+        if obj
+            .get("type")
+            .and_then(Value::as_array)
+            .is_some_and(|t| t.is_empty())
+        {
+            out.push(format!(
+                "{here}: `type` is an empty list, so no value matches"
+            ));
         }
         for (lo, hi) in [
             ("minimum", "maximum"),
@@ -119,10 +122,18 @@ mod tests {
         });
         let found = unsatisfiable(&s);
         assert_eq!(found.len(), 4, "{found:?}");
-        assert!(found.iter().any(|f| f.starts_with("/properties/size: `enum` is empty")));
-        assert!(found.iter().any(|f| f.starts_with("/properties/qty: `minimum` 5")));
-        assert!(found.iter().any(|f| f.starts_with("/properties/tags/items: `type`")));
-        assert!(found.iter().any(|f| f.starts_with("/: `required` names `colour`")));
+        assert!(found
+            .iter()
+            .any(|f| f.starts_with("/properties/size: `enum` is empty")));
+        assert!(found
+            .iter()
+            .any(|f| f.starts_with("/properties/qty: `minimum` 5")));
+        assert!(found
+            .iter()
+            .any(|f| f.starts_with("/properties/tags/items: `type`")));
+        assert!(found
+            .iter()
+            .any(|f| f.starts_with("/: `required` names `colour`")));
     }
 
     #[test]

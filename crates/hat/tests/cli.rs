@@ -871,7 +871,9 @@ fn harness_check_rejects_unsatisfiable_schemas_hook_time_and_dead_hook_texts() {
             .and(predicate::str::contains("`required` names `colour`"))
             .and(predicate::str::contains("could hold a `comment` turn for"))
             .and(predicate::str::contains("hook_budget_ms"))
-            .and(predicate::str::contains("hook `fb`: on_fail = \"fallback\" needs"))
+            .and(predicate::str::contains(
+                "hook `fb`: on_fail = \"fallback\" needs",
+            ))
             .and(predicate::str::contains(
                 "`{{ viewr }}` is not a variable of event `viewer_join`",
             )),
@@ -883,7 +885,11 @@ fn harness_check_rejects_unsatisfiable_schemas_hook_time_and_dead_hook_texts() {
 fn files_outside_the_harness_layout_leave_its_hash_alone() {
     let hash = |dir: &Path| {
         let out = hat().args(["harness", "check"]).arg(dir).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = String::from_utf8(out.stdout).unwrap();
         text.split_whitespace()
             .find(|w| w.starts_with("sha256:"))
@@ -897,7 +903,11 @@ fn files_outside_the_harness_layout_leave_its_hash_alone() {
     std::fs::write(d.path().join("README.md"), "notes").unwrap();
     assert_eq!(hash(d.path()), before);
     std::fs::write(d.path().join("hooks/helper.py"), "print(1)").unwrap();
-    assert_ne!(hash(d.path()), before, "files under hooks/ are part of the harness");
+    assert_ne!(
+        hash(d.path()),
+        before,
+        "files under hooks/ are part of the harness"
+    );
 }
 
 /// Issue 13: a FIFO hung `check` forever, a symlink to /dev/zero read until memory ran out,
@@ -1027,13 +1037,21 @@ fn serve_refuses_malformed_or_missing_arm_models() {
     let d = tempfile::tempdir().unwrap();
     fails_cleanly(
         hat()
-            .args(["serve", "--model", "openai:m", "--base-url", "http://127.0.0.1:9/v1"])
+            .args([
+                "serve",
+                "--model",
+                "openai:m",
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+            ])
             .args(["--arm-model", "b=/definitely/not/here.gguf", "--data-dir"])
             .arg(d.path())
             .arg("--harness")
             .arg(production()),
     )
-    .stderr(predicate::str::contains("--arm-model b=/definitely/not/here.gguf"));
+    .stderr(predicate::str::contains(
+        "--arm-model b=/definitely/not/here.gguf",
+    ));
 }
 
 #[test]

@@ -176,7 +176,11 @@ impl Experiments {
     /// Opens (or creates) the store. An experiment left running by an earlier server is
     /// stopped when its arms' harness versions or models are not loaded in this one. `models`
     /// names the models arms may use, the server's own first.
-    pub fn open(data_dir: &Path, harnesses: &Harnesses, models: Vec<String>) -> Result<Experiments> {
+    pub fn open(
+        data_dir: &Path,
+        harnesses: &Harnesses,
+        models: Vec<String>,
+    ) -> Result<Experiments> {
         let path = data_dir.join("experiments.sqlite");
         let db = Connection::open(&path)
             .map_err(|e| ServeError::internal(format!("opening {}", path.display()), e))?;
@@ -202,10 +206,8 @@ impl Experiments {
             .and_then(|mut st| st.exists([]))
             .map_err(db_err)?;
         if !has_caught {
-            db.execute_batch(
-                "ALTER TABLE replies ADD COLUMN caught INTEGER NOT NULL DEFAULT 0",
-            )
-            .map_err(db_err)?;
+            db.execute_batch("ALTER TABLE replies ADD COLUMN caught INTEGER NOT NULL DEFAULT 0")
+                .map_err(db_err)?;
         }
         let ex = Experiments {
             db: Mutex::new(db),

@@ -985,7 +985,13 @@ fn a_live_experiment_can_put_another_model_in_an_arm() {
     let (code, v) = json("POST", &r.url("/v1/experiments"), &exp("nope"));
     assert_eq!(code, 400, "{v}");
     assert_eq!(v["error"]["field"], "arms[1].model", "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("--arm-model"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--arm-model"),
+        "{v}"
+    );
     let (code, v) = json("POST", &r.url("/v1/experiments"), &exp("model-b"));
     assert_eq!(code, 201, "{v}");
 

@@ -69,9 +69,9 @@ fn transport_message(t: &ureq::Transport, timeout: Duration) -> String {
         );
     }
     match t.kind() {
-        ureq::ErrorKind::ConnectionFailed => format!(
-            "cannot connect ({detail}); check --base-url and that the server is running"
-        ),
+        ureq::ErrorKind::ConnectionFailed => {
+            format!("cannot connect ({detail}); check --base-url and that the server is running")
+        }
         ureq::ErrorKind::Dns => format!("cannot resolve the host ({detail}); check --base-url"),
         kind if detail.is_empty() => kind.to_string(),
         kind => format!("{kind}: {detail}"),
@@ -157,7 +157,9 @@ impl OpenAiTeacher {
                     hat_harness::text::truncate_chars(&text, 300)
                 )));
             }
-            Err(ureq::Error::Transport(t)) => return Err(err(transport_message(&t, self.cfg.timeout))),
+            Err(ureq::Error::Transport(t)) => {
+                return Err(err(transport_message(&t, self.cfg.timeout)))
+            }
         };
         let v: Value = resp
             .into_json()

@@ -296,11 +296,7 @@ fn with_column(e: rusqlite::Error, table: &str, names: &[String], row: usize) ->
             )
         }
         E::InvalidColumnType(i, _, t) => {
-            format!(
-                "row {row}, column `{}`: a {t} value{}",
-                col(*i),
-                wants(*i)
-            )
+            format!("row {row}, column `{}`: a {t} value{}", col(*i), wants(*i))
         }
         _ => return e,
     };

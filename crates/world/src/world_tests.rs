@@ -262,10 +262,7 @@ fn coupon_amounts_and_shipping_costs_are_range_checked() {
             "UPDATE coupons SET amount_cents = 9223372036854775807",
             "`amount_cents` is 9223372036854775807, outside 0 to",
         ),
-        (
-            "UPDATE coupons SET amount_cents = 0",
-            "`amount_cents` is 0",
-        ),
+        ("UPDATE coupons SET amount_cents = 0", "`amount_cents` is 0"),
         (
             "UPDATE coupons SET threshold_cents = 9223372036854775807",
             "`threshold_cents`",
