@@ -45,10 +45,24 @@ pub fn is_local_program(prog: &str) -> bool {
             .all(|c| !c.is_empty() && c != "." && c != "..")
 }
 
+/// Most variables a command hook may declare.
+pub const MAX_ENV: usize = 32;
+
+/// A variable name a hook may ask for: letters, digits and `_`, not starting with a digit,
+/// at most 64 characters, and not `PATH` (hooks always get [`HOOK_PATH`]).
+pub fn valid_env_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name != "PATH"
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// Runs `argv` with `input` on stdin, from `cwd` when given, with an empty environment apart
-/// from [`HOOK_PATH`].
+/// from [`HOOK_PATH`] and the declared variables `env` that the server's environment has.
 pub fn run(
     argv: &[String],
+    env: &[String],
     cwd: Option<&Path>,
     input: &Value,
     timeout: Duration,
@@ -66,8 +80,13 @@ pub fn run(
         _ => prog.into(),
     };
     let mut cmd = Command::new(program);
-    cmd.env_clear()
-        .env("PATH", HOOK_PATH)
+    cmd.env_clear().env("PATH", HOOK_PATH);
+    for name in env.iter().filter(|n| valid_env_name(n)) {
+        if let Some(v) = std::env::var_os(name) {
+            cmd.env(name, v);
+        }
+    }
+    cmd
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -205,6 +224,7 @@ mod tests {
         let input = json!({"event": "before_reply", "reply": "hi"});
         match run(
             &sh("cat >/dev/null; head -c 200000 /dev/zero | tr '\\0' x"),
+            &[],
             None,
             &input,
             t,
@@ -215,9 +235,31 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(
-            run(&sh("cat >/dev/null; echo \"{\\\"home\\\": \\\"$HOME\\\", \\\"path\\\": \\\"$PATH\\\"}\""), None, &input, t),
+            run(&sh("cat >/dev/null; echo \"{\\\"home\\\": \\\"$HOME\\\", \\\"path\\\": \\\"$PATH\\\"}\""), &[], None, &input, t),
             CommandOutcome::Allow(Some(json!({"home": "", "path": HOOK_PATH})))
         );
+    }
+
+    /// Issue 13: command hooks run with an empty environment apart from declared variables.
+    #[test]
+    fn only_declared_variables_reach_a_hook() {
+        // set once for this test process; no other test reads these names
+        std::env::set_var("HAT_TEST_HOOK_DECLARED", "yes");
+        std::env::set_var("HAT_TEST_HOOK_SECRET", "no");
+        let script = r#"cat >/dev/null; echo "{\"d\": \"$HAT_TEST_HOOK_DECLARED\", \"s\": \"$HAT_TEST_HOOK_SECRET\"}""#;
+        let out = run(
+            &sh(script),
+            &["HAT_TEST_HOOK_DECLARED".into(), "PATH".into()],
+            None,
+            &json!({}),
+            Duration::from_secs(5),
+        );
+        assert_eq!(
+            out,
+            CommandOutcome::Allow(Some(json!({"d": "yes", "s": ""})))
+        );
+        assert!(valid_env_name("MODERATION_URL") && !valid_env_name("PATH"));
+        assert!(!valid_env_name("1X") && !valid_env_name("A-B") && !valid_env_name(""));
     }
 
     #[test]
@@ -225,12 +267,13 @@ mod tests {
         let t = Duration::from_secs(5);
         let input = json!({"event": "before_reply", "reply": "hi"});
         assert_eq!(
-            run(&sh("cat >/dev/null"), None, &input, t),
+            run(&sh("cat >/dev/null"), &[], None, &input, t),
             CommandOutcome::Allow(None)
         );
         assert_eq!(
             run(
                 &sh("cat >/dev/null; echo '{\"reply\": \"ok\"}'"),
+                &[],
                 None,
                 &input,
                 t
@@ -240,6 +283,7 @@ mod tests {
         assert_eq!(
             run(
                 &sh("echo 'no absolute claims' >&2; exit 2"),
+                &[],
                 None,
                 &input,
                 t
@@ -247,15 +291,15 @@ mod tests {
             CommandOutcome::Block("no absolute claims".into())
         );
         assert!(matches!(
-            run(&sh("exit 7"), None, &input, t),
+            run(&sh("exit 7"), &[], None, &input, t),
             CommandOutcome::Failed(_)
         ));
         assert!(matches!(
-            run(&sh("echo not-json"), None, &input, t),
+            run(&sh("echo not-json"), &[], None, &input, t),
             CommandOutcome::Failed(_)
         ));
         assert!(matches!(
-            run(&["/nonexistent/hook".into()], None, &input, t),
+            run(&["/nonexistent/hook".into()], &[], None, &input, t),
             CommandOutcome::Failed(_)
         ));
     }
@@ -265,6 +309,7 @@ mod tests {
         let input = json!({"reply": "hello"});
         let out = run(
             &sh("grep -q hello && echo '{}'"),
+            &[],
             None,
             &input,
             Duration::from_secs(5),
@@ -285,6 +330,7 @@ mod tests {
         let rel = pathdiff(&d.path().join("h"), &cwd);
         let out = run(
             &["./hooks/ok.sh".into()],
+            &[],
             Some(&rel),
             &json!({}),
             Duration::from_secs(5),
@@ -308,7 +354,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let pidfile = d.path().join("pid");
         let script = format!("sleep 30 & echo $! > {}; wait", pidfile.display());
-        let out = run(&sh(&script), None, &json!({}), Duration::from_millis(300));
+        let out = run(&sh(&script), &[], None, &json!({}), Duration::from_millis(300));
         assert!(matches!(out, CommandOutcome::Failed(ref m) if m.contains("timed out")));
         let pid = std::fs::read_to_string(&pidfile)
             .unwrap()
@@ -336,6 +382,7 @@ mod tests {
     fn a_hanging_hook_times_out() {
         let out = run(
             &sh("sleep 30"),
+            &[],
             None,
             &json!({}),
             Duration::from_millis(100),

@@ -121,6 +121,8 @@ pub enum Action {
     },
     Command {
         argv: Vec<String>,
+        /// Variables passed through from the server's environment.
+        env: Vec<String>,
         timeout: Duration,
         on_error: OnError,
         fallback: Option<String>,
@@ -303,6 +305,7 @@ pub fn compile(spec: &HookSpec) -> Result<Hook, Vec<String>> {
         ("command", !spec.command.is_empty()),
         ("timeout_ms", spec.timeout_ms.is_some()),
         ("on_error", spec.on_error.is_some()),
+        ("env", !spec.env.is_empty()),
     ]
     .into_iter()
     .filter_map(|(k, on)| on.then_some(k))
@@ -319,7 +322,7 @@ pub fn compile(spec: &HookSpec) -> Result<Hook, Vec<String>> {
         "rewrite" => &["replace", "append", "truncate_chars"],
         "inject" => &["note"],
         "drop_fields" => &["fields"],
-        "command" => &["command", "timeout_ms", "on_error", "fallback"],
+        "command" => &["command", "timeout_ms", "on_error", "fallback", "env"],
         other => {
             errs.push(format!(
                 "hook `{}`: unknown action `{other}` (known: {})",
@@ -485,8 +488,26 @@ pub fn compile(spec: &HookSpec) -> Result<Hook, Vec<String>> {
                     spec.id
                 ));
             }
+            for name in &spec.env {
+                if !command::valid_env_name(name) {
+                    errs.push(format!(
+                        "hook `{}`: env `{}` is not a variable name other than PATH (letters, \
+                         digits and `_`, not starting with a digit, at most 64)",
+                        spec.id,
+                        text::truncate_chars(name, 64)
+                    ));
+                }
+            }
+            if spec.env.len() > command::MAX_ENV {
+                errs.push(format!(
+                    "hook `{}`: at most {} env variables",
+                    spec.id,
+                    command::MAX_ENV
+                ));
+            }
             Some(Action::Command {
                 argv: spec.command.clone(),
+                env: spec.env.clone(),
                 timeout: Duration::from_millis(ms),
                 on_error,
                 fallback: spec.fallback.clone(),
@@ -734,12 +755,13 @@ pub fn review_reply(
             Action::Command { .. } if !run_commands => {}
             Action::Command {
                 argv,
+                env,
                 timeout,
                 on_error,
                 fallback,
             } => {
                 let input = json!({"hook_event_name": "before_reply", "hook_id": h.id, "reply": reply, "context": vars});
-                match command::run(argv, root, &input, *timeout) {
+                match command::run(argv, env, root, &input, *timeout) {
                     CommandOutcome::Allow(decision_json) => {
                         if let Some(new) = decision_json
                             .as_ref()
@@ -830,12 +852,13 @@ pub fn on_event(
             }
             Action::Command {
                 argv,
+                env,
                 timeout,
                 on_error,
                 ..
             } => {
                 let input = json!({"hook_event_name": kind.as_str(), "hook_id": h.id, "event": event, "context": vars});
-                match command::run(argv, root, &input, *timeout) {
+                match command::run(argv, env, root, &input, *timeout) {
                     CommandOutcome::Allow(d) => {
                         let ctx = d
                             .as_ref()
@@ -890,12 +913,13 @@ pub fn after_tool(
             }
             Action::Command {
                 argv,
+                env,
                 timeout,
                 on_error,
                 ..
             } => {
                 let input = json!({"hook_event_name": "after_tool", "hook_id": h.id, "tool": tool, "op": op.map(Op::as_str), "result": result});
-                match command::run(argv, root, &input, *timeout) {
+                match command::run(argv, env, root, &input, *timeout) {
                     CommandOutcome::Allow(Some(d)) if d.get("result").is_some() => {
                         *result = d["result"].clone();
                         log.push(decision(h, "replaced the result"));

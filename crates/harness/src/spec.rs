@@ -314,6 +314,10 @@ pub struct HookSpec {
     pub timeout_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_error: Option<String>,
+    /// Environment variables a command hook receives from the server's environment (it
+    /// otherwise runs with `PATH` alone), e.g. `["MODERATION_URL"]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
 }
 
 /// A whole harness state as data.
