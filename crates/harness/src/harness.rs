@@ -198,6 +198,20 @@ impl Harness {
                 "[calls] max_per_turn must be between 1 and 16",
             ));
         }
+        if !(8..=200).contains(&m.viewers.max_name_chars) {
+            problems.push(Problem::new(
+                "harness.toml",
+                at("harness.toml", "max_name_chars"),
+                "[viewers] max_name_chars must be between 8 and 200",
+            ));
+        }
+        if !(20..=4000).contains(&m.viewers.max_comment_chars) {
+            problems.push(Problem::new(
+                "harness.toml",
+                at("harness.toml", "max_comment_chars"),
+                "[viewers] max_comment_chars must be between 20 and 4000",
+            ));
+        }
         if m.reply.max_chars < 20 || m.reply.max_chars > 4000 {
             problems.push(Problem::new(
                 "harness.toml",
@@ -709,6 +723,11 @@ impl Harness {
     }
 
     /// Notes the `inject` hooks add for an event (no command hooks run).
+    /// How much viewer text reaches this harness's prompts (`[viewers]`).
+    pub fn viewer_limits(&self) -> crate::text::ViewerLimits {
+        self.spec.manifest.viewers.limits()
+    }
+
     pub fn inject_notes(&self, kind: EventKind, vars: &Value) -> Vec<String> {
         self.hooks
             .iter()

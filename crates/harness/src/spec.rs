@@ -22,6 +22,50 @@ pub struct Manifest {
     pub calls: CallsConfig,
     #[serde(default)]
     pub reply: ReplyConfig,
+    /// Limits on viewer-controlled text in the prompt (absent: the defaults, and the same hash
+    /// as before the table existed).
+    #[serde(default, skip_serializing_if = "ViewersConfig::is_default")]
+    pub viewers: ViewersConfig,
+}
+
+/// `[viewers]`: how much of a viewer's name and comment reaches the prompt; longer text is cut
+/// and marked `…`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ViewersConfig {
+    #[serde(default = "default_name_chars")]
+    pub max_name_chars: usize,
+    #[serde(default = "default_comment_chars")]
+    pub max_comment_chars: usize,
+}
+
+fn default_name_chars() -> usize {
+    crate::text::MAX_VIEWER_NAME_CHARS
+}
+fn default_comment_chars() -> usize {
+    crate::text::MAX_COMMENT_CHARS
+}
+
+impl Default for ViewersConfig {
+    fn default() -> Self {
+        ViewersConfig {
+            max_name_chars: default_name_chars(),
+            max_comment_chars: default_comment_chars(),
+        }
+    }
+}
+
+impl ViewersConfig {
+    pub fn is_default(&self) -> bool {
+        *self == ViewersConfig::default()
+    }
+
+    pub fn limits(&self) -> crate::text::ViewerLimits {
+        crate::text::ViewerLimits {
+            name: self.max_name_chars,
+            comment: self.max_comment_chars,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -102,9 +102,27 @@ pub fn tidy_spaces(s: &str) -> String {
     out
 }
 
-/// Longest viewer name and comment put into a prompt; longer ones are cut and marked `…`.
+/// Longest viewer name and comment put into a prompt by default (a harness's `[viewers]`
+/// table changes them); longer ones are cut and marked `…`.
 pub const MAX_VIEWER_NAME_CHARS: usize = 40;
 pub const MAX_COMMENT_CHARS: usize = 500;
+
+/// How many characters of a viewer's name and of a comment (or other viewer text) reach a
+/// prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ViewerLimits {
+    pub name: usize,
+    pub comment: usize,
+}
+
+impl Default for ViewerLimits {
+    fn default() -> Self {
+        ViewerLimits {
+            name: MAX_VIEWER_NAME_CHARS,
+            comment: MAX_COMMENT_CHARS,
+        }
+    }
+}
 
 /// Viewer-controlled text (a name, a comment, a gift) made safe to place inside one line of a
 /// prompt: line breaks and other control characters (ANSI escapes included) become spaces,

@@ -880,6 +880,40 @@ fn harness_check_rejects_unsatisfiable_schemas_hook_time_and_dead_hook_texts() {
     );
 }
 
+/// Issue 13: viewer text in the prompt is length-limited, and the limit is the harness's to
+/// set (`[viewers]`), checked like every other setting.
+#[test]
+fn viewer_text_limits_are_configurable_and_checked() {
+    let d = broken_copy(|p| {
+        let t = std::fs::read_to_string(p.join("harness.toml")).unwrap();
+        std::fs::write(
+            p.join("harness.toml"),
+            t + "\n[viewers]\nmax_name_chars = 8\nmax_comment_chars = 30\n",
+        )
+        .unwrap();
+    });
+    let comment = "z".repeat(100);
+    let event = format!(r#"{{"type":"comment","viewer":"averyveryverylongname","text":"{comment}"}}"#);
+    let out = hat()
+        .args(["harness", "render"])
+        .arg(d.path())
+        .args(["--event", &event])
+        .assert()
+        .success();
+    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    assert!(
+        text.contains(&format!("{}…", "z".repeat(29))) && !text.contains(&"z".repeat(31)),
+        "{text}"
+    );
+    assert!(text.contains("averyve…") && !text.contains("averyver"), "{text}");
+    let bad = broken_copy(|p| {
+        let t = std::fs::read_to_string(p.join("harness.toml")).unwrap();
+        std::fs::write(p.join("harness.toml"), t + "\n[viewers]\nmax_comment_chars = 5\n").unwrap();
+    });
+    fails_cleanly(hat().args(["harness", "check"]).arg(bad.path()))
+        .stderr(predicate::str::contains("[viewers] max_comment_chars must be between 20 and 4000"));
+}
+
 /// Issue 13: an evaluation written inside a harness folder changed the harness's hash.
 #[test]
 fn files_outside_the_harness_layout_leave_its_hash_alone() {

@@ -19,7 +19,7 @@ use typed_arena::Arena;
 use hat_agent::episode::{ChatModel, Completion, Episode, EpisodeConfig};
 use hat_harness::{Message, Role};
 use hat_tasks::episode::Scene;
-use hat_tasks::task::{event_line, Turn};
+use hat_tasks::task::{event_line_with, Turn};
 use hat_world::World;
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
@@ -563,7 +563,7 @@ impl Worker {
             }
             if !reply.is_empty() {
                 m.history.push_back(Turn {
-                    user: event_line(&j.event),
+                    user: event_line_with(&j.event, j.version.harness.viewer_limits()),
                     assistant: reply.clone(),
                 });
                 while m.history.len() > HISTORY_TURNS {

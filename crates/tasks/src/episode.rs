@@ -4,11 +4,11 @@
 use serde_json::{json, Map, Value};
 
 use hat_harness::render::render_turn;
-use hat_harness::text::{viewer_text, MAX_COMMENT_CHARS};
+use hat_harness::text::{viewer_text, ViewerLimits};
 use hat_harness::{Backend, Harness, HarnessError, Message, Op};
 use hat_world::World;
 
-use crate::task::{event_kind, event_line, event_vars, Task, Turn};
+use crate::task::{event_kind, event_line_with, event_vars, Task, Turn};
 use hat_world::Event;
 
 /// What the host faces at one turn: an event in a stream, with what came before.
@@ -38,6 +38,11 @@ impl Task {
 /// The stream state the prompt shows for a scene: the world's state with the
 /// scene's product on stage and its recent activity.
 pub fn stream_value(task: &Scene, world: &World) -> Value {
+    stream_value_with(task, world, ViewerLimits::default())
+}
+
+/// [`stream_value`] with a harness's limits on viewer text.
+pub fn stream_value_with(task: &Scene, world: &World, limits: ViewerLimits) -> Value {
     let mut v = serde_json::to_value(world.stream_state()).unwrap_or_else(|_| json!({}));
     let cat = world.catalog();
     if let (Some(p), Some(obj)) = (cat.product(task.on_stage), v.as_object_mut()) {
@@ -50,7 +55,7 @@ pub fn stream_value(task: &Scene, world: &World) -> Value {
         let recent: Vec<String> = task
             .recent
             .iter()
-            .map(|l| viewer_text(l, MAX_COMMENT_CHARS))
+            .map(|l| viewer_text(l, limits.comment))
             .collect();
         obj.insert("recent".into(), json!(recent));
     }
@@ -63,7 +68,8 @@ pub fn prompt(
     harness: &Harness,
     world: &World,
 ) -> Result<Vec<Message>, HarnessError> {
-    let system = harness.render_system(&stream_value(task, world))?;
+    let limits = harness.viewer_limits();
+    let system = harness.render_system(&stream_value_with(task, world, limits))?;
     let mut msgs = Vec::with_capacity(2 + task.history.len() * 2);
     msgs.push(Message::system(system));
     for t in task.history {
@@ -71,7 +77,10 @@ pub fn prompt(
         msgs.push(Message::assistant(t.assistant.clone()));
     }
     let notes = harness.inject_notes(event_kind(task.event), &event_vars(task.event));
-    msgs.push(Message::user(render_turn(&event_line(task.event), &notes)));
+    msgs.push(Message::user(render_turn(
+        &event_line_with(task.event, limits),
+        &notes,
+    )));
     Ok(msgs)
 }
 

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use hat_harness::text::{viewer_text, MAX_COMMENT_CHARS, MAX_VIEWER_NAME_CHARS};
+use hat_harness::text::{viewer_text, ViewerLimits};
 use hat_harness::EventKind;
 use hat_world::Event;
 
@@ -193,15 +193,21 @@ pub struct Task {
     pub intent: Intent,
 }
 
-/// How an event reads in the user turn. Viewer-controlled text is passed through
-/// [`viewer_text`] so a name or comment can never start a line or a tag of its own.
+/// How an event reads in the user turn, with the default limits on viewer text.
 pub fn event_line(e: &Event) -> String {
-    let name = |v: &str| viewer_text(v, MAX_VIEWER_NAME_CHARS);
+    event_line_with(e, ViewerLimits::default())
+}
+
+/// How an event reads in the user turn. Viewer-controlled text is passed through
+/// [`viewer_text`] so a name or comment can never start a line or a tag of its own, and is cut
+/// to the harness's `limits`.
+pub fn event_line_with(e: &Event, limits: ViewerLimits) -> String {
+    let name = |v: &str| viewer_text(v, limits.name);
     match e {
         Event::Comment { viewer, text } => format!(
             "[comment] {}: {}",
             name(viewer),
-            viewer_text(text, MAX_COMMENT_CHARS)
+            viewer_text(text, limits.comment)
         ),
         Event::ViewerJoin { viewer } => {
             format!("[viewer_join] {} joined the stream", name(viewer))
@@ -218,7 +224,7 @@ pub fn event_line(e: &Event) -> String {
         } => format!(
             "[purchase] {} bought {quantity} × {}",
             name(viewer),
-            viewer_text(product, MAX_COMMENT_CHARS)
+            viewer_text(product, limits.comment)
         ),
         Event::OperatorCue { text } => {
             format!("[operator_cue] (backstage, not visible to viewers) {text}")

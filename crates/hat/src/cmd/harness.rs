@@ -7,8 +7,8 @@ use clap::Subcommand;
 
 use hat_harness::render::render_turn;
 use hat_harness::{Harness, HarnessError};
-use hat_tasks::episode::{stream_value, Scene};
-use hat_tasks::task::{event_kind, event_line, event_vars};
+use hat_tasks::episode::{stream_value_with, Scene};
+use hat_tasks::task::{event_kind, event_line_with, event_vars};
 use hat_world::{Event, World};
 
 #[derive(Subcommand)]
@@ -173,9 +173,10 @@ pub fn run(cmd: HarnessCmd) -> Result<()> {
                 history: &[],
                 recent: &[],
             };
-            let system = h.render_system(&stream_value(&scene, &world))?;
+            let limits = h.viewer_limits();
+            let system = h.render_system(&stream_value_with(&scene, &world, limits))?;
             let notes = h.inject_notes(event_kind(&event), &event_vars(&event));
-            let turn = render_turn(&event_line(&event), &notes);
+            let turn = render_turn(&event_line_with(&event, limits), &notes);
             if size {
                 println!(
                     "system {} chars, turn {} chars, products {}",
