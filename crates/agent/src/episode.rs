@@ -134,7 +134,7 @@ pub struct EpisodeConfig {
 impl Default for EpisodeConfig {
     fn default() -> Self {
         EpisodeConfig {
-            max_turns: 5,
+            max_turns: hat_harness::hooks::DEFAULT_MODEL_TURNS,
             keep_changes: false,
         }
     }

@@ -86,8 +86,7 @@ pub fn run(
             cmd.env(name, v);
         }
     }
-    cmd
-        .args(args)
+    cmd.args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -354,7 +353,13 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let pidfile = d.path().join("pid");
         let script = format!("sleep 30 & echo $! > {}; wait", pidfile.display());
-        let out = run(&sh(&script), &[], None, &json!({}), Duration::from_millis(300));
+        let out = run(
+            &sh(&script),
+            &[],
+            None,
+            &json!({}),
+            Duration::from_millis(300),
+        );
         assert!(matches!(out, CommandOutcome::Failed(ref m) if m.contains("timed out")));
         let pid = std::fs::read_to_string(&pidfile)
             .unwrap()

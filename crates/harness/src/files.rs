@@ -61,7 +61,7 @@ pub fn read_dir(dir: &Path) -> Result<(FileMap, Vec<Problem>), HarnessError> {
                 .push(Problem::new(name, None, format!("cannot read: {e}"))),
         }
     }
-    let named = named_paths(&reader.files);
+    let (named, named_dirs) = named_paths(&reader.files);
     // (folder, relative path, whether everything below it belongs to the harness)
     let mut stack = vec![(dir.to_path_buf(), String::new(), false)];
     while let Some((d, rel_dir, whole)) = stack.pop() {
@@ -91,16 +91,20 @@ pub fn read_dir(dir: &Path) -> Result<(FileMap, Vec<Problem>), HarnessError> {
                 path: rel.clone(),
                 source,
             })?;
-            // a top-level `skills` that is a link or a file is reported, not skipped
+            let harness_dir = rel_dir.is_empty() && HARNESS_DIRS.contains(&&*name);
+            let leads_to_named = named.iter().chain(&named_dirs).any(|n| {
+                n.strip_prefix(rel.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+            });
+            // a link where a harness folder, or the way to a named file, belongs is reported
+            // (a hook program reached through `bin -> /opt/x` would run code from outside)
             let wanted = whole
                 || named.contains(&rel)
-                || (rel_dir.is_empty() && HARNESS_DIRS.contains(&&*name));
+                || harness_dir
+                || named_dirs.contains(&rel)
+                || (ft.is_symlink() && leads_to_named);
             if ft.is_dir() && !ft.is_symlink() {
-                let below = whole || (rel_dir.is_empty() && HARNESS_DIRS.contains(&&*name));
-                let leads_to_named = named.iter().any(|n| {
-                    n.strip_prefix(rel.as_str())
-                        .is_some_and(|rest| rest.starts_with('/'))
-                });
+                let below = whole || harness_dir || named_dirs.contains(&rel);
                 if below || leads_to_named {
                     stack.push((entry.path(), rel, below));
                 }
@@ -116,15 +120,24 @@ pub fn read_dir(dir: &Path) -> Result<(FileMap, Vec<Problem>), HarnessError> {
     Ok((reader.files, reader.problems))
 }
 
-/// The template and hook programs that `harness.toml` and `hooks.toml` name, as relative
-/// paths. Read leniently: a file that does not parse is reported by [`parse`] later.
-fn named_paths(files: &FileMap) -> std::collections::BTreeSet<String> {
+/// The files `harness.toml` and `hooks.toml` name (the template, each command hook's program
+/// and the arguments that look like relative paths), and the folders read whole: each hook
+/// program's own folder (below the root), where its helper files live. Relative paths; read
+/// leniently: a file that does not parse is reported by [`parse`] later.
+fn named_paths(
+    files: &FileMap,
+) -> (
+    std::collections::BTreeSet<String>,
+    std::collections::BTreeSet<String>,
+) {
     let mut named = std::collections::BTreeSet::new();
-    let mut add = |p: &str| {
+    let mut dirs = std::collections::BTreeSet::new();
+    let clean = |p: &str| -> Option<String> {
         let p = p.strip_prefix("./").unwrap_or(p);
-        if !p.is_empty() && !p.starts_with('/') && !p.split('/').any(|c| c == "..") {
-            named.insert(p.to_string());
-        }
+        let ok = !p.is_empty()
+            && !p.starts_with('/')
+            && !p.split('/').any(|c| c == ".." || c.is_empty());
+        ok.then(|| p.to_string())
     };
     if let Some(v) = files
         .get("harness.toml")
@@ -134,8 +147,9 @@ fn named_paths(files: &FileMap) -> std::collections::BTreeSet<String> {
             .get("prompt")
             .and_then(|p| p.get("template"))
             .and_then(|t| t.as_str())
+            .and_then(clean)
         {
-            add(t);
+            named.insert(t);
         }
     }
     if let Some(v) = files
@@ -148,17 +162,32 @@ fn named_paths(files: &FileMap) -> std::collections::BTreeSet<String> {
             .into_iter()
             .flatten()
         {
-            if let Some(p) = hook
+            let argv: Vec<&str> = hook
                 .get("command")
                 .and_then(|c| c.as_array())
-                .and_then(|c| c.first())
-                .and_then(|p| p.as_str())
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a.as_str())
+                .collect();
+            let Some((program, args)) = argv.split_first() else {
+                continue;
+            };
+            if let Some(p) = clean(program) {
+                if let Some((folder, _)) = p.rsplit_once('/') {
+                    dirs.insert(folder.to_string());
+                }
+                named.insert(p);
+            }
+            for a in args
+                .iter()
+                .filter(|a| !a.starts_with('-') && (a.contains('/') || a.contains('.')))
+                .filter_map(|a| clean(a))
             {
-                add(p);
+                named.insert(a);
             }
         }
     }
-    named
+    (named, dirs)
 }
 
 /// The files read so far, the problems found, and the running totals the limits apply to.
@@ -306,7 +335,13 @@ pub fn parse(files: &FileMap) -> (Option<HarnessSpec>, Vec<Problem>) {
     let mut tools = Vec::new();
     let mut hooks = Vec::new();
     let mut extra = BTreeMap::new();
-    let template_path = manifest.as_ref().and_then(|m| m.prompt.template.clone());
+    // `./prompts/x.j2` names the same file as `prompts/x.j2`
+    let template_path = manifest.as_ref().and_then(|m| {
+        m.prompt
+            .template
+            .as_deref()
+            .map(|t| t.strip_prefix("./").unwrap_or(t).to_string())
+    });
     let mut template = None;
     let mut skill_dirs: BTreeMap<String, bool> = BTreeMap::new();
 
@@ -566,7 +601,9 @@ mod tests {
     fn files_outside_the_harness_layout_are_not_read() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path();
-        for dir in ["skills/x", "tools", "hooks", "out/lsqa", "bin", "notes"] {
+        for dir in [
+            "skills/x", "tools", "hooks", "out/lsqa", "bin", "notes", "data",
+        ] {
             std::fs::create_dir_all(p.join(dir)).unwrap();
         }
         #[cfg(unix)]
@@ -574,7 +611,7 @@ mod tests {
         std::fs::write(p.join("harness.toml"), "[prompt]\ntemplate = \"main.j2\"\n").unwrap();
         std::fs::write(
             p.join("hooks.toml"),
-            "[[hooks]]\nid = \"a\"\ncommand = [\"./bin/check.sh\"]\n\
+            "[[hooks]]\nid = \"a\"\ncommand = [\"./bin/check.sh\", \"data/banned.txt\", \"-v\"]\n\
              [[hooks]]\nid = \"b\"\ncommand = [\"./../escape.sh\"]\n",
         )
         .unwrap();
@@ -586,6 +623,8 @@ mod tests {
             "hooks/h.sh",
             "bin/check.sh",
             "bin/other.sh",
+            "data/banned.txt",
+            "data/unrelated.txt",
             "README.md",
             "out/lsqa/items.jsonl",
             "notes/todo.md",
@@ -609,6 +648,8 @@ mod tests {
             read,
             [
                 "bin/check.sh",
+                "bin/other.sh",
+                "data/banned.txt",
                 "harness.toml",
                 "hooks.toml",
                 "hooks/h.sh",
@@ -617,6 +658,30 @@ mod tests {
                 "skills/x/notes.txt",
                 "tools/t.json"
             ]
+        );
+    }
+
+    /// Review finding: a hook program reached through a linked folder (`bin -> /opt/x`) was
+    /// skipped by the reader but found by the existence check, so code outside ran.
+    #[cfg(unix)]
+    #[test]
+    fn a_link_on_the_way_to_a_hook_program_is_reported() {
+        let d = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("check.sh"), "#!/bin/sh\n").unwrap();
+        std::os::unix::fs::symlink(outside.path(), d.path().join("bin")).unwrap();
+        std::fs::write(
+            d.path().join("hooks.toml"),
+            "[[hooks]]\nid = \"a\"\ncommand = [\"./bin/check.sh\"]\n",
+        )
+        .unwrap();
+        let (files, problems) = read_dir(d.path()).unwrap();
+        assert!(!files.contains_key("bin/check.sh"));
+        assert!(
+            problems.len() == 1
+                && problems[0].file == "bin"
+                && problems[0].message.contains("symbolic link"),
+            "{problems:?}"
         );
     }
 

@@ -456,8 +456,11 @@ impl Harness {
                             .strip_prefix("./")
                             .filter(|_| root.is_some() || sources.is_some());
                         if let Some(rel) = local {
+                            // read from a folder: the program must be among the files read (a
+                            // path through a link is not); an in-memory state may rely on its root
                             let exists = spec.extra_files.contains_key(rel)
-                                || root.as_ref().is_some_and(|r| r.join(rel).exists());
+                                || (sources.is_none()
+                                    && root.as_ref().is_some_and(|r| r.join(rel).is_file()));
                             if !exists {
                                 problems.push(Problem::new(
                                     "hooks.toml",
@@ -498,10 +501,12 @@ impl Harness {
                 None,
                 format!(
                     "command hooks could hold a `{event}` turn for {worst} ms (their timeouts: the \
-                     event's own, after_tool's once per call up to [calls] max_per_turn, \
-                     before_reply's twice for a retry), over the budget of {budget_ms} ms: lower \
+                     event's own, after_tool's once per call, up to [calls] max_per_turn calls in \
+                     each of {} model turns, before_reply's twice for a retry), over the budget \
+                     of {budget_ms} ms: lower \
                      timeout_ms, use fewer command hooks, or raise [reply] hook_budget_ms in \
-                     harness.toml"
+                     harness.toml",
+                    hooks::DEFAULT_MODEL_TURNS - 1
                 ),
             ));
         }
@@ -938,9 +943,9 @@ fn build_view(
 
 /// A small stream state used to prove a template renders at check time.
 /// The stream event whose turn the command hooks could hold longest, and for how many
-/// milliseconds (timeouts added up: the event's own hooks, `after_tool` hooks once per call,
-/// `before_reply` hooks twice since a blocked reply is retried once); `None` without command
-/// hooks.
+/// milliseconds (timeouts added up: the event's own hooks, `after_tool` hooks once per call of
+/// every model turn that may call tools, `before_reply` hooks twice since a blocked reply is
+/// retried once); `None` without command hooks.
 pub fn hook_time_worst_case(hooks: &[Hook], max_calls: u64) -> Option<(&'static str, u64)> {
     let ms_at = |e: EventKind| -> u64 {
         hooks
@@ -952,7 +957,10 @@ pub fn hook_time_worst_case(hooks: &[Hook], max_calls: u64) -> Option<(&'static 
             })
             .sum()
     };
-    let inside = ms_at(EventKind::AfterTool) * max_calls + ms_at(EventKind::BeforeReply) * 2;
+    // every model turn but the last may call tools
+    let tool_rounds = hooks::DEFAULT_MODEL_TURNS.saturating_sub(1) as u64;
+    let inside =
+        ms_at(EventKind::AfterTool) * max_calls * tool_rounds + ms_at(EventKind::BeforeReply) * 2;
     EventKind::ALL
         .into_iter()
         .filter(|e| e.is_stream_event())

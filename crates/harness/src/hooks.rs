@@ -139,6 +139,10 @@ pub struct Hook {
     pub action: Action,
 }
 
+/// Model turns an agent turn takes at most by default (tool rounds and retries included);
+/// the hook time budget assumes it.
+pub const DEFAULT_MODEL_TURNS: usize = 5;
+
 pub const ACTIONS: [&str; 5] = ["check", "rewrite", "inject", "drop_fields", "command"];
 pub const DEFAULT_FALLBACK: &str =
     "Thanks for asking! Let me double-check that and come back to you in a moment.";
@@ -394,11 +398,16 @@ pub fn compile(spec: &HookSpec) -> Result<Hook, Vec<String>> {
              or set on_fail = \"fallback\"",
             spec.id
         )),
-        ("command", None) if on_error == OnError::Fallback => errs.push(format!(
-            "hook `{}`: on_error = \"fallback\" needs `fallback = \"...\"`, the reply sent \
+        // only a reply hook replaces the reply; a stream-event or tool hook's failure blocks
+        ("command", None)
+            if on_error == OnError::Fallback && event == Some(EventKind::BeforeReply) =>
+        {
+            errs.push(format!(
+                "hook `{}`: on_error = \"fallback\" needs `fallback = \"...\"`, the reply sent \
              instead (in the persona's language)",
-            spec.id
-        )),
+                spec.id
+            ))
+        }
         _ => {}
     }
     let action = match spec.action.as_str() {

@@ -5,10 +5,22 @@
 
 use serde_json::Value;
 
-/// Keywords whose value is one subschema, a map of them, or a list of them.
-const ONE: [&str; 6] = ["items", "additionalProperties", "not", "if", "then", "else"];
+/// Keywords whose subschemas every value must satisfy where they apply: one subschema, a map
+/// of them, or a list of them. Alternatives (`anyOf`, `oneOf`), negations (`not`) and
+/// conditions (`if`/`then`/`else`) are not walked: an unsatisfiable branch there can be
+/// intended.
+const ONE: [&str; 2] = ["items", "additionalProperties"];
 const MAP: [&str; 4] = ["properties", "$defs", "definitions", "patternProperties"];
-const LIST: [&str; 4] = ["allOf", "anyOf", "oneOf", "prefixItems"];
+const LIST: [&str; 2] = ["allOf", "prefixItems"];
+/// Keywords through which a `required` name may be described elsewhere than `properties`.
+const DESCRIBED_ELSEWHERE: [&str; 6] = [
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "patternProperties",
+    "$ref",
+    "dependentSchemas",
+];
 /// Bounds on the walk (a tool schema is small; `schema_refs` refuses huge ones).
 const MAX_NODES: usize = 100_000;
 const MAX_DEPTH: usize = 256;
@@ -62,7 +74,8 @@ pub fn unsatisfiable(schema: &Value) -> Vec<String> {
         if let Some(required) = obj.get("required").and_then(Value::as_array) {
             let props = obj.get("properties").and_then(Value::as_object);
             let closed = obj.get("additionalProperties") == Some(&Value::Bool(false));
-            if props.is_some() || closed {
+            let elsewhere = DESCRIBED_ELSEWHERE.iter().any(|k| obj.contains_key(*k));
+            if (props.is_some() || closed) && !elsewhere {
                 for r in required.iter().filter_map(Value::as_str) {
                     if !props.is_some_and(|p| p.contains_key(r)) {
                         out.push(format!(
@@ -146,8 +159,14 @@ mod tests {
                 "a/b": {"anyOf": [{"type": "string"}, {"type": "null"}]}
             },
             "required": ["product_id"],
-            "$defs": {"free": {"type": "object", "required": ["x"]}}
+            "$defs": {"free": {"type": "object", "required": ["x"]}},
+            "anyOf": [{"type": "object"}, {"enum": []}],
+            "not": {"enum": []},
+            "allOf": [{"required": ["y"]}]
         });
+        let mut s = s;
+        s["properties"]["m"] = json!({"type": "object", "properties": {}, "required": ["k"],
+            "patternProperties": {"^k$": {"type": "string"}}});
         assert!(unsatisfiable(&s).is_empty(), "{:?}", unsatisfiable(&s));
     }
 }

@@ -893,7 +893,8 @@ fn viewer_text_limits_are_configurable_and_checked() {
         .unwrap();
     });
     let comment = "z".repeat(100);
-    let event = format!(r#"{{"type":"comment","viewer":"averyveryverylongname","text":"{comment}"}}"#);
+    let event =
+        format!(r#"{{"type":"comment","viewer":"averyveryverylongname","text":"{comment}"}}"#);
     let out = hat()
         .args(["harness", "render"])
         .arg(d.path())
@@ -905,13 +906,21 @@ fn viewer_text_limits_are_configurable_and_checked() {
         text.contains(&format!("{}…", "z".repeat(29))) && !text.contains(&"z".repeat(31)),
         "{text}"
     );
-    assert!(text.contains("averyve…") && !text.contains("averyver"), "{text}");
+    assert!(
+        text.contains("averyve…") && !text.contains("averyver"),
+        "{text}"
+    );
     let bad = broken_copy(|p| {
         let t = std::fs::read_to_string(p.join("harness.toml")).unwrap();
-        std::fs::write(p.join("harness.toml"), t + "\n[viewers]\nmax_comment_chars = 5\n").unwrap();
+        std::fs::write(
+            p.join("harness.toml"),
+            t + "\n[viewers]\nmax_comment_chars = 5\n",
+        )
+        .unwrap();
     });
-    fails_cleanly(hat().args(["harness", "check"]).arg(bad.path()))
-        .stderr(predicate::str::contains("[viewers] max_comment_chars must be between 20 and 4000"));
+    fails_cleanly(hat().args(["harness", "check"]).arg(bad.path())).stderr(
+        predicate::str::contains("[viewers] max_comment_chars must be between 20 and 4000"),
+    );
 }
 
 /// Issue 13: an evaluation written inside a harness folder changed the harness's hash.

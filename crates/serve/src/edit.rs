@@ -77,12 +77,15 @@ pub fn read_text_files(dir: &Path) -> Result<TextFiles> {
 
 /// Writes an edited harness (relative path to text) under `root`, in a folder named after
 /// its contents, as `unpack_zip` does for archives. Paths must stay inside the folder;
-/// `exec` paths get an executable bit (the caller decides which may).
+/// `exec` paths get an executable bit (the caller decides which may). Returns the folder, the
+/// version's source, and whether this call created the folder: the same files written before
+/// reuse that folder, which a live version may be running from, so a caller must remove only
+/// a folder it created.
 pub fn write_text_files(
     files: &std::collections::BTreeMap<String, String>,
     exec: &[String],
     root: &Path,
-) -> Result<(PathBuf, String)> {
+) -> Result<(PathBuf, String, bool)> {
     let bad = |m: String| ServeError::bad("files", m);
     if files.is_empty() {
         return Err(bad("no files; a harness needs at least harness.toml".into()));
@@ -123,8 +126,16 @@ pub fn write_text_files(
     if total > MAX_UNPACKED_BYTES {
         return Err(bad(format!("more than {MAX_UNPACKED_BYTES} bytes in all")));
     }
+    for e in exec.iter().filter(|e| files.contains_key(*e)) {
+        digest.update(b"exec\0");
+        digest.update(e.as_bytes());
+    }
     let digest = hex::encode(digest.finalize());
     let dest = root.join(format!("edit-{}", &digest[..16]));
+    let source = format!("edit:{}", &digest[..16]);
+    if dest.is_dir() {
+        return Ok((dest, source, false));
+    }
     let tmp = root.join(format!(".edit-{}-{}", &digest[..16], std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     let written = (|| -> std::io::Result<()> {
@@ -146,10 +157,9 @@ pub fn write_text_files(
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(ServeError::internal("writing the edited harness", e));
     }
-    let _ = std::fs::remove_dir_all(&dest);
     std::fs::rename(&tmp, &dest).map_err(|e| {
         let _ = std::fs::remove_dir_all(&tmp);
         ServeError::internal(format!("moving the edit to {}", dest.display()), e)
     })?;
-    Ok((dest, format!("edit:{}", &digest[..16])))
+    Ok((dest, source, true))
 }

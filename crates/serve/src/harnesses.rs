@@ -93,6 +93,9 @@ pub struct Harnesses {
     store: Option<PathBuf>,
     /// The harness this server was started with, as the history records it.
     boot: Option<StoredVersion>,
+    /// Held across a save's snapshot and write, so concurrent swaps cannot land an older
+    /// snapshot last or interleave in the temporary file.
+    saving: std::sync::Mutex<()>,
 }
 
 /// The history as kept on disk: each version by hash and folder, which one is active, and the
@@ -162,6 +165,7 @@ impl Harnesses {
             }),
             store: None,
             boot: None,
+            saving: std::sync::Mutex::new(()),
         }
     }
 
@@ -263,6 +267,7 @@ impl Harnesses {
             }),
             store: Some(store),
             boot: Some(boot_info),
+            saving: std::sync::Mutex::new(()),
         };
         h.save();
         (h, notes)
@@ -274,6 +279,7 @@ impl Harnesses {
         let Some(path) = &self.store else {
             return;
         };
+        let _saving = self.saving.lock().unwrap_or_else(|e| e.into_inner());
         let stored = {
             let s = self.read();
             StoredHistory {
@@ -285,7 +291,12 @@ impl Harnesses {
         let tmp = path.with_extension("json.tmp");
         let written = serde_json::to_vec_pretty(&stored)
             .map_err(std::io::Error::other)
-            .and_then(|bytes| std::fs::write(&tmp, bytes))
+            .and_then(|bytes| {
+                use std::io::Write;
+                let mut f = std::fs::File::create(&tmp)?;
+                f.write_all(&bytes)?;
+                f.sync_all()
+            })
             .and_then(|()| std::fs::rename(&tmp, path));
         if let Err(e) = written {
             tracing::warn!(path = %path.display(), error = %e, "could not save the harness history");

@@ -241,40 +241,59 @@ impl Worker {
         let _ = job.done.send(out.map_err(|e| e.to_string()));
     }
 
-    /// Decodes each prompt with its model: one batch per model, answers in prompt order.
+    /// Decodes each slot's prompt with its model, one batch per model: per slot its answer
+    /// (or why there is none) and the seconds its model's batch took.
     fn generate_by_model(
         &mut self,
-        chats: &[(usize, &[Message])],
-    ) -> Result<Vec<Completion>, hat_agent::AgentError> {
-        if chats.iter().all(|(m, _)| *m == 0) {
-            let prompts: Vec<&[Message]> = chats.iter().map(|(_, p)| *p).collect();
-            return self.model.generate_batch(&prompts);
-        }
-        let mut out: Vec<Option<Completion>> = vec![None; chats.len()];
+        chats: &[(usize, Option<&[Message]>)],
+    ) -> Vec<(Result<Completion, String>, f64)> {
+        let mut out: Vec<(Result<Completion, String>, f64)> = chats
+            .iter()
+            .map(|_| {
+                (
+                    Err("the episode has no prompt to continue".to_string()),
+                    0.0,
+                )
+            })
+            .collect();
         for m in 0..=self.arm_models.len() {
-            let idx: Vec<usize> = (0..chats.len()).filter(|&k| chats[k].0 == m).collect();
+            let idx: Vec<usize> = (0..chats.len())
+                .filter(|&k| chats[k].0 == m && chats[k].1.is_some())
+                .collect();
             if idx.is_empty() {
                 continue;
             }
-            let prompts: Vec<&[Message]> = idx.iter().map(|&k| chats[k].1).collect();
+            let prompts: Vec<&[Message]> = idx.iter().filter_map(|&k| chats[k].1).collect();
             let model = if m == 0 {
                 &mut self.model
             } else {
                 &mut self.arm_models[m - 1]
             };
-            let answers = model.generate_batch(&prompts)?;
-            if answers.len() != idx.len() {
-                return Err(hat_agent::AgentError::Model(format!(
-                    "model {m} returned {} answers for {} prompts",
-                    answers.len(),
-                    idx.len()
-                )));
-            }
-            for (k, a) in idx.into_iter().zip(answers) {
-                out[k] = Some(a);
+            let t0 = Instant::now();
+            let answers = model.generate_batch(&prompts);
+            let wall = t0.elapsed().as_secs_f64();
+            match answers {
+                Ok(a) if a.len() == idx.len() => {
+                    for (k, c) in idx.into_iter().zip(a) {
+                        out[k] = (Ok(c), wall);
+                    }
+                }
+                other => {
+                    let why = match other {
+                        Ok(a) => format!(
+                            "the model returned {} answers for {} prompts",
+                            a.len(),
+                            idx.len()
+                        ),
+                        Err(e) => e.to_string(),
+                    };
+                    for k in idx {
+                        out[k] = (Err(why.clone()), wall);
+                    }
+                }
             }
         }
-        Ok(out.into_iter().flatten().collect())
+        out
     }
 
     /// Starts answering `pending` on stream `i`: the episode begins on the harness version
@@ -391,38 +410,25 @@ impl Worker {
             if slots.is_empty() {
                 break;
             }
-            let t0 = Instant::now();
+            // each model decodes its own slots; a model that fails fails only those
             let outs = {
-                let chats: Vec<(usize, &[Message])> = slots
-                    .iter()
-                    .filter_map(|s| s.ep.prompt().map(|p| (s.job.model, p)))
-                    .collect();
+                let chats: Vec<(usize, Option<&[Message]>)> =
+                    slots.iter().map(|s| (s.job.model, s.ep.prompt())).collect();
                 self.generate_by_model(&chats)
             };
-            let wall = t0.elapsed().as_secs_f64();
-            for s in slots.iter_mut() {
-                s.model_wall += wall;
-            }
-            let outs = match outs {
-                Ok(o) if o.len() == slots.len() => o,
-                other => {
-                    let m = match other {
-                        Ok(o) => format!(
-                            "the model returned {} answers for {} prompts",
-                            o.len(),
-                            slots.len()
-                        ),
-                        Err(e) => e.to_string(),
-                    };
-                    // dropping an episode rolls its world changes back
-                    for s in slots.drain(..) {
-                        self.fail(s.job, &m);
-                    }
-                    Vec::new()
-                }
-            };
             let mut done = Vec::new();
-            for (k, out) in outs.into_iter().enumerate() {
+            let mut answers = Vec::with_capacity(outs.len());
+            for (k, (out, wall)) in outs.into_iter().enumerate() {
+                slots[k].model_wall += wall;
+                match out {
+                    Ok(o) => answers.push((k, o)),
+                    Err(m) => {
+                        self.fail(slots[k].job, &m);
+                        done.push((k, false));
+                    }
+                }
+            }
+            for (k, out) in answers {
                 let s = &mut slots[k];
                 let j = s.job;
                 self.metrics.generated(&out);
@@ -463,6 +469,8 @@ impl Worker {
                     done.push((k, true));
                 }
             }
+            // failed slots were noted before the answered ones: remove from the highest index
+            done.sort_unstable_by_key(|d| d.0);
             for &(k, ok) in done.iter().rev() {
                 let s = slots.remove(k);
                 if !ok {

@@ -1017,3 +1017,71 @@ fn a_live_experiment_can_put_another_model_in_an_arm() {
     assert_eq!(arms[1]["viewers"], by_model[1], "{list}");
     r.stop();
 }
+
+/// A model that always fails.
+struct Broken;
+
+impl hat_agent::episode::ChatModel for Broken {
+    fn complete(
+        &mut self,
+        _messages: &[hat_harness::Message],
+    ) -> Result<String, hat_agent::AgentError> {
+        Err(hat_agent::AgentError::Model("out of memory".into()))
+    }
+}
+
+/// Review finding: one arm's model failing failed every reply of the batch, the other arm's
+/// and other streams' included.
+#[test]
+fn a_failing_arm_model_fails_only_its_own_replies() {
+    let dir = tempfile::tempdir().unwrap();
+    let version = hat_serve::load_dir(&harness_dir(), "livestream".into()).unwrap();
+    let hash = version.hash().to_string();
+    let mut cfg = config(dir.path());
+    cfg.max_batch = 8;
+    let server = hat_serve::Server::start_with_arm_models(
+        cfg,
+        Box::new(common::Scripted {
+            delay: Duration::from_millis(20),
+        }),
+        vec![("broken".into(), Box::new(Broken) as Box<_>)],
+        version,
+    )
+    .unwrap();
+    let r = Running::from(server.spawn(([127, 0, 0, 1], 0).into()).unwrap());
+    let exp = json!({"name": "ok-vs-broken", "unit": "stream", "arms": [
+        {"name": "ok", "harness": hash}, {"name": "broken", "harness": hash, "model": "broken"}]});
+    assert_eq!(json("POST", &r.url("/v1/experiments"), &exp).0, 201);
+    // streams are the unit: post to many streams at once so both arms share batches
+    let names: Vec<String> = (0..12).map(|i| format!("s{i}")).collect();
+    for n in &names {
+        create(&r, n);
+    }
+    let handles: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let url = r.url(&format!("/v1/streams/{n}/events?wait=true"));
+            std::thread::spawn(move || {
+                json(
+                    "POST",
+                    &url,
+                    &json!({"type": "comment", "viewer": "v", "text": "hello"}),
+                )
+                .1["results"][0]
+                    .clone()
+            })
+        })
+        .collect();
+    let results: Vec<Value> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let replies = results.iter().filter(|v| v["type"] == "reply").count();
+    let errors: Vec<&Value> = results.iter().filter(|v| v["type"] == "error").collect();
+    assert!(replies > 0 && !errors.is_empty(), "{results:?}");
+    assert_eq!(replies + errors.len(), 12, "{results:?}");
+    for e in errors {
+        assert!(
+            e["message"].as_str().unwrap().contains("out of memory"),
+            "{e}"
+        );
+    }
+    r.stop();
+}

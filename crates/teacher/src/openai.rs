@@ -61,7 +61,12 @@ fn transport_message(t: &ureq::Transport, timeout: Duration) -> String {
     .collect::<Vec<_>>()
     .join(": ");
     let lower = detail.to_lowercase();
-    if lower.contains("timed out") || lower.contains("timeout") {
+    // a connect that timed out is the OS's, not --request-timeout-s
+    let connecting = matches!(
+        t.kind(),
+        ureq::ErrorKind::ConnectionFailed | ureq::ErrorKind::Dns
+    );
+    if !connecting && (lower.contains("timed out") || lower.contains("timeout")) {
         return format!(
             "no answer within {} s; check that the endpoint is up and not overloaded, or raise \
              --request-timeout-s for a slow one",

@@ -324,7 +324,7 @@ fn declared(table: &str, column: &str) -> Option<String> {
     let range = if column.ends_with("_cents") {
         format!(", cents from 0 to {}", crate::money::MAX_CENTS)
     } else if decl.starts_with("INTEGER") {
-        ", a whole number that fits 32 bits".to_string()
+        ", a whole number".to_string()
     } else {
         String::new()
     };

@@ -328,7 +328,7 @@ async fn load_edit(app: &App, r: &EditRequest, keep: bool) -> Result<Version> {
                 .cloned()
                 .collect()
         };
-        let (dir, source) = write_text_files(&files, &exec, &root)?;
+        let (dir, source, created) = write_text_files(&files, &exec, &root)?;
         let loaded = load_dir(&dir, source).and_then(|v| {
             if trusted {
                 Ok(v)
@@ -336,7 +336,8 @@ async fn load_edit(app: &App, r: &EditRequest, keep: bool) -> Result<Version> {
                 same_commands(v, &active, &files, &before.0)
             }
         });
-        if loaded.is_err() || !keep {
+        // a folder written before may be a live version's: only a new one is removed
+        if created && (loaded.is_err() || !keep) {
             let _ = std::fs::remove_dir_all(&dir);
         }
         loaded
@@ -352,14 +353,18 @@ fn same_commands(
     files: &BTreeMap<String, String>,
     before: &BTreeMap<String, String>,
 ) -> Result<Version> {
+    // the program, its arguments and the variables it receives must all be the active ones
     let argv_of = |h: &hat_harness::hooks::Hook| match &h.action {
-        hat_harness::hooks::Action::Command { argv, .. } => Some(argv.clone()),
+        hat_harness::hooks::Action::Command { argv, env, .. } => Some((argv.clone(), env.clone())),
         _ => None,
     };
-    let known: Vec<Vec<String>> = active.harness.hooks.iter().filter_map(argv_of).collect();
+    let known: Vec<(Vec<String>, Vec<String>)> =
+        active.harness.hooks.iter().filter_map(argv_of).collect();
     for h in &v.harness.hooks {
-        let Some(argv) = argv_of(h) else { continue };
-        let same_argv = known.contains(&argv);
+        let Some((argv, env)) = argv_of(h) else {
+            continue;
+        };
+        let same_argv = known.contains(&(argv.clone(), env));
         let same_files = argv.iter().all(|a| {
             let rel = a.trim_start_matches("./");
             files.get(rel) == before.get(rel)
