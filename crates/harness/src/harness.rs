@@ -500,7 +500,7 @@ impl Harness {
                 "hooks.toml",
                 None,
                 format!(
-                    "command hooks could hold a `{event}` turn for {worst} ms (their timeouts: the \
+                    "command hooks could hold one `{event}` turn for {worst} ms (their timeouts: the \
                      event's own, after_tool's once per call, up to [calls] max_per_turn calls in \
                      each of {} model turns, before_reply's twice for a retry), over the budget \
                      of {budget_ms} ms: lower \

@@ -175,9 +175,10 @@ pub struct ReplyConfig {
     pub hook_budget_ms: Option<u64>,
 }
 
-/// A live reply is due in a few seconds; hooks that could hold one turn longer than this
-/// are refused by `hat harness check` unless `[reply] hook_budget_ms` says otherwise.
-pub const DEFAULT_HOOK_BUDGET_MS: u64 = 10_000;
+/// A live reply is due in a few seconds, and the worst case (every hook at its timeout in
+/// every model turn) is rare: hooks that could hold one turn longer than this are refused by
+/// `hat harness check` unless `[reply] hook_budget_ms` says otherwise.
+pub const DEFAULT_HOOK_BUDGET_MS: u64 = 30_000;
 
 fn default_max_chars() -> usize {
     280

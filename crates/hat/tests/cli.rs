@@ -869,7 +869,9 @@ fn harness_check_rejects_unsatisfiable_schemas_hook_time_and_dead_hook_texts() {
     fails_cleanly(hat().args(["harness", "check"]).arg(d.path())).stderr(
         predicate::str::contains("tools/check_stock.json")
             .and(predicate::str::contains("`required` names `colour`"))
-            .and(predicate::str::contains("could hold a `comment` turn for"))
+            .and(predicate::str::contains(
+                "could hold one `comment` turn for",
+            ))
             .and(predicate::str::contains("hook_budget_ms"))
             .and(predicate::str::contains(
                 "hook `fb`: on_fail = \"fallback\" needs",
