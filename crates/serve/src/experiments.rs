@@ -469,6 +469,18 @@ impl Experiments {
             incidents: f64,
             caught: f64,
         }
+        /// The exposed viewer a row (`viewer`, `arm`, ...) is about; rows of viewers never
+        /// exposed are ignored.
+        fn exposed<'a>(
+            viewers: &'a mut [BTreeMap<String, Viewer>],
+            r: &rusqlite::Row<'_>,
+        ) -> rusqlite::Result<Option<&'a mut Viewer>> {
+            let (v, a): (String, i64) = (r.get(0)?, r.get(1)?);
+            Ok(usize::try_from(a)
+                .ok()
+                .and_then(|a| viewers.get_mut(a))
+                .and_then(|m| m.get_mut(&v)))
+        }
         let n_arms = def.arms.len();
         let mut viewers: Vec<BTreeMap<String, Viewer>> = vec![BTreeMap::new(); n_arms];
         {
@@ -496,8 +508,7 @@ impl Experiments {
                 "SELECT viewer, arm, kind, amount FROM outcomes WHERE experiment = ?1",
                 &def.name,
                 |r| {
-                    let (v, a): (String, i64) = (r.get(0)?, r.get(1)?);
-                    if let Some(x) = viewers.get_mut(a as usize).and_then(|m| m.get_mut(&v)) {
+                    if let Some(x) = exposed(&mut viewers, r)? {
                         match r.get::<_, String>(2)?.as_str() {
                             "page_view" => x.views += 1.0,
                             "add_to_cart" => x.cart = true,
@@ -516,8 +527,7 @@ impl Experiments {
                 "SELECT viewer, arm, latency, caught FROM replies WHERE experiment = ?1",
                 &def.name,
                 |r| {
-                    let (v, a): (String, i64) = (r.get(0)?, r.get(1)?);
-                    if let Some(x) = viewers.get_mut(a as usize).and_then(|m| m.get_mut(&v)) {
+                    if let Some(x) = exposed(&mut viewers, r)? {
                         x.latency.0 += r.get::<_, f64>(2)?;
                         x.latency.1 += 1;
                         x.caught += f64::from(r.get::<_, bool>(3)? as u8);

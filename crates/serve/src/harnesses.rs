@@ -196,7 +196,8 @@ impl Harnesses {
         let boot_info = StoredVersion::of(&boot);
         let mut versions: Vec<Arc<Version>> = Vec::new();
         let mut boot = Some(boot);
-        for sv in stored.versions.iter().rev().take(HISTORY).rev() {
+        // the newest stored versions, leaving room for the boot version
+        for sv in stored.versions.iter().rev().take(HISTORY - 1).rev() {
             if versions.iter().any(|v| v.hash() == sv.hash) {
                 continue;
             }
@@ -229,10 +230,6 @@ impl Harnesses {
         }
         if let Some(b) = boot.take() {
             versions.push(Arc::new(b));
-        }
-        if versions.len() > HISTORY {
-            let extra = versions.len() - HISTORY;
-            versions.drain(..extra);
         }
         let boot_at = versions
             .iter()
