@@ -435,9 +435,10 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
 /// The line every speed figure carries: the CPU, the SIMD path in use and the CPU's flags.
 pub fn machine() -> String {
     format!(
-        "cpu {} | simd path {} (HAT_SIMD to force) | flags {}",
+        "cpu {} | simd path {} (HAT_SIMD to force) | f32 gemm {} | flags {}",
         cpu_model(),
         crate::simd::isa(),
+        crate::simd::gemm_path(),
         crate::simd::cpu_flags()
     )
 }

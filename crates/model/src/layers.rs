@@ -109,6 +109,14 @@ impl Linear {
     pub fn weight(&self) -> &LinearWeight {
         &self.weight
     }
+    /// The weight of a dense linear without bias (`y = x W^T` exactly), for ops that fuse
+    /// the product with what follows it.
+    pub fn dense_weight(&self) -> Option<&Tensor> {
+        match (&self.weight, &self.bias) {
+            (LinearWeight::Dense(w), None) => Some(w),
+            _ => None,
+        }
+    }
     /// Stops tracking gradients of a dense weight and bias (values shared, not copied).
     pub(crate) fn freeze(&mut self) {
         if let LinearWeight::Dense(w) = &self.weight {

@@ -110,6 +110,7 @@ def main():
                 peak_rss_gb=peak_gb,
                 torch=torch.__version__,
                 threads=args.threads,
+                capability=torch.backends.cpu.get_cpu_capability(),
             )
         )
     )

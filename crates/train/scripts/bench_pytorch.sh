@@ -9,6 +9,12 @@
 # (~4 GB of disk), which a CPU run loads but never uses.
 # Usage: crates/train/scripts/bench_pytorch.sh DATA.jsonl [hat binary] [threads]
 #   DATA: `hat data gen --group 16` output; the hat binary defaults to target/release/hat.
+#
+# The AVX2 class on an AVX-512 machine: BENCH_ISA=avx2 holds both to AVX2+FMA. hat runs with
+# HAT_SIMD=avx2, and its binary must be built without AVX-512 GEMMs
+# (`cargo build --release -p hat --no-default-features`: the header then says `f32 gemm:
+# fma`); PyTorch runs with ATEN_CPU_CAPABILITY=avx2, MKL_ENABLE_INSTRUCTIONS=AVX2 and
+# ONEDNN_MAX_CPU_ISA=AVX2.
 set -euo pipefail
 DATA="${1:?usage: bench_pytorch.sh DATA.jsonl [hat binary] [threads]}"
 HAT="${2:-target/release/hat}"
@@ -21,11 +27,21 @@ if ! "$VENV/bin/python" -c "import torch, transformers; assert torch.__version__
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH" transformers numpy "setuptools>=77"
 fi
+if [ "${BENCH_ISA:-}" = avx2 ]; then
+  export HAT_SIMD=avx2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+elif [ -n "${BENCH_ISA:-}" ]; then
+  echo "BENCH_ISA is avx2 or unset (got $BENCH_ISA)" >&2
+  exit 2
+fi
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 RAYON_NUM_THREADS="$THREADS" "$HAT" bench train --data "$DATA" --json --dump "$WORK" > "$WORK/hat.txt"
 # the first line is the CPU header; the rest is the JSON array of rows
 head -1 "$WORK/hat.txt"
+if [ "${BENCH_ISA:-}" = avx2 ] && head -1 "$WORK/hat.txt" | grep -q "f32 gemm: avx512"; then
+  echo "BENCH_ISA=avx2 needs a hat built with --no-default-features (its GEMMs use AVX-512)" >&2
+  exit 2
+fi
 tail -n +2 "$WORK/hat.txt" > "$WORK/hat.json"
 for w in "$WORK"/workload-*.json; do
   # a workload PyTorch cannot run (killed for memory) is a row of the table, not the end of it
@@ -40,7 +56,7 @@ hat = json.load(open(sys.argv[1]))
 torch = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 ok = [t for t in torch if "failed" not in t]
 if ok:
-    print(f"PyTorch {ok[0]['torch']}, {ok[0]['threads']} threads")
+    print(f"PyTorch {ok[0]['torch']}, {ok[0]['threads']} threads, CPU capability {ok[0].get('capability', '?')}")
 print("| workload | tokens | hat tok/s | PyTorch tok/s | ratio | hat peak GB | PyTorch peak GB |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
 for h, t in zip(hat, torch):

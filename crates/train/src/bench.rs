@@ -83,10 +83,7 @@ fn dump(dir: &Path, index: usize, name: &str, seqs: &[&Packed]) -> Result<()> {
 fn step(model: &TrainModel, opt: &mut AdamW, seqs: &[&Packed]) -> Result<()> {
     let vars = model.vars();
     let total: usize = seqs.iter().map(|s| s.targets.len()).sum();
-    let mut grads: Vec<Vec<f32>> = vars
-        .iter()
-        .map(|(_, v)| vec![0f32; v.elem_count()])
-        .collect();
+    let mut grads = crate::stage::zero_gradients(vars.len());
     for s in seqs {
         crate::sft::accumulate(model, s, total, &mut grads)?;
     }

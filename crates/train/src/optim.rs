@@ -61,12 +61,21 @@ pub struct AdamW {
 
 /// Global L2 norm of gradients.
 pub fn global_norm(grads: &[Vec<f32>]) -> f64 {
-    grads
+    use rayon::prelude::*;
+    // fixed chunks summed in order: the same gradients give the same norm on any thread
+    // count (a resumed run must repeat the clipping bit for bit)
+    let parts: Vec<f64> = grads
         .iter()
-        .map(|g| g.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>())
-        .sum::<f64>()
-        .sqrt()
+        .flat_map(|g| g.chunks(CHUNK))
+        .collect::<Vec<_>>()
+        .into_par_iter()
+        .map(|c| c.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>())
+        .collect();
+    parts.iter().sum::<f64>().sqrt()
 }
+
+/// Values per parallel task of the update.
+const CHUNK: usize = 1 << 18;
 
 impl AdamW {
     /// Fresh state for variables of these sizes.
@@ -79,7 +88,8 @@ impl AdamW {
         }
     }
 
-    /// Clips `grads` to the configured norm and applies one update at learning rate `lr`.
+    /// Clips `grads` to the configured norm and applies one update at learning rate `lr`. An
+    /// empty gradient is zero (a variable the step's loss did not reach).
     /// Returns the gradient norm before clipping. Weight decay skips 1-D tensors (norm
     /// weights, biases), as is usual.
     pub fn step(&mut self, vars: &[(String, Var)], grads: &mut [Vec<f32>], lr: f64) -> Result<f64> {
@@ -111,31 +121,85 @@ impl AdamW {
         let step = (lr / bc1) as f32;
         let inv_bc2_sqrt = (1.0 / bc2.sqrt()) as f32;
         let eps = c.eps as f32;
+        for (g, (_, var)) in grads.iter().zip(vars) {
+            if !g.is_empty() && g.len() != var.elem_count() {
+                return Err(TrainError::Invalid(format!(
+                    "gradient of {} values for a variable of {}",
+                    g.len(),
+                    var.elem_count()
+                )));
+            }
+        }
         // all updates first: a step that would make a weight non-finite leaves the weights as
         // they were (the run then stops; its last checkpoint on disk is the good state)
-        let mut updated = Vec::with_capacity(vars.len());
-        for (i, (_, var)) in vars.iter().enumerate() {
-            let decay = if var.rank() >= 2 {
+        let weights = vars
+            .iter()
+            .map(|(_, var)| var.as_tensor().flatten_all()?.to_vec1::<f32>())
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let decay_of = |var: &Var| {
+            if var.rank() >= 2 {
                 (1.0 - lr * c.weight_decay) as f32
             } else {
                 1.0
-            };
-            let mut w = var.as_tensor().flatten_all()?.to_vec1::<f32>()?;
-            let (m, v, g) = (&mut self.m[i], &mut self.v[i], &grads[i]);
-            for j in 0..w.len() {
-                let gj = g[j] * clip;
-                m[j] = b1 * m[j] + (1.0 - b1) * gj;
-                v[j] = b2 * v[j] + (1.0 - b2) * gj * gj;
-                let denom = v[j].sqrt() * inv_bc2_sqrt + eps;
-                w[j] = w[j] * decay - step * m[j] / denom;
             }
-            if let Some(bad) = w.iter().find(|x| !x.is_finite()) {
-                return Err(TrainError::Diverged {
-                    step: self.t as usize,
-                    value: *bad,
-                });
+        };
+        // the update is memory-bound over ~4 values per weight: chunks on every thread
+        let mut tasks = Vec::new();
+        let mut updated = weights;
+        for ((((w, m), v), g), (_, var)) in updated
+            .iter_mut()
+            .zip(self.m.iter_mut())
+            .zip(self.v.iter_mut())
+            .zip(grads.iter())
+            .zip(vars)
+        {
+            let decay = decay_of(var);
+            let n = w.len();
+            let mut rest = (&mut w[..], &mut m[..], &mut v[..], &g[..]);
+            let mut at = 0;
+            while at < n {
+                let k = CHUNK.min(n - at);
+                let (w0, w1) = std::mem::take(&mut rest.0).split_at_mut(k);
+                let (m0, m1) = std::mem::take(&mut rest.1).split_at_mut(k);
+                let (v0, v1) = std::mem::take(&mut rest.2).split_at_mut(k);
+                let (g0, g1) = if rest.3.is_empty() {
+                    (&[][..], &[][..])
+                } else {
+                    rest.3.split_at(k)
+                };
+                tasks.push((w0, m0, v0, g0, decay));
+                rest = (w1, m1, v1, g1);
+                at += k;
             }
-            updated.push(w);
+        }
+        use rayon::prelude::*;
+        let bad = tasks
+            .into_par_iter()
+            .filter_map(|(w, m, v, g, decay)| {
+                let update = |w: &mut f32, m: &mut f32, v: &mut f32, gj: f32| {
+                    *m = b1 * *m + (1.0 - b1) * gj;
+                    *v = b2 * *v + (1.0 - b2) * gj * gj;
+                    let denom = v.sqrt() * inv_bc2_sqrt + eps;
+                    *w = *w * decay - step * *m / denom;
+                };
+                if g.is_empty() {
+                    for ((w, m), v) in w.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()) {
+                        update(w, m, v, 0.0);
+                    }
+                } else {
+                    for (((w, m), v), g) in w.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(g)
+                    {
+                        update(w, m, v, g * clip);
+                    }
+                }
+                w.iter().copied().find(|x| !x.is_finite())
+            })
+            .find_any(|_| true);
+        if let Some(value) = bad {
+            return Err(TrainError::Diverged {
+                step: self.t as usize,
+                value,
+            });
         }
         for ((_, var), w) in vars.iter().zip(updated) {
             var.set(&Tensor::from_vec(w, var.shape(), var.device())?)?;

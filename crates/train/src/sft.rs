@@ -110,8 +110,8 @@ pub fn evaluate(model: &TrainModel, packs: &[Pack]) -> Result<(f64, usize)> {
     let mut sum = 0f64;
     let mut n = 0;
     for p in packs {
-        let (l, k) = model.loss(&p.seq)?;
-        sum += l.to_scalar::<f32>()? as f64;
+        let (l, k) = model.loss_value(&p.seq)?;
+        sum += l;
         n += k;
     }
     Ok((sum, n))

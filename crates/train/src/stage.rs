@@ -96,21 +96,38 @@ pub struct LoopSettings<'a> {
     pub optim: AdamWConfig,
 }
 
-/// Adds the gradient of `loss` into `grads` (one vector per variable of `model`).
+/// Adds the gradient of `loss` into `grads` (one vector per variable of `model`; an empty
+/// vector is a zero gradient not yet allocated).
+///
+/// Each variable's gradient leaves candle's store as it is added, and the first one of a
+/// step becomes the accumulator instead of being added to a zeroed copy: at the end of a
+/// backward pass the store already holds every gradient, and a second full set beside it
+/// would be the size of the model again.
 pub fn add_gradients(
     model: &TrainModel,
     loss: &candle_core::Tensor,
     grads: &mut [Vec<f32>],
 ) -> Result<()> {
-    let g = loss.backward()?;
+    let mut g = loss.backward()?;
     for (acc, (_, var)) in grads.iter_mut().zip(model.vars()) {
-        if let Some(gt) = g.get(var.as_tensor()) {
-            for (a, b) in acc.iter_mut().zip(gt.flatten_all()?.to_vec1::<f32>()?) {
-                *a += b;
+        if let Some(gt) = g.remove(var.as_tensor()) {
+            let gv = gt.flatten_all()?.to_vec1::<f32>()?;
+            drop(gt);
+            if acc.is_empty() {
+                *acc = gv;
+            } else {
+                for (a, b) in acc.iter_mut().zip(gv) {
+                    *a += b;
+                }
             }
         }
     }
     Ok(())
+}
+
+/// One empty (zero, unallocated) gradient per variable, for [`add_gradients`].
+pub fn zero_gradients(n: usize) -> Vec<Vec<f32>> {
+    vec![Vec::new(); n]
 }
 
 /// Runs (or resumes) `stage` on `model` in the run folder `out`; returns the last export.
@@ -155,7 +172,7 @@ pub fn train(
     stage.start(model, &state)?;
     while state.step < s.max_steps {
         let started = Instant::now();
-        let mut grads: Vec<Vec<f32>> = sizes.iter().map(|&n| vec![0f32; n]).collect();
+        let mut grads = zero_gradients(sizes.len());
         let work = stage.step(model, &mut state, &mut grads)?;
         if !work.loss.is_finite() {
             return Err(TrainError::Diverged {

@@ -75,9 +75,10 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         } => {
             let path = crate::cmd::backend::model_path(&model);
             println!(
-                "cpu: {} | simd path: {} | threads: {}",
+                "cpu: {} | simd path: {} | f32 gemm: {} | threads: {}",
                 hat_model::simd::cpu_flags(),
                 hat_model::simd::isa().name(),
+                hat_model::simd::gemm_path(),
                 rayon_threads()
             );
             hat_train::keep_freed_memory();

@@ -183,6 +183,28 @@ pub fn isa() -> Isa {
     })
 }
 
+/// The kernels of the f32 GEMMs (the `gemm` crate under candle's matmuls and the training
+/// ops), which pick their own path from the CPU: `avx512` where the build has the
+/// `avx512-gemm` feature and the CPU AVX-512F, `fma` on other x86-64 CPUs with FMA, `neon` on
+/// aarch64. `HAT_SIMD` does not change them.
+pub fn gemm_path() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if cfg!(feature = "avx512-gemm") && std::arch::is_x86_feature_detected!("avx512f") {
+            return "avx512";
+        }
+        if std::arch::is_x86_feature_detected!("fma") {
+            return "fma";
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        return "neon";
+    }
+    #[allow(unreachable_code)]
+    "scalar"
+}
+
 /// The CPU's SIMD-related feature flags, for benchmark headers.
 pub fn cpu_flags() -> String {
     let mut on: Vec<&str> = Vec::new();

@@ -9,6 +9,7 @@
 //! loss ([`Packed::loss_rows`]), about one token in six in agent trajectories.
 
 pub mod attention;
+pub mod head;
 pub mod ops;
 
 use std::path::Path;
@@ -372,21 +373,51 @@ impl TrainModel {
     }
 
     /// Summed negative log-likelihood of the targets of `p` (a scalar tensor to call
-    /// `backward` on), and the number of scored tokens.
+    /// `backward` on), and the number of scored tokens. The output layer and the loss run as
+    /// one op ([`head::output_nll`]) that computes their gradients on the way, so call this
+    /// when a backward follows, and [`Self::loss_value`] when it does not.
     pub fn loss(&self, p: &Packed) -> Result<(Tensor, usize)> {
-        let logits = self.logits(p)?;
-        if p.targets.is_empty() {
-            return Ok((Tensor::zeros((), DType::F32, self.inner.device())?, 0));
-        }
-        let dev = self.inner.device();
-        let lsm = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
-        let tgt = Tensor::from_slice(&p.targets, (p.targets.len(), 1), dev)?;
-        let nll = lsm.gather(&tgt, 1)?.sum_all()?.neg()?;
+        self.nll(p, true)
+    }
+
+    /// The summed negative log-likelihood of `p`'s targets as a number (validation: no
+    /// gradient is prepared), and the number of scored tokens.
+    pub fn loss_value(&self, p: &Packed) -> Result<(f64, usize)> {
+        let (nll, n) = self.nll(p, false)?;
+        Ok((nll.to_scalar::<f32>()? as f64, n))
+    }
+
+    fn nll(&self, p: &Packed, backward: bool) -> Result<(Tensor, usize)> {
+        let m = &self.inner;
+        let Some(x) = self.final_rows(p)? else {
+            return Ok((Tensor::zeros((), DType::F32, m.device())?, 0));
+        };
+        let nll = match m.lm_head.dense_weight() {
+            Some(w) => head::output_nll(&x, w, &p.targets, backward)?,
+            _ => {
+                let lsm = candle_nn::ops::log_softmax(&m.lm_head.forward(&x)?, D::Minus1)?;
+                let tgt = Tensor::from_slice(&p.targets, (p.targets.len(), 1), m.device())?;
+                lsm.gather(&tgt, 1)?.sum_all()?.neg()?
+            }
+        };
         Ok((nll, p.targets.len()))
     }
 
     /// Logits `(loss rows, vocab)` at the loss rows of `p`.
     pub fn logits(&self, p: &Packed) -> Result<Tensor> {
+        match self.final_rows(p)? {
+            Some(x) => self.inner.lm_head.forward(&x),
+            None => Ok(Tensor::zeros(
+                (0, self.inner.config().vocab_size),
+                DType::F32,
+                self.inner.device(),
+            )?),
+        }
+    }
+
+    /// The final normed hidden states `(loss rows, hidden)` at the loss rows of `p` (`None`
+    /// when it has none).
+    fn final_rows(&self, p: &Packed) -> Result<Option<Tensor>> {
         let m = &self.inner;
         let cfg = m.config();
         p.check(cfg.vocab_size, m.max_positions())?;
@@ -401,12 +432,11 @@ impl TrainModel {
             x = self.block_forward(i, blk, &x, &rope, &p.visible)?;
         }
         if p.loss_rows.is_empty() {
-            return Ok(Tensor::zeros((0, cfg.vocab_size), DType::F32, dev)?);
+            return Ok(None);
         }
         let rows = Tensor::from_slice(&p.loss_rows, p.loss_rows.len(), dev)?;
         let x = x.squeeze(0)?.index_select(&rows, 0)?;
-        let x = ops::rms_norm(&x, &m.norm.weight, m.norm.eps)?;
-        m.lm_head.forward(&x)
+        Ok(Some(ops::rms_norm(&x, &m.norm.weight, m.norm.eps)?))
     }
 }
 
