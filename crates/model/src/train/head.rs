@@ -58,6 +58,9 @@ unsafe fn gemm_par(
     );
 }
 
+/// `(dX, dW)` as the forward computes them.
+type Grads = (Vec<f32>, Vec<f32>);
+
 /// Which gradients the forward prepares.
 #[derive(Debug, Clone, Copy)]
 struct Grad {
@@ -81,7 +84,7 @@ fn run(
     targets: &[u32],
     (rows, d, vocab): (usize, usize, usize),
     grad: Grad,
-) -> (f64, Option<(Vec<f32>, Vec<f32>)>) {
+) -> (f64, Option<Grads>) {
     let mut logits = vec![0f32; CHUNK.min(rows) * vocab];
     let dx_len = if grad.any() { rows * d } else { 0 };
     let dw_len = if grad.w { vocab * d } else { 0 };
@@ -154,7 +157,7 @@ struct HeadNll {
     /// The gradients the forward also computes (a backward will follow).
     grad: Grad,
     /// The gradients the forward computed, taken by the backward.
-    grads: Mutex<Option<(Vec<f32>, Vec<f32>)>>,
+    grads: Mutex<Option<Grads>>,
 }
 
 fn dims(x: &Layout, w: &Layout, targets: usize) -> candle_core::Result<(usize, usize, usize)> {
