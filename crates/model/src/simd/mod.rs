@@ -191,18 +191,21 @@ pub fn gemm_path() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
         if cfg!(feature = "avx512-gemm") && std::arch::is_x86_feature_detected!("avx512f") {
-            return "avx512";
-        }
-        if std::arch::is_x86_feature_detected!("fma") {
-            return "fma";
+            "avx512"
+        } else if std::arch::is_x86_feature_detected!("fma") {
+            "fma"
+        } else {
+            "scalar"
         }
     }
     #[cfg(target_arch = "aarch64")]
     {
-        return "neon";
+        "neon"
     }
-    #[allow(unreachable_code)]
-    "scalar"
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        "scalar"
+    }
 }
 
 /// The CPU's SIMD-related feature flags, for benchmark headers.
