@@ -68,12 +68,39 @@ impl Visible {
     }
 }
 
-/// `c (m x n, row stride ldc) = [c +] beta * a (m x k) * b (k x n)`, strides in elements.
+/// `c (m x n, row stride ldc) = [c +] beta * a (m x k) * b (k x n)`, strides in elements, on
+/// this thread (the op parallelises over its own tasks).
 ///
 /// # Safety
 /// The pointers must cover the matrices their strides describe.
 #[allow(clippy::too_many_arguments)]
 unsafe fn mm(
+    dims: (usize, usize, usize),
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    a: (*const f32, usize, usize),
+    b: (*const f32, usize, usize),
+    beta: f32,
+) {
+    gemm_on(
+        dims,
+        c,
+        ldc,
+        accumulate,
+        a,
+        b,
+        beta,
+        gemm::Parallelism::None,
+    )
+}
+
+/// [`mm`] with the given parallelism.
+///
+/// # Safety
+/// The pointers must cover the matrices their strides describe.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemm_on(
     (m, n, k): (usize, usize, usize),
     c: *mut f32,
     ldc: usize,
@@ -81,6 +108,7 @@ unsafe fn mm(
     (a, a_rs, a_cs): (*const f32, usize, usize),
     (b, b_rs, b_cs): (*const f32, usize, usize),
     beta: f32,
+    par: gemm::Parallelism,
 ) {
     if m == 0 || n == 0 {
         return;
@@ -112,7 +140,7 @@ unsafe fn mm(
         false,
         false,
         false,
-        gemm::Parallelism::None,
+        par,
     );
 }
 

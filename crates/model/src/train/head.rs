@@ -32,30 +32,11 @@ unsafe fn gemm_par(
     (m, n, k): (usize, usize, usize),
     c: *mut f32,
     accumulate: bool,
-    (a, a_rs, a_cs): (*const f32, usize, usize),
-    (b, b_rs, b_cs): (*const f32, usize, usize),
+    a: (*const f32, usize, usize),
+    b: (*const f32, usize, usize),
 ) {
-    gemm::gemm(
-        m,
-        n,
-        k,
-        c,
-        1,
-        n as isize,
-        accumulate,
-        a,
-        a_cs as isize,
-        a_rs as isize,
-        b,
-        b_cs as isize,
-        b_rs as isize,
-        1.0,
-        1.0,
-        false,
-        false,
-        false,
-        gemm::Parallelism::Rayon(rayon::current_num_threads()),
-    );
+    let par = gemm::Parallelism::Rayon(rayon::current_num_threads());
+    super::attention::gemm_on((m, n, k), c, n, accumulate, a, b, 1.0, par)
 }
 
 /// `(dX, dW)` as the forward computes them.
