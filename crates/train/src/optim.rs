@@ -144,57 +144,40 @@ impl AdamW {
             }
         };
         // the update is memory-bound over ~4 values per weight: chunks on every thread
-        let mut tasks = Vec::new();
+        use rayon::prelude::*;
         let mut updated = weights;
-        for ((((w, m), v), g), (_, var)) in updated
+        let bad = updated
             .iter_mut()
             .zip(self.m.iter_mut())
             .zip(self.v.iter_mut())
             .zip(grads.iter())
             .zip(vars)
-        {
-            let decay = decay_of(var);
-            let n = w.len();
-            let mut rest = (&mut w[..], &mut m[..], &mut v[..], &g[..]);
-            let mut at = 0;
-            while at < n {
-                let k = CHUNK.min(n - at);
-                let (w0, w1) = std::mem::take(&mut rest.0).split_at_mut(k);
-                let (m0, m1) = std::mem::take(&mut rest.1).split_at_mut(k);
-                let (v0, v1) = std::mem::take(&mut rest.2).split_at_mut(k);
-                let (g0, g1) = if rest.3.is_empty() {
-                    (&[][..], &[][..])
-                } else {
-                    rest.3.split_at(k)
-                };
-                tasks.push((w0, m0, v0, g0, decay));
-                rest = (w1, m1, v1, g1);
-                at += k;
-            }
-        }
-        use rayon::prelude::*;
-        let bad = tasks
-            .into_par_iter()
-            .filter_map(|(w, m, v, g, decay)| {
-                let update = |w: &mut f32, m: &mut f32, v: &mut f32, gj: f32| {
-                    *m = b1 * *m + (1.0 - b1) * gj;
-                    *v = b2 * *v + (1.0 - b2) * gj * gj;
-                    let denom = v.sqrt() * inv_bc2_sqrt + eps;
-                    *w = *w * decay - step * *m / denom;
-                };
-                if g.is_empty() {
-                    for ((w, m), v) in w.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()) {
-                        update(w, m, v, 0.0);
-                    }
-                } else {
-                    for (((w, m), v), g) in w.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(g)
-                    {
-                        update(w, m, v, g * clip);
-                    }
-                }
-                w.iter().copied().find(|x| !x.is_finite())
-            })
-            .find_any(|_| true);
+            .find_map(|((((w, m), v), g), (_, var))| {
+                let decay = decay_of(var);
+                w.par_chunks_mut(CHUNK)
+                    .zip(m.par_chunks_mut(CHUNK))
+                    .zip(v.par_chunks_mut(CHUNK))
+                    .enumerate()
+                    .filter_map(|(c, ((w, m), v))| {
+                        let update = |w: &mut f32, m: &mut f32, v: &mut f32, gj: f32| {
+                            *m = b1 * *m + (1.0 - b1) * gj;
+                            *v = b2 * *v + (1.0 - b2) * gj * gj;
+                            let denom = v.sqrt() * inv_bc2_sqrt + eps;
+                            *w = *w * decay - step * *m / denom;
+                        };
+                        let g = g.get(c * CHUNK..c * CHUNK + w.len());
+                        let wmv = w.iter_mut().zip(m.iter_mut()).zip(v.iter_mut());
+                        match g {
+                            Some(g) => wmv
+                                .zip(g)
+                                .for_each(|(((w, m), v), g)| update(w, m, v, g * clip)),
+                            // an empty gradient is zero
+                            None => wmv.for_each(|((w, m), v)| update(w, m, v, 0.0)),
+                        }
+                        w.iter().copied().find(|x| !x.is_finite())
+                    })
+                    .find_any(|_| true)
+            });
         if let Some(value) = bad {
             return Err(TrainError::Diverged {
                 step: self.t as usize,

@@ -43,18 +43,14 @@ unsafe fn gemm_par(
 type Grads = (Vec<f32>, Vec<f32>);
 
 /// Which gradients the forward prepares.
-#[derive(Debug, Clone, Copy)]
-struct Grad {
-    /// `dX` (whenever a backward follows: the rows always come from trained weights).
-    x: bool,
-    /// `dW` (only when the weight is trained: a frozen output layer skips its GEMM).
-    w: bool,
-}
-
-impl Grad {
-    fn any(self) -> bool {
-        self.x || self.w
-    }
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Grad {
+    /// None: no backward follows.
+    None,
+    /// `dX` only: the output layer is frozen, so its GEMM is skipped.
+    Rows,
+    /// `dX` and `dW`.
+    RowsAndWeight,
 }
 
 /// What the forward computes: the summed loss, and with `grad` the loss's gradients for
@@ -67,11 +63,11 @@ fn run(
     grad: Grad,
 ) -> (f64, Option<Grads>) {
     let mut logits = vec![0f32; CHUNK.min(rows) * vocab];
-    let dx_len = if grad.any() { rows * d } else { 0 };
-    let dw_len = if grad.w { vocab * d } else { 0 };
+    let grad_w = grad == Grad::RowsAndWeight;
+    let grad = grad != Grad::None;
+    let dx_len = if grad { rows * d } else { 0 };
+    let dw_len = if grad_w { vocab * d } else { 0 };
     let (mut dx, mut dw) = (vec![0f32; dx_len], vec![0f32; dw_len]);
-    let grad_w = grad.w;
-    let grad = grad.any();
     let mut loss = 0f64;
     for r0 in (0..rows).step_by(CHUNK) {
         let n = CHUNK.min(rows - r0);
@@ -190,8 +186,7 @@ impl CustomOp2 for HeadNll {
                 let dims = dims(x.layout(), w.layout(), self.targets.len())?;
                 let flat = |t: &Tensor| t.flatten_all()?.to_vec1::<f32>();
                 let (xv, wv) = (flat(x)?, flat(w)?);
-                let all = Grad { x: true, w: true };
-                match run(&xv, &wv, &self.targets, dims, all).1 {
+                match run(&xv, &wv, &self.targets, dims, Grad::RowsAndWeight).1 {
                     Some(grads) => grads,
                     None => candle_core::bail!("output-layer loss: no gradient computed"),
                 }
@@ -226,9 +221,10 @@ pub fn output_nll(x: &Tensor, w: &Tensor, targets: &[u32], backward: bool) -> Re
     }
     let op = HeadNll {
         targets: targets.into(),
-        grad: Grad {
-            x: backward,
-            w: backward && w.is_variable(),
+        grad: match (backward, w.is_variable()) {
+            (false, _) => Grad::None,
+            (true, false) => Grad::Rows,
+            (true, true) => Grad::RowsAndWeight,
         },
         grads: Mutex::new(None),
     };
