@@ -71,7 +71,8 @@ pub fn global_norm(grads: &[Vec<f32>]) -> f64 {
         .into_par_iter()
         .map(|c| c.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>())
         .collect();
-    parts.iter().sum::<f64>().sqrt()
+    // folded from +0.0: an empty sum of floats is -0.0, which would print as a "-0.000" norm
+    parts.iter().fold(0.0f64, |a, b| a + b).sqrt()
 }
 
 /// Values per parallel task of the update.
@@ -194,6 +195,13 @@ impl AdamW {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_norm_of_gradients_no_loss_reached_is_plus_zero() {
+        let n = global_norm(&[Vec::new(), Vec::new()]);
+        assert!(n == 0.0 && n.is_sign_positive(), "{n}");
+        assert_eq!(global_norm(&[vec![3.0], vec![4.0]]), 5.0);
+    }
 
     #[test]
     fn schedule_warms_up_then_decays_to_the_floor() {
