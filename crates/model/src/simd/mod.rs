@@ -274,6 +274,42 @@ pub(crate) fn softmax_unnormalised_on(isa: Isa, x: &mut [f32]) -> f32 {
     }
 }
 
+/// The largest element of `x` (`-inf` for an empty slice), on a given path the CPU runs.
+pub(crate) fn max_on(isa: Isa, x: &[f32]) -> f32 {
+    match isa {
+        // SAFETY (each arm): the caller checked the CPU runs the path.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::max_avx512(x) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::max_avx2(x) },
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon | Isa::NeonDot => unsafe { neon::max(x) },
+        _ => x.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+    }
+}
+
+/// Replaces `x` by `exp(x - shift)` and returns the sum, on a given path the CPU runs. With
+/// `shift` a log-sum-exp of a row that holds `x`, these are the row's probabilities directly.
+pub(crate) fn exp_shift_on(isa: Isa, x: &mut [f32], shift: f32) -> f32 {
+    match isa {
+        // SAFETY (each arm): the caller checked the CPU runs the path.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::exp_shift_avx512(x, shift) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx2Vnni => unsafe { x86::exp_shift_avx2(x, shift) },
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon | Isa::NeonDot => unsafe { neon::exp_shift(x, shift) },
+        _ => {
+            let mut sum = 0.0;
+            for v in x.iter_mut() {
+                *v = (*v - shift).exp();
+                sum += *v;
+            }
+            sum
+        }
+    }
+}
+
 /// `ln(sum(exp(x)))`, computed stably (used for the log-probability of every generated
 /// token over the whole vocabulary, so it runs once per token on ~50k logits).
 pub fn log_sum_exp(x: &[f32]) -> f32 {
@@ -382,6 +418,25 @@ pub(crate) mod tests {
                 }
                 let ws = want.iter().sum::<f32>();
                 assert!((sum - ws).abs() < 1e-5 * ws, "{isa} n={n}: {sum} vs {ws}");
+            }
+        }
+    }
+
+    #[test]
+    fn max_and_shifted_exp_match_scalar() {
+        for isa in paths("max_and_shifted_exp_match_scalar") {
+            for n in [0usize, 1, 7, 8, 9, 16, 17, 100] {
+                let x: Vec<f32> = (0..n).map(|k| ((k * 37 % 23) as f32) * 0.5 - 6.0).collect();
+                let want = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                assert_eq!(max_on(isa, &x), want, "{isa} n={n}");
+                let mut y = x.clone();
+                let sum = exp_shift_on(isa, &mut y, 3.25);
+                for (a, v) in y.iter().zip(&x) {
+                    let b = (v - 3.25).exp();
+                    assert!((a - b).abs() <= 1e-6 * b, "{isa} n={n}: {a} vs {b}");
+                }
+                let ws: f32 = x.iter().map(|v| (v - 3.25).exp()).sum();
+                assert!((sum - ws).abs() <= 1e-5 * ws.max(1e-30), "{isa} n={n}");
             }
         }
     }

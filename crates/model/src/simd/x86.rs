@@ -85,8 +85,15 @@ pub(crate) fn mask8(n: usize) -> __m256i {
 
 #[target_feature(enable = "avx512f")]
 pub(crate) unsafe fn softmax_avx512(x: &mut [f32]) -> f32 {
+    let max = max_avx512(x);
+    exp_shift_avx512(x, max)
+}
+
+/// The largest element (`-inf` for an empty slice).
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn max_avx512(x: &[f32]) -> f32 {
     let n = x.len();
-    let p = x.as_mut_ptr();
+    let p = x.as_ptr();
     let full = n / 16 * 16;
     let tail: __mmask16 = ((1u32 << (n - full)) - 1) as u16;
     let mut mx = _mm512_set1_ps(f32::NEG_INFINITY);
@@ -94,7 +101,7 @@ pub(crate) unsafe fn softmax_avx512(x: &mut [f32]) -> f32 {
         mx = _mm512_max_ps(mx, _mm512_loadu_ps(p.add(i)));
     }
     mx = _mm512_mask_max_ps(mx, tail, mx, _mm512_maskz_loadu_ps(tail, p.add(full)));
-    exp_shift_avx512(x, _mm512_reduce_max_ps(mx))
+    _mm512_reduce_max_ps(mx)
 }
 
 /// Replaces `x` by `exp(x - max)` and returns the sum.

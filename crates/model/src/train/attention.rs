@@ -154,6 +154,20 @@ struct BlockKeys {
     n: usize,
 }
 
+/// The column ranges one query sees: a prefix part and a segment part in each of the block's
+/// two key ranges, at most four.
+struct VisibleCols {
+    ranges: [(usize, usize); 4],
+    len: usize,
+}
+
+impl std::ops::Deref for VisibleCols {
+    type Target = [(usize, usize)];
+    fn deref(&self) -> &[(usize, usize)] {
+        &self.ranges[..self.len]
+    }
+}
+
 impl BlockKeys {
     fn new(vis: &Visible, i0: usize, i1: usize) -> Self {
         let a = (i0..i1).map(|i| vis.a[i] as usize).max().unwrap_or(0);
@@ -167,7 +181,7 @@ impl BlockKeys {
         Self { ranges, n }
     }
     /// Key index of column `c`.
-    #[inline]
+    #[cfg(test)]
     fn key(&self, c: usize) -> usize {
         let first = self.ranges[0].1 - self.ranges[0].0;
         if c < first {
@@ -175,6 +189,26 @@ impl BlockKeys {
         } else {
             self.ranges[1].0 + c - first
         }
+    }
+    /// The columns query `i` sees (keys `[0, a_i)` and `[b_i, i]`), as column ranges in
+    /// increasing order, empty ones left out. `i` must be one of the block's queries.
+    fn visible(&self, vis: &Visible, i: usize) -> VisibleCols {
+        let (a, b) = (vis.a[i] as usize, vis.b[i] as usize);
+        let mut cols = VisibleCols {
+            ranges: [(0, 0); 4],
+            len: 0,
+        };
+        let mut off = 0;
+        for &(lo, hi) in &self.ranges {
+            for (k0, k1) in [(lo, hi.min(a)), (lo.max(b), hi.min(i + 1))] {
+                if k0 < k1 {
+                    cols.ranges[cols.len] = (off + k0 - lo, off + k1 - lo);
+                    cols.len += 1;
+                }
+            }
+            off += hi - lo;
+        }
+        cols
     }
     /// `s (rows x n) = beta * x_blk (rows x d) * keys^T` over both ranges.
     ///
@@ -254,8 +288,9 @@ impl BlockKeys {
     }
 }
 
-/// Masks the scores a block's queries may not see, and turns each row into probabilities
-/// `exp(s - lse)`: with `lse` given (backward), or computed and returned (forward).
+/// Turns each row of a block's scores into probabilities `exp(s - lse)`, with exact zeros at
+/// the keys the query may not see: with `lse` given (backward), or computed and returned
+/// (forward). Only the visible column ranges are read, so no score is masked one by one.
 fn probabilities(
     vis: &Visible,
     bk: &BlockKeys,
@@ -264,29 +299,32 @@ fn probabilities(
     lse: &mut [f32],
     given: bool,
 ) {
+    let isa = crate::simd::isa();
     for (r, row) in s.chunks_exact_mut(bk.n).enumerate() {
-        let i = i0 + r;
-        for (c, x) in row.iter_mut().enumerate() {
-            if !vis.sees(i, bk.key(c)) {
-                *x = f32::NEG_INFINITY;
-            }
+        let cols = bk.visible(vis, i0 + r);
+        let mut at = 0;
+        for &(c0, c1) in cols.iter() {
+            row[at..c0].fill(0.0);
+            at = c1;
         }
-        let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        row[at..].fill(0.0);
         if given {
-            // exp(s - lse) = exp(s - m) * exp(m - lse)
-            crate::simd::softmax_unnormalised(row);
-            let f = (m - lse[r]).exp();
-            row.iter_mut().for_each(|x| *x *= f);
+            for &(c0, c1) in cols.iter() {
+                crate::simd::exp_shift_on(isa, &mut row[c0..c1], lse[r]);
+            }
         } else {
-            let sum = crate::simd::softmax_unnormalised(row);
+            let m = cols
+                .iter()
+                .map(|&(c0, c1)| crate::simd::max_on(isa, &row[c0..c1]))
+                .fold(f32::NEG_INFINITY, f32::max);
+            let sum: f32 = cols
+                .iter()
+                .map(|&(c0, c1)| crate::simd::exp_shift_on(isa, &mut row[c0..c1], m))
+                .sum();
             lse[r] = m + sum.ln();
             let inv = 1.0 / sum;
-            row.iter_mut().for_each(|x| *x *= inv);
-        }
-        // the vectorised exp stands in ~1e-38 for exp(-inf): make masked keys exact zeros
-        for (c, x) in row.iter_mut().enumerate() {
-            if !vis.sees(i, bk.key(c)) {
-                *x = 0.0;
+            for &(c0, c1) in cols.iter() {
+                row[c0..c1].iter_mut().for_each(|x| *x *= inv);
             }
         }
     }
@@ -639,6 +677,32 @@ mod tests {
             start += len;
         }
         Visible::new(a, b).unwrap()
+    }
+
+    #[test]
+    fn visible_columns_are_exactly_the_keys_a_query_sees() {
+        for vis in [
+            packed_vis(),
+            packed(70, &[50, 90, 30, 7]),
+            packed(0, &[10, 40, 3]),
+            Visible::causal(130),
+        ] {
+            // every block of every size, so that blocks start and end mid-segment
+            for qb in [1usize, 5, 64] {
+                for i0 in (0..vis.len()).step_by(qb) {
+                    let i1 = (i0 + qb).min(vis.len());
+                    let bk = BlockKeys::new(&vis, i0, i1);
+                    for i in i0..i1 {
+                        let cols = bk.visible(&vis, i);
+                        assert!(cols.windows(2).all(|w| w[0].1 <= w[1].0), "{:?}", &*cols);
+                        for c in 0..bk.n {
+                            let inside = cols.iter().any(|&(c0, c1)| (c0..c1).contains(&c));
+                            assert_eq!(inside, vis.sees(i, bk.key(c)), "query {i}, column {c}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
