@@ -106,9 +106,21 @@ fn train_distill_runs_resumes_and_exports_on_a_tiny_model() {
         .assert()
         .success()
         .stderr(predicate::str::contains("dropped as IFEval look-alikes"));
-    base("3").arg("--resume").assert().success();
+    base("3")
+        .arg("--resume")
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("now ends at step 3"));
     let lines = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 3);
+    // shortening below the checkpoint is refused before the saved config changes
+    let saved = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    fails_cleanly(base("2").arg("--resume"))
+        .stderr(predicate::str::contains("at step 3, past --max-steps 2"));
+    assert_eq!(
+        std::fs::read_to_string(run.join("config.toml")).unwrap(),
+        saved
+    );
     assert!(lines.contains("rollout_mismatch"), "{lines}");
     fails_cleanly(base("3").arg("--resume").args(["--lr", "0.5"]))
         .stderr(predicate::str::contains("only --max-steps may change"));
@@ -170,6 +182,13 @@ fn train_sft_with_lora_saves_adapters_and_exports_a_merged_model() {
         "{config}"
     );
     fails_cleanly(sft("8").arg("--resume")).stderr(predicate::str::contains("--lora-*"));
+    // the smoke preset's 3 steps are done: a resume may extend them, not cut them
+    fails_cleanly(sft("4").arg("--resume").args(["--max-steps", "1"]))
+        .stderr(predicate::str::contains("at step 3, past --max-steps 1"));
+    assert_eq!(
+        std::fs::read_to_string(run.join("config.toml")).unwrap(),
+        config
+    );
     // red-team finding: rank 100,000,000 asked for 230 GB and aborted
     fails_cleanly(
         hat()

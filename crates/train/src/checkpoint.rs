@@ -186,6 +186,24 @@ pub fn load_weights(dir: &Path, model: &TrainModel) -> Result<usize> {
     Ok(meta["state"]["step"].as_u64().unwrap_or(0) as usize)
 }
 
+/// The step of a run's newest checkpoint (`None` before the first), without loading weights:
+/// what a resumed run may not be shortened below.
+pub fn latest_step(run: &Path) -> Result<Option<usize>> {
+    let Some(dir) = latest(run)? else {
+        return Ok(None);
+    };
+    let file = dir.join("state.json");
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).map_err(io(file.display()))?)?;
+    match meta["state"]["step"].as_u64() {
+        Some(s) => Ok(Some(s as usize)),
+        None => Err(TrainError::Checkpoint {
+            path: file,
+            message: "state.json holds no `state.step`".into(),
+        }),
+    }
+}
+
 /// Restores weights, optimiser state and run state from a checkpoint folder.
 pub fn load(dir: &Path, model: &TrainModel, opt: &mut AdamW) -> Result<RunState> {
     let bad = |message: String| TrainError::Checkpoint {

@@ -147,10 +147,7 @@ fn resolve(a: &SftArgs) -> Result<(SftConfig, bool)> {
         let mut c = SftConfig::from_toml(&saved)?;
         let changed = c.resume_with(&o)?;
         if changed {
-            eprintln!(
-                "extending the run to {} steps (the learning-rate schedule is recomputed over the new total)",
-                c.max_steps
-            );
+            new_total(&a.run.out, c.max_steps)?;
         }
         return Ok((c, changed));
     }
@@ -288,11 +285,27 @@ fn resume_config<C: Clone + PartialEq>(
     }
     let changed = new_steps != old_steps;
     if changed {
-        eprintln!(
-            "extending the run to {new_steps} steps (the learning-rate schedule is recomputed over the new total)"
-        );
+        new_total(out, new_steps)?;
     }
     Ok(Some((c, changed)))
+}
+
+/// A resumed run given a new `--max-steps`: refused below the step its newest checkpoint
+/// reached (before the new total is saved), announced otherwise.
+fn new_total(out: &std::path::Path, steps: usize) -> Result<()> {
+    if let Some(done) = hat_train::checkpoint::latest_step(out)? {
+        if done > steps {
+            anyhow::bail!(
+                "{}: the run is at step {done}, past --max-steps {steps}: a resumed run can be \
+                 extended, not shortened (give --max-steps {done} or more, or start a new run folder)",
+                out.display()
+            );
+        }
+    }
+    eprintln!(
+        "the run now ends at step {steps} (the learning-rate schedule is recomputed over the new total)"
+    );
+    Ok(())
 }
 
 /// Prints a training run's events: counts, a progress bar (and plain step lines when stderr is
