@@ -362,3 +362,68 @@ ifeval_max_tokens = 8
     .stderr(predicate::str::contains("no pipeline to continue"));
     assert!(!d.path().join("none").exists());
 }
+
+/// `hat data replay` on a tiny model: every prompt is accounted for (kept, failed its check,
+/// or never ended), each kept line is a training record, and an existing file needs --force.
+#[test]
+fn data_replay_accounts_for_every_prompt_and_writes_records() {
+    let d = tempfile::tempdir().unwrap();
+    let fixture = hat_train::fixture::tiny_model(&d.path().join("m"), 1, "qwen2").unwrap();
+    let out = d.path().join("replay.jsonl");
+    let run = || {
+        let mut c = hat();
+        c.args(["data", "replay", "--prompts", "12", "--samples", "2"])
+            .args(["--max-tokens", "64", "--batch", "4", "--threads", "1"])
+            .arg("--model")
+            .arg(&fixture)
+            .arg("--out")
+            .arg(&out);
+        c
+    };
+    let done = run().assert().success();
+    let said = String::from_utf8(done.get_output().stdout.clone()).unwrap();
+    // the number written before the words `at`
+    let words: Vec<&str> = said.split_whitespace().collect();
+    let num = |at: &[&str]| -> usize {
+        let i = (1..words.len())
+            .find(|&i| words[i..].starts_with(at))
+            .unwrap_or_else(|| panic!("{at:?} in {said}"));
+        words[i - 1].trim_start_matches('(').parse().unwrap()
+    };
+    let kept = num(&["answers", "to"]);
+    let prompts = num(&["prompts"]);
+    let failed = num(&["dropped", "for", "failing"]);
+    let unfinished = num(&["for", "never"]);
+    assert!(prompts > 0 && prompts <= 12, "{said}");
+    // the tiny model ends an answer now and then within 64 tokens (seeded, so always the same)
+    assert!(kept > 0, "{said}");
+    assert_eq!(kept + failed + unfinished, prompts, "{said}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(text.lines().count(), kept);
+    for l in text.lines() {
+        let r: hat_data::Record = serde_json::from_str(l).unwrap();
+        assert_eq!(r.messages.len(), 2);
+        assert!(r.task_type.starts_with("general"));
+    }
+    assert!(!d.path().join("replay.jsonl.partial").exists());
+    // and the trainer reads them as they are
+    hat()
+        .args([
+            "train",
+            "sft",
+            "--preset",
+            "smoke",
+            "--max-steps",
+            "1",
+            "--data",
+        ])
+        .arg(&out)
+        .arg("--model")
+        .arg(&fixture)
+        .arg("--out")
+        .arg(d.path().join("run"))
+        .assert()
+        .success();
+    fails_cleanly(&mut run()).stderr(predicate::str::contains("--force"));
+    run().arg("--force").assert().success();
+}

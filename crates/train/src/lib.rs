@@ -15,6 +15,7 @@ pub mod fixture;
 pub mod optim;
 pub mod pack;
 pub mod plot;
+pub mod replay;
 pub mod rl;
 pub mod sft;
 pub mod snapshot;

@@ -17,6 +17,9 @@ use crate::cmd::augment::parse_pool;
 pub enum DataCmd {
     /// Write chat-format JSONL trajectories over the base harness and N augmented states.
     Gen(GenArgs),
+    /// Replay data for SFT: a model's own answers to general prompts, kept where they pass the
+    /// prompt's verifiable constraint (rejection sampling), as `hat data gen` records.
+    Replay(ReplayArgs),
     /// Summarise a dataset file.
     Stats {
         #[arg(value_parser = crate::input::large_file)]
@@ -70,6 +73,127 @@ pub struct GenArgs {
     force: bool,
 }
 
+#[derive(Args)]
+pub struct ReplayArgs {
+    /// The answering model: `default` (SmolLM2-135M-Instruct, `hat model fetch`), a GGUF file or
+    /// a Hugging Face folder; normally the model stage 1 starts from.
+    #[arg(long, default_value = "default")]
+    model: String,
+    /// Weight format for the embedded engine: original, q8_0, q4_0, f32, f16, bf16.
+    #[arg(long, default_value = "original")]
+    format: String,
+    /// Compute threads (0 = all cores; at most 256).
+    #[arg(long, default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=256))]
+    threads: usize,
+    /// General prompts to answer (about half carry a verifiable constraint; IFEval
+    /// look-alikes are dropped first).
+    #[arg(long, default_value_t = 600, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=prompts_max()))]
+    prompts: usize,
+    /// Answers tried per prompt until one passes: the first greedy, the rest sampled.
+    #[arg(long, default_value_t = 4, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
+    samples: usize,
+    /// Temperature of the sampled tries.
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f32,
+    /// Token limit of one answer (an answer cut there is not kept).
+    #[arg(long, default_value_t = 512, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=32_768))]
+    max_tokens: usize,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Prompts decoded together.
+    #[arg(long, default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256))]
+    batch: usize,
+    #[arg(long)]
+    out: PathBuf,
+    /// Replace an existing file.
+    #[arg(long)]
+    force: bool,
+}
+
+const fn prompts_max() -> u64 {
+    hat_train::distill::MAX_GENERAL_PROMPTS as u64
+}
+
+fn replay_cmd(a: ReplayArgs) -> Result<()> {
+    if a.out.exists() && !a.force {
+        bail!("{} exists; pass --force to replace it", a.out.display());
+    }
+    if !(a.temperature.is_finite() && (0.0..=2.0).contains(&a.temperature)) {
+        bail!(
+            "--temperature must be between 0 and 2, not {}",
+            a.temperature
+        );
+    }
+    let format: hat_model::WeightFormat = a.format.parse().map_err(anyhow::Error::msg)?;
+    hat_model::threads::set_threads(a.threads);
+    let path = crate::cmd::backend::model_path(&a.model);
+    let engine = hat_train::snapshot::load_engine(&path, format)
+        .with_context(|| format!("loading the model {}", path.display()))?;
+    let cfg = hat_train::replay::ReplayConfig {
+        prompts: a.prompts,
+        samples: a.samples,
+        temperature: a.temperature,
+        max_new_tokens: a.max_tokens,
+        seed: a.seed,
+        batch: a.batch,
+        model_name: a.model.clone(),
+    };
+    let started = std::time::Instant::now();
+    let mut pb: Option<indicatif::ProgressBar> = None;
+    let (records, stats) = hat_train::replay::generate(&engine, &cfg, &mut |p| {
+        let bar = pb.get_or_insert_with(|| crate::progress::bar(p.open as u64, "answers"));
+        if bar.length() != Some(p.open as u64) {
+            bar.set_length(p.open as u64);
+        }
+        bar.set_message(format!("try {}/{}", p.try_no + 1, p.tries));
+        bar.set_position(p.done as u64);
+        if p.done == p.open {
+            eprintln!(
+                "try {}/{}: {} prompts answered, {} kept so far",
+                p.try_no + 1,
+                p.tries,
+                p.open,
+                p.kept
+            );
+        }
+    })?;
+    if let Some(b) = pb {
+        b.finish_and_clear();
+    }
+    // written beside the target and renamed, so an interrupted run leaves no half file
+    let tmp = a.out.with_extension("jsonl.partial");
+    {
+        let f =
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let mut w = BufWriter::new(f);
+        for r in &records {
+            serde_json::to_writer(&mut w, r)?;
+            w.write_all(b"\n")?;
+        }
+        w.into_inner()
+            .map_err(|e| e.into_error())?
+            .sync_all()
+            .with_context(|| format!("writing {}", tmp.display()))?;
+    }
+    std::fs::rename(&tmp, &a.out).with_context(|| format!("renaming to {}", a.out.display()))?;
+    println!(
+        "wrote {} answers to {} ({} of them to constrained prompts) from {} prompts ({} IFEval \
+         look-alikes dropped before): {} dropped for failing their check on every try, {} for \
+         never ending within {} tokens; {} tokens generated in {:.0}s",
+        stats.kept,
+        a.out.display(),
+        stats.kept_constrained,
+        stats.prompts,
+        stats.excluded,
+        stats.dropped_failed_check,
+        stats.dropped_unfinished,
+        a.max_tokens,
+        stats.generated_tokens,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 pub fn run(cmd: DataCmd) -> Result<()> {
     match cmd {
         DataCmd::Stats { file } => {
@@ -78,6 +202,7 @@ pub fn run(cmd: DataCmd) -> Result<()> {
             Ok(())
         }
         DataCmd::Gen(a) => gen_cmd(a),
+        DataCmd::Replay(a) => replay_cmd(a),
     }
 }
 

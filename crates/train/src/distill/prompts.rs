@@ -36,14 +36,61 @@ pub struct Prompt {
     pub id: String,
     pub messages: Vec<Message>,
     pub source: Source,
+    /// What a compliant answer satisfies: the generator's constraint, checked by program
+    /// (empty for unconstrained and file prompts).
+    pub checks: Vec<Check>,
+}
+
+/// One verifiable constraint of a generated prompt: an IFEval instruction with its arguments,
+/// or one of two the IFEval set does not have.
+#[derive(Debug, Clone)]
+pub enum Check {
+    Ifeval(hat_ifeval::Instruction),
+    /// The first word, ignoring case, quotes and markdown marks.
+    FirstWord(String),
+    /// The last non-blank line ends with a question mark.
+    EndsWithQuestion,
+}
+
+impl Check {
+    fn ifeval(id: &str, kwargs: serde_json::Value) -> Self {
+        let map = kwargs.as_object().cloned().unwrap_or_default();
+        // the arguments are built here, from the generator's own values
+        Check::Ifeval(
+            hat_ifeval::Instruction::new(id, &map)
+                .unwrap_or_else(|e| panic!("generator constraint {id} {map:?}: {e}")),
+        )
+    }
+
+    /// Whether `answer` satisfies the constraint (IFEval's strict verdict for its ones).
+    pub fn passes(&self, answer: &str) -> bool {
+        match self {
+            Check::Ifeval(i) => i.check_strict(answer),
+            Check::FirstWord(w) => answer
+                .split_whitespace()
+                .next()
+                .map(|f| f.trim_matches(|c: char| !c.is_alphanumeric()))
+                .is_some_and(|f| f.eq_ignore_ascii_case(w)),
+            Check::EndsWithQuestion => answer
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .is_some_and(|l| {
+                    l.trim_end()
+                        .trim_end_matches(['*', '_', '"'])
+                        .ends_with('?')
+                }),
+        }
+    }
 }
 
 impl Prompt {
-    fn user(id: String, text: String) -> Self {
+    fn user(id: String, text: String, checks: Vec<Check>) -> Self {
         Self {
             id,
             messages: vec![Message::user(text)],
             source: Source::General,
+            checks,
         }
     }
     /// The text of the last user turn (what duplicate checks compare).
@@ -175,6 +222,70 @@ const CONSTRAINTS: &[&str] = &[
     "Include a question for the reader at the end.",
 ];
 
+/// The values a constraint's blanks were filled with.
+struct Fill<'a> {
+    n: u32,
+    b: u32,
+    p: u32,
+    h: u32,
+    k1: &'a str,
+    k2: &'a str,
+    w: &'a str,
+}
+
+/// The check of `CONSTRAINTS[i]` with its blanks filled by `v`.
+fn constraint_check(i: usize, v: &Fill) -> Check {
+    use serde_json::json;
+    let c = Check::ifeval;
+    match i {
+        0 => c(
+            "length_constraints:number_words",
+            json!({"num_words": v.n, "relation": "less than"}),
+        ),
+        1 => c(
+            "length_constraints:number_words",
+            json!({"num_words": v.n, "relation": "at least"}),
+        ),
+        2 => c(
+            "detectable_format:number_bullet_lists",
+            json!({"num_bullets": v.b}),
+        ),
+        3 => c("change_case:english_lowercase", json!({})),
+        4 => c("change_case:english_capital", json!({})),
+        5 => c("keywords:existence", json!({"keywords": [v.k1, v.k2]})),
+        6 => c(
+            "keywords:forbidden_words",
+            json!({"forbidden_words": [v.w]}),
+        ),
+        7 => c(
+            "startend:end_checker",
+            json!({"end_phrase": "That is all for today."}),
+        ),
+        8 => c("detectable_format:title", json!({})),
+        9 => c(
+            "length_constraints:number_paragraphs",
+            json!({"num_paragraphs": v.p}),
+        ),
+        10 => c("startend:quotation", json!({})),
+        11 => c("detectable_format:json_format", json!({})),
+        12 => c("punctuation:no_comma", json!({})),
+        13 => c(
+            "detectable_content:postscript",
+            json!({"postscript_marker": "P.P.S"}),
+        ),
+        14 => c(
+            "detectable_format:number_highlighted_sections",
+            json!({"num_highlights": v.h}),
+        ),
+        15 => Check::FirstWord("honestly".into()),
+        16 => c(
+            "detectable_format:multiple_sections",
+            json!({"section_spliter": "PART", "num_sections": 2}),
+        ),
+        _ => Check::EndsWithQuestion,
+    }
+}
+
 const KEYWORDS: &[&str] = &[
     "window", "harvest", "signal", "gentle", "orbit", "lantern", "ladder", "river", "puzzle",
     "market", "compass", "shadow", "velvet", "engine", "meadow", "ticket",
@@ -194,26 +305,40 @@ pub fn general(n: usize, seed: u64) -> Vec<Prompt> {
             .copied()
             .unwrap_or("Explain {t}.")
             .replace("{t}", topic);
+        let mut checks = Vec::new();
         if rng.gen_bool(0.5) {
             let c = CONSTRAINTS.choose(&mut rng).copied().unwrap_or("");
+            let ci = CONSTRAINTS.iter().position(|x| *x == c).unwrap_or(0);
             let mut kw = KEYWORDS.choose_multiple(&mut rng, 3).copied();
             let (k1, k2, w) = (
                 kw.next().unwrap_or("river"),
                 kw.next().unwrap_or("orbit"),
                 kw.next().unwrap_or("very"),
             );
-            let c = c
-                .replace("{n}", &(rng.gen_range(4..=30) * 10).to_string())
-                .replace("{b}", &rng.gen_range(2..=6).to_string())
-                .replace("{p}", &rng.gen_range(2..=4).to_string())
-                .replace("{h}", &rng.gen_range(1..=3).to_string())
+            // drawn in this order whatever the constraint, so that a seed gives the prompts it
+            // always gave
+            let v = Fill {
+                n: rng.gen_range(4..=30) * 10,
+                b: rng.gen_range(2..=6),
+                p: rng.gen_range(2..=4),
+                h: rng.gen_range(1..=3),
+                k1,
+                k2,
+                w,
+            };
+            let c = CONSTRAINTS[ci]
+                .replace("{n}", &v.n.to_string())
+                .replace("{b}", &v.b.to_string())
+                .replace("{p}", &v.p.to_string())
+                .replace("{h}", &v.h.to_string())
                 .replace("{k1}", k1)
                 .replace("{k2}", k2)
                 .replace("{w}", w);
             text = format!("{text} {c}");
+            checks.push(constraint_check(ci, &v));
         }
         if seen.insert(text.clone()) {
-            out.push(Prompt::user(format!("gen-{}", out.len()), text));
+            out.push(Prompt::user(format!("gen-{}", out.len()), text, checks));
             misses = 0;
         } else {
             misses += 1;
@@ -254,11 +379,12 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<Prompt>> {
         })?;
         let id = format!("{}:{}", path.display(), i + 1);
         let prompt = match (p.prompt, p.messages) {
-            (Some(t), None) if !t.trim().is_empty() => Prompt::user(id, t),
+            (Some(t), None) if !t.trim().is_empty() => Prompt::user(id, t, Vec::new()),
             (None, Some(m)) if m.last().is_some_and(|m| m.role == Role::User) => Prompt {
                 id,
                 messages: m,
                 source: Source::General,
+                checks: Vec::new(),
             },
             _ => {
                 return Err(bad(
@@ -286,6 +412,7 @@ pub fn stream(path: &Path) -> Result<Vec<Prompt>> {
                 id: t.id,
                 messages: t.record.messages[..first].to_vec(),
                 source: Source::Stream,
+                checks: Vec::new(),
             })
         })
         .collect())
@@ -363,14 +490,84 @@ mod tests {
     }
 
     #[test]
+    fn every_constraint_has_a_check_that_tells_compliant_answers_apart() {
+        let v = Fill {
+            n: 40,
+            b: 3,
+            p: 2,
+            h: 2,
+            k1: "river",
+            k2: "orbit",
+            w: "ladder",
+        };
+        let long = "word ".repeat(60);
+        // (a compliant answer, a violating one) per constraint, in CONSTRAINTS' order
+        let cases: [(&str, &str); 18] = [
+            ("A short answer.", &long),
+            (&long, "Too short."),
+            ("Intro\n- a\n- b\n- c", "- a\n- b"),
+            ("all lowercase here.", "Not all lowercase."),
+            ("ALL CAPS HERE.", "Not caps."),
+            ("The river and its orbit.", "Only the river."),
+            ("No such word here.", "Climb the ladder."),
+            (
+                "Done. That is all for today.",
+                "That is all for today. More.",
+            ),
+            ("<<Bees>>\nText.", "Bees\nText."),
+            ("One.\n***\nTwo.", "One.\n\nTwo."),
+            ("\"Quoted answer.\"", "Not quoted."),
+            ("{\"a\": 1}", "a: 1"),
+            ("No commas at all.", "Yes, commas."),
+            ("Text.\nP.P.S. More.", "Text. PS more."),
+            ("**one** and **two**", "**one** only"),
+            ("Honestly, it is fine.", "It is honestly fine."),
+            (
+                "PART 1\nFirst.\nPART 2\nSecond.",
+                "Section 1\nFirst.\nSection 2\nSecond.",
+            ),
+            ("Text.\nWhat do you think?", "What do you think? Text."),
+        ];
+        assert_eq!(cases.len(), CONSTRAINTS.len());
+        for (i, (ok, bad)) in cases.iter().enumerate() {
+            let c = constraint_check(i, &v);
+            assert!(
+                c.passes(ok),
+                "constraint {i} ({}) rejects {ok:?}",
+                CONSTRAINTS[i]
+            );
+            assert!(
+                !c.passes(bad),
+                "constraint {i} ({}) accepts {bad:?}",
+                CONSTRAINTS[i]
+            );
+        }
+        // the generator attaches the check of the constraint it wrote, and none otherwise
+        let ps = general(400, 5);
+        for p in &ps {
+            let constrained = CONSTRAINTS.iter().any(|c| {
+                let head = c.split('{').next().unwrap_or(c);
+                p.request().contains(head)
+            });
+            assert_eq!(p.checks.len(), usize::from(constrained), "{}", p.request());
+        }
+        assert!(ps.iter().any(|p| p.checks.is_empty()) && ps.iter().any(|p| !p.checks.is_empty()));
+    }
+
+    #[test]
     fn ifeval_prompts_and_their_near_copies_are_excluded() {
         let ifeval = ifeval_prompts();
         assert_eq!(ifeval.len(), 541);
-        let copy = Prompt::user("c".into(), ifeval[7].to_uppercase());
-        let near = Prompt::user("n".into(), format!("Please: {} Thanks!", ifeval[12]));
+        let copy = Prompt::user("c".into(), ifeval[7].to_uppercase(), Vec::new());
+        let near = Prompt::user(
+            "n".into(),
+            format!("Please: {} Thanks!", ifeval[12]),
+            Vec::new(),
+        );
         let other = Prompt::user(
             "o".into(),
             "Explain composting at home to a ten-year-old.".into(),
+            Vec::new(),
         );
         let (kept, dropped) = exclude_near(vec![copy, near, other], &ifeval, 0.5);
         assert_eq!(dropped, 2);

@@ -1,0 +1,240 @@
+//! Replay data for stage 1: a model's own answers to general prompts, kept only where they
+//! satisfy the prompt's verifiable constraint, written as `hat data gen` records so that
+//! `hat train sft --data AGENT.jsonl,REPLAY.jsonl` mixes them into supervised fine-tuning.
+//!
+//! Why: SFT on live-stream trajectories erodes general instruction following (every stage-1
+//! row lost 5-10 IFEval points). Training on the starting model's own answers to general
+//! prompts holds its behaviour there (a self-distillation replay), and keeping, of several
+//! samples, only an answer that passes the prompt's check (rejection sampling) can lift it.
+//! The prompts are the distillation generator's (IFEval's 541 prompts and their near copies
+//! excluded); an unconstrained prompt keeps its first answer that ends on its own.
+
+use hat_data::Record;
+use hat_harness::Message;
+use hat_model::chat_template::ChatInput;
+use hat_model::{Engine, FinishReason, GenerateOutput, GenerateRequest, SamplingParams};
+use serde_json::json;
+
+use crate::distill::prompts::{self, Prompt};
+use crate::error::{Result, TrainError};
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct ReplayConfig {
+    /// Generated prompts to answer (before IFEval look-alikes are removed).
+    pub prompts: usize,
+    /// Answers tried per prompt: the first greedy, the others sampled.
+    pub samples: usize,
+    /// Temperature of the sampled tries.
+    pub temperature: f32,
+    pub max_new_tokens: usize,
+    pub seed: u64,
+    /// Prompts decoded together.
+    pub batch: usize,
+    /// Names the answering model in each record's `teacher` field.
+    pub model_name: String,
+}
+
+/// What a replay run kept and why it dropped the rest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplayStats {
+    pub prompts: usize,
+    /// Generated prompts dropped as equal or near to an IFEval prompt.
+    pub excluded: usize,
+    pub kept: usize,
+    /// Kept answers whose prompt had a constraint (each passed its check).
+    pub kept_constrained: usize,
+    /// Prompts none of whose answers both ended on their own and passed the check.
+    pub dropped_failed_check: usize,
+    /// Prompts none of whose answers ended within `max_new_tokens`.
+    pub dropped_unfinished: usize,
+    pub generated_tokens: usize,
+}
+
+/// Why one answer is not kept, or `None` when it is.
+fn reject(p: &Prompt, out: &GenerateOutput) -> Option<Drop> {
+    if !matches!(
+        out.finish,
+        FinishReason::StopToken(_) | FinishReason::StopString(_)
+    ) || out.text.trim().is_empty()
+    {
+        return Some(Drop::Unfinished);
+    }
+    (!p.checks.iter().all(|c| c.passes(out.text.trim_end()))).then_some(Drop::FailedCheck)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drop {
+    Unfinished,
+    FailedCheck,
+}
+
+/// The record of a kept answer (no tools, no harness: `variant` and `call_syntax` are
+/// `none`, `task_type` says whether the prompt was constrained).
+fn record(p: &Prompt, answer: &str, try_no: usize, model: &str) -> Record {
+    let mut messages = p.messages.clone();
+    messages.push(Message::assistant(answer.trim_end()));
+    Record {
+        messages,
+        tools: json!([]),
+        harness_name: "general".into(),
+        harness_hash: String::new(),
+        variant: "none".into(),
+        call_syntax: "none".into(),
+        task_id: format!("replay-{}", p.id),
+        task_type: if p.checks.is_empty() {
+            "general".into()
+        } else {
+            "general_constrained".into()
+        },
+        split: "train".into(),
+        lang: "en".into(),
+        calls: Vec::new(),
+        teacher: format!("self:{model}"),
+        score: json!({"checks": p.checks.len(), "passed": true, "try": try_no}),
+    }
+}
+
+/// Where a replay run is: try `try_no` (0-based) of `tries` has answered `done` of the `open`
+/// prompts still without a kept answer; `kept` so far.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub try_no: usize,
+    pub tries: usize,
+    pub done: usize,
+    pub open: usize,
+    pub kept: usize,
+}
+
+/// Answers the generated prompts with `engine`; `on_progress` after each batch.
+pub fn generate(
+    engine: &Engine,
+    cfg: &ReplayConfig,
+    on_progress: &mut dyn FnMut(Progress),
+) -> Result<(Vec<Record>, ReplayStats)> {
+    if cfg.samples == 0 || cfg.batch == 0 || cfg.max_new_tokens == 0 {
+        return Err(TrainError::Invalid(
+            "replay: samples, batch and max_new_tokens must be positive".into(),
+        ));
+    }
+    let (prompts, excluded) = prompts::exclude_near(
+        prompts::general(cfg.prompts, cfg.seed),
+        &prompts::ifeval_prompts(),
+        0.5,
+    );
+    let mut stats = ReplayStats {
+        prompts: prompts.len(),
+        excluded,
+        ..ReplayStats::default()
+    };
+    let mut ids = Vec::with_capacity(prompts.len());
+    for p in &prompts {
+        let text = engine.render_chat(&ChatInput {
+            messages: hat_teacher::openai::wire_messages(&p.messages),
+            tools: None,
+            add_generation_prompt: true,
+        })?;
+        ids.push(engine.encode(&text)?);
+    }
+    // per prompt: the kept answer, or why the last try failed
+    let mut kept: Vec<Option<(String, usize)>> = vec![None; prompts.len()];
+    let mut last_drop = vec![Drop::Unfinished; prompts.len()];
+    let mut n_kept = 0;
+    for try_no in 0..cfg.samples {
+        let open: Vec<usize> = (0..prompts.len()).filter(|&i| kept[i].is_none()).collect();
+        let mut done = 0;
+        for chunk in open.chunks(cfg.batch) {
+            let reqs: Vec<GenerateRequest> = chunk
+                .iter()
+                .map(|&i| {
+                    let mut r = GenerateRequest::new(ids[i].clone(), cfg.max_new_tokens);
+                    r.sampling = SamplingParams {
+                        temperature: if try_no == 0 { 0.0 } else { cfg.temperature },
+                        seed: cfg.seed ^ ((i * cfg.samples + try_no) as u64).wrapping_mul(0x9E37),
+                        ..SamplingParams::default()
+                    };
+                    r
+                })
+                .collect();
+            for (&i, out) in chunk.iter().zip(engine.generate_batch(&reqs)?) {
+                stats.generated_tokens += out.tokens.len();
+                match reject(&prompts[i], &out) {
+                    None => {
+                        kept[i] = Some((out.text, try_no));
+                        n_kept += 1;
+                    }
+                    Some(d) => last_drop[i] = d,
+                }
+            }
+            done += chunk.len();
+            on_progress(Progress {
+                try_no,
+                tries: cfg.samples,
+                done,
+                open: open.len(),
+                kept: n_kept,
+            });
+        }
+    }
+    let mut records = Vec::new();
+    for (i, k) in kept.into_iter().enumerate() {
+        match k {
+            Some((text, try_no)) => {
+                stats.kept += 1;
+                stats.kept_constrained += usize::from(!prompts[i].checks.is_empty());
+                records.push(record(&prompts[i], &text, try_no, &cfg.model_name));
+            }
+            None if last_drop[i] == Drop::FailedCheck => stats.dropped_failed_check += 1,
+            None => stats.dropped_unfinished += 1,
+        }
+    }
+    Ok((records, stats))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::distill::prompts::Check;
+
+    fn out(text: &str, finish: FinishReason) -> GenerateOutput {
+        GenerateOutput {
+            tokens: vec![1, 2],
+            logprobs: vec![0.0, 0.0],
+            text: text.into(),
+            finish,
+            prompt_tokens: 3,
+            cached_tokens: 0,
+            prefill_secs: 0.0,
+            decode_secs: 0.0,
+        }
+    }
+
+    #[test]
+    fn answers_are_kept_only_when_finished_and_compliant() {
+        let mut p = prompts::general(50, 1)
+            .into_iter()
+            .find(|p| p.checks.is_empty())
+            .unwrap();
+        let stop = FinishReason::StopToken(2);
+        assert_eq!(reject(&p, &out("Sure, here it is.", stop.clone())), None);
+        assert_eq!(
+            reject(&p, &out("Sure, here it", FinishReason::Length)),
+            Some(Drop::Unfinished)
+        );
+        assert_eq!(
+            reject(&p, &out("  \n", stop.clone())),
+            Some(Drop::Unfinished)
+        );
+        p.checks.push(Check::EndsWithQuestion);
+        assert_eq!(
+            reject(&p, &out("Sure, here it is.", stop.clone())),
+            Some(Drop::FailedCheck)
+        );
+        assert_eq!(reject(&p, &out("Is it?\n", stop)), None);
+        let r = record(&p, "Is it?\n", 2, "m");
+        assert_eq!(r.messages.len(), 2);
+        assert_eq!(r.messages[1].content, "Is it?");
+        assert_eq!(r.task_type, "general_constrained");
+        assert_eq!(r.score["try"], 2);
+    }
+}
