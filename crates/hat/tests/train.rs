@@ -364,23 +364,24 @@ ifeval_max_tokens = 8
 }
 
 /// `hat data replay` on a tiny model: every prompt is accounted for (kept, failed its check,
-/// or never ended), each kept line is a training record, and an existing file needs --force.
+/// or never ended), each kept line is a training record the trainer reads, an existing file
+/// needs --force, and a resumed run continues where its state file says, giving the same lines.
 #[test]
-fn data_replay_accounts_for_every_prompt_and_writes_records() {
+fn data_replay_accounts_for_every_prompt_and_resumes() {
     let d = tempfile::tempdir().unwrap();
     let fixture = hat_train::fixture::tiny_model(&d.path().join("m"), 1, "qwen2").unwrap();
-    let out = d.path().join("replay.jsonl");
-    let run = || {
+    let run = |out: &std::path::Path| {
         let mut c = hat();
         c.args(["data", "replay", "--prompts", "12", "--samples", "2"])
-            .args(["--max-tokens", "64", "--batch", "4", "--threads", "1"])
+            .args(["--max-tokens", "64", "--batch", "1", "--threads", "1"])
             .arg("--model")
             .arg(&fixture)
             .arg("--out")
-            .arg(&out);
+            .arg(out);
         c
     };
-    let done = run().assert().success();
+    let out = d.path().join("replay.jsonl");
+    let done = run(&out).assert().success();
     let said = String::from_utf8(done.get_output().stdout.clone()).unwrap();
     // the number written before the words `at`
     let words: Vec<&str> = said.split_whitespace().collect();
@@ -394,19 +395,30 @@ fn data_replay_accounts_for_every_prompt_and_writes_records() {
     let prompts = num(&["prompts"]);
     let failed = num(&["dropped", "for", "failing"]);
     let unfinished = num(&["for", "never"]);
-    assert!(prompts > 0 && prompts <= 12, "{said}");
+    assert_eq!(prompts, 12, "{said}");
+    assert_eq!(kept + failed + unfinished, prompts, "{said}");
     // the tiny model ends an answer now and then within 64 tokens (seeded, so always the same)
     assert!(kept > 0, "{said}");
-    assert_eq!(kept + failed + unfinished, prompts, "{said}");
     let text = std::fs::read_to_string(&out).unwrap();
     assert_eq!(text.lines().count(), kept);
-    for l in text.lines() {
-        let r: hat_data::Record = serde_json::from_str(l).unwrap();
-        assert_eq!(r.messages.len(), 2);
-        assert!(r.task_type.starts_with("general"));
-    }
+    let ids: Vec<usize> = text
+        .lines()
+        .map(|l| {
+            let r: hat_data::Record = serde_json::from_str(l).unwrap();
+            assert_eq!(r.messages.len(), 2);
+            assert!(r.task_type.starts_with("general"));
+            r.task_id.trim_start_matches("replay-gen-").parse().unwrap()
+        })
+        .collect();
     assert!(!d.path().join("replay.jsonl.partial").exists());
-    // and the trainer reads them as they are
+    assert!(!d.path().join("replay.jsonl.partial.state").exists());
+    fails_cleanly(&mut run(&out)).stderr(predicate::str::contains("--force"));
+    run(&out)
+        .arg("--resume")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("nothing to resume"));
+    // and the trainer reads the records as they are
     hat()
         .args([
             "train",
@@ -424,6 +436,41 @@ fn data_replay_accounts_for_every_prompt_and_writes_records() {
         .arg(d.path().join("run"))
         .assert()
         .success();
-    fails_cleanly(&mut run()).stderr(predicate::str::contains("--force"));
-    run().arg("--force").assert().success();
+
+    // a run stopped after its first chunk (4 prompts at batch 1): its state file and an empty
+    // partial file; the resume settles prompts 4.. and writes exactly their lines
+    let out2 = d.path().join("again.jsonl");
+    std::fs::write(d.path().join("again.jsonl.partial"), "").unwrap();
+    let settings = serde_json::json!({
+        "model": fixture.display().to_string(), "format": "original", "prompts": 12,
+        "samples": 2, "temperature": 0.8f32, "max_tokens": 64, "seed": 0,
+    });
+    let state = |settings: &serde_json::Value| {
+        serde_json::json!({
+            "settings": settings,
+            "stats": {"prompts": 12, "excluded": 0, "settled": 4, "kept": 0, "kept_constrained": 0,
+                      "dropped_failed_check": 0, "dropped_unfinished": 4, "generated_tokens": 0},
+            "partial_bytes": 0,
+        })
+        .to_string()
+    };
+    let mut other = settings.clone();
+    other["seed"] = 5.into();
+    std::fs::write(d.path().join("again.jsonl.partial.state"), state(&other)).unwrap();
+    fails_cleanly(run(&out2).arg("--resume")).stderr(predicate::str::contains("other settings"));
+    std::fs::write(d.path().join("again.jsonl.partial.state"), state(&settings)).unwrap();
+    run(&out2)
+        .arg("--resume")
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("resuming after 4 of 12 prompts"));
+    let want: Vec<&str> = text
+        .lines()
+        .zip(&ids)
+        .filter(|(_, &i)| i >= 4)
+        .map(|(l, _)| l)
+        .collect();
+    assert!(!want.is_empty(), "kept prompts {ids:?}");
+    let got = std::fs::read_to_string(&out2).unwrap();
+    assert_eq!(got.lines().collect::<Vec<_>>(), want);
 }

@@ -35,12 +35,15 @@ pub struct ReplayConfig {
     pub model_name: String,
 }
 
-/// What a replay run kept and why it dropped the rest.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What a replay run kept and why it dropped the rest; with `settled`, where it stands (a
+/// resumed run continues after the first `settled` prompts, which it settles in order).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReplayStats {
     pub prompts: usize,
     /// Generated prompts dropped as equal or near to an IFEval prompt.
     pub excluded: usize,
+    /// Prompts decided so far (kept or dropped), from the first.
+    pub settled: usize,
     pub kept: usize,
     /// Kept answers whose prompt had a constraint (each passed its check).
     pub kept_constrained: usize,
@@ -50,6 +53,21 @@ pub struct ReplayStats {
     pub dropped_unfinished: usize,
     pub generated_tokens: usize,
 }
+
+/// Where an unfinished replay run stands, saved beside its `.partial` file after each chunk
+/// (by `hat data replay`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ReplayState {
+    /// The settings that decide the records; a resume must repeat them.
+    pub settings: serde_json::Value,
+    pub stats: ReplayStats,
+    /// Length of the `.partial` file when `stats` was saved (bytes after it are cut).
+    pub partial_bytes: u64,
+}
+
+/// Prompts settled together: the batch size times this, tried in turn, so that retries still
+/// fill batches and each chunk's records can be saved before the next starts.
+const CHUNK_BATCHES: usize = 4;
 
 /// Why one answer is not kept, or `None` when it is.
 fn reject(p: &Prompt, out: &GenerateOutput) -> Option<Drop> {
@@ -95,23 +113,15 @@ fn record(p: &Prompt, answer: &str, try_no: usize, model: &str) -> Record {
     }
 }
 
-/// Where a replay run is: try `try_no` (0-based) of `tries` has answered `done` of the `open`
-/// prompts still without a kept answer; `kept` so far.
-#[derive(Debug, Clone, Copy)]
-pub struct Progress {
-    pub try_no: usize,
-    pub tries: usize,
-    pub done: usize,
-    pub open: usize,
-    pub kept: usize,
-}
-
-/// Answers the generated prompts with `engine`; `on_progress` after each batch.
+/// Answers the generated prompts with `engine`, from prompt `from.settled` on (a fresh run
+/// passes `ReplayStats::default()`), a chunk of prompts at a time: `on_chunk` gets each chunk's
+/// kept records and the stats after it, in prompt order. Returns the final stats.
 pub fn generate(
     engine: &Engine,
     cfg: &ReplayConfig,
-    on_progress: &mut dyn FnMut(Progress),
-) -> Result<(Vec<Record>, ReplayStats)> {
+    from: ReplayStats,
+    on_chunk: &mut dyn FnMut(Vec<Record>, &ReplayStats) -> Result<()>,
+) -> Result<ReplayStats> {
     if cfg.samples == 0 || cfg.batch == 0 || cfg.max_new_tokens == 0 {
         return Err(TrainError::Invalid(
             "replay: samples, batch and max_new_tokens must be positive".into(),
@@ -122,73 +132,76 @@ pub fn generate(
         &prompts::ifeval_prompts(),
         0.5,
     );
+    if from.settled > prompts.len() {
+        return Err(TrainError::Invalid(format!(
+            "replay: resuming after {} prompts, but these settings give {}",
+            from.settled,
+            prompts.len()
+        )));
+    }
     let mut stats = ReplayStats {
         prompts: prompts.len(),
         excluded,
-        ..ReplayStats::default()
+        ..from
     };
-    let mut ids = Vec::with_capacity(prompts.len());
-    for p in &prompts {
-        let text = engine.render_chat(&ChatInput {
-            messages: hat_teacher::openai::wire_messages(&p.messages),
-            tools: None,
-            add_generation_prompt: true,
-        })?;
-        ids.push(engine.encode(&text)?);
-    }
-    // per prompt: the kept answer, or why the last try failed
-    let mut kept: Vec<Option<(String, usize)>> = vec![None; prompts.len()];
-    let mut last_drop = vec![Drop::Unfinished; prompts.len()];
-    let mut n_kept = 0;
-    for try_no in 0..cfg.samples {
-        let open: Vec<usize> = (0..prompts.len()).filter(|&i| kept[i].is_none()).collect();
-        let mut done = 0;
-        for chunk in open.chunks(cfg.batch) {
-            let reqs: Vec<GenerateRequest> = chunk
-                .iter()
-                .map(|&i| {
-                    let mut r = GenerateRequest::new(ids[i].clone(), cfg.max_new_tokens);
-                    r.sampling = SamplingParams {
-                        temperature: if try_no == 0 { 0.0 } else { cfg.temperature },
-                        seed: cfg.seed ^ ((i * cfg.samples + try_no) as u64).wrapping_mul(0x9E37),
-                        ..SamplingParams::default()
-                    };
-                    r
-                })
-                .collect();
-            for (&i, out) in chunk.iter().zip(engine.generate_batch(&reqs)?) {
-                stats.generated_tokens += out.tokens.len();
-                match reject(&prompts[i], &out) {
-                    None => {
-                        kept[i] = Some((out.text, try_no));
-                        n_kept += 1;
+    let chunk_len = cfg.batch.saturating_mul(CHUNK_BATCHES);
+    while stats.settled < prompts.len() {
+        let range = stats.settled..(stats.settled + chunk_len).min(prompts.len());
+        let mut ids = Vec::with_capacity(range.len());
+        for p in &prompts[range.clone()] {
+            let text = engine.render_chat(&ChatInput {
+                messages: hat_teacher::openai::wire_messages(&p.messages),
+                tools: None,
+                add_generation_prompt: true,
+            })?;
+            ids.push(engine.encode(&text)?);
+        }
+        // per prompt of the chunk: the kept answer, or why its last try failed
+        let mut kept: Vec<Option<(String, usize)>> = vec![None; range.len()];
+        let mut last_drop = vec![Drop::Unfinished; range.len()];
+        for try_no in 0..cfg.samples {
+            let open: Vec<usize> = (0..range.len()).filter(|&k| kept[k].is_none()).collect();
+            for batch in open.chunks(cfg.batch) {
+                let reqs: Vec<GenerateRequest> = batch
+                    .iter()
+                    .map(|&k| {
+                        let i = range.start + k;
+                        let mut r = GenerateRequest::new(ids[k].clone(), cfg.max_new_tokens);
+                        r.sampling = SamplingParams {
+                            temperature: if try_no == 0 { 0.0 } else { cfg.temperature },
+                            seed: cfg.seed
+                                ^ ((i * cfg.samples + try_no) as u64).wrapping_mul(0x9E37),
+                            ..SamplingParams::default()
+                        };
+                        r
+                    })
+                    .collect();
+                for (&k, out) in batch.iter().zip(engine.generate_batch(&reqs)?) {
+                    stats.generated_tokens += out.tokens.len();
+                    match reject(&prompts[range.start + k], &out) {
+                        None => kept[k] = Some((out.text, try_no)),
+                        Some(d) => last_drop[k] = d,
                     }
-                    Some(d) => last_drop[i] = d,
                 }
             }
-            done += chunk.len();
-            on_progress(Progress {
-                try_no,
-                tries: cfg.samples,
-                done,
-                open: open.len(),
-                kept: n_kept,
-            });
         }
-    }
-    let mut records = Vec::new();
-    for (i, k) in kept.into_iter().enumerate() {
-        match k {
-            Some((text, try_no)) => {
-                stats.kept += 1;
-                stats.kept_constrained += usize::from(!prompts[i].checks.is_empty());
-                records.push(record(&prompts[i], &text, try_no, &cfg.model_name));
+        let mut records = Vec::new();
+        for (k, found) in kept.into_iter().enumerate() {
+            let p = &prompts[range.start + k];
+            match found {
+                Some((text, try_no)) => {
+                    stats.kept += 1;
+                    stats.kept_constrained += usize::from(!p.checks.is_empty());
+                    records.push(record(p, &text, try_no, &cfg.model_name));
+                }
+                None if last_drop[k] == Drop::FailedCheck => stats.dropped_failed_check += 1,
+                None => stats.dropped_unfinished += 1,
             }
-            None if last_drop[i] == Drop::FailedCheck => stats.dropped_failed_check += 1,
-            None => stats.dropped_unfinished += 1,
         }
+        stats.settled = range.end;
+        on_chunk(records, &stats)?;
     }
-    Ok((records, stats))
+    Ok(stats)
 }
 
 #[cfg(test)]

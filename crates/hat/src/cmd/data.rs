@@ -105,6 +105,9 @@ pub struct ReplayArgs {
     batch: usize,
     #[arg(long)]
     out: PathBuf,
+    /// Continue an interrupted run (its `.partial` file) with the same settings.
+    #[arg(long, conflicts_with = "force")]
+    resume: bool,
     /// Replace an existing file.
     #[arg(long)]
     force: bool,
@@ -116,6 +119,10 @@ const fn prompts_max() -> u64 {
 
 fn replay_cmd(a: ReplayArgs) -> Result<()> {
     if a.out.exists() && !a.force {
+        if a.resume {
+            println!("{} is complete; nothing to resume", a.out.display());
+            return Ok(());
+        }
         bail!("{} exists; pass --force to replace it", a.out.display());
     }
     if !(a.temperature.is_finite() && (0.0..=2.0).contains(&a.temperature)) {
@@ -125,6 +132,43 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
         );
     }
     let format: hat_model::WeightFormat = a.format.parse().map_err(anyhow::Error::msg)?;
+    let settings = serde_json::json!({
+        "model": a.model, "format": a.format, "prompts": a.prompts, "samples": a.samples,
+        "temperature": a.temperature, "max_tokens": a.max_tokens, "seed": a.seed,
+    });
+    // records go to a `.partial` file chunk by chunk, with a state file saying how far they got;
+    // the finished file is renamed into place, so an interrupted run loses at most one chunk
+    let partial = a.out.with_extension("jsonl.partial");
+    let state_path = a.out.with_extension("jsonl.partial.state");
+    let from = if a.resume && state_path.exists() {
+        let st: hat_train::replay::ReplayState = serde_json::from_slice(
+            &std::fs::read(&state_path)
+                .with_context(|| format!("reading {}", state_path.display()))?,
+        )
+        .with_context(|| format!("{} is not a replay state file", state_path.display()))?;
+        if st.settings != settings {
+            bail!(
+                "{} was started with other settings ({}); resume with the same flags, or start \
+                 over with --force",
+                partial.display(),
+                st.settings
+            );
+        }
+        let f = OpenOptions::new()
+            .write(true)
+            .open(&partial)
+            .with_context(|| format!("opening {}", partial.display()))?;
+        f.set_len(st.partial_bytes)?;
+        eprintln!(
+            "resuming after {} of {} prompts ({} kept)",
+            st.stats.settled, st.stats.prompts, st.stats.kept
+        );
+        st.stats
+    } else {
+        std::fs::File::create(&partial)
+            .with_context(|| format!("creating {}", partial.display()))?;
+        hat_train::replay::ReplayStats::default()
+    };
     hat_model::threads::set_threads(a.threads);
     let path = crate::cmd::backend::model_path(&a.model);
     let engine = hat_train::snapshot::load_engine(&path, format)
@@ -139,47 +183,50 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
         model_name: a.model.clone(),
     };
     let started = std::time::Instant::now();
-    let mut pb: Option<indicatif::ProgressBar> = None;
-    let (records, stats) = hat_train::replay::generate(&engine, &cfg, &mut |p| {
-        let bar = pb.get_or_insert_with(|| crate::progress::bar(p.open as u64, "answers"));
-        if bar.length() != Some(p.open as u64) {
-            bar.set_length(p.open as u64);
-        }
-        bar.set_message(format!("try {}/{}", p.try_no + 1, p.tries));
-        bar.set_position(p.done as u64);
-        if p.done == p.open {
-            eprintln!(
-                "try {}/{}: {} prompts answered, {} kept so far",
-                p.try_no + 1,
-                p.tries,
-                p.open,
-                p.kept
-            );
-        }
-    })?;
-    if let Some(b) = pb {
-        b.finish_and_clear();
-    }
-    // written beside the target and renamed, so an interrupted run leaves no half file
-    let tmp = a.out.with_extension("jsonl.partial");
-    {
-        let f =
-            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        let mut w = BufWriter::new(f);
+    let pb = crate::progress::bar(0, "prompts");
+    let stats = hat_train::replay::generate(&engine, &cfg, from, &mut |records, stats| {
+        let io = |e: std::io::Error| {
+            hat_train::TrainError::Invalid(format!("{}: {e}", partial.display()))
+        };
+        let mut f = OpenOptions::new().append(true).open(&partial).map_err(io)?;
         for r in &records {
-            serde_json::to_writer(&mut w, r)?;
-            w.write_all(b"\n")?;
+            let mut line = serde_json::to_vec(r).map_err(|e| io(e.into()))?;
+            line.push(b'\n');
+            f.write_all(&line).map_err(io)?;
         }
-        w.into_inner()
-            .map_err(|e| e.into_error())?
-            .sync_all()
-            .with_context(|| format!("writing {}", tmp.display()))?;
-    }
-    std::fs::rename(&tmp, &a.out).with_context(|| format!("renaming to {}", a.out.display()))?;
+        f.sync_all().map_err(io)?;
+        let st = hat_train::replay::ReplayState {
+            settings: settings.clone(),
+            stats: stats.clone(),
+            partial_bytes: f.metadata().map_err(io)?.len(),
+        };
+        let tmp = state_path.with_extension("state.tmp");
+        let text = serde_json::to_vec(&st).map_err(|e| io(e.into()))?;
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, &state_path))
+            .map_err(io)?;
+        pb.set_length(stats.prompts as u64);
+        pb.set_position(stats.settled as u64);
+        if !pb.is_hidden() {
+            return Ok(());
+        }
+        eprintln!(
+            "{}/{} prompts settled, {} kept ({:.0}s)",
+            stats.settled,
+            stats.prompts,
+            stats.kept,
+            started.elapsed().as_secs_f64()
+        );
+        Ok(())
+    })?;
+    pb.finish_and_clear();
+    std::fs::rename(&partial, &a.out)
+        .with_context(|| format!("renaming to {}", a.out.display()))?;
+    let _ = std::fs::remove_file(&state_path);
     println!(
         "wrote {} answers to {} ({} of them to constrained prompts) from {} prompts ({} IFEval \
          look-alikes dropped before): {} dropped for failing their check on every try, {} for \
-         never ending within {} tokens; {} tokens generated in {:.0}s",
+         never ending within {} tokens; {} tokens generated ({:.0}s in this run)",
         stats.kept,
         a.out.display(),
         stats.kept_constrained,
