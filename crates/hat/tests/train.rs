@@ -473,4 +473,31 @@ fn data_replay_accounts_for_every_prompt_and_resumes() {
     assert!(!want.is_empty(), "kept prompts {ids:?}");
     let got = std::fs::read_to_string(&out2).unwrap();
     assert_eq!(got.lines().collect::<Vec<_>>(), want);
+    // mixed files: the trainer says what each one holds of the loss
+    let (a, b) = (out.display().to_string(), out2.display().to_string());
+    hat()
+        .args([
+            "train",
+            "sft",
+            "--preset",
+            "smoke",
+            "--max-steps",
+            "1",
+            "--data",
+        ])
+        .arg(format!("{a},{b}"))
+        .arg("--model")
+        .arg(&fixture)
+        .arg("--out")
+        .arg(d.path().join("run2"))
+        .assert()
+        .success()
+        .stderr(predicate::str::contains(format!(
+            "  {a}: {kept} trajectories"
+        )))
+        .stderr(predicate::str::contains(format!(
+            "  {b}: {} trajectories",
+            want.len()
+        )))
+        .stderr(predicate::str::contains("% of the loss"));
 }

@@ -30,14 +30,40 @@ pub struct Prepared {
     pub packed_tokens: usize,
     pub unpacked_tokens: usize,
     pub loss_tokens: usize,
+    /// Per data file, in the config's order: what it holds (all its samples, held-out ones
+    /// included), so the share each source has of the loss is visible when files are mixed.
+    pub by_file: Vec<FileShare>,
+}
+
+/// One data file's part of a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileShare {
+    pub path: std::path::PathBuf,
+    pub trajectories: usize,
+    /// Tokens of its samples one by one.
+    pub tokens: usize,
+    pub loss_tokens: usize,
 }
 
 /// Tokenises and packs the run's data.
 pub fn prepare(cfg: &SftConfig, enc: &Encoder, max_positions: usize) -> Result<Prepared> {
     let mut trajs = Vec::new();
-    for f in &cfg.data {
-        trajs.extend(read_jsonl(f)?);
+    let mut file_of = Vec::new();
+    for (fi, f) in cfg.data.iter().enumerate() {
+        let t = read_jsonl(f)?;
+        file_of.extend(std::iter::repeat_n(fi, t.len()));
+        trajs.extend(t);
     }
+    let mut by_file: Vec<FileShare> = cfg
+        .data
+        .iter()
+        .map(|p| FileShare {
+            path: p.clone(),
+            trajectories: 0,
+            tokens: 0,
+            loss_tokens: 0,
+        })
+        .collect();
     if trajs.is_empty() {
         return Err(TrainError::Invalid(
             "the training data holds no trajectories".into(),
@@ -53,7 +79,7 @@ pub fn prepare(cfg: &SftConfig, enc: &Encoder, max_positions: usize) -> Result<P
     };
     let mut samples = Vec::with_capacity(trajs.len());
     let mut dropped = 0;
-    for s in encoded {
+    for (s, fi) in encoded.into_iter().zip(file_of) {
         let s = s?;
         if s.tokens.len() > limit {
             match cfg.on_too_long {
@@ -70,6 +96,10 @@ pub fn prepare(cfg: &SftConfig, enc: &Encoder, max_positions: usize) -> Result<P
                 }
             }
         }
+        let share = &mut by_file[fi];
+        share.trajectories += 1;
+        share.tokens += s.tokens.len();
+        share.loss_tokens += s.mask.iter().filter(|m| **m).count();
         samples.push(s);
     }
     // hold out whole trajectories, chosen by the seed
@@ -100,6 +130,7 @@ pub fn prepare(cfg: &SftConfig, enc: &Encoder, max_positions: usize) -> Result<P
         loss_tokens: train.iter().map(|p| p.seq.targets.len()).sum(),
         trajectories: tr.len() + va.len(),
         dropped_too_long: dropped,
+        by_file,
         train,
         val,
     })

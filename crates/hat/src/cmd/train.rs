@@ -312,18 +312,34 @@ fn new_total(out: &std::path::Path, steps: usize) -> Result<()> {
 /// not a terminal), checkpoints and exports. Shared by every `hat train` stage.
 pub(crate) fn report(bar: &mut Option<indicatif::ProgressBar>, e: Event) {
     match e {
-        Event::Prepared(p) => eprintln!(
-            "data: {} trajectories ({} dropped as too long), {} train packs ({} val); \
-             {} tokens packed vs {} unpacked ({:.2}x less), {} loss tokens",
-            p.trajectories,
-            p.dropped_too_long,
-            p.train.len(),
-            p.val.len(),
-            p.packed_tokens,
-            p.unpacked_tokens,
-            p.unpacked_tokens as f64 / p.packed_tokens.max(1) as f64,
-            p.loss_tokens
-        ),
+        Event::Prepared(p) => {
+            eprintln!(
+                "data: {} trajectories ({} dropped as too long), {} train packs ({} val); \
+                 {} tokens packed vs {} unpacked ({:.2}x less), {} loss tokens",
+                p.trajectories,
+                p.dropped_too_long,
+                p.train.len(),
+                p.val.len(),
+                p.packed_tokens,
+                p.unpacked_tokens,
+                p.unpacked_tokens as f64 / p.packed_tokens.max(1) as f64,
+                p.loss_tokens
+            );
+            if p.by_file.len() > 1 {
+                let all: usize = p.by_file.iter().map(|f| f.loss_tokens).sum();
+                for f in &p.by_file {
+                    eprintln!(
+                        "  {}: {} trajectories, {} tokens one by one, {} loss tokens ({:.0}% of \
+                         the loss)",
+                        f.path.display(),
+                        f.trajectories,
+                        f.tokens,
+                        f.loss_tokens,
+                        100.0 * f.loss_tokens as f64 / all.max(1) as f64
+                    );
+                }
+            }
+        }
         Event::Note(n) => eprintln!("{n}"),
         Event::Resumed(s) => eprintln!("resumed at step {} (epoch {})", s.step, s.epoch),
         Event::Step(m, total) => {
