@@ -443,7 +443,8 @@ fn data_replay_accounts_for_every_prompt_and_resumes() {
     std::fs::write(d.path().join("again.jsonl.partial"), "").unwrap();
     let settings = serde_json::json!({
         "model": fixture.display().to_string(), "format": "original", "prompts": 12,
-        "samples": 2, "temperature": 0.8f32, "max_tokens": 64, "seed": 0,
+        "samples": 2, "temperature": 0.8f32, "max_tokens": 64, "seed": 0, "batch": 1,
+        "version": env!("CARGO_PKG_VERSION"),
     });
     let state = |settings: &serde_json::Value| {
         serde_json::json!({
@@ -459,6 +460,8 @@ fn data_replay_accounts_for_every_prompt_and_resumes() {
     std::fs::write(d.path().join("again.jsonl.partial.state"), state(&other)).unwrap();
     fails_cleanly(run(&out2).arg("--resume")).stderr(predicate::str::contains("other settings"));
     std::fs::write(d.path().join("again.jsonl.partial.state"), state(&settings)).unwrap();
+    // forgetting --resume does not wipe the unfinished run
+    fails_cleanly(&mut run(&out2)).stderr(predicate::str::contains("unfinished run"));
     run(&out2)
         .arg("--resume")
         .assert()

@@ -47,7 +47,7 @@ pub struct ReplayStats {
     pub kept: usize,
     /// Kept answers whose prompt had a constraint (each passed its check).
     pub kept_constrained: usize,
-    /// Prompts none of whose answers both ended on their own and passed the check.
+    /// Prompts with an answer that ended on its own but failed the check (and none passing).
     pub dropped_failed_check: usize,
     /// Prompts none of whose answers ended within `max_new_tokens`.
     pub dropped_unfinished: usize,
@@ -132,11 +132,19 @@ pub fn generate(
         &prompts::ifeval_prompts(),
         0.5,
     );
-    if from.settled > prompts.len() {
+    if from != ReplayStats::default()
+        && (from.prompts != prompts.len()
+            || from.excluded != excluded
+            || from.settled > from.prompts)
+    {
         return Err(TrainError::Invalid(format!(
-            "replay: resuming after {} prompts, but these settings give {}",
+            "replay: the run being resumed had {} prompts ({} excluded) and settled {}, but this \
+             build and these settings give {} ({} excluded); start over with --force",
+            from.prompts,
+            from.excluded,
             from.settled,
-            prompts.len()
+            prompts.len(),
+            excluded
         )));
     }
     let mut stats = ReplayStats {
@@ -180,7 +188,10 @@ pub fn generate(
                     stats.generated_tokens += out.tokens.len();
                     match reject(&prompts[range.start + k], &out) {
                         None => kept[k] = Some((out.text, try_no)),
-                        Some(d) => last_drop[k] = d,
+                        // a prompt that had a finished answer failing its check is counted
+                        // as failing it, whatever its later tries did
+                        Some(d) if last_drop[k] != Drop::FailedCheck => last_drop[k] = d,
+                        Some(_) => {}
                     }
                 }
             }

@@ -117,8 +117,27 @@ const fn prompts_max() -> u64 {
     hat_train::distill::MAX_GENERAL_PROMPTS as u64
 }
 
+/// `OUT` with `suffix` appended to its file name (`x.jsonl` -> `x.jsonl.partial`), so runs
+/// writing different files never share their working files.
+fn beside(out: &std::path::Path, suffix: &str) -> PathBuf {
+    let mut name = out.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 fn replay_cmd(a: ReplayArgs) -> Result<()> {
-    if a.out.exists() && !a.force {
+    // records go to a `.partial` file chunk by chunk, with a state file saying how far they got;
+    // the finished file is renamed into place, so an interrupted run loses at most one chunk
+    let partial = beside(&a.out, ".partial");
+    let state_path = beside(&a.out, ".partial.state");
+    if state_path.exists() && !a.resume && !a.force {
+        bail!(
+            "{} holds an unfinished run; pass --resume to continue it (same flags) or --force to \
+             start over",
+            state_path.display()
+        );
+    }
+    if a.out.exists() && !a.force && !(a.resume && state_path.exists()) {
         if a.resume {
             println!("{} is complete; nothing to resume", a.out.display());
             return Ok(());
@@ -131,29 +150,48 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
             a.temperature
         );
     }
+    if a.temperature == 0.0 && a.samples > 1 {
+        bail!(
+            "--temperature 0 makes every try after the first repeat it; give a temperature above \
+             0 or --samples 1"
+        );
+    }
     let format: hat_model::WeightFormat = a.format.parse().map_err(anyhow::Error::msg)?;
     let settings = serde_json::json!({
         "model": a.model, "format": a.format, "prompts": a.prompts, "samples": a.samples,
         "temperature": a.temperature, "max_tokens": a.max_tokens, "seed": a.seed,
+        "batch": a.batch, "version": env!("CARGO_PKG_VERSION"),
     });
-    // records go to a `.partial` file chunk by chunk, with a state file saying how far they got;
-    // the finished file is renamed into place, so an interrupted run loses at most one chunk
-    let partial = a.out.with_extension("jsonl.partial");
-    let state_path = a.out.with_extension("jsonl.partial.state");
     let from = if a.resume && state_path.exists() {
+        let start_over = "start over with --force";
         let st: hat_train::replay::ReplayState = serde_json::from_slice(
             &std::fs::read(&state_path)
                 .with_context(|| format!("reading {}", state_path.display()))?,
         )
-        .with_context(|| format!("{} is not a replay state file", state_path.display()))?;
+        .with_context(|| {
+            format!(
+                "{} is not a replay state file; {start_over}",
+                state_path.display()
+            )
+        })?;
         if st.settings != settings {
             bail!(
-                "{} was started with other settings ({}); resume with the same flags, or start \
-                 over with --force",
+                "{} was started with other settings ({}); resume with the same flags, or \
+                 {start_over}",
                 partial.display(),
                 st.settings
             );
         }
+        let have = std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
+        if !partial.exists() || have < st.partial_bytes {
+            bail!(
+                "{} is missing or shorter ({have} bytes) than its state file says ({}); \
+                 {start_over}",
+                partial.display(),
+                st.partial_bytes
+            );
+        }
+        // a chunk appended after the state was saved is cut and done again
         let f = OpenOptions::new()
             .write(true)
             .open(&partial)
@@ -165,6 +203,7 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
         );
         st.stats
     } else {
+        let _ = std::fs::remove_file(&state_path);
         std::fs::File::create(&partial)
             .with_context(|| format!("creating {}", partial.display()))?;
         hat_train::replay::ReplayStats::default()
@@ -200,11 +239,11 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
             stats: stats.clone(),
             partial_bytes: f.metadata().map_err(io)?.len(),
         };
-        let tmp = state_path.with_extension("state.tmp");
+        let tmp = beside(&state_path, ".tmp");
         let text = serde_json::to_vec(&st).map_err(|e| io(e.into()))?;
-        std::fs::write(&tmp, text)
-            .and_then(|()| std::fs::rename(&tmp, &state_path))
-            .map_err(io)?;
+        let mut t = std::fs::File::create(&tmp).map_err(io)?;
+        t.write_all(&text).and_then(|()| t.sync_all()).map_err(io)?;
+        std::fs::rename(&tmp, &state_path).map_err(io)?;
         pb.set_length(stats.prompts as u64);
         pb.set_position(stats.settled as u64);
         if !pb.is_hidden() {

@@ -329,8 +329,8 @@ pub(crate) fn report(bar: &mut Option<indicatif::ProgressBar>, e: Event) {
                 let all: usize = p.by_file.iter().map(|f| f.loss_tokens).sum();
                 for f in &p.by_file {
                     eprintln!(
-                        "  {}: {} trajectories, {} tokens one by one, {} loss tokens ({:.0}% of \
-                         the loss)",
+                        "  {}: {} trajectories (held-out ones included), {} tokens one by one, \
+                         {} loss tokens ({:.0}% of the loss)",
                         f.path.display(),
                         f.trajectories,
                         f.tokens,

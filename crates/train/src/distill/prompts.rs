@@ -41,8 +41,10 @@ pub struct Prompt {
     pub checks: Vec<Check>,
 }
 
-/// One verifiable constraint of a generated prompt: an IFEval instruction with its arguments,
-/// or one of two the IFEval set does not have.
+/// One verifiable constraint of a generated prompt: an IFEval instruction with its arguments
+/// where IFEval's check says what the prompt asks, or a check of its own where IFEval's would
+/// accept more (its highlights count italics, its sections "at least", its bullets `*` too) or
+/// has none.
 #[derive(Debug, Clone)]
 pub enum Check {
     Ifeval(hat_ifeval::Instruction),
@@ -50,6 +52,12 @@ pub enum Check {
     FirstWord(String),
     /// The last non-blank line ends with a question mark.
     EndsWithQuestion,
+    /// Exactly this many markdown dash bullets (`- item` lines; rules like `---` are not).
+    DashBullets(usize),
+    /// At least this many `**bold**` phrases.
+    BoldPhrases(usize),
+    /// Sections headed `PART 1` and `PART 2`, once each, and no other `PART n`.
+    TwoParts,
 }
 
 impl Check {
@@ -67,9 +75,8 @@ impl Check {
         match self {
             Check::Ifeval(i) => i.check_strict(answer),
             Check::FirstWord(w) => answer
-                .split_whitespace()
-                .next()
-                .map(|f| f.trim_matches(|c: char| !c.is_alphanumeric()))
+                .split(|c: char| !c.is_alphanumeric())
+                .find(|t| !t.is_empty())
                 .is_some_and(|f| f.eq_ignore_ascii_case(w)),
             Check::EndsWithQuestion => answer
                 .lines()
@@ -77,9 +84,47 @@ impl Check {
                 .find(|l| !l.trim().is_empty())
                 .is_some_and(|l| {
                     l.trim_end()
-                        .trim_end_matches(['*', '_', '"'])
+                        .trim_end_matches(['*', '_', '"', '\'', ')', '\u{201d}', '\u{2019}'])
                         .ends_with('?')
                 }),
+            Check::DashBullets(n) => {
+                let bullets = answer
+                    .lines()
+                    .filter(|l| {
+                        let t = l.trim_start();
+                        t.starts_with("- ") && !t[2..].trim().is_empty()
+                    })
+                    .count();
+                bullets == *n
+            }
+            Check::BoldPhrases(n) => {
+                let parts: Vec<&str> = answer.split("**").collect();
+                // odd pieces sit between an opening and a closing `**`
+                let bold = parts
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, t)| {
+                        i % 2 == 1
+                            && *i + 1 < parts.len()
+                            && !t.trim().is_empty()
+                            && !t.contains('\n')
+                    })
+                    .count();
+                bold >= *n
+            }
+            Check::TwoParts => {
+                let mut seen = Vec::new();
+                let mut rest = answer;
+                while let Some(at) = rest.find("PART") {
+                    let after = rest[at + 4..].trim_start_matches([' ', '\t']);
+                    let digits: String = after.chars().take_while(|c| c.is_ascii_digit()).collect();
+                    if !digits.is_empty() {
+                        seen.push(digits);
+                    }
+                    rest = &rest[at + 4..];
+                }
+                seen == ["1", "2"]
+            }
         }
     }
 }
@@ -246,10 +291,7 @@ fn constraint_check(i: usize, v: &Fill) -> Check {
             "length_constraints:number_words",
             json!({"num_words": v.n, "relation": "at least"}),
         ),
-        2 => c(
-            "detectable_format:number_bullet_lists",
-            json!({"num_bullets": v.b}),
-        ),
+        2 => Check::DashBullets(v.b as usize),
         3 => c("change_case:english_lowercase", json!({})),
         4 => c("change_case:english_capital", json!({})),
         5 => c("keywords:existence", json!({"keywords": [v.k1, v.k2]})),
@@ -273,15 +315,9 @@ fn constraint_check(i: usize, v: &Fill) -> Check {
             "detectable_content:postscript",
             json!({"postscript_marker": "P.P.S"}),
         ),
-        14 => c(
-            "detectable_format:number_highlighted_sections",
-            json!({"num_highlights": v.h}),
-        ),
+        14 => Check::BoldPhrases(v.h as usize),
         15 => Check::FirstWord("honestly".into()),
-        16 => c(
-            "detectable_format:multiple_sections",
-            json!({"section_spliter": "PART", "num_sections": 2}),
-        ),
+        16 => Check::TwoParts,
         _ => Check::EndsWithQuestion,
     }
 }
@@ -505,7 +541,7 @@ mod tests {
         let cases: [(&str, &str); 18] = [
             ("A short answer.", &long),
             (&long, "Too short."),
-            ("Intro\n- a\n- b\n- c", "- a\n- b"),
+            ("Intro\n- a\n- b\n- c\n---", "* a\n* b\n* c"),
             ("all lowercase here.", "Not all lowercase."),
             ("ALL CAPS HERE.", "Not caps."),
             ("The river and its orbit.", "Only the river."),
@@ -520,13 +556,16 @@ mod tests {
             ("{\"a\": 1}", "a: 1"),
             ("No commas at all.", "Yes, commas."),
             ("Text.\nP.P.S. More.", "Text. PS more."),
-            ("**one** and **two**", "**one** only"),
-            ("Honestly, it is fine.", "It is honestly fine."),
+            ("**one** and **two**", "**one** and *two*"),
+            ("Honestly\u{2014}I think so.", "It is honestly fine."),
             (
                 "PART 1\nFirst.\nPART 2\nSecond.",
-                "Section 1\nFirst.\nSection 2\nSecond.",
+                "PART 1\nFirst.\nPART 2\nSecond.\nPART 3\nThird.",
             ),
-            ("Text.\nWhat do you think?", "What do you think? Text."),
+            (
+                "Text.\nWhat do you think?\u{201d}",
+                "What do you think? Text.",
+            ),
         ];
         assert_eq!(cases.len(), CONSTRAINTS.len());
         for (i, (ok, bad)) in cases.iter().enumerate() {
