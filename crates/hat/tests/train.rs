@@ -418,24 +418,19 @@ fn data_replay_accounts_for_every_prompt_and_resumes() {
         .assert()
         .success()
         .stdout(predicate::str::contains("nothing to resume"));
+    // one smoke SFT step on `data` into `run`
+    let sft = |data: &str, run: &str| {
+        let mut c = hat();
+        c.args(["train", "sft", "--preset", "smoke", "--max-steps", "1"])
+            .args(["--data", data])
+            .arg("--model")
+            .arg(&fixture)
+            .arg("--out")
+            .arg(d.path().join(run));
+        c
+    };
     // and the trainer reads the records as they are
-    hat()
-        .args([
-            "train",
-            "sft",
-            "--preset",
-            "smoke",
-            "--max-steps",
-            "1",
-            "--data",
-        ])
-        .arg(&out)
-        .arg("--model")
-        .arg(&fixture)
-        .arg("--out")
-        .arg(d.path().join("run"))
-        .assert()
-        .success();
+    sft(&out.display().to_string(), "run").assert().success();
 
     // a run stopped after its first chunk (4 prompts at batch 1): its state file and an empty
     // partial file; the resume settles prompts 4.. and writes exactly their lines
@@ -478,21 +473,7 @@ fn data_replay_accounts_for_every_prompt_and_resumes() {
     assert_eq!(got.lines().collect::<Vec<_>>(), want);
     // mixed files: the trainer says what each one holds of the loss
     let (a, b) = (out.display().to_string(), out2.display().to_string());
-    hat()
-        .args([
-            "train",
-            "sft",
-            "--preset",
-            "smoke",
-            "--max-steps",
-            "1",
-            "--data",
-        ])
-        .arg(format!("{a},{b}"))
-        .arg("--model")
-        .arg(&fixture)
-        .arg("--out")
-        .arg(d.path().join("run2"))
+    sft(&format!("{a},{b}"), "run2")
         .assert()
         .success()
         .stderr(predicate::str::contains(format!(
