@@ -181,9 +181,14 @@ pub fn load_weights(dir: &Path, model: &TrainModel) -> Result<usize> {
         }
     })?;
     model.set_weights(&weights)?;
-    let meta: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("state.json")).map_err(io(dir.display()))?)?;
-    Ok(meta["state"]["step"].as_u64().unwrap_or(0) as usize)
+    Ok(read_meta(dir)?["state"]["step"].as_u64().unwrap_or(0) as usize)
+}
+
+/// A checkpoint folder's `state.json` (run state and AdamW's step count).
+fn read_meta(dir: &Path) -> Result<serde_json::Value> {
+    Ok(serde_json::from_slice(
+        &std::fs::read(dir.join("state.json")).map_err(io(dir.display()))?,
+    )?)
 }
 
 /// The step of a run's newest checkpoint (`None` before the first), without loading weights:
@@ -192,13 +197,10 @@ pub fn latest_step(run: &Path) -> Result<Option<usize>> {
     let Some(dir) = latest(run)? else {
         return Ok(None);
     };
-    let file = dir.join("state.json");
-    let meta: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&file).map_err(io(file.display()))?)?;
-    match meta["state"]["step"].as_u64() {
+    match read_meta(&dir)?["state"]["step"].as_u64() {
         Some(s) => Ok(Some(s as usize)),
         None => Err(TrainError::Checkpoint {
-            path: file,
+            path: dir.join("state.json"),
             message: "state.json holds no `state.step`".into(),
         }),
     }
@@ -233,8 +235,7 @@ pub fn load(dir: &Path, model: &TrainModel, opt: &mut AdamW) -> Result<RunState>
             *dst = v;
         }
     }
-    let meta: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("state.json")).map_err(io(dir.display()))?)?;
+    let meta = read_meta(dir)?;
     opt.t = meta["adam_t"]
         .as_u64()
         .ok_or_else(|| bad("state.json lacks adam_t".into()))?;

@@ -37,6 +37,11 @@ pub enum TrainError {
          kept (lower the learning rate or raise warmup, then `--resume`)"
     )]
     Diverged { step: usize, value: f32 },
+    #[error(
+        "the run is at step {step}, past --max-steps {max_steps}: a resumed run can be extended, \
+         not shortened (give --max-steps {step} or more, or start a new run folder)"
+    )]
+    Shortened { step: usize, max_steps: usize },
     #[error("{0}")]
     Invalid(String),
     #[error("rollout: {0}")]

@@ -36,7 +36,7 @@ pub struct Prepared {
 }
 
 /// One data file's part of a run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FileShare {
     pub path: std::path::PathBuf,
     pub trajectories: usize,
@@ -47,23 +47,16 @@ pub struct FileShare {
 
 /// Tokenises and packs the run's data.
 pub fn prepare(cfg: &SftConfig, enc: &Encoder, max_positions: usize) -> Result<Prepared> {
-    let mut trajs = Vec::new();
-    let mut file_of = Vec::new();
-    for (fi, f) in cfg.data.iter().enumerate() {
+    let (mut trajs, mut file_of, mut by_file) = (Vec::new(), Vec::new(), Vec::new());
+    for f in &cfg.data {
         let t = read_jsonl(f)?;
-        file_of.extend(std::iter::repeat_n(fi, t.len()));
+        file_of.extend(std::iter::repeat_n(by_file.len(), t.len()));
+        by_file.push(FileShare {
+            path: f.clone(),
+            ..FileShare::default()
+        });
         trajs.extend(t);
     }
-    let mut by_file: Vec<FileShare> = cfg
-        .data
-        .iter()
-        .map(|p| FileShare {
-            path: p.clone(),
-            trajectories: 0,
-            tokens: 0,
-            loss_tokens: 0,
-        })
-        .collect();
     if trajs.is_empty() {
         return Err(TrainError::Invalid(
             "the training data holds no trajectories".into(),

@@ -147,13 +147,9 @@ pub fn train(
         if let Some(dir) = checkpoint::latest(out)? {
             state = checkpoint::load(&dir, model, &mut opt)?;
             if state.step > s.max_steps {
-                return Err(TrainError::Config {
-                    path: dir.display().to_string(),
-                    message: format!(
-                        "the run is at step {}, past its {} steps: a resumed run can be \
-                         extended, not shortened (use --max-steps {} or more, or a new run folder)",
-                        state.step, s.max_steps, state.step
-                    ),
+                return Err(TrainError::Shortened {
+                    step: state.step,
+                    max_steps: s.max_steps,
                 });
             }
             on(Event::Resumed(&state));

@@ -295,11 +295,11 @@ fn resume_config<C: Clone + PartialEq>(
 fn new_total(out: &std::path::Path, steps: usize) -> Result<()> {
     if let Some(done) = hat_train::checkpoint::latest_step(out)? {
         if done > steps {
-            anyhow::bail!(
-                "{}: the run is at step {done}, past --max-steps {steps}: a resumed run can be \
-                 extended, not shortened (give --max-steps {done} or more, or start a new run folder)",
-                out.display()
-            );
+            let e = hat_train::TrainError::Shortened {
+                step: done,
+                max_steps: steps,
+            };
+            anyhow::bail!("{}: {e}", out.display());
         }
     }
     eprintln!(

@@ -343,6 +343,7 @@ pub fn general(n: usize, seed: u64) -> Vec<Prompt> {
             .replace("{t}", topic);
         let mut checks = Vec::new();
         if rng.gen_bool(0.5) {
+            // `choose`, not an index draw, so that a seed gives the prompts it always gave
             let c = CONSTRAINTS.choose(&mut rng).copied().unwrap_or("");
             let ci = CONSTRAINTS.iter().position(|x| *x == c).unwrap_or(0);
             let mut kw = KEYWORDS.choose_multiple(&mut rng, 3).copied();
@@ -351,8 +352,7 @@ pub fn general(n: usize, seed: u64) -> Vec<Prompt> {
                 kw.next().unwrap_or("orbit"),
                 kw.next().unwrap_or("very"),
             );
-            // drawn in this order whatever the constraint, so that a seed gives the prompts it
-            // always gave
+            // drawn in this order whatever the constraint, for the same reason
             let v = Fill {
                 n: rng.gen_range(4..=30) * 10,
                 b: rng.gen_range(2..=6),
@@ -362,7 +362,7 @@ pub fn general(n: usize, seed: u64) -> Vec<Prompt> {
                 k2,
                 w,
             };
-            let c = CONSTRAINTS[ci]
+            let c = c
                 .replace("{n}", &v.n.to_string())
                 .replace("{b}", &v.b.to_string())
                 .replace("{p}", &v.p.to_string())
