@@ -162,6 +162,11 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
         "temperature": a.temperature, "max_tokens": a.max_tokens, "seed": a.seed,
         "batch": a.batch, "version": env!("CARGO_PKG_VERSION"),
     });
+    // the model first: a path that does not load leaves no working files behind
+    hat_model::threads::set_threads(a.threads);
+    let path = crate::cmd::backend::model_path(&a.model);
+    let engine = hat_train::snapshot::load_engine(&path, format)
+        .with_context(|| format!("loading the model {}", path.display()))?;
     let from = if a.resume && state_path.exists() {
         let start_over = "start over with --force";
         let st: hat_train::replay::ReplayState = serde_json::from_slice(
@@ -208,10 +213,6 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
             .with_context(|| format!("creating {}", partial.display()))?;
         hat_train::replay::ReplayStats::default()
     };
-    hat_model::threads::set_threads(a.threads);
-    let path = crate::cmd::backend::model_path(&a.model);
-    let engine = hat_train::snapshot::load_engine(&path, format)
-        .with_context(|| format!("loading the model {}", path.display()))?;
     let cfg = hat_train::replay::ReplayConfig {
         prompts: a.prompts,
         samples: a.samples,
