@@ -115,7 +115,7 @@ pub const PRESETS: &[(&str, &str)] = &[
     (
         "cpu",
         "about 60 minutes on a 2-core AVX-512 CPU (measured ~250 packed tokens/s), ~100 on an \
-         AVX2-only one (~150): 40 steps of 1,024 loss tokens, ~3 packs of up to 16 \
+         AVX2 one (estimated from ~150 tokens/s, AVX2 emulated): 40 steps of 1,024 loss tokens, ~3 packs of up to 16 \
          conversations a step (~1,500 trajectories, ~0.9M processed tokens)",
     ),
     (
