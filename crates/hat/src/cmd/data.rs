@@ -117,33 +117,20 @@ const fn prompts_max() -> u64 {
     hat_train::distill::MAX_GENERAL_PROMPTS as u64
 }
 
-/// `OUT` with `suffix` appended to its file name (`x.jsonl` -> `x.jsonl.partial`), so runs
-/// writing different files never share their working files.
-fn beside(out: &std::path::Path, suffix: &str) -> PathBuf {
-    let mut name = out.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
-}
-
 fn replay_cmd(a: ReplayArgs) -> Result<()> {
-    // records go to a `.partial` file chunk by chunk, with a state file saying how far they got;
-    // the finished file is renamed into place, so an interrupted run loses at most one chunk
-    let partial = beside(&a.out, ".partial");
-    let state_path = beside(&a.out, ".partial.state");
-    if state_path.exists() && !a.resume && !a.force {
-        bail!(
-            "{} holds an unfinished run; pass --resume to continue it (same flags) or --force to \
-             start over",
-            state_path.display()
-        );
-    }
-    if a.out.exists() && !a.force && !(a.resume && state_path.exists()) {
-        if a.resume {
+    use hat_train::replay::{Checked, ReplayOutput, Start};
+    let start = match (a.resume, a.force) {
+        (true, _) => Start::Resume,
+        (_, true) => Start::Force,
+        _ => Start::New,
+    };
+    let output = match ReplayOutput::check(&a.out, start)? {
+        Checked::Complete => {
             println!("{} is complete; nothing to resume", a.out.display());
             return Ok(());
         }
-        bail!("{} exists; pass --force to replace it", a.out.display());
-    }
+        Checked::Ready(o) => o,
+    };
     if !(a.temperature.is_finite() && (0.0..=2.0).contains(&a.temperature)) {
         bail!(
             "--temperature must be between 0 and 2, not {}",
@@ -167,52 +154,13 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
     let path = crate::cmd::backend::model_path(&a.model);
     let engine = hat_train::snapshot::load_engine(&path, format)
         .with_context(|| format!("loading the model {}", path.display()))?;
-    let from = if a.resume && state_path.exists() {
-        let start_over = "start over with --force";
-        let st: hat_train::replay::ReplayState = serde_json::from_slice(
-            &std::fs::read(&state_path)
-                .with_context(|| format!("reading {}", state_path.display()))?,
-        )
-        .with_context(|| {
-            format!(
-                "{} is not a replay state file; {start_over}",
-                state_path.display()
-            )
-        })?;
-        if st.settings != settings {
-            bail!(
-                "{} was started with other settings ({}); resume with the same flags, or \
-                 {start_over}",
-                partial.display(),
-                st.settings
-            );
-        }
-        let have = std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
-        if !partial.exists() || have < st.partial_bytes {
-            bail!(
-                "{} is missing or shorter ({have} bytes) than its state file says ({}); \
-                 {start_over}",
-                partial.display(),
-                st.partial_bytes
-            );
-        }
-        // a chunk appended after the state was saved is cut and done again
-        let f = OpenOptions::new()
-            .write(true)
-            .open(&partial)
-            .with_context(|| format!("opening {}", partial.display()))?;
-        f.set_len(st.partial_bytes)?;
+    let (mut writer, resumed) = output.open(settings)?;
+    if let Some(st) = &resumed {
         eprintln!(
             "resuming after {} of {} prompts ({} kept)",
-            st.stats.settled, st.stats.prompts, st.stats.kept
+            st.settled, st.prompts, st.kept
         );
-        st.stats
-    } else {
-        let _ = std::fs::remove_file(&state_path);
-        std::fs::File::create(&partial)
-            .with_context(|| format!("creating {}", partial.display()))?;
-        hat_train::replay::ReplayStats::default()
-    };
+    }
     let cfg = hat_train::replay::ReplayConfig {
         prompts: a.prompts,
         samples: a.samples,
@@ -224,45 +172,24 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
     };
     let started = std::time::Instant::now();
     let pb = crate::progress::bar(0, "prompts");
+    let from = resumed.unwrap_or_default();
     let stats = hat_train::replay::generate(&engine, &cfg, from, &mut |records, stats| {
-        let io = |e: std::io::Error| {
-            hat_train::TrainError::Invalid(format!("{}: {e}", partial.display()))
-        };
-        let mut f = OpenOptions::new().append(true).open(&partial).map_err(io)?;
-        for r in &records {
-            let mut line = serde_json::to_vec(r).map_err(|e| io(e.into()))?;
-            line.push(b'\n');
-            f.write_all(&line).map_err(io)?;
-        }
-        f.sync_all().map_err(io)?;
-        let st = hat_train::replay::ReplayState {
-            settings: settings.clone(),
-            stats: stats.clone(),
-            partial_bytes: f.metadata().map_err(io)?.len(),
-        };
-        let tmp = beside(&state_path, ".tmp");
-        let text = serde_json::to_vec(&st).map_err(|e| io(e.into()))?;
-        let mut t = std::fs::File::create(&tmp).map_err(io)?;
-        t.write_all(&text).and_then(|()| t.sync_all()).map_err(io)?;
-        std::fs::rename(&tmp, &state_path).map_err(io)?;
+        writer.append(&records, stats)?;
         pb.set_length(stats.prompts as u64);
         pb.set_position(stats.settled as u64);
-        if !pb.is_hidden() {
-            return Ok(());
+        if pb.is_hidden() {
+            eprintln!(
+                "{}/{} prompts settled, {} kept ({:.0}s)",
+                stats.settled,
+                stats.prompts,
+                stats.kept,
+                started.elapsed().as_secs_f64()
+            );
         }
-        eprintln!(
-            "{}/{} prompts settled, {} kept ({:.0}s)",
-            stats.settled,
-            stats.prompts,
-            stats.kept,
-            started.elapsed().as_secs_f64()
-        );
         Ok(())
     })?;
     pb.finish_and_clear();
-    std::fs::rename(&partial, &a.out)
-        .with_context(|| format!("renaming to {}", a.out.display()))?;
-    let _ = std::fs::remove_file(&state_path);
+    writer.finish()?;
     println!(
         "wrote {} answers to {} ({} of them to constrained prompts) from {} prompts ({} IFEval \
          look-alikes dropped before): {} dropped for failing their check on every try, {} for \

@@ -18,6 +18,9 @@ use serde_json::json;
 use crate::distill::prompts::{self, Prompt};
 use crate::error::{Result, TrainError};
 
+mod output;
+pub use output::{Checked, ReplayOutput, ReplayWriter, Start};
+
 /// What to generate.
 #[derive(Debug, Clone)]
 pub struct ReplayConfig {
@@ -55,7 +58,7 @@ pub struct ReplayStats {
 }
 
 /// Where an unfinished replay run stands, saved beside its `.partial` file after each chunk
-/// (by `hat data replay`).
+/// (by [`ReplayWriter::append`]).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ReplayState {
     /// The settings that decide the records; a resume must repeat them.
