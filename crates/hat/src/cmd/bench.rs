@@ -102,6 +102,12 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                             .unwrap_or("-".into())
                     );
                 }
+                if let Some(x) = hat_train::bench::packing_speedup(&rows) {
+                    println!(
+                        "packing speed-up: {x:.2}x (the conversations one by one against the \
+                         packed step, in seconds)"
+                    );
+                }
             }
             Ok(())
         }
