@@ -485,3 +485,49 @@ fn data_replay_accounts_for_every_prompt_and_resumes() {
         )))
         .stderr(predicate::str::contains("% of the loss"));
 }
+
+/// `hat bench train --unpacked` on the tiny fixture: the three workloads in order (the packed
+/// group before its conversations one by one) and the packing speed-up line.
+#[test]
+fn bench_train_times_the_packed_group_and_the_speedup() {
+    let d = tempfile::tempdir().unwrap();
+    let model = hat_train::fixture::tiny_model(&d.path().join("m"), 3, "qwen2").unwrap();
+    let data = d.path().join("d.jsonl");
+    // one shared system prompt long enough for the 512-token workload
+    let system = "You are a host of a live stream. ".repeat(80);
+    let rec = |i: usize| {
+        serde_json::json!({
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": format!("viewer {i}: price of the coat?")},
+                {"role": "assistant", "content": format!("The coat is {i}9.")}
+            ],
+            "tools": [], "harness_name": "h", "harness_hash": "x", "variant": "base",
+            "call_syntax": "json-tags", "task_id": format!("t{i}"), "task_type": "t",
+            "split": "train", "lang": "en", "calls": [], "teacher": "oracle", "score": {}
+        })
+        .to_string()
+    };
+    std::fs::write(&data, (0..4).map(|i| rec(i) + "\n").collect::<String>()).unwrap();
+    let done = hat()
+        .args([
+            "bench",
+            "train",
+            "--group",
+            "4",
+            "--repeats",
+            "1",
+            "--unpacked",
+        ])
+        .arg("--model")
+        .arg(&model)
+        .arg("--data")
+        .arg(&data)
+        .assert()
+        .success();
+    let said = String::from_utf8(done.get_output().stdout.clone()).unwrap();
+    let at = |s: &str| said.find(s).unwrap_or_else(|| panic!("{s:?} in {said}"));
+    assert!(at("512 tokens") < at("packed group of 4"), "{said}");
+    assert!(at("packed group of 4") < at("the same 4 conversations one by one"));
+    assert!(at("packing speed-up: ") > at("one by one"));
+}
