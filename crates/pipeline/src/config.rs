@@ -113,7 +113,7 @@ pub const PRESETS: &[(&str, &str)] = &[
     (
         "cpu",
         "about 3 hours on 2 cores (an estimate from measured stage costs, see \
-         docs/results.md): 3,000 trajectories (~5 min), 28 SFT steps (~55 min), 16 \
+         docs/results.md): 3,000 trajectories (~5 min), 84 one-pack SFT steps (~55 min), 16 \
          distillation steps (~14 min), 20 RL steps (~30 min), the full suites after each stage \
          (~24 min each)",
     ),
@@ -182,7 +182,7 @@ impl PipelineConfig {
                 c.eval.ifeval_max_tokens = 256;
             }
             "cpu" => {
-                c.sft = table(&[("preset", s("cpu")), ("max_steps", i(28))]);
+                c.sft = table(&[("preset", s("cpu")), ("max_steps", i(84))]);
                 c.distill = table(&[
                     ("preset", s("cpu")),
                     ("max_steps", i(16)),

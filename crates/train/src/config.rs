@@ -114,9 +114,9 @@ impl Default for SftConfig {
 pub const PRESETS: &[(&str, &str)] = &[
     (
         "cpu",
-        "about 60 minutes on a 2-core AVX-512 CPU (measured ~250 packed tokens/s), ~100 on an \
-         AVX2 one (estimated from ~150 tokens/s, AVX2 emulated): 40 steps of 1,024 loss tokens, ~3 packs of up to 16 \
-         conversations a step (~1,500 trajectories, ~0.9M processed tokens)",
+        "about 60 minutes on a 2-core AVX-512 CPU (measured ~270 packed tokens/s), ~100 on an \
+         AVX2 one (estimated): 120 steps of one pack each (up to 16 conversations of one harness \
+         state; ~1,800 trajectories, ~0.9M processed tokens), validation every 30 steps",
     ),
     (
         "gpu",
@@ -131,11 +131,16 @@ impl SftConfig {
         let mut c = Self::default();
         match name {
             "cpu" => {
-                c.max_steps = 40;
-                c.tokens_per_step = 1024;
+                // one pack a step: at the same tokens, 120 one-pack steps beat 40 steps of three
+                // packs by 9 lsqa points (docs/results.md, "One pack a step")
+                c.max_steps = 120;
+                c.tokens_per_step = 1;
                 c.optim.lr = 3e-4;
                 c.optim.warmup_steps = 4;
-                c.eval_every = 10;
+                // validating (23 packs) every 10 steps and saving (1.6 GB) every 5 took ~22 of
+                // that run's 76 minutes
+                c.eval_every = 30;
+                c.save_every = 10;
             }
             "gpu" => {
                 c.max_steps = 1000;
@@ -304,14 +309,15 @@ mod tests {
         };
         assert!(!c.resume_with(&same).unwrap());
         assert_eq!(c, saved());
+        let (old, total) = (c.max_steps, 2 * c.max_steps);
         let longer = Overrides {
-            max_steps: Some(64),
+            max_steps: Some(total),
             ..same
         };
         assert!(c.resume_with(&longer).unwrap());
-        assert_eq!(c.max_steps, 64);
+        assert_eq!(c.max_steps, total);
         // the schedule over the new total: past the old end the rate is above its floor again
-        assert!(c.optim.lr_at(28, 64) > c.optim.lr_at(28, 28) * 2.0);
+        assert!(c.optim.lr_at(old, total) > c.optim.lr_at(old, old) * 2.0);
     }
 
     #[test]
