@@ -50,6 +50,14 @@ fn beside(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// Removes `path`; one that is not there is fine.
+fn remove_if_present(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(path.display())(e)),
+        _ => Ok(()),
+    }
+}
+
 fn invalid(message: String) -> TrainError {
     TrainError::Invalid(message)
 }
@@ -82,11 +90,6 @@ impl ReplayOutput {
             )));
         }
         Ok(Checked::Ready(o))
-    }
-
-    /// The working file records are appended to.
-    pub fn partial(&self) -> &Path {
-        &self.partial
     }
 
     /// Opens the working files: a resume checks that the saved `settings` equal these and cuts
@@ -129,12 +132,7 @@ impl ReplayOutput {
                 .map_err(io(self.partial.display()))?;
             Some(st.stats)
         } else {
-            match std::fs::remove_file(&self.state) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(io(self.state.display())(e))
-                }
-                _ => {}
-            }
+            remove_if_present(&self.state)?;
             File::create(&self.partial).map_err(io(self.partial.display()))?;
             None
         };
@@ -190,12 +188,7 @@ impl ReplayWriter {
     pub fn finish(self) -> Result<PathBuf> {
         let p = self.paths;
         std::fs::rename(&p.partial, &p.out).map_err(io(p.out.display()))?;
-        match std::fs::remove_file(&p.state) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(io(p.state.display())(e))
-            }
-            _ => {}
-        }
+        remove_if_present(&p.state)?;
         Ok(p.out)
     }
 }
@@ -330,7 +323,7 @@ mod tests {
     fn working_files_sit_beside_the_output_whatever_its_name() {
         let d = tempfile::tempdir().unwrap();
         let o = ready(&d.path().join("data"), Start::New);
-        assert_eq!(o.partial(), d.path().join("data.partial"));
+        assert_eq!(o.partial, d.path().join("data.partial"));
         assert_eq!(o.state, d.path().join("data.partial.state"));
     }
 }
