@@ -530,4 +530,13 @@ fn bench_train_times_the_packed_group_and_the_speedup() {
     assert!(at("512 tokens") < at("packed group of 4"), "{said}");
     assert!(at("packed group of 4") < at("the same 4 conversations one by one"));
     assert!(at("packing speed-up: ") > at("one by one"));
+    // an empty group is refused by flag, not read as one
+    hat()
+        .args(["bench", "train", "--group", "0", "--data"])
+        .arg(&data)
+        .assert()
+        .code(2)
+        .stderr(
+            predicate::str::contains("--group").and(predicate::str::contains("panicked").not()),
+        );
 }

@@ -22,12 +22,13 @@ pub enum BenchCmd {
         #[arg(long)]
         data: PathBuf,
         /// Conversations per packed group.
-        #[arg(long, default_value_t = 16)]
+        #[arg(long, default_value_t = 16, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256))]
         group: usize,
         /// Also time the group's conversations one by one (the packing speed-up; slow).
         #[arg(long)]
         unpacked: bool,
-        #[arg(long, default_value_t = 2)]
+        /// Timed steps per workload, after one warm-up step (the median is reported).
+        #[arg(long, default_value_t = 2, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100))]
         repeats: usize,
         #[arg(long)]
         json: bool,
