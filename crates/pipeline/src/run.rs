@@ -41,7 +41,8 @@ pub struct StageRow {
     pub model: PathBuf,
     pub hf: Option<PathBuf>,
     pub steps: usize,
-    /// Training wall time and tokens (from the run's metrics).
+    /// Training wall time (steps, validation and checkpoints) and tokens, from the run's
+    /// metrics.
     pub seconds: f64,
     pub tokens: u64,
     pub loss_tokens: u64,
@@ -131,7 +132,15 @@ fn totals(run: &Path) -> (usize, f64, u64, u64) {
         return (0, 0.0, 0, 0);
     };
     let steps = r.steps.last().map_or(0, |m| m.step);
-    let secs = r.steps.last().map_or(0.0, |m| m.seconds);
+    // wall time with validation and checkpoints; metrics written before it was recorded
+    // have only the steps' time
+    let secs = r.steps.last().map_or(0.0, |m| {
+        if m.wall_seconds > 0.0 {
+            m.wall_seconds
+        } else {
+            m.seconds
+        }
+    });
     let tokens = r.steps.iter().map(|m| m.tokens as u64).sum();
     let loss = r.steps.iter().map(|m| m.loss_tokens as u64).sum();
     (steps, secs, tokens, loss)

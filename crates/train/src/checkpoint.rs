@@ -26,8 +26,13 @@ pub struct RunState {
     pub tokens: u64,
     /// Tokens that carried loss.
     pub loss_tokens: u64,
-    /// Wall seconds spent training so far (across resumes).
+    /// Seconds spent in optimiser steps so far (across resumes): the time `tokens_per_s` is
+    /// measured over.
     pub seconds: f64,
+    /// Wall seconds of the run so far (across resumes): steps, validation and checkpoints.
+    /// Zero in checkpoints written before it was recorded.
+    #[serde(default)]
+    pub wall_seconds: f64,
 }
 
 const LATEST: &str = "latest";

@@ -273,6 +273,7 @@ mod tests {
             loss_tokens: 10,
             tokens_per_s: 50.0,
             seconds: step as f64,
+            wall_seconds: 1.2 * step as f64,
             epoch: 0,
             val_loss: val,
             extra: Default::default(),

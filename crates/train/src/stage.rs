@@ -27,7 +27,13 @@ pub struct StepMetrics {
     pub tokens: usize,
     pub loss_tokens: usize,
     pub tokens_per_s: f64,
+    /// Seconds in optimiser steps so far (the run's compute).
     pub seconds: f64,
+    /// Wall seconds of the run when this line was written: steps, validation and the
+    /// checkpoints before this step (a step's own checkpoint counts into the next line).
+    /// Zero in metrics written before it was recorded.
+    #[serde(default)]
+    pub wall_seconds: f64,
     pub epoch: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub val_loss: Option<f64>,
@@ -178,6 +184,7 @@ pub fn train(
     stage.start(model, &state)?;
     while state.step < s.max_steps {
         let started = Instant::now();
+        let wall_before = state.wall_seconds;
         let mut grads = zero_gradients(sizes.len());
         let work = stage.step(model, &mut state, &mut grads)?;
         if !work.loss.is_finite() {
@@ -207,6 +214,7 @@ pub fn train(
         } else {
             None
         };
+        state.wall_seconds = wall_before + started.elapsed().as_secs_f64();
         let m = StepMetrics {
             step: state.step,
             loss: work.loss,
@@ -216,6 +224,7 @@ pub fn train(
             loss_tokens: work.loss_tokens,
             tokens_per_s: work.tokens as f64 / secs,
             seconds: state.seconds,
+            wall_seconds: state.wall_seconds,
             epoch: state.epoch,
             val_loss,
             extra: work.extra,
@@ -227,6 +236,7 @@ pub fn train(
             let dir = checkpoint::save(out, model, &opt, &state, s.keep)?;
             on(Event::Saved(&dir));
         }
+        state.wall_seconds = wall_before + started.elapsed().as_secs_f64();
     }
     let mut last = out.to_path_buf();
     for f in s.export {

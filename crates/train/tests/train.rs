@@ -196,13 +196,20 @@ fn a_killed_run_resumes_to_bit_identical_weights_and_exports() {
     let losses = common::losses(&straight);
     assert_eq!(losses.len(), 4);
     assert!(losses[3] < losses[0], "{losses:?}");
-    assert_eq!(
+    let lines: Vec<hat_train::stage::StepMetrics> =
         std::fs::read_to_string(split.join("metrics.jsonl"))
             .unwrap()
             .lines()
-            .count(),
-        4
-    );
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+    assert_eq!(lines.len(), 4);
+    // wall time holds the steps' time and keeps growing across the resume
+    for w in lines.windows(2) {
+        assert!(w[1].wall_seconds >= w[0].wall_seconds, "{w:?}");
+    }
+    for m in &lines {
+        assert!(m.wall_seconds >= m.seconds && m.seconds > 0.0, "{m:?}");
+    }
 
     // export: the GGUF loads in the inference engine with the trained logits
     let loaded = TrainModel::load(&model).unwrap();

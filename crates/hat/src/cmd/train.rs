@@ -371,8 +371,14 @@ pub(crate) fn report(bar: &mut Option<indicatif::ProgressBar>, e: Event) {
                     .map(|(k, v)| format!(" {k} {v:.4}"))
                     .collect();
                 eprintln!(
-                    "step {}/{total} loss {:.4}{val} lr {:.2e} grad_norm {:.3} {:.0} tok/s{extra}",
-                    m.step, m.loss, m.lr, m.grad_norm, m.tokens_per_s
+                    "step {}/{total} loss {:.4}{val} lr {:.2e} grad_norm {:.3} {:.0} tok/s \
+                     wall {:.1} min{extra}",
+                    m.step,
+                    m.loss,
+                    m.lr,
+                    m.grad_norm,
+                    m.tokens_per_s,
+                    m.wall_seconds / 60.0
                 );
             }
         }
