@@ -14,7 +14,7 @@ use hat_agent::episode::{ChatModel, EpisodeConfig};
 use hat_augment::Pool;
 use hat_harness::Harness;
 use hat_tasks::task::splitmix64;
-use hat_tasks::{Split, TaskSet, WorldCache};
+use hat_tasks::{KindMix, Split, TaskSet, WorldCache};
 use hat_teacher::oracle::OracleActor;
 
 use crate::record::Record;
@@ -40,6 +40,8 @@ pub struct GenConfig {
     /// K > 1 gives runs of K tasks of one stream one state, so trajectories share their system
     /// prompt's harness and stream parts and pack together in training.
     pub group: usize,
+    /// How often each task kind is drawn (the default: every kind equally often).
+    pub mix: KindMix,
 }
 
 /// A harness state taking part in a run.
@@ -133,7 +135,13 @@ pub fn generate(
 ) -> Result<GenReport, DataError> {
     let started = Instant::now();
     let mut worlds = WorldCache::default();
-    let tasks = TaskSet::generate(Split::Train, cfg.tasks, cfg.seed, &mut worlds)?;
+    let tasks = TaskSet::generate_kinds(
+        Split::Train,
+        cfg.tasks,
+        cfg.seed,
+        &cfg.mix.rotation(),
+        &mut worlds,
+    )?;
     let mut report = GenReport {
         attempted: 0,
         written: 0,

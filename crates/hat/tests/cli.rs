@@ -320,6 +320,63 @@ fn data_gen_writes_chat_jsonl_and_stats_reads_it() {
 }
 
 #[test]
+fn data_gen_kind_weights_shape_the_task_mix() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("w.jsonl");
+    hat()
+        .args([
+            "data",
+            "gen",
+            "--variants",
+            "0",
+            "--tasks",
+            "40",
+            "--kind-weights",
+            "compare=4,greet_join=0",
+            "--harness",
+        ])
+        .arg(production())
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "task kinds weighted: compare=4,greet_join=0",
+        ));
+    let types: Vec<String> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["task_type"].as_str().unwrap().to_string()
+        })
+        .collect();
+    // 40 draws over a rotation of 22 (19 kinds once, compare four times): 8 compare tasks
+    assert!(!types.iter().any(|t| t == "greet_join"), "{types:?}");
+    assert_eq!(
+        types.iter().filter(|t| *t == "compare").count(),
+        8,
+        "{types:?}"
+    );
+    hat()
+        .args([
+            "data",
+            "gen",
+            "--tasks",
+            "5",
+            "--kind-weights",
+            "comparison=2",
+            "--out",
+        ])
+        .arg(d.path().join("x.jsonl"))
+        .assert()
+        .failure()
+        .code(2)
+        .stderr(predicate::str::contains("`comparison` is not a task kind"));
+    assert!(!d.path().join("x.jsonl").exists());
+}
+
+#[test]
 fn data_gen_with_openai_teacher_needs_an_endpoint() {
     let d = tempfile::tempdir().unwrap();
     fails_cleanly(

@@ -26,6 +26,21 @@ pub struct DataSection {
     pub variants: usize,
     pub group: usize,
     pub seed: u64,
+    /// How often each task kind is drawn, as `hat data gen --kind-weights` reads it
+    /// (`compare=3,greet_join=0`; empty: every kind equally often).
+    pub kind_weights: String,
+}
+
+impl DataSection {
+    /// The parsed `kind_weights`.
+    pub fn mix(&self) -> Result<hat_tasks::KindMix, PipelineError> {
+        self.kind_weights
+            .parse()
+            .map_err(|message| PipelineError::Config {
+                path: "[data] kind_weights".into(),
+                message,
+            })
+    }
 }
 
 impl Default for DataSection {
@@ -36,6 +51,7 @@ impl Default for DataSection {
             variants: 32,
             group: 16,
             seed: 1,
+            kind_weights: String::new(),
         }
     }
 }
@@ -369,6 +385,7 @@ impl PipelineConfig {
                 ),
             });
         }
+        d.mix()?;
         self.sft()?;
         self.distill()?;
         self.rl()?;
@@ -420,6 +437,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("quick, cpu, gpu"), "{e}");
+    }
+
+    #[test]
+    fn kind_weights_are_read_and_a_bad_one_names_the_key() {
+        let c =
+            PipelineConfig::from_str("[data]\nkind_weights = \"compare=3\"\n", "p.toml").unwrap();
+        assert_eq!(
+            c.data.mix().unwrap().weight(hat_tasks::TaskKind::Compare),
+            3
+        );
+        assert!(PipelineConfig::default().data.mix().unwrap().is_uniform());
+        let c = PipelineConfig::from_str("[data]\nkind_weights = \"compare=three\"\n", "p.toml")
+            .unwrap();
+        let e = c.data.mix().unwrap_err().to_string();
+        assert!(
+            e.contains("[data] kind_weights") && e.contains("whole number"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -93,6 +93,7 @@ fn data(
         tasks: d.tasks,
         seed: d.seed,
         group: d.group,
+        mix: d.mix()?,
     };
     let states = hat_data::gen::states(
         &cfg.harness_dir,

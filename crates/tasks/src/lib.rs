@@ -19,7 +19,7 @@ pub mod suite;
 pub mod task;
 
 pub use gold::{expect, Expectations};
-pub use kind::TaskKind;
+pub use kind::{KindMix, TaskKind};
 pub use score::{score, Attempt, Score};
 pub use suite::{TaskSet, WorldCache};
 pub use task::{Attack, Intent, Split, Task};

@@ -46,6 +46,10 @@ pub struct GenArgs {
     /// state, whose trajectories share their prompt prefix and pack together in training.
     #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     group: usize,
+    /// How often each task kind is drawn: KIND=WEIGHT pairs, e.g. `compare=3,greet_join=0`
+    /// (whole numbers 0-100; kinds not named keep weight 1; unset: every kind equally often).
+    #[arg(long, value_parser = parse_kind_mix)]
+    kind_weights: Option<hat_tasks::KindMix>,
     #[arg(long)]
     out: PathBuf,
     /// oracle, or openai (any OpenAI-compatible chat endpoint).
@@ -71,6 +75,10 @@ pub struct GenArgs {
     /// Replace an existing file.
     #[arg(long)]
     force: bool,
+}
+
+fn parse_kind_mix(s: &str) -> Result<hat_tasks::KindMix, String> {
+    s.parse()
 }
 
 #[derive(Args)]
@@ -260,6 +268,7 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
         tasks: a.tasks,
         seed: a.seed,
         group: a.group,
+        mix: a.kind_weights.clone().unwrap_or_default(),
     };
     let states = gen::states(&a.harness, a.variants, pool, a.seed)?;
     let skip = if a.resume {
@@ -313,6 +322,9 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
         report.seconds,
         report.per_minute
     );
+    if !cfg.mix.is_uniform() {
+        println!("  task kinds weighted: {} (others 1)", cfg.mix);
+    }
     for r in report.rejections.iter().take(5) {
         println!("  rejected {}", hat_harness::text::terminal_safe(r));
     }
