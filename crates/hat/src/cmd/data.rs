@@ -48,7 +48,7 @@ pub struct GenArgs {
     group: usize,
     /// How often each task kind is drawn: KIND=WEIGHT pairs, e.g. `compare=3,greet_join=0`
     /// (whole numbers 0-100; kinds not named keep weight 1; unset: every kind equally often).
-    #[arg(long, value_parser = parse_kind_mix)]
+    #[arg(long)]
     kind_weights: Option<hat_tasks::KindMix>,
     #[arg(long)]
     out: PathBuf,
@@ -75,10 +75,6 @@ pub struct GenArgs {
     /// Replace an existing file.
     #[arg(long)]
     force: bool,
-}
-
-fn parse_kind_mix(s: &str) -> Result<hat_tasks::KindMix, String> {
-    s.parse()
 }
 
 #[derive(Args)]
