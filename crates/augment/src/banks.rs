@@ -640,7 +640,15 @@ pub const DISTRACTOR_TOOLS: Split<DistractorTool> = Split::new(
 
 pub const FORMATS: Split<&str> = Split::new(&["markdown", "xml", "toml"], &["json"]);
 pub const CALL_SYNTAXES: Split<&str> = Split::new(
-    &["json-tags", "json-block", "bracket", "tool-use", "react"],
+    &[
+        "json-tags",
+        "json-block",
+        "bracket",
+        "tool-use",
+        "react",
+        "function-tag",
+        "call-attr",
+    ],
     &["function", "xml-invoke"],
 );
 /// Section orders: training orders put the persona first; held-out ones do not.

@@ -28,10 +28,14 @@ pub enum CallSyntax {
     ToolUse,
     /// ReAct style: `Action: name` and, on the next line, `Action Input: {...}`.
     React,
+    /// `<function=name>{...}</function>`: the name inside the opening tag (Llama 3.1's custom-tool form).
+    FunctionTag,
+    /// `<call tool="name">{...}</call>`: the name as an attribute.
+    CallAttr,
 }
 
 impl CallSyntax {
-    pub const ALL: [CallSyntax; 7] = [
+    pub const ALL: [CallSyntax; 9] = [
         CallSyntax::JsonTags,
         CallSyntax::JsonBlock,
         CallSyntax::Function,
@@ -39,6 +43,8 @@ impl CallSyntax {
         CallSyntax::Bracket,
         CallSyntax::ToolUse,
         CallSyntax::React,
+        CallSyntax::FunctionTag,
+        CallSyntax::CallAttr,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -50,6 +56,8 @@ impl CallSyntax {
             CallSyntax::Bracket => "bracket",
             CallSyntax::ToolUse => "tool-use",
             CallSyntax::React => "react",
+            CallSyntax::FunctionTag => "function-tag",
+            CallSyntax::CallAttr => "call-attr",
         }
     }
 
@@ -93,6 +101,8 @@ impl CallSyntax {
                 call.name, args
             ),
             CallSyntax::React => format!("Action: {}\nAction Input: {}", call.name, args),
+            CallSyntax::FunctionTag => format!("<function={}>{}</function>", call.name, args),
+            CallSyntax::CallAttr => format!("<call tool=\"{}\">{}</call>", call.name, args),
         }
     }
 
@@ -119,6 +129,8 @@ impl CallSyntax {
             CallSyntax::Bracket => "To use a tool, write two opening square brackets, the tool name, a space, the arguments as a JSON object and two closing square brackets",
             CallSyntax::ToolUse => "To use a tool, write a tool_use element holding a name element with the tool's name and an input element with the arguments as a JSON object",
             CallSyntax::React => "To use a tool, write a line Action: with the tool name, then a line Action Input: with the arguments as a JSON object",
+            CallSyntax::FunctionTag => "To use a tool, write a function tag whose opening tag holds = and the tool name, holding the arguments as a JSON object",
+            CallSyntax::CallAttr => "To use a tool, write a call element whose tool attribute names the tool, holding the arguments as a JSON object",
         };
         format!(
             "{how}, exactly like this:\n{}\nUse at most {max_per_turn} calls per turn and nothing else in that message; you will get each tool's result back. When you have what you need, or when no tool is needed, write only your reply to the viewers.",
@@ -133,7 +145,9 @@ impl CallSyntax {
                 let v = parse_json(body)?;
                 call_from_object(&v, "name", "arguments")
             }),
-            CallSyntax::XmlInvoke => parse_invoke(output),
+            CallSyntax::XmlInvoke => parse_named(output, &INVOKE),
+            CallSyntax::FunctionTag => parse_named(output, &FUNCTION_TAG),
+            CallSyntax::CallAttr => parse_named(output, &CALL_ATTR),
             CallSyntax::JsonBlock => parse_tagged(output, "```tool", "```", |body| {
                 let v = parse_json(body)?;
                 call_from_object(&v, "tool", "args")
@@ -223,48 +237,117 @@ fn parse_tagged(
     })
 }
 
-fn parse_invoke(output: &str) -> Result<Parsed, ParseError> {
+/// An element whose opening tag names the tool and whose body holds the
+/// arguments as JSON: `<invoke name="x">`, `<function=x>`, `<call tool="x">`.
+struct NamedElement {
+    /// The opening tag up to and including the text right before the name.
+    open: &'static str,
+    /// The name is quoted (an attribute), so a `"` ends it before the `>`.
+    quoted: bool,
+    close: &'static str,
+    /// The call written right, for error messages.
+    example: &'static str,
+}
+
+const INVOKE: NamedElement = NamedElement {
+    open: "<invoke name=\"",
+    quoted: true,
+    close: "</invoke>",
+    example: "<invoke name=\"tool_name\">{...}</invoke>",
+};
+const FUNCTION_TAG: NamedElement = NamedElement {
+    open: "<function=",
+    quoted: false,
+    close: "</function>",
+    example: "<function=tool_name>{...}</function>",
+};
+const CALL_ATTR: NamedElement = NamedElement {
+    open: "<call tool=\"",
+    quoted: true,
+    close: "</call>",
+    example: "<call tool=\"tool_name\">{...}</call>",
+};
+
+fn parse_named(output: &str, el: &NamedElement) -> Result<Parsed, ParseError> {
+    // The bare tag name (`<invoke`, `<function`, `<call`) marks an attempted call.
+    let tag = el.open.split([' ', '=']).next().unwrap_or(el.open);
     let mut calls = Vec::new();
     let mut text = String::new();
     let mut rest = output;
-    while let Some(start) = rest.find("<invoke") {
+    while let Some(start) = find_tag(rest, tag) {
         text.push_str(&rest[..start]);
         let after = &rest[start..];
-        let head_end = after
-            .find('>')
-            .ok_or_else(|| ParseError("an <invoke> tag is not closed with >".into()))?;
-        let head = &after[..head_end];
-        let name = head
-            .split("name=\"")
-            .nth(1)
-            .and_then(|s| s.split('"').next())
-            .ok_or_else(|| ParseError("an <invoke> tag needs name=\"tool_name\"".into()))?;
-        let body_start = head_end + 1;
-        let end = after[body_start..].find("</invoke>").ok_or_else(|| {
-            ParseError("an <invoke> element is never closed with </invoke>".into())
-        })?;
-        let body = after[body_start..body_start + end].trim();
-        let arguments = if body.is_empty() {
-            Value::Object(Map::new())
-        } else {
-            parse_json(body)?
+        let Some(named) = after.strip_prefix(el.open) else {
+            if el.quoted && after.starts_with(&el.open.replace('"', "\\\"")) {
+                return Err(ParseError(format!(
+                    "the {tag}> call quotes the tool name with \\\" (copied from an escaped example); write plain quotes: {}",
+                    el.example
+                )));
+            }
+            return Err(ParseError(format!(
+                "a {tag}> call must start exactly like {}",
+                el.example
+            )));
         };
-        if !arguments.is_object() {
-            return Err(ParseError(
-                "the arguments inside <invoke> must be a JSON object".into(),
-            ));
+        let name_end = if el.quoted { '"' } else { '>' };
+        let name_len = named.find(name_end).unwrap_or(named.len());
+        let name = &named[..name_len];
+        if name.is_empty() || name.contains(|c: char| c.is_whitespace() || "\"<>{}".contains(c)) {
+            return Err(ParseError(format!(
+                "the tool name in `{}{}` is not a plain name; write {}",
+                el.open,
+                truncate(name, 40),
+                el.example
+            )));
         }
+        let tail = &named[name_len..];
+        let tail = if el.quoted {
+            tail.strip_prefix('"')
+        } else {
+            Some(tail)
+        };
+        let Some(body_and_rest) = tail.and_then(|t| t.trim_start().strip_prefix('>')) else {
+            return Err(ParseError(format!(
+                "the opening tag of the {tag}> call to {name} must end right after the name; write {}",
+                el.example
+            )));
+        };
+        let end = body_and_rest.find(el.close).ok_or_else(|| {
+            ParseError(format!(
+                "the {tag}> call to {name} is never closed with {}",
+                el.close
+            ))
+        })?;
+        let arguments = arguments_object(&body_and_rest[..end], &format!("{tag}>"))?;
         calls.push(ToolCall {
             name: name.to_string(),
             arguments,
         });
-        rest = &after[body_start + end + "</invoke>".len()..];
+        rest = &body_and_rest[end + el.close.len()..];
     }
     text.push_str(rest);
     Ok(Parsed {
         calls,
         text: text.trim().to_string(),
     })
+}
+
+/// The first `tag` (`<call`) in `s` that is a whole tag name: followed by a
+/// space, `=` or `>`, so `<caller>` in a reply is not a call.
+fn find_tag(s: &str, tag: &str) -> Option<usize> {
+    let mut from = 0;
+    while let Some(i) = s[from..].find(tag) {
+        let at = from + i;
+        match s[at + tag.len()..].chars().next() {
+            Some(' ' | '=' | '>' | '\t' | '\n') | None => return Some(at),
+            _ => from = at + tag.len(),
+        }
+    }
+    None
+}
+
+fn truncate(s: &str, max_chars: usize) -> &str {
+    s.char_indices().nth(max_chars).map_or(s, |(i, _)| &s[..i])
 }
 
 /// The text between `<tag>` and `</tag>` inside `body`.
@@ -567,6 +650,47 @@ mod tests {
         ] {
             assert!(CallSyntax::React.parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn named_element_syntaxes_explain_what_is_wrong() {
+        // The hybrid a json-tags-trained model writes for an <invoke> state: the
+        // opening tag never ends, so the message must say so, not "never closed".
+        let e = CallSyntax::XmlInvoke
+            .parse(r#"<invoke name="store_faq","arguments":{"q":"size"}}</invoke>"#)
+            .unwrap_err();
+        assert!(e.0.contains("must end right after the name"), "{e}");
+        let e = CallSyntax::XmlInvoke
+            .parse(r#"<invoke name=\"x\">{}</invoke>"#)
+            .unwrap_err();
+        assert!(e.0.contains("write plain quotes"), "{e}");
+        for bad in [
+            "<function=>{}</function>",
+            "<function=x>{\"a\": 1}",
+            "<function=x>[1]</function>",
+            "<function x>{}</function>",
+        ] {
+            assert!(CallSyntax::FunctionTag.parse(bad).is_err(), "{bad}");
+        }
+        for bad in [
+            "<call tool=\"x\">{}",
+            "<call name=\"x\">{}</call>",
+            "<call tool=\"x\"{}</call>",
+            "<call>{}</call>",
+        ] {
+            assert!(CallSyntax::CallAttr.parse(bad).is_err(), "{bad}");
+        }
+        // Whitespace before the tag's end is fine; a longer tag name is no call.
+        let p = CallSyntax::CallAttr
+            .parse("<call tool=\"pin\" >{\"id\": \"P1\"}</call> our <caller> line")
+            .unwrap();
+        assert_eq!(p.calls[0].name, "pin");
+        assert_eq!(p.text, "our <caller> line");
+        let p = CallSyntax::FunctionTag
+            .parse("the <functional> one <function=list_coupons></function>")
+            .unwrap();
+        assert_eq!(p.calls[0].arguments, json!({}));
+        assert_eq!(p.text, "the <functional> one");
     }
 
     #[test]
