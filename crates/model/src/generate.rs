@@ -412,23 +412,47 @@ impl Engine {
             }
         }
         let filler = self.tokenizer.pad().or(self.tokenizer.eos()).unwrap_or(0);
+        // `active[r]` is the request whose state is row `r` of the cache. Finished rows are
+        // dropped from the cache once they are a quarter of it: a finished row would still
+        // pay its attention over the whole context every step, which at agent-prompt
+        // lengths costs about as much as copying the kept rows once.
+        let mut active: Vec<usize> = (0..reqs.len()).collect();
         loop {
-            let mut next = Vec::with_capacity(rows.len());
-            for (i, row) in rows.iter_mut().enumerate() {
+            let mut next = Vec::with_capacity(active.len());
+            for &i in &active {
+                let row = &mut rows[i];
                 if row.finish.is_some() {
                     next.push(filler);
                 } else {
                     next.push(self.step_row(&reqs[i], row, &logits[i], None));
                 }
             }
-            if rows.iter().all(|r| r.finish.is_some()) {
+            if active.iter().all(|&i| rows[i].finish.is_some()) {
                 break;
+            }
+            let finished = active.iter().filter(|&&i| rows[i].finish.is_some()).count();
+            if finished > 0 && finished * 4 >= active.len() {
+                let keep: Vec<usize> = (0..active.len())
+                    .filter(|&r| rows[active[r]].finish.is_none())
+                    .collect();
+                let spare = keep
+                    .iter()
+                    .map(|&r| {
+                        reqs[active[r]]
+                            .max_new_tokens
+                            .saturating_sub(rows[active[r]].tokens.len())
+                    })
+                    .max()
+                    .unwrap_or(0);
+                cache = cache.retain_rows(&keep, spare)?;
+                next = keep.iter().map(|&r| next[r]).collect();
+                active = keep.iter().map(|&r| active[r]).collect();
             }
             let ids = Tensor::new(next.as_slice(), self.model.device())?.unsqueeze(1)?;
             let out = self.model.forward(&ids, &mut cache, true)?;
-            for (i, row) in rows.iter().enumerate() {
-                if row.finish.is_none() {
-                    logits[i] = Self::last_row(&out, i)?;
+            for (r, &i) in active.iter().enumerate() {
+                if rows[i].finish.is_none() {
+                    logits[i] = Self::last_row(&out, r)?;
                 }
             }
         }
