@@ -45,6 +45,11 @@ pub struct BenchGenerateArgs {
     /// Repetitions (the mean is reported).
     #[arg(long, default_value_t = 2)]
     pub reps: usize,
+    /// Also measure a ragged batch: `--batch` requests of `--prefix-len`-token prompts whose
+    /// answers stop after 16, 32, ... tokens (as an agent batch's tool calls and replies do),
+    /// with finished rows dropped from the batch and kept, side by side.
+    #[arg(long)]
+    pub ragged: bool,
     /// Also run llama.cpp's llama-bench (built by scripts/build_llama_cpp.sh) and print ratios.
     #[arg(long)]
     pub llama_cpp: bool,
@@ -86,6 +91,8 @@ pub struct BenchRow {
     pub cached_prefix_ms: f64,
     pub uncached_prefix_ms: f64,
     pub peak_mib: f64,
+    /// Ragged-batch decode tok/s: (finished rows dropped, kept).
+    pub ragged: Option<(f64, f64)>,
 }
 
 fn prompt_tokens(engine: &Engine, n: usize) -> anyhow::Result<Vec<u32>> {
@@ -128,6 +135,29 @@ fn time_decode(engine: &Engine, batch: usize, n: usize, ctx: usize) -> anyhow::R
             .unsqueeze(1)?;
     }
     Ok((batch * n) as f64 / t.elapsed().as_secs_f64())
+}
+
+/// Decode tok/s of a ragged batch (see `BenchGenerateArgs::ragged`): (rows dropped, kept).
+fn time_ragged(engine: &Engine, batch: usize, prompt_len: usize) -> anyhow::Result<(f64, f64)> {
+    let base = prompt_tokens(engine, prompt_len + batch)?;
+    // distinct prompts, so no row reuses another's prefix from the cache
+    let reqs: Vec<GenerateRequest> = (0..batch)
+        .map(|i| {
+            let mut r = GenerateRequest::new(base[i..i + prompt_len].to_vec(), 16 * (i + 1));
+            r.stop_tokens.clear();
+            r
+        })
+        .collect();
+    let mut out = [0.0; 2];
+    for (k, drop) in [true, false].into_iter().enumerate() {
+        engine.set_drop_finished_rows(drop);
+        let o = engine.generate_batch(&reqs)?;
+        let tokens: usize = o.iter().map(|x| x.tokens.len()).sum();
+        let secs = o.first().map_or(0.0, |x| x.decode_secs);
+        out[k] = tokens as f64 / secs.max(1e-9);
+    }
+    engine.set_drop_finished_rows(true);
+    Ok((out[0], out[1]))
 }
 
 /// Measures one format.
@@ -187,6 +217,16 @@ pub fn bench_engine(
     engine.generate(&GenerateRequest::new(other, 1), None)?;
     row.uncached_prefix_ms = t.elapsed().as_secs_f64() * 1e3;
     row.cached_prefix_ms = cached / reps as f64 * 1e3;
+    if a.ragged {
+        let mut dropped = 0.0;
+        let mut kept = 0.0;
+        for _ in 0..reps {
+            let (d, k) = time_ragged(engine, a.batch, a.prefix_len)?;
+            dropped += d;
+            kept += k;
+        }
+        row.ragged = Some((dropped / reps as f64, kept / reps as f64));
+    }
     row.peak_mib = peak_rss_mib().unwrap_or(0.0);
     Ok(row)
 }
@@ -382,6 +422,15 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
             r.decode_batch, r.cached_prefix_ms, r.uncached_prefix_ms, r.peak_mib
         ));
         println!("{line}");
+        if let Some((d, k)) = r.ragged {
+            println!(
+                "|   ragged b{} decode after {}-token prompts (rows stop at 16..{} tokens): {d:.1} tok/s dropping finished rows, {k:.1} keeping them ({:.2}x) |",
+                a.batch,
+                a.prefix_len,
+                16 * a.batch,
+                d / k
+            );
+        }
         drop(engine);
         if a.llama_cpp {
             match quantized_copy(&bin, &path, fmt)? {

@@ -103,6 +103,9 @@ pub struct Engine {
     pub info: ModelInfo,
     template: Option<ChatTemplate>,
     prefix_cache: Mutex<PrefixCache>,
+    /// Batched decode drops finished rows from its cache (on by default; off only to
+    /// measure what that saves, `hat bench generate --ragged`).
+    drop_finished_rows: std::sync::atomic::AtomicBool,
 }
 
 /// Default prefix-cache budget.
@@ -132,7 +135,15 @@ impl Engine {
             info: l.info,
             template,
             prefix_cache: Mutex::new(PrefixCache::new(DEFAULT_PREFIX_CACHE_BYTES)),
+            drop_finished_rows: std::sync::atomic::AtomicBool::new(true),
         })
+    }
+
+    /// Whether batched decode drops finished rows from its cache (default on; outputs are
+    /// the same either way, only the time differs).
+    pub fn set_drop_finished_rows(&self, on: bool) {
+        self.drop_finished_rows
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Loads from a GGUF file or HF folder.
@@ -417,6 +428,9 @@ impl Engine {
         // pay its attention over the whole context every step, which at agent-prompt
         // lengths costs about as much as copying the kept rows once.
         let mut active: Vec<usize> = (0..reqs.len()).collect();
+        let drop_finished = self
+            .drop_finished_rows
+            .load(std::sync::atomic::Ordering::Relaxed);
         loop {
             let mut next = Vec::with_capacity(active.len());
             for &i in &active {
@@ -431,7 +445,7 @@ impl Engine {
                 break;
             }
             let finished = active.iter().filter(|&&i| rows[i].finish.is_some()).count();
-            if finished > 0 && finished * 4 >= active.len() {
+            if drop_finished && finished > 0 && finished * 4 >= active.len() {
                 let keep: Vec<usize> = (0..active.len())
                     .filter(|&r| rows[active[r]].finish.is_none())
                     .collect();

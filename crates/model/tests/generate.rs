@@ -47,6 +47,9 @@ fn batched_equals_one_by_one(eng: hat_model::Engine, check_greedy: bool) {
         }))
         .collect();
     let batch = eng.generate_batch(&reqs).unwrap();
+    eng.set_drop_finished_rows(false);
+    let kept = eng.generate_batch(&reqs).unwrap();
+    eng.set_drop_finished_rows(true);
     for (r, b) in reqs.iter().zip(&batch) {
         let single = eng.generate(r, None).unwrap();
         assert_eq!(b.tokens.len(), r.max_new_tokens);
@@ -54,6 +57,9 @@ fn batched_equals_one_by_one(eng: hat_model::Engine, check_greedy: bool) {
         for (x, y) in single.logprobs.iter().zip(&b.logprobs) {
             assert!((x - y).abs() < 1e-3);
         }
+    }
+    for (b, k) in batch.iter().zip(&kept) {
+        assert_eq!(b.tokens, k.tokens, "dropping finished rows changed an answer");
     }
     if check_greedy {
         assert_eq!(batch[0].tokens, e.greedy[..10].to_vec());
