@@ -240,77 +240,131 @@ fn parse_tagged(
 /// An element whose opening tag names the tool and whose body holds the
 /// arguments as JSON: `<invoke name="x">`, `<function=x>`, `<call tool="x">`.
 struct NamedElement {
-    /// The opening tag up to and including the text right before the name.
-    open: &'static str,
-    /// The name is quoted (an attribute), so a `"` ends it before the `>`.
-    quoted: bool,
+    /// The tag (`<invoke`): where a call attempt starts.
+    tag: &'static str,
+    /// The attribute holding the quoted name (`name`), or `None` when the name follows
+    /// `=` right after the tag (`<function=x>`).
+    attr: Option<&'static str>,
     close: &'static str,
     /// The call written right, for error messages.
     example: &'static str,
 }
 
 const INVOKE: NamedElement = NamedElement {
-    open: "<invoke name=\"",
-    quoted: true,
+    tag: "<invoke",
+    attr: Some("name"),
     close: "</invoke>",
     example: "<invoke name=\"tool_name\">{...}</invoke>",
 };
 const FUNCTION_TAG: NamedElement = NamedElement {
-    open: "<function=",
-    quoted: false,
+    tag: "<function",
+    attr: None,
     close: "</function>",
     example: "<function=tool_name>{...}</function>",
 };
 const CALL_ATTR: NamedElement = NamedElement {
-    open: "<call tool=\"",
-    quoted: true,
+    tag: "<call",
+    attr: Some("tool"),
     close: "</call>",
     example: "<call tool=\"tool_name\">{...}</call>",
 };
 
+impl NamedElement {
+    fn err(&self, what: &str) -> ParseError {
+        ParseError(format!("{what}; write {}", self.example))
+    }
+
+    /// Reads the opening tag at the start of `inner` (the text right after the tag name):
+    /// the tool name and the text after the tag, `None` when it is not a call at all
+    /// (`<call me>` in a reply), or what is wrong with an attempted call.
+    fn open<'a>(&self, inner: &'a str) -> Result<Option<(&'a str, &'a str)>, ParseError> {
+        let tag = self.tag;
+        let head_end = inner.find('>');
+        let head = &inner[..head_end.unwrap_or(inner.len())];
+        // An element with no name that holds JSON is a call attempt; anything else
+        // without the name's attribute or `=` is reply text.
+        let holds_json = head_end.is_some_and(|e| inner[e + 1..].trim_start().starts_with('{'));
+        let Some(attr) = self.attr else {
+            let Some(named) = inner.strip_prefix('=') else {
+                return if holds_json {
+                    Err(self.err(&format!(
+                        "a {tag}> call needs = and the tool name in its opening tag"
+                    )))
+                } else {
+                    Ok(None)
+                };
+            };
+            let len = named.find(|c: char| !is_ident(c)).unwrap_or(named.len());
+            let name = &named[..len];
+            if name.is_empty() {
+                return Err(self.err(&format!("the {tag}=...> call has no tool name after =")));
+            }
+            return match named[len..].trim_start().strip_prefix('>') {
+                Some(body) => Ok(Some((name, body))),
+                None => Err(self.err(&format!(
+                    "the opening tag of the {tag}> call to {name} must end with > right after the name"
+                ))),
+            };
+        };
+        if head.contains(&format!("{attr}=\\\"")) {
+            return Err(self.err(&format!(
+                "the {tag}> call quotes the tool name with \\\" (copied from an escaped example); use plain quotes"
+            )));
+        }
+        let pattern = format!("{attr}=\"");
+        let at = head
+            .match_indices(&pattern)
+            .map(|(i, _)| i)
+            .find(|&i| head[..i].ends_with(char::is_whitespace));
+        let Some(at) = at else {
+            return if holds_json || head.contains('=') {
+                Err(self.err(&format!(
+                    "a {tag}> call names its tool in a {attr}=\"...\" attribute"
+                )))
+            } else {
+                Ok(None)
+            };
+        };
+        let quoted = &head[at + pattern.len()..];
+        let Some(len) = quoted.find('"') else {
+            return Err(self.err(&format!(
+                "the {attr}=\"...\" of a {tag}> call is never closed with \""
+            )));
+        };
+        let name = &quoted[..len];
+        if name.is_empty() || !name.chars().all(is_ident) {
+            return Err(self.err(&format!(
+                "the tool name in `{tag} {attr}=\"{}\"` is not a plain name",
+                truncate(name, 40)
+            )));
+        }
+        // Other attributes may follow the name; JSON or another tag inside the opening tag
+        // means it never ended (`<invoke name="x","arguments":{...}}</invoke>`).
+        let after_name = &quoted[len + 1..];
+        match head_end {
+            Some(e) if !after_name.contains(['{', '<', ',', ':']) => {
+                Ok(Some((name, &inner[e + 1..])))
+            }
+            _ => Err(self.err(&format!(
+                "the opening tag of the {tag}> call to {name} must end with > right after the name"
+            ))),
+        }
+    }
+}
+
 fn parse_named(output: &str, el: &NamedElement) -> Result<Parsed, ParseError> {
-    // The bare tag name (`<invoke`, `<function`, `<call`) marks an attempted call.
-    let tag = el.open.split([' ', '=']).next().unwrap_or(el.open);
+    let tag = el.tag;
     let mut calls = Vec::new();
     let mut text = String::new();
     let mut rest = output;
     while let Some(start) = find_tag(rest, tag) {
         text.push_str(&rest[..start]);
-        let after = &rest[start..];
-        let Some(named) = after.strip_prefix(el.open) else {
-            if el.quoted && after.starts_with(&el.open.replace('"', "\\\"")) {
-                return Err(ParseError(format!(
-                    "the {tag}> call quotes the tool name with \\\" (copied from an escaped example); write plain quotes: {}",
-                    el.example
-                )));
-            }
-            return Err(ParseError(format!(
-                "a {tag}> call must start exactly like {}",
-                el.example
-            )));
-        };
-        let name_end = if el.quoted { '"' } else { '>' };
-        let name_len = named.find(name_end).unwrap_or(named.len());
-        let name = &named[..name_len];
-        if name.is_empty() || name.contains(|c: char| c.is_whitespace() || "\"<>{}".contains(c)) {
-            return Err(ParseError(format!(
-                "the tool name in `{}{}` is not a plain name; write {}",
-                el.open,
-                truncate(name, 40),
-                el.example
-            )));
-        }
-        let tail = &named[name_len..];
-        let tail = if el.quoted {
-            tail.strip_prefix('"')
-        } else {
-            Some(tail)
-        };
-        let Some(body_and_rest) = tail.and_then(|t| t.trim_start().strip_prefix('>')) else {
-            return Err(ParseError(format!(
-                "the opening tag of the {tag}> call to {name} must end right after the name; write {}",
-                el.example
-            )));
+        let inner = &rest[start + tag.len()..];
+        let Some((name, body_and_rest)) = el.open(inner)? else {
+            // not a call: the tag stays in the reply
+            text.push_str(tag);
+            rest = inner;
+            continue;
         };
         let end = body_and_rest.find(el.close).ok_or_else(|| {
             ParseError(format!(
@@ -332,14 +386,15 @@ fn parse_named(output: &str, el: &NamedElement) -> Result<Parsed, ParseError> {
     })
 }
 
-/// The first `tag` (`<call`) in `s` that is a whole tag name: followed by a
-/// space, `=` or `>`, so `<caller>` in a reply is not a call.
+/// The first `tag` (`<call`) in `s` that is a whole tag name (followed by white space,
+/// `=`, `>`, `/` or the end), so `<caller>` in a reply is not a call.
 fn find_tag(s: &str, tag: &str) -> Option<usize> {
     let mut from = 0;
     while let Some(i) = s[from..].find(tag) {
         let at = from + i;
         match s[at + tag.len()..].chars().next() {
-            Some(' ' | '=' | '>' | '\t' | '\n') | None => return Some(at),
+            Some(c) if c.is_whitespace() || "=>/".contains(c) => return Some(at),
+            None => return Some(at),
             _ => from = at + tag.len(),
         }
     }
@@ -654,21 +709,27 @@ mod tests {
 
     #[test]
     fn named_element_syntaxes_explain_what_is_wrong() {
+        let msg = |syn: CallSyntax, out: &str| syn.parse(out).unwrap_err().0;
         // The hybrid a json-tags-trained model writes for an <invoke> state: the
         // opening tag never ends, so the message must say so, not "never closed".
-        let e = CallSyntax::XmlInvoke
-            .parse(r#"<invoke name="store_faq","arguments":{"q":"size"}}</invoke>"#)
-            .unwrap_err();
-        assert!(e.0.contains("must end right after the name"), "{e}");
-        let e = CallSyntax::XmlInvoke
-            .parse(r#"<invoke name=\"x\">{}</invoke>"#)
-            .unwrap_err();
-        assert!(e.0.contains("write plain quotes"), "{e}");
+        let e = msg(
+            CallSyntax::XmlInvoke,
+            r#"<invoke name="store_faq","arguments":{"q":"size"}}</invoke>"#,
+        );
+        assert!(e.contains("must end with > right after the name"), "{e}");
+        let e = msg(CallSyntax::FunctionTag, r#"<function=x{"a":1}</function>"#);
+        assert!(e.contains("must end with > right after the name"), "{e}");
+        for (syn, out) in [
+            (CallSyntax::XmlInvoke, r#"<invoke name=\"x\">{}</invoke>"#),
+            (CallSyntax::CallAttr, r#"<call tool=\"x\">{}</call>"#),
+        ] {
+            assert!(msg(syn, out).contains("use plain quotes"), "{out}");
+        }
         for bad in [
             "<function=>{}</function>",
             "<function=x>{\"a\": 1}",
             "<function=x>[1]</function>",
-            "<function x>{}</function>",
+            "<function>{\"a\": 1}</function>",
         ] {
             assert!(CallSyntax::FunctionTag.parse(bad).is_err(), "{bad}");
         }
@@ -677,20 +738,35 @@ mod tests {
             "<call name=\"x\">{}</call>",
             "<call tool=\"x\"{}</call>",
             "<call>{}</call>",
+            "<call tool=\"x y\">{}</call>",
+            "<call tool=\"x\\\">{}</call>",
         ] {
             assert!(CallSyntax::CallAttr.parse(bad).is_err(), "{bad}");
         }
-        // Whitespace before the tag's end is fine; a longer tag name is no call.
+    }
+
+    #[test]
+    fn named_element_syntaxes_leave_prose_alone() {
+        // Tags in a reply that are no call attempt stay reply text.
         let p = CallSyntax::CallAttr
-            .parse("<call tool=\"pin\" >{\"id\": \"P1\"}</call> our <caller> line")
+            .parse("<call tool=\"pin\" >{\"id\": \"P1\"}</call> our <caller> line, <call> me <call")
             .unwrap();
         assert_eq!(p.calls[0].name, "pin");
-        assert_eq!(p.text, "our <caller> line");
+        assert_eq!(p.text, "our <caller> line, <call> me <call");
         let p = CallSyntax::FunctionTag
-            .parse("the <functional> one <function=list_coupons></function>")
+            .parse("the <functional> one <function=list_coupons ></function> <function> x")
             .unwrap();
         assert_eq!(p.calls[0].arguments, json!({}));
-        assert_eq!(p.text, "the <functional> one");
+        assert_eq!(p.text, "the <functional> one  <function> x");
+        // Extra attributes around the name, as the earlier <invoke> parser allowed.
+        let p = CallSyntax::XmlInvoke
+            .parse("<invoke id=\"1\" name=\"x\" kind=\"t\">{\"a\": 1}</invoke>\n<invoke\r\n name=\"y\">{}</invoke>")
+            .unwrap();
+        assert_eq!(p.calls.len(), 2);
+        assert_eq!(
+            (p.calls[0].name.as_str(), p.calls[1].name.as_str()),
+            ("x", "y")
+        );
     }
 
     #[test]
@@ -734,6 +810,21 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn parsers_never_panic(s in ".{0,200}") {
+            for syn in CallSyntax::ALL {
+                let _ = syn.parse(&s);
+            }
+        }
+
+        /// Random text is unlikely to hold a tag; this builds text from the pieces of calls.
+        #[test]
+        fn parsers_never_panic_on_call_fragments(parts in proptest::collection::vec(
+            proptest::sample::select(vec![
+                "<call", " tool=\"", "<function", "=", "<invoke", " name=\"", "x", "\"", "\\\"",
+                ">", "{", "}", "\"a\": 1", ",", "</call>", "</function>", "</invoke>", "é", " ", "\r\n",
+            ]),
+            0..24,
+        )) {
+            let s = parts.concat();
             for syn in CallSyntax::ALL {
                 let _ = syn.parse(&s);
             }
