@@ -37,7 +37,7 @@ def reason_class(r: str) -> str:
 def syntax_of(text: str):
     for prefix, name in (("<invoke", "xml-invoke"), ("CALL ", "function"), ("<tool_call>", "json-tags"),
                          ("```tool", "json-block"), ("[[", "bracket"), ("<tool_use>", "tool-use"),
-                         ("Action:", "react")):
+                         ("Action:", "react"), ("<function=", "function-tag"), ("<call tool=", "call-attr")):
         if text.startswith(prefix):
             return name
     return None

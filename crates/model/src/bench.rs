@@ -138,25 +138,40 @@ fn time_decode(engine: &Engine, batch: usize, n: usize, ctx: usize) -> anyhow::R
 }
 
 /// Decode tok/s of a ragged batch (see `BenchGenerateArgs::ragged`): (rows dropped, kept).
-fn time_ragged(engine: &Engine, batch: usize, prompt_len: usize) -> anyhow::Result<(f64, f64)> {
-    let base = prompt_tokens(engine, prompt_len + batch)?;
-    // distinct prompts, so no row reuses another's prefix from the cache
+fn time_ragged(
+    engine: &Engine,
+    batch: usize,
+    prompt_len: usize,
+    flip: usize,
+) -> anyhow::Result<(f64, f64)> {
+    let base = prompt_tokens(engine, prompt_len)?;
+    let vocab = engine.model.config().vocab_size as u32;
+    // The first token differs per row (and from the cached-prefix test's prompt), so no
+    // row's prompt is a cached prefix of another's.
     let reqs: Vec<GenerateRequest> = (0..batch)
         .map(|i| {
-            let mut r = GenerateRequest::new(base[i..i + prompt_len].to_vec(), 16 * (i + 1));
-            r.stop_tokens.clear();
-            r
+            let mut p = base.clone();
+            p[0] = (p[0] + 1 + i as u32) % vocab;
+            GenerateRequest::new(p, 16 * (i + 1))
         })
         .collect();
     let mut out = [0.0; 2];
-    for (k, drop) in [true, false].into_iter().enumerate() {
+    // alternate which variant runs first, so neither always finds the caches warm
+    for (k, drop) in [true, false]
+        .into_iter()
+        .enumerate()
+        .cycle()
+        .skip(flip)
+        .take(2)
+    {
         engine.set_drop_finished_rows(drop);
-        let o = engine.generate_batch(&reqs)?;
+        let o = engine.generate_batch(&reqs);
+        engine.set_drop_finished_rows(true);
+        let o = o?;
         let tokens: usize = o.iter().map(|x| x.tokens.len()).sum();
         let secs = o.first().map_or(0.0, |x| x.decode_secs);
         out[k] = tokens as f64 / secs.max(1e-9);
     }
-    engine.set_drop_finished_rows(true);
     Ok((out[0], out[1]))
 }
 
@@ -217,17 +232,18 @@ pub fn bench_engine(
     engine.generate(&GenerateRequest::new(other, 1), None)?;
     row.uncached_prefix_ms = t.elapsed().as_secs_f64() * 1e3;
     row.cached_prefix_ms = cached / reps as f64 * 1e3;
+    // before the ragged batch, so the column means the same with and without --ragged
+    row.peak_mib = peak_rss_mib().unwrap_or(0.0);
     if a.ragged {
         let mut dropped = 0.0;
         let mut kept = 0.0;
-        for _ in 0..reps {
-            let (d, k) = time_ragged(engine, a.batch, a.prefix_len)?;
+        for rep in 0..reps {
+            let (d, k) = time_ragged(engine, a.batch, a.prefix_len, rep % 2)?;
             dropped += d;
             kept += k;
         }
         row.ragged = Some((dropped / reps as f64, kept / reps as f64));
     }
-    row.peak_mib = peak_rss_mib().unwrap_or(0.0);
     Ok(row)
 }
 
@@ -397,6 +413,14 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
                 trainable: false,
             },
         )?;
+        if a.ragged {
+            let need = a.prefix_len + 16 * a.batch;
+            anyhow::ensure!(
+                a.batch > 0 && need <= engine.model.max_positions(),
+                "--ragged needs --batch >= 1 and --prefix-len + 16 x --batch ({need}) within the model's context ({}); lower them",
+                engine.model.max_positions()
+            );
+        }
         let r = bench_engine(&engine, &a, &lens, &depths)?;
         let shown = if fmt == WeightFormat::Original {
             engine

@@ -139,8 +139,9 @@ impl Engine {
         })
     }
 
-    /// Whether batched decode drops finished rows from its cache (default on; outputs are
-    /// the same either way, only the time differs).
+    /// Whether batched decode drops finished rows from its cache (default on). Each row's
+    /// answer is the same either way up to float rounding (the attention kernel may split a
+    /// smaller batch's key ranges differently); only the time differs.
     pub fn set_drop_finished_rows(&self, on: bool) {
         self.drop_finished_rows
             .store(on, std::sync::atomic::Ordering::Relaxed);

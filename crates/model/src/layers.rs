@@ -401,7 +401,6 @@ impl KvCache {
             v.narrow(2, 0, self.len).ok()?,
         ))
     }
-    /// Builds from tensors.
     /// A cache holding `k`, `v` `(b, kv_heads, len, head_dim)` in a buffer with room for
     /// `capacity` positions, so the next appends write in place instead of regrowing.
     pub fn with_capacity(k: &Tensor, v: &Tensor, capacity: usize) -> Result<Self> {
@@ -418,6 +417,7 @@ impl KvCache {
         })
     }
 
+    /// Builds from tensors.
     pub fn from_tensors(k: Tensor, v: Tensor) -> Self {
         let len = k.dim(2).unwrap_or(0);
         Self {
