@@ -104,7 +104,7 @@ pub struct Engine {
     template: Option<ChatTemplate>,
     prefix_cache: Mutex<PrefixCache>,
     /// Batched decode drops finished rows from its cache (on by default; off only to
-    /// measure what that saves, `hat bench generate --ragged`).
+    /// measure what that saves: `hat bench generate --ragged`, or `HAT_KEEP_FINISHED_ROWS=1`).
     drop_finished_rows: std::sync::atomic::AtomicBool,
 }
 
@@ -135,7 +135,11 @@ impl Engine {
             info: l.info,
             template,
             prefix_cache: Mutex::new(PrefixCache::new(DEFAULT_PREFIX_CACHE_BYTES)),
-            drop_finished_rows: std::sync::atomic::AtomicBool::new(true),
+            // HAT_KEEP_FINISHED_ROWS=1 turns it off for a side-by-side measurement of any
+            // command that decodes in batches (evaluation, serving, rollouts)
+            drop_finished_rows: std::sync::atomic::AtomicBool::new(
+                std::env::var_os("HAT_KEEP_FINISHED_ROWS").is_none(),
+            ),
         })
     }
 
