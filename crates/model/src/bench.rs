@@ -47,7 +47,7 @@ pub struct BenchGenerateArgs {
     pub reps: usize,
     /// Also measure a ragged batch: `--batch` requests of `--prefix-len`-token prompts whose
     /// answers stop after 16, 32, ... tokens (as an agent batch's tool calls and replies do),
-    /// with finished rows dropped from the batch and kept, side by side.
+    /// with finished rows muted (their attention reads no context) and not, side by side.
     #[arg(long)]
     pub ragged: bool,
     /// Also run llama.cpp's llama-bench (built by scripts/build_llama_cpp.sh) and print ratios.
@@ -91,7 +91,7 @@ pub struct BenchRow {
     pub cached_prefix_ms: f64,
     pub uncached_prefix_ms: f64,
     pub peak_mib: f64,
-    /// Ragged-batch decode tok/s: (finished rows dropped, kept).
+    /// Ragged-batch decode tok/s: (finished rows muted, not).
     pub ragged: Option<(f64, f64)>,
 }
 
@@ -137,7 +137,7 @@ fn time_decode(engine: &Engine, batch: usize, n: usize, ctx: usize) -> anyhow::R
     Ok((batch * n) as f64 / t.elapsed().as_secs_f64())
 }
 
-/// Decode tok/s of a ragged batch (see `BenchGenerateArgs::ragged`): (rows dropped, kept).
+/// Decode tok/s of a ragged batch (see `BenchGenerateArgs::ragged`): (rows muted, not).
 fn time_ragged(
     engine: &Engine,
     batch: usize,
@@ -157,16 +157,16 @@ fn time_ragged(
         .collect();
     let mut out = [0.0; 2];
     // alternate which variant runs first, so neither always finds the caches warm
-    for (k, drop) in [true, false]
+    for (k, mute) in [true, false]
         .into_iter()
         .enumerate()
         .cycle()
         .skip(flip)
         .take(2)
     {
-        engine.set_drop_finished_rows(drop);
+        engine.set_mute_finished_rows(mute);
         let o = engine.generate_batch(&reqs);
-        engine.set_drop_finished_rows(true);
+        engine.set_mute_finished_rows(true);
         let o = o?;
         let tokens: usize = o.iter().map(|x| x.tokens.len()).sum();
         let secs = o.first().map_or(0.0, |x| x.decode_secs);
@@ -235,14 +235,14 @@ pub fn bench_engine(
     // before the ragged batch, so the column means the same with and without --ragged
     row.peak_mib = peak_rss_mib().unwrap_or(0.0);
     if a.ragged {
-        let mut dropped = 0.0;
+        let mut muted = 0.0;
         let mut kept = 0.0;
         for rep in 0..reps {
             let (d, k) = time_ragged(engine, a.batch, a.prefix_len, rep % 2)?;
-            dropped += d;
+            muted += d;
             kept += k;
         }
-        row.ragged = Some((dropped / reps as f64, kept / reps as f64));
+        row.ragged = Some((muted / reps as f64, kept / reps as f64));
     }
     Ok(row)
 }
@@ -448,7 +448,7 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
         println!("{line}");
         if let Some((d, k)) = r.ragged {
             println!(
-                "|   ragged b{} decode after {}-token prompts (rows stop at 16..{} tokens): {d:.1} tok/s dropping finished rows, {k:.1} keeping them ({:.2}x) |",
+                "|   ragged b{} decode after {}-token prompts (rows stop at 16..{} tokens): {d:.1} tok/s muting finished rows, {k:.1} not ({:.2}x) |",
                 a.batch,
                 a.prefix_len,
                 16 * a.batch,

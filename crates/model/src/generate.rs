@@ -103,9 +103,9 @@ pub struct Engine {
     pub info: ModelInfo,
     template: Option<ChatTemplate>,
     prefix_cache: Mutex<PrefixCache>,
-    /// Batched decode drops finished rows from its cache (on by default; off only to
-    /// measure what that saves: `hat bench generate --ragged`, or `HAT_KEEP_FINISHED_ROWS=1`).
-    drop_finished_rows: std::sync::atomic::AtomicBool,
+    /// Batched decode mutes finished rows (on by default; off only to measure what that
+    /// saves: `hat bench generate --ragged`, or `HAT_KEEP_FINISHED_ROWS=1`).
+    mute_finished_rows: std::sync::atomic::AtomicBool,
 }
 
 /// Default prefix-cache budget.
@@ -137,17 +137,16 @@ impl Engine {
             prefix_cache: Mutex::new(PrefixCache::new(DEFAULT_PREFIX_CACHE_BYTES)),
             // HAT_KEEP_FINISHED_ROWS=1 turns it off for a side-by-side measurement of any
             // command that decodes in batches (evaluation, serving, rollouts)
-            drop_finished_rows: std::sync::atomic::AtomicBool::new(
+            mute_finished_rows: std::sync::atomic::AtomicBool::new(
                 std::env::var_os("HAT_KEEP_FINISHED_ROWS").is_none(),
             ),
         })
     }
 
-    /// Whether batched decode drops finished rows from its cache (default on). Each row's
-    /// answer is the same either way up to float rounding (the attention kernel may split a
-    /// smaller batch's key ranges differently); only the time differs.
-    pub fn set_drop_finished_rows(&self, on: bool) {
-        self.drop_finished_rows
+    /// Whether batched decode mutes finished rows, so they stop reading their context
+    /// (default on). Each row's answer is the same either way; only the time differs.
+    pub fn set_mute_finished_rows(&self, on: bool) {
+        self.mute_finished_rows
             .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
@@ -428,50 +427,38 @@ impl Engine {
             }
         }
         let filler = self.tokenizer.pad().or(self.tokenizer.eos()).unwrap_or(0);
-        // `active[r]` is the request whose state is row `r` of the cache. Finished rows are
-        // dropped from the cache once they are a quarter of it: a finished row would still
-        // pay its attention over the whole context every step, which at agent-prompt
-        // lengths costs about as much as copying the kept rows once.
-        let mut active: Vec<usize> = (0..reqs.len()).collect();
-        let drop_finished = self
-            .drop_finished_rows
+        // A finished row stays in the batch but is muted: its attention reads no context
+        // any more (at agent-prompt lengths that read is most of a row's cost per step).
+        // Copying the other rows into a smaller cache instead cost more than it saved.
+        let mute_finished = self
+            .mute_finished_rows
             .load(std::sync::atomic::Ordering::Relaxed);
+        let mut muted = vec![false; reqs.len()];
         loop {
-            let mut next = Vec::with_capacity(active.len());
-            for &i in &active {
-                let row = &mut rows[i];
+            let mut next = Vec::with_capacity(rows.len());
+            for (i, row) in rows.iter_mut().enumerate() {
                 if row.finish.is_some() {
                     next.push(filler);
                 } else {
                     next.push(self.step_row(&reqs[i], row, &logits[i], None));
                 }
             }
-            if active.iter().all(|&i| rows[i].finish.is_some()) {
+            if rows.iter().all(|r| r.finish.is_some()) {
                 break;
             }
-            let finished = active.iter().filter(|&&i| rows[i].finish.is_some()).count();
-            if drop_finished && finished > 0 && finished * 4 >= active.len() {
-                let keep: Vec<usize> = (0..active.len())
-                    .filter(|&r| rows[active[r]].finish.is_none())
-                    .collect();
-                let spare = keep
-                    .iter()
-                    .map(|&r| {
-                        reqs[active[r]]
-                            .max_new_tokens
-                            .saturating_sub(rows[active[r]].tokens.len())
-                    })
-                    .max()
-                    .unwrap_or(0);
-                cache = cache.retain_rows(&keep, spare)?;
-                next = keep.iter().map(|&r| next[r]).collect();
-                active = keep.iter().map(|&r| active[r]).collect();
+            if mute_finished {
+                for (i, row) in rows.iter().enumerate() {
+                    if row.finish.is_some() && !muted[i] {
+                        cache.mute_row(i);
+                        muted[i] = true;
+                    }
+                }
             }
             let ids = Tensor::new(next.as_slice(), self.model.device())?.unsqueeze(1)?;
             let out = self.model.forward(&ids, &mut cache, true)?;
-            for (r, &i) in active.iter().enumerate() {
-                if rows[i].finish.is_none() {
-                    logits[i] = Self::last_row(&out, r)?;
+            for (i, row) in rows.iter().enumerate() {
+                if row.finish.is_none() {
+                    logits[i] = Self::last_row(&out, i)?;
                 }
             }
         }

@@ -401,22 +401,6 @@ impl KvCache {
             v.narrow(2, 0, self.len).ok()?,
         ))
     }
-    /// A cache holding `k`, `v` `(b, kv_heads, len, head_dim)` in a buffer with room for
-    /// `capacity` positions, so the next appends write in place instead of regrowing.
-    pub fn with_capacity(k: &Tensor, v: &Tensor, capacity: usize) -> Result<Self> {
-        let (b, h, len, d) = k.dims4()?;
-        let cap = capacity.max(len);
-        let nk = Tensor::zeros((b, h, cap, d), k.dtype(), k.device())?;
-        let nv = Tensor::zeros((b, h, cap, d), v.dtype(), v.device())?;
-        nk.slice_set(&k.contiguous()?, 2, 0)?;
-        nv.slice_set(&v.contiguous()?, 2, 0)?;
-        Ok(Self {
-            buf: Some((nk, nv)),
-            len,
-            owner: std::sync::Arc::new(()),
-        })
-    }
-
     /// Builds from tensors.
     pub fn from_tensors(k: Tensor, v: Tensor) -> Self {
         let len = k.dim(2).unwrap_or(0);

@@ -80,39 +80,15 @@ impl Cache {
     pub fn pads(&self) -> &[usize] {
         &self.pads
     }
-    /// A cache of only the rows `keep` (indices into this batch, in the order given), with
-    /// room for `spare` more positions. Left padding that every kept row shares is cut, so
-    /// dropping the longest row also drops the positions only it needed; each row's token
-    /// positions stay what they were.
-    pub fn retain_rows(&self, keep: &[usize], spare: usize) -> Result<Cache> {
-        if keep.is_empty() || keep.iter().any(|&r| r >= self.batch()) {
-            return Err(Error::InvalidArgument(format!(
-                "retain_rows: rows {keep:?} of a batch of {}",
-                self.batch()
-            )));
+    /// Makes row `r` attend to nothing but the positions written from now on: its left
+    /// padding grows to the whole cache. A finished row of a batched decode stays in the
+    /// batch (no copy of the other rows' keys and values) but stops reading its context;
+    /// its outputs from then on are meaningless and must be ignored.
+    pub fn mute_row(&mut self, r: usize) {
+        let len = self.len();
+        if let Some(p) = self.pads.get_mut(r) {
+            *p = len;
         }
-        let cut = keep.iter().map(|&r| self.pads[r]).min().unwrap_or(0);
-        let len = self.len() - cut;
-        let mut layers = Vec::with_capacity(self.layers.len());
-        for l in &self.layers {
-            let (k, v) = l
-                .tensors()
-                .ok_or_else(|| Error::InvalidArgument("empty cache layer".into()))?;
-            // Row by row: `index_select` wants contiguous input, and the narrowed view
-            // of a preallocated buffer is not.
-            let pick = |t: &Tensor| -> Result<Tensor> {
-                let rows = keep
-                    .iter()
-                    .map(|&r| t.narrow(0, r, 1)?.narrow(2, cut, len))
-                    .collect::<candle_core::Result<Vec<_>>>()?;
-                Ok(Tensor::cat(&rows, 0)?)
-            };
-            layers.push(KvCache::with_capacity(&pick(&k)?, &pick(&v)?, len + spare)?);
-        }
-        Ok(Cache {
-            layers,
-            pads: keep.iter().map(|&r| self.pads[r] - cut).collect(),
-        })
     }
 
     /// Stacks single-row caches into one batch, left-padding shorter rows with zeros.

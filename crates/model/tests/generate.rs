@@ -31,9 +31,8 @@ fn batched_generation_equals_one_by_one_on_quantised_weights() {
 
 fn batched_equals_one_by_one(eng: hat_model::Engine, check_greedy: bool) {
     let e = expected("llama");
-    // Rows finish at different steps (2, 6, 7, 10 tokens), so the batch drops finished
-    // rows from its cache three times on the way; the longest prompt finishes first, so
-    // the left padding the other rows share is cut too.
+    // Rows finish at different steps (2, 6, 7, 10 tokens), so finished rows are muted
+    // while the others decode; the longest prompt (no padding) finishes first.
     let reqs: Vec<GenerateRequest> = [(11usize, 2usize), (5, 10), (8, 6)]
         .iter()
         .map(|&(n, max)| GenerateRequest::new(e.ids[..n].to_vec(), max))
@@ -48,9 +47,9 @@ fn batched_equals_one_by_one(eng: hat_model::Engine, check_greedy: bool) {
         }))
         .collect();
     let batch = eng.generate_batch(&reqs).unwrap();
-    eng.set_drop_finished_rows(false);
+    eng.set_mute_finished_rows(false);
     let kept = eng.generate_batch(&reqs).unwrap();
-    eng.set_drop_finished_rows(true);
+    eng.set_mute_finished_rows(true);
     for (r, b) in reqs.iter().zip(&batch) {
         let single = eng.generate(r, None).unwrap();
         assert_eq!(b.tokens.len(), r.max_new_tokens);
@@ -60,10 +59,7 @@ fn batched_equals_one_by_one(eng: hat_model::Engine, check_greedy: bool) {
         }
     }
     for (b, k) in batch.iter().zip(&kept) {
-        assert_eq!(
-            b.tokens, k.tokens,
-            "dropping finished rows changed an answer"
-        );
+        assert_eq!(b.tokens, k.tokens, "muting finished rows changed an answer");
     }
     if check_greedy {
         assert_eq!(batch[0].tokens, e.greedy[..2].to_vec());
