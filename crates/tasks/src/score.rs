@@ -90,7 +90,17 @@ fn bind(h: &Harness, c: &ToolCall) -> Bound {
         return Bound {
             op: None,
             canonical: None,
-            note: format!("unknown tool `{}`", c.name),
+            // the state's own names beside the wrong one: reading failures item by item
+            // shows whether the model ignored the tool list or garbled one of its names
+            note: format!(
+                "unknown tool `{}` (this harness has: {})",
+                c.name,
+                h.tools
+                    .iter()
+                    .map(|t| t.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         };
     };
     let op = tool.binding.target.op();

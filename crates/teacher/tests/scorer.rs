@@ -105,6 +105,12 @@ fn wrong_arguments_unknown_tools_and_missing_calls_fail_with_reasons() {
         "{}",
         s.reason()
     );
+    // the reason names the harness's own tools beside the wrong one
+    assert!(
+        s.reason().contains("this harness has:") && s.reason().contains("check_stock"),
+        "{}",
+        s.reason()
+    );
 
     let none = Attempt {
         calls: vec![],
