@@ -599,6 +599,12 @@ impl Harness {
         self.tools.iter().find(|t| t.name == name)
     }
 
+    /// Every tool's name, comma-separated (for messages about an unknown tool).
+    pub fn tool_names(&self) -> String {
+        let names: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
+        names.join(", ")
+    }
+
     /// The first tool bound to `op` (the one the oracle uses).
     pub fn tool_for(&self, op: Op) -> Option<&CompiledTool> {
         self.tools
@@ -799,14 +805,13 @@ impl Harness {
             ok: false,
         };
         let Some(tool) = self.tool(&call.name) else {
-            let names: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
             return fail(
                 None,
                 None,
                 format!(
                     "unknown tool `{}`; available tools: {}",
                     call.name,
-                    names.join(", ")
+                    self.tool_names()
                 ),
             );
         };

@@ -433,7 +433,6 @@ impl Engine {
         let mute_finished = self
             .mute_finished_rows
             .load(std::sync::atomic::Ordering::Relaxed);
-        let mut muted = vec![false; reqs.len()];
         loop {
             let mut next = Vec::with_capacity(rows.len());
             for (i, row) in rows.iter_mut().enumerate() {
@@ -442,17 +441,12 @@ impl Engine {
                 } else {
                     next.push(self.step_row(&reqs[i], row, &logits[i], None));
                 }
+                if mute_finished && row.finish.is_some() {
+                    cache.mute_row(i);
+                }
             }
             if rows.iter().all(|r| r.finish.is_some()) {
                 break;
-            }
-            if mute_finished {
-                for (i, row) in rows.iter().enumerate() {
-                    if row.finish.is_some() && !muted[i] {
-                        cache.mute_row(i);
-                        muted[i] = true;
-                    }
-                }
             }
             let ids = Tensor::new(next.as_slice(), self.model.device())?.unsqueeze(1)?;
             let out = self.model.forward(&ids, &mut cache, true)?;

@@ -81,7 +81,8 @@ impl Cache {
         &self.pads
     }
     /// Makes row `r` attend to nothing but the positions written from now on: its left
-    /// padding grows to the whole cache. A finished row of a batched decode stays in the
+    /// padding grows to the whole cache (again at each call, so a row muted every step
+    /// reads one key). A finished row of a batched decode stays in the
     /// batch (no copy of the other rows' keys and values) but stops reading its context;
     /// its outputs from then on are meaningless and must be ignored.
     pub fn mute_row(&mut self, r: usize) {

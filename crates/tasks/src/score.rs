@@ -95,11 +95,7 @@ fn bind(h: &Harness, c: &ToolCall) -> Bound {
             note: format!(
                 "unknown tool `{}` (this harness has: {})",
                 c.name,
-                h.tools
-                    .iter()
-                    .map(|t| t.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                h.tool_names()
             ),
         };
     };
