@@ -267,14 +267,38 @@ pub type Words = &'static [&'static str];
 /// (key, training names, held-out names).
 pub type Vocab = (&'static str, &'static [Words], &'static [Words]);
 
-/// Naming styles for tool names and parameter names.
+/// Naming styles for tool names.
 /// `snake` (`stock_lookup`), `camel` (`stockLookup`), `screaming`
-/// (`STOCK_LOOKUP`); held-out: `pascal` (`StockLookup`), `kebab`
+/// (`STOCK_LOOKUP`), and two that say nothing about what the tool does:
+/// `codename` (`amber_otter`, words of [`CODENAME_WORDS`]) and `serial`
+/// (`fn_q7xk`); held-out: `pascal` (`StockLookup`), `kebab`
 /// (`inventory-query`), `opaque` (`t_4821`).
+///
+/// The two meaningless training styles exist because a model that only ever
+/// saw names made of a few synonyms per operation learns those synonyms and,
+/// given a held-out `t_4821`, writes `get_final_price` instead of reading the
+/// tool list: a name that carries no meaning can only be copied.
 pub const TOOL_NAME_STYLES: Split<&str> = Split::new(
-    &["snake", "camel", "screaming"],
+    &["snake", "camel", "screaming", "codename", "serial"],
     &["pascal", "kebab", "opaque"],
 );
+
+/// Two word lists of the `codename` tool-name style (first word, second word):
+/// plain words with no meaning in a shop, none of them a vocabulary word.
+pub const CODENAME_WORDS: (&[&str], &[&str]) = (
+    &[
+        "amber", "cobalt", "crimson", "dusty", "golden", "hazel", "ivory", "jade", "lunar",
+        "misty", "olive", "quiet", "rapid", "silver", "solar", "swift", "velvet", "windy",
+    ],
+    &[
+        "otter", "falcon", "heron", "lynx", "marten", "osprey", "panda", "raven", "tiger",
+        "walrus", "comet", "delta", "harbor", "meadow", "summit", "willow", "canyon", "reef",
+    ],
+);
+
+/// Prefixes of the `serial` tool-name style (`fn_q7xk`); never `t`, the
+/// held-out `opaque` style's.
+pub const SERIAL_PREFIXES: &[&str] = &["fn", "op", "api", "x", "svc"];
 
 /// Word vocabularies per canonical operation for tool names.
 pub const TOOL_NAME_VOCAB: &[Vocab] = &[
@@ -800,6 +824,24 @@ mod tests {
         );
         for (_, t, h) in TOOL_NAME_VOCAB.iter().chain(PARAM_NAME_VOCAB) {
             disjoint("vocab", t, h);
+        }
+        assert!(
+            !SERIAL_PREFIXES.contains(&"t"),
+            "`t_` is the held-out opaque style"
+        );
+    }
+
+    #[test]
+    fn codename_words_are_no_vocabulary_words() {
+        let vocab: BTreeSet<&str> = TOOL_NAME_VOCAB
+            .iter()
+            .chain(PARAM_NAME_VOCAB)
+            .flat_map(|(_, t, h)| t.iter().chain(h.iter()))
+            .flat_map(|w| w.iter().copied())
+            .collect();
+        for w in CODENAME_WORDS.0.iter().chain(CODENAME_WORDS.1) {
+            assert!(!vocab.contains(w), "{w} is a vocabulary word");
+            assert!(w.chars().all(|c| c.is_ascii_lowercase()), "{w}");
         }
     }
 

@@ -106,7 +106,8 @@ fn capitalize(w: &str) -> String {
 }
 
 /// Renders words in a naming style (see `banks::TOOL_NAME_STYLES` and
-/// `banks::PARAM_NAME_STYLES`). `opaque` draws a number from `rng`.
+/// `banks::PARAM_NAME_STYLES`). `opaque`, `codename` and `serial` ignore the
+/// words and draw a meaningless name from `rng`.
 pub(crate) fn style_name<S: AsRef<str>>(words: &[S], style: &str, rng: &mut ChaCha8Rng) -> String {
     let w: Vec<&str> = words.iter().map(AsRef::as_ref).collect();
     let name = match style {
@@ -124,6 +125,17 @@ pub(crate) fn style_name<S: AsRef<str>>(words: &[S], style: &str, rng: &mut ChaC
             .collect::<Vec<_>>()
             .join("_"),
         "opaque" => format!("t_{}", rng.gen_range(1000..10000)),
+        "codename" => {
+            let (a, b) = crate::banks::CODENAME_WORDS;
+            format!("{}_{}", pick(rng, a), pick(rng, b))
+        }
+        "serial" => {
+            const CHARS: &[u8] = b"abcdefghjkmnpqrstuvwxyz23456789";
+            let code: String = (0..4)
+                .map(|_| CHARS[rng.gen_range(0..CHARS.len())] as char)
+                .collect();
+            format!("{}_{code}", pick(rng, crate::banks::SERIAL_PREFIXES))
+        }
         _ => w.join("_"),
     };
     let name: String = name
@@ -235,6 +247,17 @@ mod tests {
         assert_eq!(style_name(&w, "flat", &mut rng), "stocklookup");
         let o = style_name(&w, "opaque", &mut rng);
         assert!(o.starts_with("t_") && o.len() == 6, "{o}");
+        for _ in 0..50 {
+            let c = style_name(&w, "codename", &mut rng);
+            let (a, b) = c.split_once('_').unwrap();
+            assert!(crate::banks::CODENAME_WORDS.0.contains(&a), "{c}");
+            assert!(crate::banks::CODENAME_WORDS.1.contains(&b), "{c}");
+            let s = style_name(&w, "serial", &mut rng);
+            let (p, code) = s.split_once('_').unwrap();
+            assert!(crate::banks::SERIAL_PREFIXES.contains(&p), "{s}");
+            assert!(code.len() == 4 && !code.contains("stock"), "{s}");
+            assert!(!s.starts_with("t_"), "{s}");
+        }
     }
 
     #[test]
