@@ -50,6 +50,11 @@ pub struct BenchGenerateArgs {
     /// with finished rows muted (their attention reads no context) and not, side by side.
     #[arg(long)]
     pub ragged: bool,
+    /// Also measure a batch that shares its prompt's start: `--batch` requests of one cached
+    /// `--prefix-len`-token prefix and 64 tokens of their own each (an agent batch under one
+    /// harness), decoding 64 tokens with the prefix held once and with a copy per row.
+    #[arg(long)]
+    pub shared: bool,
     /// Also run llama.cpp's llama-bench (built by scripts/build_llama_cpp.sh) and print ratios.
     #[arg(long)]
     pub llama_cpp: bool,
@@ -93,6 +98,9 @@ pub struct BenchRow {
     pub peak_mib: f64,
     /// Ragged-batch decode tok/s: (finished rows muted, not).
     pub ragged: Option<(f64, f64)>,
+    /// Shared-prefix batch decode tok/s: (prefix held once, a copy per row), and the rows
+    /// whose tokens differed between the two.
+    pub shared: Option<(f64, f64, usize)>,
 }
 
 fn prompt_tokens(engine: &Engine, n: usize) -> anyhow::Result<Vec<u32>> {
@@ -171,6 +179,53 @@ fn time_ragged(
     Ok((out[0], out[1]))
 }
 
+/// Decode tok/s of a batch over one shared prefix (see `BenchGenerateArgs::shared`):
+/// (prefix held once, a copy per row, rows whose tokens differ).
+fn time_shared(
+    engine: &Engine,
+    batch: usize,
+    prefix_len: usize,
+    flip: usize,
+) -> anyhow::Result<(f64, f64, usize)> {
+    let prefix = prompt_tokens(engine, prefix_len)?;
+    let own = prompt_tokens(engine, 64 + batch)?;
+    let reqs: Vec<GenerateRequest> = (0..batch)
+        .map(|i| {
+            let mut p = prefix.clone();
+            p.extend_from_slice(&own[i..i + 64]);
+            GenerateRequest {
+                cache_prefix_len: Some(prefix.len()),
+                cache_whole_prompt: false,
+                ..GenerateRequest::new(p, 64)
+            }
+        })
+        .collect();
+    let mut out = [0.0; 2];
+    let mut tokens: [Vec<Vec<u32>>; 2] = Default::default();
+    let order = if flip == 0 { [0, 1] } else { [1, 0] };
+    for k in order {
+        engine.set_shared_prefix_min(if k == 0 { Some(1) } else { None });
+        let o = engine.generate_batch(&reqs);
+        engine.set_shared_prefix_min(Some(crate::generate::DEFAULT_SHARED_PREFIX_MIN));
+        let o = o?;
+        anyhow::ensure!(
+            k == 1 || o.iter().all(|x| x.shared_prefix_tokens >= prefix.len()),
+            "the batch did not share its {}-token prefix",
+            prefix.len()
+        );
+        let n: usize = o.iter().map(|x| x.tokens.len()).sum();
+        let secs = o.first().map_or(0.0, |x| x.decode_secs);
+        out[k] = n as f64 / secs.max(1e-9);
+        tokens[k] = o.into_iter().map(|x| x.tokens).collect();
+    }
+    let differ = tokens[0]
+        .iter()
+        .zip(&tokens[1])
+        .filter(|(a, b)| a != b)
+        .count();
+    Ok((out[0], out[1], differ))
+}
+
 /// Measures one format.
 pub fn bench_engine(
     engine: &Engine,
@@ -239,6 +294,16 @@ pub fn bench_engine(
             kept += k;
         }
         row.ragged = Some((muted / reps as f64, kept / reps as f64));
+    }
+    if a.shared {
+        let (mut once, mut copies, mut differ) = (0.0, 0.0, 0);
+        for rep in 0..reps {
+            let (o, c, d) = time_shared(engine, a.batch, a.prefix_len, rep % 2)?;
+            once += o;
+            copies += c;
+            differ = differ.max(d);
+        }
+        row.shared = Some((once / reps as f64, copies / reps as f64, differ));
     }
     Ok(row)
 }
@@ -409,6 +474,14 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
                 trainable: false,
             },
         )?;
+        if a.shared {
+            let need = a.prefix_len + 128;
+            anyhow::ensure!(
+                a.batch > 1 && need <= engine.model.max_positions(),
+                "--shared needs --batch >= 2 and --prefix-len + 128 ({need}) within the model's context ({}); lower them",
+                engine.model.max_positions()
+            );
+        }
         if a.ragged {
             let need = a.prefix_len + 16 * a.batch;
             anyhow::ensure!(
@@ -442,6 +515,14 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
             r.decode_batch, r.cached_prefix_ms, r.uncached_prefix_ms, r.peak_mib
         ));
         println!("{line}");
+        if let Some((o, c, d)) = r.shared {
+            println!(
+                "|   shared-prefix b{} decode after one {}-token prefix + 64 own tokens a row: {o:.1} tok/s prefix held once, {c:.1} a copy per row ({:.2}x; rows with other tokens: {d}) |",
+                a.batch,
+                a.prefix_len,
+                o / c
+            );
+        }
         if let Some((d, k)) = r.ragged {
             println!(
                 "|   ragged b{} decode after {}-token prompts (rows stop at 16..{} tokens): {d:.1} tok/s muting finished rows, {k:.1} not ({:.2}x) |",

@@ -88,6 +88,9 @@ pub struct GenerateOutput {
     pub prompt_tokens: usize,
     /// Prompt tokens served from the prefix cache.
     pub cached_tokens: usize,
+    /// Prompt tokens whose keys and values a batched decode held once for all its rows
+    /// (0 for a request decoded alone).
+    pub shared_prefix_tokens: usize,
     pub prefill_secs: f64,
     pub decode_secs: f64,
 }
@@ -106,7 +109,14 @@ pub struct Engine {
     /// Batched decode mutes finished rows (on by default; off only to measure what that
     /// saves: `hat bench generate --ragged`, or `HAT_KEEP_FINISHED_ROWS=1`).
     mute_finished_rows: std::sync::atomic::AtomicBool,
+    /// Batched decode keeps a prefix whose keys and values every row holds bit for bit
+    /// once, when it is at least this long (`usize::MAX`: never; `HAT_NO_SHARED_PREFIX=1`).
+    shared_prefix_min: std::sync::atomic::AtomicUsize,
 }
+
+/// Shortest common prefix that batched decode keeps once for all rows: below it, splitting
+/// each row's attention in two costs more than the reads it saves.
+pub const DEFAULT_SHARED_PREFIX_MIN: usize = 64;
 
 /// Default prefix-cache budget.
 pub const DEFAULT_PREFIX_CACHE_BYTES: usize = 256 << 20;
@@ -140,7 +150,25 @@ impl Engine {
             mute_finished_rows: std::sync::atomic::AtomicBool::new(
                 std::env::var_os("HAT_KEEP_FINISHED_ROWS").is_none(),
             ),
+            // HAT_NO_SHARED_PREFIX=1: every row reads its own copy (side-by-side timing)
+            shared_prefix_min: std::sync::atomic::AtomicUsize::new(
+                if std::env::var_os("HAT_NO_SHARED_PREFIX").is_some() {
+                    usize::MAX
+                } else {
+                    DEFAULT_SHARED_PREFIX_MIN
+                },
+            ),
         })
+    }
+
+    /// Batched decode keeps a common prefix of at least `min` positions once for all rows
+    /// (`None`: never). Answers are the same up to float rounding (each row's attention
+    /// sums its two parts separately); only the time differs.
+    pub fn set_shared_prefix_min(&self, min: Option<usize>) {
+        self.shared_prefix_min.store(
+            min.unwrap_or(usize::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// Whether batched decode mutes finished rows, so they stop reading their context
@@ -357,6 +385,7 @@ impl Engine {
             finish: row.finish.unwrap_or(FinishReason::Length),
             prompt_tokens,
             cached_tokens: cached,
+            shared_prefix_tokens: 0,
             prefill_secs: prefill,
             decode_secs: decode,
         }
@@ -413,8 +442,16 @@ impl Engine {
             logits.push(l);
             cached.push(n);
         }
-        let mut cache = Cache::stack(&caches)?;
+        let min_shared = self
+            .shared_prefix_min
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let mut cache = if min_shared == usize::MAX {
+            Cache::stack(&caches)?
+        } else {
+            Cache::stack_shared(&caches, min_shared.max(1))?
+        };
         drop(caches);
+        let shared = cache.shared_len();
         let prefill = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
         let mut rows = reqs
@@ -461,7 +498,10 @@ impl Engine {
             .into_iter()
             .zip(reqs)
             .zip(cached)
-            .map(|((row, r), c)| Self::finish_row(row, r.prompt.len(), c, prefill, decode))
+            .map(|((row, r), c)| GenerateOutput {
+                shared_prefix_tokens: shared,
+                ..Self::finish_row(row, r.prompt.len(), c, prefill, decode)
+            })
             .collect())
     }
 }

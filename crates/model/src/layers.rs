@@ -10,7 +10,7 @@ use candle_core::quantized::QMatMul;
 use candle_core::{DType, Module, Tensor, D};
 
 use crate::config::RopeLayout;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::weights::LinearWeight;
 
 /// Selects fast (no-backward) kernels or differentiable ops.
@@ -318,11 +318,16 @@ pub fn softmax_last(x: &Tensor, mode: OpMode) -> Result<Tensor> {
 /// by a clone (e.g. a prefix-cache entry) copies them before its first append, so a clone
 /// never sees later writes and never goes stale. Tensors that track gradients are
 /// concatenated instead (in-place writes have no backward pass).
+///
+/// A batch whose rows begin with the same keys and values may hold that prefix once
+/// ([`KvCache::shared`], `(1, kv_heads, S, head_dim)`): every row attends to it before its
+/// own positions, so a decode step reads it once for the whole batch instead of once a row.
 #[derive(Debug, Clone, Default)]
 pub struct KvCache {
     buf: Option<(Tensor, Tensor)>,
     len: usize,
     owner: std::sync::Arc<()>,
+    shared: Option<(Tensor, Tensor)>,
 }
 
 /// Minimum capacity (positions) of a fresh KV buffer.
@@ -408,7 +413,23 @@ impl KvCache {
             buf: Some((k, v)),
             len,
             owner: std::sync::Arc::new(()),
+            shared: None,
         }
+    }
+    /// Puts a prefix `(1, kv_heads, S, head_dim)` that every row attends to before its own
+    /// positions (see the type's docs).
+    pub fn set_shared(&mut self, k: Tensor, v: Tensor) {
+        self.shared = Some((k, v));
+    }
+    /// The shared prefix's keys and values, if any.
+    pub fn shared(&self) -> Option<(&Tensor, &Tensor)> {
+        self.shared.as_ref().map(|(k, v)| (k, v))
+    }
+    /// Positions in the shared prefix (0 without one).
+    pub fn shared_len(&self) -> usize {
+        self.shared
+            .as_ref()
+            .map_or(0, |(k, _)| k.dim(2).unwrap_or(0))
     }
 }
 
@@ -544,8 +565,20 @@ impl Attention {
         let scale = 1.0 / (hd as f64).sqrt();
         if fused_attention(x, mode) {
             let (k, v) = cache.append(&k.to_dtype(kv_dtype)?, &v.to_dtype(kv_dtype)?)?;
-            let y = crate::attention::causal_attention(&q, &k, &v, pads, scale as f32)?;
+            let y = crate::attention::causal_attention_after(
+                &q,
+                &k,
+                &v,
+                pads,
+                scale as f32,
+                cache.shared(),
+            )?;
             return self.o.forward(&y);
+        }
+        if cache.shared.is_some() {
+            return Err(Error::InvalidArgument(
+                "a KV cache with a shared prefix runs only on the fused CPU inference path".into(),
+            ));
         }
         let (k, v) = cache.append(&k, &v)?;
         // a cache filled by the fused path may hold f16

@@ -72,6 +72,10 @@ impl Cache {
     pub fn bytes(&self) -> usize {
         self.layers.iter().map(KvCache::bytes).sum()
     }
+    /// Positions of the prefix every row shares (see [`Cache::stack_shared`]); 0 without one.
+    pub fn shared_len(&self) -> usize {
+        self.layers.first().map_or(0, KvCache::shared_len)
+    }
     /// Layer caches.
     pub fn layers(&self) -> &[KvCache] {
         &self.layers
@@ -90,6 +94,95 @@ impl Cache {
         if let Some(p) = self.pads.get_mut(r) {
             *p = len;
         }
+    }
+
+    /// Stacks single-row caches into one batch like [`Cache::stack`], but keeps the longest
+    /// prefix whose keys and values are bit-for-bit the same in every row and layer once, as
+    /// a shared prefix that decoding reads once for the whole batch instead of once a row
+    /// (rows of one harness share its system prompt: most of an agent prompt). Bit equality,
+    /// not equal tokens, decides, so no row attends to anything but its own keys and values.
+    /// Each row keeps at least one position of its own. Without `min_shared` common
+    /// positions, an f16 cache (the fused decode path's) and two rows, this is
+    /// [`Cache::stack`].
+    pub fn stack_shared(rows: &[Cache], min_shared: usize) -> Result<Cache> {
+        let shared = Self::common_prefix(rows)?;
+        if rows.len() < 2 || shared == 0 || shared < min_shared {
+            return Self::stack(rows);
+        }
+        let mut own = Vec::with_capacity(rows.len());
+        for r in rows {
+            let layers = r
+                .layers
+                .iter()
+                .map(|l| {
+                    let (k, v) = l
+                        .tensors()
+                        .ok_or_else(|| Error::InvalidArgument("empty cache row".into()))?;
+                    let n = l.len() - shared;
+                    Ok(KvCache::from_tensors(
+                        k.narrow(2, shared, n)?,
+                        v.narrow(2, shared, n)?,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            own.push(Cache::from_layers(layers));
+        }
+        let mut out = Self::stack(&own)?;
+        for (l, row0) in out.layers.iter_mut().zip(&rows[0].layers) {
+            let (k, v) = row0
+                .tensors()
+                .ok_or_else(|| Error::InvalidArgument("empty cache row".into()))?;
+            l.set_shared(
+                k.narrow(2, 0, shared)?.contiguous()?,
+                v.narrow(2, 0, shared)?.contiguous()?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Positions at the start of every row whose keys and values are bit-for-bit equal in
+    /// every layer (at most each row's length minus one); 0 unless all rows are unpadded
+    /// single-row f16 caches on the CPU.
+    fn common_prefix(rows: &[Cache]) -> Result<usize> {
+        let Some(first) = rows.first() else {
+            return Ok(0);
+        };
+        let eligible = rows.iter().all(|r| {
+            r.batch() == 1
+                && r.pads[0] == 0
+                && r.shared_len() == 0
+                && r.layers.len() == first.layers.len()
+                && r.layers.iter().all(|l| {
+                    l.tensors().is_some_and(|(k, _)| {
+                        k.dtype() == candle_core::DType::F16 && k.device().is_cpu()
+                    })
+                })
+        });
+        if !eligible {
+            return Ok(0);
+        }
+        let mut n = rows
+            .iter()
+            .map(Cache::len)
+            .min()
+            .unwrap_or(0)
+            .saturating_sub(1);
+        for (li, l0) in first.layers.iter().enumerate() {
+            let Some((k0, v0)) = l0.tensors() else {
+                return Ok(0);
+            };
+            for r in &rows[1..] {
+                let Some((k, v)) = r.layers[li].tensors() else {
+                    return Ok(0);
+                };
+                n = n.min(equal_positions(&k0, &k, n)?);
+                n = n.min(equal_positions(&v0, &v, n)?);
+                if n == 0 {
+                    return Ok(0);
+                }
+            }
+        }
+        Ok(n)
     }
 
     /// Stacks single-row caches into one batch, left-padding shorter rows with zeros.
@@ -131,6 +224,37 @@ impl Cache {
         }
         Ok(Cache { layers, pads })
     }
+}
+
+/// How many of the first `limit` positions of two single-row f16 tensors
+/// `(1, heads, T, head_dim)` hold the same bits in every head.
+fn equal_positions(a: &Tensor, b: &Tensor, limit: usize) -> Result<usize> {
+    let (_, heads, _, hd) = a.dims4()?;
+    if b.dims4()?.1 != heads || b.dims4()?.3 != hd {
+        return Ok(0);
+    }
+    let (sa, la) = a.storage_and_layout();
+    let (sb, lb) = b.storage_and_layout();
+    let (da, db) = (
+        crate::cpu::slice::<half::f16>(&sa, la)?,
+        crate::cpu::slice::<half::f16>(&sb, lb)?,
+    );
+    let (ta, tb) = (la.stride(), lb.stride());
+    if ta[3] != 1 || tb[3] != 1 {
+        return Ok(0);
+    }
+    // bits, not float equality: -0.0 == 0.0 and NaN != NaN
+    fn row<'a>(d: &'a [half::f16], st: &[usize], h: usize, p: usize, hd: usize) -> &'a [u16] {
+        let at = h * st[1] + p * st[2];
+        half::slice::HalfFloatSliceExt::reinterpret_cast(&d[at..at + hd])
+    }
+    let mut n = limit;
+    for h in 0..heads {
+        n = (0..n)
+            .find(|&p| row(da, ta, h, p, hd) != row(db, tb, h, p, hd))
+            .unwrap_or(n);
+    }
+    Ok(n)
 }
 
 /// A loaded model.
@@ -421,9 +545,11 @@ impl Transformer {
         }
         let past = cache.len();
         let total = past + t;
-        if total > self.max_positions() {
+        // a shared prefix precedes every row's own positions
+        let shared = cache.shared_len();
+        if shared + total > self.max_positions() {
             return Err(Error::ContextOverflow {
-                prompt: total,
+                prompt: shared + total,
                 max_new_tokens: 0,
                 context: self.max_positions(),
             });
@@ -432,7 +558,7 @@ impl Transformer {
         let mut pos = Vec::with_capacity(b * t);
         for &p in &pads {
             for j in 0..t {
-                pos.push((past + j).saturating_sub(p) as u32);
+                pos.push((shared + (past + j).saturating_sub(p)) as u32);
             }
         }
         let positions = Tensor::from_vec(pos, (b, t), &self.device)?;

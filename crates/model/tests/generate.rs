@@ -66,6 +66,118 @@ fn batched_equals_one_by_one(eng: hat_model::Engine, check_greedy: bool) {
     }
 }
 
+fn q8_engine() -> hat_model::Engine {
+    let opts = LoadOptions {
+        format: "q8_0".parse().unwrap(),
+        ..LoadOptions::default()
+    };
+    engine(load_gguf("llama", opts))
+}
+
+/// A batch whose rows begin with the same keys and values keeps them once; decoding over
+/// it gives every row the logits it gets from its own full copy.
+#[test]
+fn a_shared_prefix_decodes_like_copies_in_every_row() {
+    let e = expected("llama");
+    let eng = q8_engine();
+    let m = &eng.model;
+    let prefill = |cache: &mut hat_model::Cache, ids: &[u32]| {
+        let t = Tensor::new(ids, &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        m.forward(&t, cache, true).unwrap();
+    };
+    // three rows extend one cache of 6 tokens (bit-equal prefix), by 4, 1 and 3 tokens
+    let mut base = m.new_cache(1);
+    prefill(&mut base, &e.ids[..6]);
+    let rows: Vec<_> = [&e.ids[6..10], &e.ids[6..7], &e.ids[8..11]]
+        .iter()
+        .map(|tail| {
+            let mut c = base.clone();
+            prefill(&mut c, tail);
+            c
+        })
+        .collect();
+    let mut shared = hat_model::Cache::stack_shared(&rows, 1).unwrap();
+    assert_eq!(shared.shared_len(), 6);
+    assert_eq!(shared.len(), 4);
+    let mut copies = hat_model::Cache::stack(&rows).unwrap();
+    assert_eq!(copies.shared_len(), 0);
+    for step in 0..3u32 {
+        let ids = Tensor::new(&[[5 + step], [9], [17 + step]], &Device::Cpu).unwrap();
+        let a = m.forward(&ids, &mut shared, true).unwrap();
+        let b = m.forward(&ids, &mut copies, true).unwrap();
+        let d = max_abs_diff(&a, &b);
+        assert!(d < 1e-4, "step {step}: logits differ by {d}");
+    }
+    // not below the minimum, and not where the first position already differs
+    assert_eq!(
+        hat_model::Cache::stack_shared(&rows, 7)
+            .unwrap()
+            .shared_len(),
+        0
+    );
+    let mut other = m.new_cache(1);
+    prefill(&mut other, &e.ids[1..8]);
+    let mixed = [rows[0].clone(), other];
+    assert_eq!(
+        hat_model::Cache::stack_shared(&mixed, 1)
+            .unwrap()
+            .shared_len(),
+        0
+    );
+    // f32 caches (the parity format) are stacked as before
+    let f32m = load_gguf("llama", LoadOptions::default());
+    let mut c = f32m.new_cache(1);
+    let t = Tensor::new(&e.ids[..6], &Device::Cpu)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    f32m.forward(&t, &mut c, true).unwrap();
+    let two = [c.clone(), c];
+    assert_eq!(
+        hat_model::Cache::stack_shared(&two, 1)
+            .unwrap()
+            .shared_len(),
+        0
+    );
+}
+
+/// Requests that share a prompt prefix through the prefix cache decode in one batch over
+/// one copy of it, with the answers they get one by one.
+#[test]
+fn batched_generation_over_a_shared_prefix_equals_one_by_one() {
+    let e = expected("llama");
+    let eng = q8_engine();
+    eng.set_shared_prefix_min(Some(1));
+    let reqs: Vec<GenerateRequest> = [(11usize, 6usize), (7, 9), (9, 3)]
+        .iter()
+        .map(|&(n, max)| GenerateRequest {
+            cache_prefix_len: Some(5),
+            ..GenerateRequest::new(e.ids[..n].to_vec(), max)
+        })
+        .collect();
+    let batch = eng.generate_batch(&reqs).unwrap();
+    // the prefix cache's 5 positions at least (further equal bits may follow)
+    assert!(
+        batch.iter().all(|b| b.shared_prefix_tokens >= 5),
+        "no shared prefix"
+    );
+    eng.set_shared_prefix_min(None);
+    let copies = eng.generate_batch(&reqs).unwrap();
+    assert!(copies.iter().all(|b| b.shared_prefix_tokens == 0));
+    for ((r, b), c) in reqs.iter().zip(&batch).zip(&copies) {
+        let single = eng.generate(r, None).unwrap();
+        assert_eq!(b.tokens.len(), r.max_new_tokens);
+        assert_eq!(single.tokens, b.tokens);
+        assert_eq!(c.tokens, b.tokens);
+        for (x, y) in single.logprobs.iter().zip(&b.logprobs) {
+            assert!((x - y).abs() < 1e-3);
+        }
+    }
+}
+
 #[test]
 fn prefix_cache_hits_and_never_goes_stale() {
     let e = expected("llama");

@@ -76,10 +76,24 @@ pub fn causal_attention(
     pads: &[usize],
     scale: f32,
 ) -> Result<Tensor> {
-    causal_attention_on(crate::simd::isa(), q, k, v, pads, scale)
+    causal_attention_on(crate::simd::isa(), q, k, v, pads, scale, None)
 }
 
-/// [`causal_attention`] on a given path, which the CPU must run ([`Isa::check`]).
+/// [`causal_attention`] where every row's keys begin with the same `shared` prefix
+/// `(1, kv_heads, S, head_dim)` (f16, as the cache holds it), read once for all rows;
+/// `k`/`v` hold only the positions after it. Taken by few queries at a time (decoding).
+pub fn causal_attention_after(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    pads: &[usize],
+    scale: f32,
+    shared: Option<(&Tensor, &Tensor)>,
+) -> Result<Tensor> {
+    causal_attention_on(crate::simd::isa(), q, k, v, pads, scale, shared)
+}
+
+/// [`causal_attention_after`] on a given path, which the CPU must run ([`Isa::check`]).
 pub(crate) fn causal_attention_on(
     isa: Isa,
     q: &Tensor,
@@ -87,9 +101,29 @@ pub(crate) fn causal_attention_on(
     v: &Tensor,
     pads: &[usize],
     scale: f32,
+    shared: Option<(&Tensor, &Tensor)>,
 ) -> Result<Tensor> {
     let (b, h, t, hd) = q.dims4()?;
     let (_, kvh, total, _) = k.dims4()?;
+    if let Some((sk, sv)) = shared {
+        let ok = k.dtype() == DType::F16
+            && sk.dtype() == DType::F16
+            && sv.dtype() == DType::F16
+            && t <= DIRECT_F16_MAX_QUERIES
+            && sk.dims4()? == sv.dims4()?
+            && sk.dim(0)? == 1
+            && sk.dim(1)? == kvh
+            && sk.dim(3)? == hd;
+        if !ok {
+            return Err(Error::InvalidArgument(format!(
+                "attention after a shared prefix takes an f16 cache and at most {DIRECT_F16_MAX_QUERIES} queries of {kvh} kv heads x {hd}, got {t} queries, keys {:?} {:?}, prefix {:?} {:?}",
+                k.dtype(),
+                k.dims(),
+                sk.dtype(),
+                sk.dims()
+            )));
+        }
+    }
     if q.dtype() != DType::F32
         || k.dtype() != v.dtype()
         || !matches!(k.dtype(), DType::F32 | DType::F16)
@@ -109,12 +143,12 @@ pub(crate) fn causal_attention_on(
     }
     if k.dtype() == DType::F16 {
         if t <= DIRECT_F16_MAX_QUERIES {
-            return direct_f16(isa, q, k, v, pads, scale);
+            return direct_f16(isa, q, k, v, pads, scale, shared);
         }
         // widen once per call (not per query block), then the blocked path
         let k = k.to_dtype(DType::F32)?;
         let v = v.to_dtype(DType::F32)?;
-        return causal_attention_on(isa, q, &k, &v, pads, scale);
+        return causal_attention_on(isa, q, &k, &v, pads, scale, None);
     }
     let n_rep = h / kvh;
     let past = total - t;
@@ -221,7 +255,9 @@ pub(crate) fn causal_attention_on(
 
 /// Attention of a few queries over an f16 cache: one work item per (row, query, kv group,
 /// part of the key range); keys and values are widened in registers, so decoding reads the
-/// cache once per kv group at half the bytes.
+/// cache once per kv group at half the bytes. A `shared` prefix is read once per kv group
+/// for the queries of every row together ([`shared_partials`]) and merged with each row's
+/// own part.
 fn direct_f16(
     isa: Isa,
     q: &Tensor,
@@ -229,6 +265,7 @@ fn direct_f16(
     v: &Tensor,
     pads: &[usize],
     scale: f32,
+    shared: Option<(&Tensor, &Tensor)>,
 ) -> Result<Tensor> {
     let (b, h, t, hd) = q.dims4()?;
     let (_, kvh, total, _) = k.dims4()?;
@@ -248,6 +285,12 @@ fn direct_f16(
             "f16 cache rows must be contiguous".into(),
         ));
     }
+    let sh = match shared {
+        Some((sk, sv)) if sk.dim(2)? > 0 => {
+            Some(shared_partials(isa, qs, (b, h, t, hd), sk, sv, scale)?)
+        }
+        _ => None,
+    };
     // Work items: (row, query, kv head, part of the key range). A group's n_rep heads are
     // adjacent in the (b, t, h, hd) output. Few groups (batch-1 decode: 3 for SmolLM2) would
     // leave cores idle or unevenly loaded, so long key ranges are split into parts whose
@@ -291,21 +334,7 @@ fn direct_f16(
             v_stride: vst[2],
             scale,
         };
-        match isa {
-            // SAFETY (each arm): the CPU runs `isa`; every row read lies within the views
-            // (`heads` query rows, `nk` cache rows of `hd` each).
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 if hd % 16 == 0 => unsafe { x86::decode_group_avx512(&grp, scores, o, st) },
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 if hd % 8 == 0 => unsafe {
-                x86::decode_group_avx2(&grp, scores, o, st)
-            },
-            #[cfg(target_arch = "aarch64")]
-            Isa::Neon | Isa::NeonDot if hd % 4 == 0 => unsafe {
-                neon::decode_group(&grp, scores, o, st)
-            },
-            _ => decode_group_scalar(&grp, scores, o, st),
-        }
+        decode_group_on(isa, hd, &grp, scores, o, st);
     };
     {
         let dst: &mut [f32] = if parts == 1 { &mut out } else { &mut partial };
@@ -323,37 +352,187 @@ fn direct_f16(
                 .for_each_init(Vec::new, item);
         }
     }
-    // normalise, merging the parts of a split key range
+    // normalise, merging the parts of a split key range and of the shared prefix
     for (gi, o) in out.chunks_exact_mut(gsize).enumerate() {
+        let (bi, i, g) = (gi / (t * kvh), gi / kvh % t, gi % kvh);
         for (hh, o) in o.chunks_exact_mut(hd).enumerate() {
             let st = |p: usize| stats[(gi * parts + p) * n_rep + hh];
-            let max = (0..parts)
-                .map(|p| st(p).max)
-                .fold(f32::NEG_INFINITY, f32::max);
-            if parts == 1 {
+            // the shared prefix's parts for this query head: (stats, unnormalised output)
+            let shared_parts = sh.iter().flat_map(|s| {
+                let qi = (bi * t + i) * n_rep + hh;
+                (0..s.parts).map(move |p| {
+                    let at = (g * s.parts + p) * s.queries + qi;
+                    (s.stats[at], &s.out[at * hd..(at + 1) * hd])
+                })
+            });
+            if parts == 1 && sh.is_none() {
                 let inv = 1.0 / st(0).sum;
                 o.iter_mut().for_each(|x| *x *= inv);
                 continue;
             }
-            o.fill(0.0);
+            let max = (0..parts)
+                .map(|p| st(p).max)
+                .chain(shared_parts.clone().map(|(s, _)| s.max))
+                .fold(f32::NEG_INFINITY, f32::max);
+            // with one part, `o` holds the row's own part already: rescale it in place
             let mut sum = 0.0;
-            for p in 0..parts {
-                let s = st(p);
+            if parts == 1 {
+                let s = st(0);
+                let w = if s.sum == 0.0 {
+                    0.0
+                } else {
+                    (s.max - max).exp()
+                };
+                o.iter_mut().for_each(|x| *x *= w);
+                sum = w * s.sum;
+            } else {
+                o.fill(0.0);
+            }
+            // adds a part's weighted output; returns its weighted sum
+            let add = |o: &mut [f32], s: Partial, src: &[f32]| {
                 if s.sum == 0.0 {
-                    continue; // an empty part
+                    return 0.0; // an empty part
                 }
                 let w = (s.max - max).exp();
-                sum += w * s.sum;
-                let src = &partial[(gi * parts + p) * gsize + hh * hd..][..hd];
                 for (o, x) in o.iter_mut().zip(src) {
                     *o += w * x;
                 }
+                w * s.sum
+            };
+            if parts > 1 {
+                for p in 0..parts {
+                    let src = &partial[(gi * parts + p) * gsize + hh * hd..][..hd];
+                    sum += add(o, st(p), src);
+                }
+            }
+            for (s, src) in shared_parts {
+                sum += add(o, s, src);
             }
             let inv = 1.0 / sum;
             o.iter_mut().for_each(|x| *x *= inv);
         }
     }
     Ok(Tensor::from_vec(out, (b, t, h * hd), &Device::Cpu)?)
+}
+
+/// Unnormalised attention of every query over a shared prefix, per kv group and part of
+/// the prefix: `out[((g * parts + p) * queries + qi) * hd..]` and `stats[..]` alike, with
+/// query `qi = (row * t + i) * n_rep + head`.
+struct SharedPartials {
+    parts: usize,
+    queries: usize,
+    out: Vec<f32>,
+    stats: Vec<Partial>,
+}
+
+/// Attends the queries of every row (`q`: `(b, h, t, hd)`, contiguous) to the shared prefix
+/// `(1, kv_heads, S, hd)`: one work item per (kv group, part of the prefix) takes all rows'
+/// query heads of the group at once, so each prefix key and value is read once per step
+/// for the whole batch.
+fn shared_partials(
+    isa: Isa,
+    q: &[f32],
+    (b, h, t, hd): (usize, usize, usize, usize),
+    sk: &Tensor,
+    sv: &Tensor,
+    scale: f32,
+) -> Result<SharedPartials> {
+    let (_, kvh, slen, _) = sk.dims4()?;
+    let n_rep = h / kvh;
+    let (k_store, kl) = sk.storage_and_layout();
+    let (v_store, vl) = sv.storage_and_layout();
+    let kd = crate::cpu::slice::<half::f16>(&k_store, kl)?;
+    let vd = crate::cpu::slice::<half::f16>(&v_store, vl)?;
+    let (kst, vst) = (kl.stride(), vl.stride());
+    if kst[3] != 1 || vst[3] != 1 {
+        return Err(Error::InvalidArgument(
+            "f16 shared prefix rows must be contiguous".into(),
+        ));
+    }
+    let threads = rayon::current_num_threads().max(1);
+    let parts = (4 * threads)
+        .div_ceil(kvh)
+        .min(slen.div_ceil(MIN_KEYS_PER_PART))
+        .max(1);
+    let queries = b * t * n_rep;
+    let mut out = vec![0f32; kvh * parts * queries * hd];
+    let mut stats = vec![Partial::EMPTY; kvh * parts * queries];
+    let item = |(scores, qbuf): &mut (Vec<f32>, Vec<f32>),
+                (idx, (o, st)): (usize, (&mut [f32], &mut [Partial]))| {
+        let (g, part) = (idx / parts, idx % parts);
+        let (k0, k1) = (slen * part / parts, slen * (part + 1) / parts);
+        qbuf.clear();
+        for bi in 0..b {
+            for i in 0..t {
+                for hh in 0..n_rep {
+                    let at = ((bi * h + g * n_rep + hh) * t + i) * hd;
+                    qbuf.extend_from_slice(&q[at..at + hd]);
+                }
+            }
+        }
+        scores.clear();
+        scores.resize(queries * (k1 - k0), 0.0);
+        let grp = F16Group {
+            q: qbuf,
+            q_stride: hd,
+            heads: queries,
+            k: &kd[g * kst[1] + k0 * kst[2]..],
+            k_stride: kst[2],
+            v: &vd[g * vst[1] + k0 * vst[2]..],
+            v_stride: vst[2],
+            scale,
+        };
+        decode_group_on(isa, hd, &grp, scores, o, st);
+    };
+    if kvh * parts == 1 || threads == 1 {
+        let mut bufs = (Vec::new(), Vec::new());
+        out.chunks_exact_mut(queries * hd)
+            .zip(stats.chunks_exact_mut(queries))
+            .enumerate()
+            .for_each(|x| item(&mut bufs, x));
+    } else {
+        use rayon::prelude::*;
+        out.par_chunks_exact_mut(queries * hd)
+            .zip(stats.par_chunks_exact_mut(queries))
+            .enumerate()
+            .for_each_init(|| (Vec::new(), Vec::new()), item);
+    }
+    Ok(SharedPartials {
+        parts,
+        queries,
+        out,
+        stats,
+    })
+}
+
+/// One [`F16Group`] on `isa`'s kernel (`hd`: the head size, which picks the vector width).
+fn decode_group_on(
+    isa: Isa,
+    hd: usize,
+    grp: &F16Group,
+    scores: &mut [f32],
+    out: &mut [f32],
+    stats: &mut [Partial],
+) {
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let _ = hd;
+    match isa {
+        // SAFETY (each arm): the CPU runs `isa`; every row read lies within the views
+        // (`heads` query rows, `nk` cache rows of `hd` each).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 if hd.is_multiple_of(16) => unsafe {
+            x86::decode_group_avx512(grp, scores, out, stats)
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 if hd.is_multiple_of(8) => unsafe {
+            x86::decode_group_avx2(grp, scores, out, stats)
+        },
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon | Isa::NeonDot if hd.is_multiple_of(4) => unsafe {
+            neon::decode_group(grp, scores, out, stats)
+        },
+        _ => decode_group_scalar(grp, scores, out, stats),
+    }
 }
 
 /// The reference for [`F16Group`]: `scores` holds `heads * nk`, `out` gets `heads * hd`
@@ -483,7 +662,8 @@ mod tests {
                 .unwrap()
                 .narrow(2, 0, total)
                 .unwrap();
-            let got16 = causal_attention_on(isa, &q, &k16, &v16, &pads, scale as f32).unwrap();
+            let got16 =
+                causal_attention_on(isa, &q, &k16, &v16, &pads, scale as f32, None).unwrap();
             let want16 = reference(
                 &q,
                 &k16.to_dtype(DType::F32).unwrap(),
@@ -496,7 +676,7 @@ mod tests {
                 diff16 < 1e-5,
                 "{isa} hd={hd} f16 b={b} h={h} t={t}: max diff {diff16}"
             );
-            let got = causal_attention_on(isa, &q, &k, &v, &pads, scale as f32).unwrap();
+            let got = causal_attention_on(isa, &q, &k, &v, &pads, scale as f32, None).unwrap();
             let want = reference(
                 &q,
                 &k.contiguous().unwrap(),
@@ -510,5 +690,73 @@ mod tests {
                 "{isa} hd={hd} b={b} h={h} t={t}: max diff {diff}"
             );
         }
+    }
+
+    /// Rows after a shared prefix: each row's output equals attention over the prefix
+    /// followed by the row's own unpadded keys, computed alone.
+    #[test]
+    fn a_shared_prefix_equals_its_copy_in_every_row() {
+        let dev = Device::Cpu;
+        for isa in crate::simd::tests::paths("attention a_shared_prefix_equals_its_copy") {
+            for hd in [16, 24] {
+                // (batch, heads, kv heads, queries, own positions, pads, prefix length):
+                // decode with padded and muted rows (pad = total - 1), a short tail, a
+                // prefix long enough to be split over threads, and one shorter than a part
+                for (b, h, kvh, t, total, pads, slen) in [
+                    (
+                        3usize,
+                        6usize,
+                        2usize,
+                        1usize,
+                        9usize,
+                        vec![0usize, 4, 8],
+                        700usize,
+                    ),
+                    (2, 4, 4, 3, 12, vec![2, 0], 40),
+                    (4, 9, 3, 1, 5, vec![0, 1, 2, 4], 1),
+                ] {
+                    let f16 = |x: Tensor| x.to_dtype(DType::F16).unwrap();
+                    let q = Tensor::randn(0f32, 1.0, (b, h, t, hd), &dev).unwrap();
+                    let k = f16(Tensor::randn(0f32, 1.0, (b, kvh, total, hd), &dev).unwrap());
+                    let v = f16(Tensor::randn(0f32, 1.0, (b, kvh, total, hd), &dev).unwrap());
+                    let sk = f16(Tensor::randn(0f32, 1.0, (1, kvh, slen, hd), &dev).unwrap());
+                    let sv = f16(Tensor::randn(0f32, 1.0, (1, kvh, slen, hd), &dev).unwrap());
+                    let got =
+                        causal_attention_on(isa, &q, &k, &v, &pads, 0.3, Some((&sk, &sv))).unwrap();
+                    for (r, &pad) in pads.iter().enumerate() {
+                        let own = |x: &Tensor| {
+                            x.narrow(0, r, 1)
+                                .unwrap()
+                                .narrow(2, pad, total - pad)
+                                .unwrap()
+                        };
+                        let kr = Tensor::cat(&[&sk, &own(&k)], 2)
+                            .unwrap()
+                            .to_dtype(DType::F32)
+                            .unwrap();
+                        let vr = Tensor::cat(&[&sv, &own(&v)], 2)
+                            .unwrap()
+                            .to_dtype(DType::F32)
+                            .unwrap();
+                        let want = reference(&q.narrow(0, r, 1).unwrap(), &kr, &vr, &[0], 0.3);
+                        let diff = max_diff(&got.narrow(0, r, 1).unwrap(), &want);
+                        assert!(
+                            diff < 1e-5,
+                            "{isa} hd={hd} b={b} t={t} row {r}: max diff {diff}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_shared_prefix_needs_an_f16_cache_and_few_queries() {
+        let dev = Device::Cpu;
+        let q = Tensor::zeros((1, 2, 1, 8), DType::F32, &dev).unwrap();
+        let k = Tensor::zeros((1, 1, 3, 8), DType::F32, &dev).unwrap();
+        let s = Tensor::zeros((1, 1, 4, 8), DType::F16, &dev).unwrap();
+        let err = causal_attention_on(Isa::Scalar, &q, &k, &k, &[0], 1.0, Some((&s, &s)));
+        assert!(err.unwrap_err().to_string().contains("shared prefix"));
     }
 }

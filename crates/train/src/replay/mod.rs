@@ -231,6 +231,7 @@ mod tests {
             finish,
             prompt_tokens: 3,
             cached_tokens: 0,
+            shared_prefix_tokens: 0,
             prefill_secs: 0.0,
             decode_secs: 0.0,
         }
