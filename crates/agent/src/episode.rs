@@ -41,6 +41,9 @@ pub struct Completion {
     pub prompt_tokens: usize,
     /// Prompt tokens served from the prefix cache.
     pub cached_tokens: usize,
+    /// Prompt tokens a batched decode held once for all its rows (the embedded engine).
+    #[serde(skip_serializing_if = "is_zero_usize")]
+    pub shared_prefix_tokens: usize,
     /// Wall time of the call; rows of one batch share the batch's time equally.
     pub seconds: f64,
     /// Of which prompt processing and token generation, where the model reports them
@@ -53,6 +56,10 @@ pub struct Completion {
 
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
+}
+
+fn is_zero_usize(x: &usize) -> bool {
+    *x == 0
 }
 
 impl From<String> for Completion {

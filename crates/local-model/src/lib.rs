@@ -258,6 +258,7 @@ fn completion(prompt_ids: Vec<u32>, o: GenerateOutput, seconds: f64) -> Completi
         prompt_ids,
         prompt_tokens: o.prompt_tokens,
         cached_tokens: o.cached_tokens,
+        shared_prefix_tokens: o.shared_prefix_tokens,
         seconds,
         prefill_seconds: o.prefill_secs,
         decode_seconds: o.decode_secs,

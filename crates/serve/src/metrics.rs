@@ -27,6 +27,7 @@ pub struct Metrics {
     pub generated_tokens: Counter,
     pub prompt_tokens: Counter,
     pub cached_tokens: Counter,
+    pub shared_prefix_tokens: Counter,
     pub dropped_total: Family<Labels, Counter>,
     pub merged: Counter,
     pub folded: Counter,
@@ -60,6 +61,7 @@ impl Metrics {
             generated_tokens: Counter::default(),
             prompt_tokens: Counter::default(),
             cached_tokens: Counter::default(),
+            shared_prefix_tokens: Counter::default(),
             dropped_total: Family::default(),
             merged: Counter::default(),
             folded: Counter::default(),
@@ -107,6 +109,11 @@ impl Metrics {
             m.cached_tokens.clone(),
         );
         r.register(
+            "shared_prefix_tokens",
+            "Prompt tokens whose keys and values a batched decode held once for all its rows",
+            m.shared_prefix_tokens.clone(),
+        );
+        r.register(
             "comments_dropped",
             "Events not answered, by reason",
             m.dropped_total.clone(),
@@ -144,6 +151,8 @@ impl Metrics {
         self.generated_tokens.inc_by(c.tokens.len() as u64);
         self.prompt_tokens.inc_by(c.prompt_tokens as u64);
         self.cached_tokens.inc_by(c.cached_tokens as u64);
+        self.shared_prefix_tokens
+            .inc_by(c.shared_prefix_tokens as u64);
     }
 
     pub fn dropped(&self, d: &[Dropped]) {

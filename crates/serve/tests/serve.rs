@@ -341,6 +341,7 @@ fn an_event_flood_gets_429s_with_bounded_queues_and_recovers() {
         m.contains("hat_requests_rejected_total{reason=\"queue_full\"}"),
         "{m}"
     );
+    assert!(m.contains("hat_shared_prefix_tokens_total"), "{m}");
     // once the flood stops, a question is answered
     assert_eq!(ask(&r, "f", "how much is link 2?")["type"], "reply");
     r.stop();
