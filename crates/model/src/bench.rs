@@ -203,10 +203,11 @@ fn time_shared(
     let mut out = [0.0; 2];
     let mut tokens: [Vec<Vec<u32>>; 2] = Default::default();
     let order = if flip == 0 { [0, 1] } else { [1, 0] };
+    let setting = engine.shared_prefix_min();
     for k in order {
         engine.set_shared_prefix_min(if k == 0 { Some(1) } else { None });
         let o = engine.generate_batch(&reqs);
-        engine.set_shared_prefix_min(Some(crate::generate::DEFAULT_SHARED_PREFIX_MIN));
+        engine.set_shared_prefix_min(setting);
         let o = o?;
         anyhow::ensure!(
             k == 1 || o.iter().all(|x| x.shared_prefix_tokens >= prefix.len()),

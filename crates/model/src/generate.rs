@@ -110,7 +110,8 @@ pub struct Engine {
     /// saves: `hat bench generate --ragged`, or `HAT_KEEP_FINISHED_ROWS=1`).
     mute_finished_rows: std::sync::atomic::AtomicBool,
     /// Batched decode keeps a prefix whose keys and values every row holds bit for bit
-    /// once, when it is at least this long (`usize::MAX`: never; `HAT_NO_SHARED_PREFIX=1`).
+    /// once, when it is at least this long (`usize::MAX`: never; `HAT_NO_SHARED_PREFIX` set,
+    /// to any value).
     shared_prefix_min: std::sync::atomic::AtomicUsize,
 }
 
@@ -150,7 +151,7 @@ impl Engine {
             mute_finished_rows: std::sync::atomic::AtomicBool::new(
                 std::env::var_os("HAT_KEEP_FINISHED_ROWS").is_none(),
             ),
-            // HAT_NO_SHARED_PREFIX=1: every row reads its own copy (side-by-side timing)
+            // HAT_NO_SHARED_PREFIX (any value): every row reads its own copy (side-by-side timing)
             shared_prefix_min: std::sync::atomic::AtomicUsize::new(
                 if std::env::var_os("HAT_NO_SHARED_PREFIX").is_some() {
                     usize::MAX
@@ -169,6 +170,14 @@ impl Engine {
             min.unwrap_or(usize::MAX),
             std::sync::atomic::Ordering::Relaxed,
         );
+    }
+
+    /// The setting of [`Engine::set_shared_prefix_min`].
+    pub fn shared_prefix_min(&self) -> Option<usize> {
+        let m = self
+            .shared_prefix_min
+            .load(std::sync::atomic::Ordering::Relaxed);
+        (m != usize::MAX).then_some(m)
     }
 
     /// Whether batched decode mutes finished rows, so they stop reading their context

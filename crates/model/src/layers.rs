@@ -358,8 +358,8 @@ impl KvCache {
             .buf
             .as_ref()
             .map_or(0, |(bk, _)| bk.dim(2).unwrap_or(0));
-        let shared = std::sync::Arc::strong_count(&self.owner) > 1;
-        if self.buf.is_none() || self.len + t > cap || shared {
+        let aliased = std::sync::Arc::strong_count(&self.owner) > 1;
+        if self.buf.is_none() || self.len + t > cap || aliased {
             let new_cap = if self.len + t > cap {
                 (self.len + t).max(2 * cap).max(KV_MIN_CAPACITY)
             } else {
@@ -392,11 +392,13 @@ impl KvCache {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-    /// Bytes held (including spare capacity).
+    /// Bytes held (including spare capacity and a shared prefix).
     pub fn bytes(&self) -> usize {
-        self.buf.as_ref().map_or(0, |(k, v)| {
-            (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes()
-        })
+        [self.buf.as_ref(), self.shared.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes())
+            .sum()
     }
     /// Keys and values (views of the first `len` positions).
     pub fn tensors(&self) -> Option<(Tensor, Tensor)> {
@@ -417,8 +419,8 @@ impl KvCache {
         }
     }
     /// Puts a prefix `(1, kv_heads, S, head_dim)` that every row attends to before its own
-    /// positions (see the type's docs).
-    pub fn set_shared(&mut self, k: Tensor, v: Tensor) {
+    /// positions (see the type's docs; [`crate::Cache::stack_shared`] builds it).
+    pub(crate) fn set_shared(&mut self, k: Tensor, v: Tensor) {
         self.shared = Some((k, v));
     }
     /// The shared prefix's keys and values, if any.
@@ -565,7 +567,7 @@ impl Attention {
         let scale = 1.0 / (hd as f64).sqrt();
         if fused_attention(x, mode) {
             let (k, v) = cache.append(&k.to_dtype(kv_dtype)?, &v.to_dtype(kv_dtype)?)?;
-            let y = crate::attention::causal_attention_after(
+            let y = crate::attention::causal_attention_with_prefix(
                 &q,
                 &k,
                 &v,

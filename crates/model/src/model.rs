@@ -56,7 +56,7 @@ impl Cache {
             pads: vec![0],
         }
     }
-    /// Tokens held (including padding).
+    /// Positions held per row (including padding, not counting a shared prefix).
     pub fn len(&self) -> usize {
         self.layers.first().map_or(0, KvCache::len)
     }
@@ -84,9 +84,9 @@ impl Cache {
     pub fn pads(&self) -> &[usize] {
         &self.pads
     }
-    /// Makes row `r` attend to nothing but the positions written from now on: its left
-    /// padding grows to the whole cache (again at each call, so a row muted every step
-    /// reads one key). A finished row of a batched decode stays in the
+    /// Makes row `r` attend to nothing but the positions written from now on (not to a
+    /// shared prefix either): its left padding grows to the whole cache (again at each call,
+    /// so a row muted every step reads one key). A finished row of a batched decode stays in the
     /// batch (no copy of the other rows' keys and values) but stops reading its context;
     /// its outputs from then on are meaningless and must be ignored.
     pub fn mute_row(&mut self, r: usize) {
@@ -105,8 +105,11 @@ impl Cache {
     /// positions, an f16 cache (the fused decode path's) and two rows, this is
     /// [`Cache::stack`].
     pub fn stack_shared(rows: &[Cache], min_shared: usize) -> Result<Cache> {
+        if rows.len() < 2 {
+            return Self::stack(rows);
+        }
         let shared = Self::common_prefix(rows)?;
-        if rows.len() < 2 || shared == 0 || shared < min_shared {
+        if shared == 0 || shared < min_shared {
             return Self::stack(rows);
         }
         let mut own = Vec::with_capacity(rows.len());
@@ -132,10 +135,16 @@ impl Cache {
             let (k, v) = row0
                 .tensors()
                 .ok_or_else(|| Error::InvalidArgument("empty cache row".into()))?;
-            l.set_shared(
-                k.narrow(2, 0, shared)?.contiguous()?,
-                v.narrow(2, 0, shared)?.contiguous()?,
-            );
+            // an own copy: a view could alias row 0's buffer (a prefix-cache entry's)
+            let own_copy = |x: Tensor| -> Result<Tensor> {
+                let x = x.narrow(2, 0, shared)?;
+                Ok(if x.is_contiguous() {
+                    x.copy()?
+                } else {
+                    x.contiguous()?
+                })
+            };
+            l.set_shared(own_copy(k)?, own_copy(v)?);
         }
         Ok(out)
     }

@@ -110,7 +110,7 @@ impl Metrics {
         );
         r.register(
             "shared_prefix_tokens",
-            "Prompt tokens whose keys and values a batched decode held once for all its rows",
+            "Prompt tokens whose keys and values a batched decode held once for all its rows (counted for every row)",
             m.shared_prefix_tokens.clone(),
         );
         r.register(

@@ -82,7 +82,7 @@ pub fn causal_attention(
 /// [`causal_attention`] where every row's keys begin with the same `shared` prefix
 /// `(1, kv_heads, S, head_dim)` (f16, as the cache holds it), read once for all rows;
 /// `k`/`v` hold only the positions after it. Taken by few queries at a time (decoding).
-pub fn causal_attention_after(
+pub fn causal_attention_with_prefix(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
@@ -93,7 +93,7 @@ pub fn causal_attention_after(
     causal_attention_on(crate::simd::isa(), q, k, v, pads, scale, shared)
 }
 
-/// [`causal_attention_after`] on a given path, which the CPU must run ([`Isa::check`]).
+/// [`causal_attention_with_prefix`] on a given path, which the CPU must run ([`Isa::check`]).
 pub(crate) fn causal_attention_on(
     isa: Isa,
     q: &Tensor,
@@ -285,12 +285,16 @@ fn direct_f16(
             "f16 cache rows must be contiguous".into(),
         ));
     }
-    let sh = match shared {
-        Some((sk, sv)) if sk.dim(2)? > 0 => {
-            Some(shared_partials(isa, qs, (b, h, t, hd), sk, sv, scale)?)
-        }
-        _ => None,
-    };
+    // A muted row (`Cache::mute_row`: its padding covers everything before this step) sees
+    // only the new positions, so not the prefix either; the others see all of it.
+    let sees_prefix: Vec<bool> = pads.iter().map(|&p| p < past).collect();
+    let sh =
+        match shared {
+            Some((sk, sv)) if sk.dim(2)? > 0 && sees_prefix.contains(&true) => Some(
+                shared_partials(isa, qs, (b, h, t, hd), &sees_prefix, sk, sv, scale)?,
+            ),
+            _ => None,
+        };
     // Work items: (row, query, kv head, part of the key range). A group's n_rep heads are
     // adjacent in the (b, t, h, hd) output. Few groups (batch-1 decode: 3 for SmolLM2) would
     // leave cores idle or unevenly loaded, so long key ranges are split into parts whose
@@ -358,8 +362,8 @@ fn direct_f16(
         for (hh, o) in o.chunks_exact_mut(hd).enumerate() {
             let st = |p: usize| stats[(gi * parts + p) * n_rep + hh];
             // the shared prefix's parts for this query head: (stats, unnormalised output)
-            let shared_parts = sh.iter().flat_map(|s| {
-                let qi = (bi * t + i) * n_rep + hh;
+            let shared_parts = sh.iter().filter(|_| sees_prefix[bi]).flat_map(|s| {
+                let qi = (s.slot[bi] * t + i) * n_rep + hh;
                 (0..s.parts).map(move |p| {
                     let at = (g * s.parts + p) * s.queries + qi;
                     (s.stats[at], &s.out[at * hd..(at + 1) * hd])
@@ -415,24 +419,27 @@ fn direct_f16(
     Ok(Tensor::from_vec(out, (b, t, h * hd), &Device::Cpu)?)
 }
 
-/// Unnormalised attention of every query over a shared prefix, per kv group and part of
-/// the prefix: `out[((g * parts + p) * queries + qi) * hd..]` and `stats[..]` alike, with
-/// query `qi = (row * t + i) * n_rep + head`.
+/// Unnormalised attention of the queries of the rows that see a shared prefix, per kv group
+/// and part of the prefix: `out[((g * parts + p) * queries + qi) * hd..]` and `stats[..]`
+/// alike, with query `qi = (slot[row] * t + i) * n_rep + head`.
 struct SharedPartials {
     parts: usize,
     queries: usize,
+    /// Each row's place among the rows that see the prefix.
+    slot: Vec<usize>,
     out: Vec<f32>,
     stats: Vec<Partial>,
 }
 
-/// Attends the queries of every row (`q`: `(b, h, t, hd)`, contiguous) to the shared prefix
-/// `(1, kv_heads, S, hd)`: one work item per (kv group, part of the prefix) takes all rows'
-/// query heads of the group at once, so each prefix key and value is read once per step
-/// for the whole batch.
+/// Attends the queries of the rows with `sees[row]` (`q`: `(b, h, t, hd)`, contiguous) to the
+/// shared prefix `(1, kv_heads, S, hd)`: one work item per (kv group, part of the prefix)
+/// takes those rows' query heads of the group at once, so each prefix key and value comes
+/// from memory once per step for the whole batch.
 fn shared_partials(
     isa: Isa,
     q: &[f32],
     (b, h, t, hd): (usize, usize, usize, usize),
+    sees: &[bool],
     sk: &Tensor,
     sv: &Tensor,
     scale: f32,
@@ -454,7 +461,12 @@ fn shared_partials(
         .div_ceil(kvh)
         .min(slen.div_ceil(MIN_KEYS_PER_PART))
         .max(1);
-    let queries = b * t * n_rep;
+    let rows: Vec<usize> = (0..b).filter(|&r| sees[r]).collect();
+    let mut slot = vec![0; b];
+    for (k, &r) in rows.iter().enumerate() {
+        slot[r] = k;
+    }
+    let queries = rows.len() * t * n_rep;
     let mut out = vec![0f32; kvh * parts * queries * hd];
     let mut stats = vec![Partial::EMPTY; kvh * parts * queries];
     let item = |(scores, qbuf): &mut (Vec<f32>, Vec<f32>),
@@ -462,7 +474,7 @@ fn shared_partials(
         let (g, part) = (idx / parts, idx % parts);
         let (k0, k1) = (slen * part / parts, slen * (part + 1) / parts);
         qbuf.clear();
-        for bi in 0..b {
+        for &bi in &rows {
             for i in 0..t {
                 for hh in 0..n_rep {
                     let at = ((bi * h + g * n_rep + hh) * t + i) * hd;
@@ -500,6 +512,7 @@ fn shared_partials(
     Ok(SharedPartials {
         parts,
         queries,
+        slot,
         out,
         stats,
     })
@@ -700,8 +713,10 @@ mod tests {
         for isa in crate::simd::tests::paths("attention a_shared_prefix_equals_its_copy") {
             for hd in [16, 24] {
                 // (batch, heads, kv heads, queries, own positions, pads, prefix length):
-                // decode with padded and muted rows (pad = total - 1), a short tail, a
-                // prefix long enough to be split over threads, and one shorter than a part
+                // decode with padded and muted rows (pad = total - 1: they see neither the
+                // prefix nor their past), a short tail, a prefix long enough to be split over
+                // threads, one shorter than a part, a row whose own keys are split too, and
+                // a batch of muted rows only
                 for (b, h, kvh, t, total, pads, slen) in [
                     (
                         3usize,
@@ -714,6 +729,8 @@ mod tests {
                     ),
                     (2, 4, 4, 3, 12, vec![2, 0], 40),
                     (4, 9, 3, 1, 5, vec![0, 1, 2, 4], 1),
+                    (1, 6, 2, 1, 700, vec![0], 300),
+                    (2, 4, 2, 1, 6, vec![5, 5], 50),
                 ] {
                     let f16 = |x: Tensor| x.to_dtype(DType::F16).unwrap();
                     let q = Tensor::randn(0f32, 1.0, (b, h, t, hd), &dev).unwrap();
@@ -730,14 +747,17 @@ mod tests {
                                 .narrow(2, pad, total - pad)
                                 .unwrap()
                         };
-                        let kr = Tensor::cat(&[&sk, &own(&k)], 2)
-                            .unwrap()
-                            .to_dtype(DType::F32)
-                            .unwrap();
-                        let vr = Tensor::cat(&[&sv, &own(&v)], 2)
-                            .unwrap()
-                            .to_dtype(DType::F32)
-                            .unwrap();
+                        let muted = pad >= total - t;
+                        let keys = |p: &Tensor, x: &Tensor| {
+                            let x = own(x);
+                            let all = if muted {
+                                x
+                            } else {
+                                Tensor::cat(&[p, &x], 2).unwrap()
+                            };
+                            all.to_dtype(DType::F32).unwrap()
+                        };
+                        let (kr, vr) = (keys(&sk, &k), keys(&sv, &v));
                         let want = reference(&q.narrow(0, r, 1).unwrap(), &kr, &vr, &[0], 0.3);
                         let diff = max_diff(&got.narrow(0, r, 1).unwrap(), &want);
                         assert!(
