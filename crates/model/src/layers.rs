@@ -567,14 +567,8 @@ impl Attention {
         let scale = 1.0 / (hd as f64).sqrt();
         if fused_attention(x, mode) {
             let (k, v) = cache.append(&k.to_dtype(kv_dtype)?, &v.to_dtype(kv_dtype)?)?;
-            let y = crate::attention::causal_attention_with_prefix(
-                &q,
-                &k,
-                &v,
-                pads,
-                scale as f32,
-                cache.shared(),
-            )?;
+            let y =
+                crate::attention::causal_attention(&q, &k, &v, pads, scale as f32, cache.shared())?;
             return self.o.forward(&y);
         }
         if cache.shared.is_some() {

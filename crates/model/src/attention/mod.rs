@@ -69,20 +69,11 @@ const DIRECT_F16_MAX_QUERIES: usize = 16;
 /// views of a preallocated cache); the `t` queries are the last `t` of the `T` positions.
 /// Row `r` starts with `pads[r]` padding positions that real queries never attend to.
 /// Returns `(b, t, heads * head_dim)`.
+///
+/// With `shared`, every row's keys begin with the same prefix `(1, kv_heads, S, head_dim)`
+/// (f16, as the cache holds it), read once for all rows, and `k`/`v` hold only the positions
+/// after it; taken by few queries at a time (decoding).
 pub fn causal_attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    pads: &[usize],
-    scale: f32,
-) -> Result<Tensor> {
-    causal_attention_on(crate::simd::isa(), q, k, v, pads, scale, None)
-}
-
-/// [`causal_attention`] where every row's keys begin with the same `shared` prefix
-/// `(1, kv_heads, S, head_dim)` (f16, as the cache holds it), read once for all rows;
-/// `k`/`v` hold only the positions after it. Taken by few queries at a time (decoding).
-pub fn causal_attention_with_prefix(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
@@ -93,7 +84,7 @@ pub fn causal_attention_with_prefix(
     causal_attention_on(crate::simd::isa(), q, k, v, pads, scale, shared)
 }
 
-/// [`causal_attention_with_prefix`] on a given path, which the CPU must run ([`Isa::check`]).
+/// [`causal_attention`] on a given path, which the CPU must run ([`Isa::check`]).
 pub(crate) fn causal_attention_on(
     isa: Isa,
     q: &Tensor,
@@ -627,6 +618,12 @@ mod tests {
             .unwrap()
     }
 
+    /// Asserts that `got` is within 1e-5 of `want` everywhere; `what` names the case.
+    fn assert_close(got: &Tensor, want: &Tensor, what: impl Fn() -> String) {
+        let diff = max_diff(got, want);
+        assert!(diff < 1e-5, "{}: max diff {diff}", what());
+    }
+
     #[test]
     fn matches_the_generic_path() {
         for isa in crate::simd::tests::paths("attention matches_the_generic_path") {
@@ -684,11 +681,9 @@ mod tests {
                 &pads,
                 scale,
             );
-            let diff16 = max_diff(&got16, &want16);
-            assert!(
-                diff16 < 1e-5,
-                "{isa} hd={hd} f16 b={b} h={h} t={t}: max diff {diff16}"
-            );
+            assert_close(&got16, &want16, || {
+                format!("{isa} hd={hd} f16 b={b} h={h} t={t}")
+            });
             let got = causal_attention_on(isa, &q, &k, &v, &pads, scale as f32, None).unwrap();
             let want = reference(
                 &q,
@@ -697,11 +692,7 @@ mod tests {
                 &pads,
                 scale,
             );
-            let diff = max_diff(&got, &want);
-            assert!(
-                diff < 1e-5,
-                "{isa} hd={hd} b={b} h={h} t={t}: max diff {diff}"
-            );
+            assert_close(&got, &want, || format!("{isa} hd={hd} b={b} h={h} t={t}"));
         }
     }
 
@@ -717,21 +708,15 @@ mod tests {
                 // prefix nor their past), a short tail, a prefix long enough to be split over
                 // threads, one shorter than a part, a row whose own keys are split too, and
                 // a batch of muted rows only
-                for (b, h, kvh, t, total, pads, slen) in [
-                    (
-                        3usize,
-                        6usize,
-                        2usize,
-                        1usize,
-                        9usize,
-                        vec![0usize, 4, 8],
-                        700usize,
-                    ),
+                type Case = (usize, usize, usize, usize, usize, Vec<usize>, usize);
+                let cases: [Case; 5] = [
+                    (3, 6, 2, 1, 9, vec![0, 4, 8], 700),
                     (2, 4, 4, 3, 12, vec![2, 0], 40),
                     (4, 9, 3, 1, 5, vec![0, 1, 2, 4], 1),
                     (1, 6, 2, 1, 700, vec![0], 300),
                     (2, 4, 2, 1, 6, vec![5, 5], 50),
-                ] {
+                ];
+                for (b, h, kvh, t, total, pads, slen) in cases {
                     let f16 = |x: Tensor| x.to_dtype(DType::F16).unwrap();
                     let q = Tensor::randn(0f32, 1.0, (b, h, t, hd), &dev).unwrap();
                     let k = f16(Tensor::randn(0f32, 1.0, (b, kvh, total, hd), &dev).unwrap());
@@ -759,11 +744,9 @@ mod tests {
                         };
                         let (kr, vr) = (keys(&sk, &k), keys(&sv, &v));
                         let want = reference(&q.narrow(0, r, 1).unwrap(), &kr, &vr, &[0], 0.3);
-                        let diff = max_diff(&got.narrow(0, r, 1).unwrap(), &want);
-                        assert!(
-                            diff < 1e-5,
-                            "{isa} hd={hd} b={b} t={t} row {r}: max diff {diff}"
-                        );
+                        assert_close(&got.narrow(0, r, 1).unwrap(), &want, || {
+                            format!("{isa} hd={hd} b={b} t={t} row {r}")
+                        });
                     }
                 }
             }
