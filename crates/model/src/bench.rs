@@ -163,20 +163,33 @@ fn time_ragged(
             GenerateRequest::new(p, 16 * (i + 1))
         })
         .collect();
-    // out[0] muted, out[1] not; which runs first alternates, so neither always finds
-    // the caches warm
-    let mut out = [0.0; 2];
+    let both = decode_both(engine, &reqs, flip, |muted| {
+        engine.set_mute_finished_rows(muted);
+    });
+    engine.set_mute_finished_rows(true);
+    let [(muted, _), (kept, _)] = both?;
+    Ok((muted, kept))
+}
+
+/// Decodes `reqs` in one batch twice, after `variant(true)` and after `variant(false)`; which
+/// runs first alternates with `flip`, so neither always finds the caches warm. Returns each
+/// run's decode tok/s and outputs, the `true` run first. The caller restores the setting.
+fn decode_both(
+    engine: &Engine,
+    reqs: &[GenerateRequest],
+    flip: usize,
+    variant: impl Fn(bool),
+) -> anyhow::Result<[(f64, Vec<crate::GenerateOutput>); 2]> {
+    let mut out: [(f64, Vec<crate::GenerateOutput>); 2] = Default::default();
     let order = if flip == 0 { [0, 1] } else { [1, 0] };
     for k in order {
-        engine.set_mute_finished_rows(k == 0);
-        let o = engine.generate_batch(&reqs);
-        engine.set_mute_finished_rows(true);
-        let o = o?;
-        let tokens: usize = o.iter().map(|x| x.tokens.len()).sum();
+        variant(k == 0);
+        let o = engine.generate_batch(reqs)?;
+        let n: usize = o.iter().map(|x| x.tokens.len()).sum();
         let secs = o.first().map_or(0.0, |x| x.decode_secs);
-        out[k] = tokens as f64 / secs.max(1e-9);
+        out[k] = (n as f64 / secs.max(1e-9), o);
     }
-    Ok((out[0], out[1]))
+    Ok(out)
 }
 
 /// Decode tok/s of a batch over one shared prefix (see `BenchGenerateArgs::shared`):
@@ -200,31 +213,25 @@ fn time_shared(
             }
         })
         .collect();
-    let mut out = [0.0; 2];
-    let mut tokens: [Vec<Vec<u32>>; 2] = Default::default();
-    let order = if flip == 0 { [0, 1] } else { [1, 0] };
     let setting = engine.shared_prefix_min();
-    for k in order {
-        engine.set_shared_prefix_min(if k == 0 { Some(1) } else { None });
-        let o = engine.generate_batch(&reqs);
-        engine.set_shared_prefix_min(setting);
-        let o = o?;
-        anyhow::ensure!(
-            k == 1 || o.iter().all(|x| x.shared_prefix_tokens >= prefix.len()),
-            "the batch did not share its {}-token prefix",
-            prefix.len()
-        );
-        let n: usize = o.iter().map(|x| x.tokens.len()).sum();
-        let secs = o.first().map_or(0.0, |x| x.decode_secs);
-        out[k] = n as f64 / secs.max(1e-9);
-        tokens[k] = o.into_iter().map(|x| x.tokens).collect();
-    }
-    let differ = tokens[0]
+    let both = decode_both(engine, &reqs, flip, |shared| {
+        engine.set_shared_prefix_min(if shared { Some(1) } else { None });
+    });
+    engine.set_shared_prefix_min(setting);
+    let [(once, shared), (copies, plain)] = both?;
+    anyhow::ensure!(
+        shared
+            .iter()
+            .all(|x| x.shared_prefix_tokens >= prefix.len()),
+        "the batch did not share its {}-token prefix",
+        prefix.len()
+    );
+    let differ = shared
         .iter()
-        .zip(&tokens[1])
-        .filter(|(a, b)| a != b)
+        .zip(&plain)
+        .filter(|(a, b)| a.tokens != b.tokens)
         .count();
-    Ok((out[0], out[1], differ))
+    Ok((once, copies, differ))
 }
 
 /// Measures one format.
@@ -478,8 +485,8 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
         if a.shared {
             let need = a.prefix_len + 128;
             anyhow::ensure!(
-                a.batch > 1 && need <= engine.model.max_positions(),
-                "--shared needs --batch >= 2 and --prefix-len + 128 ({need}) within the model's context ({}); lower them",
+                a.batch > 1 && a.prefix_len > 0 && need <= engine.model.max_positions(),
+                "--shared needs --batch >= 2, --prefix-len >= 1 and --prefix-len + 128 ({need}) within the model's context ({}); change them",
                 engine.model.max_positions()
             );
         }

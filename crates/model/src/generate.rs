@@ -451,13 +451,9 @@ impl Engine {
             logits.push(l);
             cached.push(n);
         }
-        let min_shared = self
-            .shared_prefix_min
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let mut cache = if min_shared == usize::MAX {
-            Cache::stack(&caches)?
-        } else {
-            Cache::stack_shared(&caches, min_shared.max(1))?
+        let mut cache = match self.shared_prefix_min() {
+            Some(min) => Cache::stack_shared(&caches, min)?,
+            None => Cache::stack(&caches)?,
         };
         drop(caches);
         let shared = cache.shared_len();

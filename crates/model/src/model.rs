@@ -108,8 +108,8 @@ impl Cache {
         if rows.len() < 2 {
             return Self::stack(rows);
         }
-        let shared = Self::common_prefix(rows)?;
-        if shared == 0 || shared < min_shared {
+        let shared = Self::common_prefix(rows, min_shared.max(1))?;
+        if shared == 0 {
             return Self::stack(rows);
         }
         let mut own = Vec::with_capacity(rows.len());
@@ -150,9 +150,10 @@ impl Cache {
     }
 
     /// Positions at the start of every row whose keys and values are bit-for-bit equal in
-    /// every layer (at most each row's length minus one); 0 unless all rows are unpadded
-    /// single-row f16 caches on the CPU.
-    fn common_prefix(rows: &[Cache]) -> Result<usize> {
+    /// every layer (at most each row's length minus one); 0 when that is below `min` (the
+    /// comparison stops there) or unless all rows are unpadded single-row f16 caches on the
+    /// CPU.
+    fn common_prefix(rows: &[Cache], min: usize) -> Result<usize> {
         let Some(first) = rows.first() else {
             return Ok(0);
         };
@@ -176,6 +177,9 @@ impl Cache {
             .min()
             .unwrap_or(0)
             .saturating_sub(1);
+        if n < min {
+            return Ok(0);
+        }
         for (li, l0) in first.layers.iter().enumerate() {
             let Some((k0, v0)) = l0.tensors() else {
                 return Ok(0);
@@ -186,7 +190,7 @@ impl Cache {
                 };
                 n = n.min(equal_positions(&k0, &k, n)?);
                 n = n.min(equal_positions(&v0, &v, n)?);
-                if n == 0 {
+                if n < min {
                     return Ok(0);
                 }
             }

@@ -276,16 +276,10 @@ fn direct_f16(
             "f16 cache rows must be contiguous".into(),
         ));
     }
-    // A muted row (`Cache::mute_row`: its padding covers everything before this step) sees
-    // only the new positions, so not the prefix either; the others see all of it.
-    let sees_prefix: Vec<bool> = pads.iter().map(|&p| p < past).collect();
-    let sh =
-        match shared {
-            Some((sk, sv)) if sk.dim(2)? > 0 && sees_prefix.contains(&true) => Some(
-                shared_partials(isa, qs, (b, h, t, hd), &sees_prefix, sk, sv, scale)?,
-            ),
-            _ => None,
-        };
+    let sh = match shared {
+        Some((sk, sv)) => shared_partials(isa, qs, (b, h, t, hd), pads, past, sk, sv, scale)?,
+        None => None,
+    };
     // Work items: (row, query, kv head, part of the key range). A group's n_rep heads are
     // adjacent in the (b, t, h, hd) output. Few groups (batch-1 decode: 3 for SmolLM2) would
     // leave cores idle or unevenly loaded, so long key ranges are split into parts whose
@@ -350,17 +344,19 @@ fn direct_f16(
     // normalise, merging the parts of a split key range and of the shared prefix
     for (gi, o) in out.chunks_exact_mut(gsize).enumerate() {
         let (bi, i, g) = (gi / (t * kvh), gi / kvh % t, gi % kvh);
+        // the shared prefix and this row's place among the rows that see it
+        let seen = sh.as_ref().and_then(|s| s.slot[bi].map(|k| (s, k)));
         for (hh, o) in o.chunks_exact_mut(hd).enumerate() {
             let st = |p: usize| stats[(gi * parts + p) * n_rep + hh];
             // the shared prefix's parts for this query head: (stats, unnormalised output)
-            let shared_parts = sh.iter().filter(|_| sees_prefix[bi]).flat_map(|s| {
-                let qi = (s.slot[bi] * t + i) * n_rep + hh;
+            let shared_parts = seen.into_iter().flat_map(|(s, k)| {
+                let qi = (k * t + i) * n_rep + hh;
                 (0..s.parts).map(move |p| {
                     let at = (g * s.parts + p) * s.queries + qi;
                     (s.stats[at], &s.out[at * hd..(at + 1) * hd])
                 })
             });
-            if parts == 1 && sh.is_none() {
+            if parts == 1 && seen.is_none() {
                 let inv = 1.0 / st(0).sum;
                 o.iter_mut().for_each(|x| *x *= inv);
                 continue;
@@ -412,29 +408,33 @@ fn direct_f16(
 
 /// Unnormalised attention of the queries of the rows that see a shared prefix, per kv group
 /// and part of the prefix: `out[((g * parts + p) * queries + qi) * hd..]` and `stats[..]`
-/// alike, with query `qi = (slot[row] * t + i) * n_rep + head`.
+/// alike, with query `qi = (slot[row] * t + i) * n_rep + head` for a row that sees it.
 struct SharedPartials {
     parts: usize,
     queries: usize,
-    /// Each row's place among the rows that see the prefix.
-    slot: Vec<usize>,
+    /// Each row's place among the rows that see the prefix (`None`: a muted row).
+    slot: Vec<Option<usize>>,
     out: Vec<f32>,
     stats: Vec<Partial>,
 }
 
-/// Attends the queries of the rows with `sees[row]` (`q`: `(b, h, t, hd)`, contiguous) to the
-/// shared prefix `(1, kv_heads, S, hd)`: one work item per (kv group, part of the prefix)
-/// takes those rows' query heads of the group at once, so each prefix key and value comes
-/// from memory once per step for the whole batch.
+/// Attends the queries of the rows that see the shared prefix `(1, kv_heads, S, hd)` (`q`:
+/// `(b, h, t, hd)`, contiguous) to it: one work item per (kv group, part of the prefix) takes
+/// those rows' query heads of the group at once, so each prefix key and value comes from
+/// memory once per step for the whole batch. A muted row (`Cache::mute_row`: its padding
+/// covers everything before this step, `pads[row] >= past`) sees only the new positions, so
+/// not the prefix either. `None` when no row sees a non-empty prefix.
+#[allow(clippy::too_many_arguments)]
 fn shared_partials(
     isa: Isa,
     q: &[f32],
     (b, h, t, hd): (usize, usize, usize, usize),
-    sees: &[bool],
+    pads: &[usize],
+    past: usize,
     sk: &Tensor,
     sv: &Tensor,
     scale: f32,
-) -> Result<SharedPartials> {
+) -> Result<Option<SharedPartials>> {
     let (_, kvh, slen, _) = sk.dims4()?;
     let n_rep = h / kvh;
     let (k_store, kl) = sk.storage_and_layout();
@@ -452,10 +452,13 @@ fn shared_partials(
         .div_ceil(kvh)
         .min(slen.div_ceil(MIN_KEYS_PER_PART))
         .max(1);
-    let rows: Vec<usize> = (0..b).filter(|&r| sees[r]).collect();
-    let mut slot = vec![0; b];
+    let rows: Vec<usize> = (0..b).filter(|&r| pads[r] < past).collect();
+    if rows.is_empty() || slen == 0 {
+        return Ok(None);
+    }
+    let mut slot = vec![None; b];
     for (k, &r) in rows.iter().enumerate() {
-        slot[r] = k;
+        slot[r] = Some(k);
     }
     let queries = rows.len() * t * n_rep;
     let mut out = vec![0f32; kvh * parts * queries * hd];
@@ -500,13 +503,13 @@ fn shared_partials(
             .enumerate()
             .for_each_init(|| (Vec::new(), Vec::new()), item);
     }
-    Ok(SharedPartials {
+    Ok(Some(SharedPartials {
         parts,
         queries,
         slot,
         out,
         stats,
-    })
+    }))
 }
 
 /// One [`F16Group`] on `isa`'s kernel (`hd`: the head size, which picks the vector width).
