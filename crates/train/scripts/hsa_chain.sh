@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The HSA-SFT chain of docs/results.md ("Training tool names that mean nothing"), from the base
+# model, leg after leg, each on fresh data: 30% of the HSA groups with meaningless tool names,
+# 1,000 production trajectories, 120 one-pack steps (`--preset cpu`), then an hf export that
+# the next leg starts from, and a full evaluation. Resumable: rerun the same command; a leg
+# whose model exists is skipped, a leg with checkpoints resumes.
+# Each leg takes about 65-75 min of training on 2 Zen 5 cores (AVX-512) and ~20 min of
+# evaluation; peak memory ~14 GB (do not run another training or `hat train pipeline` beside it
+# on 24 GiB). Outputs: runs/chain-legK (run, checkpoints, GGUF exports), runs/chain-legK-hf,
+# runs/eval-chain-legK.
+# Usage: [HAT=path/to/hat] crates/train/scripts/hsa_chain.sh LEG...
+#   legs 1 2 3 ...; leg k draws seeds 19+2k (HSA), 20+2k (production), 29+2k (extra HSA groups
+#   with meaningless names); leg k > 1 starts from leg k-1's export.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+HAT=${HAT:-target/release/hat}
+[ -x "$HAT" ] || { echo "no hat binary at $HAT: cargo build --release -p hat, or set HAT" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: crates/train/scripts/hsa_chain.sh LEG... (e.g. 1 2 3)" >&2; exit 2; }
+prev=default
+for leg in "$@"; do
+  s1=$((19 + 2 * leg)); s2=$((20 + 2 * leg)); s3=$((29 + 2 * leg))
+  out=runs/chain-leg$leg
+  [ "$leg" -gt 1 ] && prev=runs/chain-leg$((leg - 1))-hf
+  echo "leg $leg: seeds $s1/$s2/$s3 from $prev -> $out ($(date -u +%H:%M))"
+  if [ ! -f "$out/model-q8_0.gguf" ]; then
+    [ -f runs/chain-hsa-s$s1.jsonl ] || {
+      $HAT data gen --tasks 2000 --variants 120 --group 16 --seed $s1 --out runs/hsa-v120-s$s1.jsonl
+      $HAT data gen --tasks 8000 --variants 480 --group 16 --seed $s3 --out runs/hsa-v480-s$s3.jsonl
+      python3 - runs/hsa-v120-s$s1.jsonl runs/hsa-v480-s$s3.jsonl runs/chain-hsa-s$s1.jsonl <<'PY'
+import json, re, sys
+CODE = ('amber', 'cobalt', 'crimson', 'dusty', 'golden', 'hazel', 'ivory', 'jade', 'lunar',
+        'misty', 'olive', 'quiet', 'rapid', 'silver', 'solar', 'swift', 'velvet', 'windy')
+def meaningless(line):
+    names = [t['function']['name'] for t in json.loads(line)['tools']]
+    return any(re.fullmatch(r'(fn|op|api|x|svc)_[a-z2-9]{4}(_\d+)?', x)
+               or (x.split('_')[0] in CODE and re.fullmatch(r'[a-z]+_[a-z]+(_\d+)?', x))
+               for x in names)
+groups = lambda f: (lambda ls: [ls[i:i + 16] for i in range(0, len(ls), 16)])(open(f).readlines())
+base, big = groups(sys.argv[1]), groups(sys.argv[2])
+nm = [g for g in base if meaningless(g[0])]
+keep = nm + [g for g in base if not meaningless(g[0])][:87] + [g for g in big if meaningless(g[0])][:38 - len(nm)]
+open(sys.argv[3], 'w').writelines(l for g in keep for l in g)
+print(len(keep), 'groups,', len([g for g in keep if meaningless(g[0])]), 'with meaningless names')
+PY
+    }
+    [ -f runs/fh-s$s2.jsonl ] || $HAT data gen --tasks 1000 --variants 0 --group 16 --seed $s2 --out runs/fh-s$s2.jsonl
+    resume=()
+    ls "$out"/checkpoints/*/state.json >/dev/null 2>&1 && resume=(--resume)
+    $HAT train sft --data runs/chain-hsa-s$s1.jsonl,runs/fh-s$s2.jsonl --model $prev --preset cpu --out $out "${resume[@]}"
+  fi
+  [ -d "$out-hf" ] || $HAT train export $out --format hf --out $out-hf
+  if [ ! -f runs/eval-chain-leg$leg/results.json ]; then
+    again=()
+    [ -d runs/eval-chain-leg$leg ] && again=(--resume)
+    $HAT eval --model $out/model-q8_0.gguf --format original --threads 2 \
+      --suite lsqa,hvqa,ifeval --batch 8 --max-tokens 128 --ifeval-max-tokens 512 \
+      --out runs/eval-chain-leg$leg "${again[@]}"
+  fi
+  echo "leg $leg done ($(date -u +%H:%M))"
+done
+echo "chain rc 0"
