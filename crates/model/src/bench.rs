@@ -472,6 +472,9 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
         .llama_cpp_bin
         .clone()
         .unwrap_or_else(|| hat_home().join("llama.cpp").join("bin"));
+    // per format, the columns both engines report (prefill lengths, decode b1, depths)
+    let (mut hat_cols, mut peer_cols) = (Vec::new(), Vec::new());
+    let mut scaling = Vec::new();
     for fmt in formats {
         // reset the peak-RSS counter so each format reports its own peak
         let _ = std::fs::write("/proc/self/clear_refs", "5");
@@ -510,6 +513,12 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
         } else {
             fmt.to_string()
         };
+        hat_cols.push(speed_columns(&r));
+        scaling.push((
+            shown.clone(),
+            r.decode_batch / r.decode_b1,
+            r.cached_prefix_ms,
+        ));
         let mut line = format!("| hat | {shown} |");
         for (_, v) in &r.prefill {
             line.push_str(&format!(" {v:.1} |"));
@@ -582,12 +591,75 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
                     ratios.push_str(" | | |");
                     println!("{line}");
                     println!("{ratios}");
+                    let mut peer = r
+                        .prefill
+                        .iter()
+                        .map(|(n, _)| find(format!("pp{n}")))
+                        .collect::<Vec<_>>();
+                    peer.push(tg);
+                    peer.extend(
+                        r.decode_depth
+                            .iter()
+                            .map(|(d, _)| find(format!("tg{}@d{d}", a.decode_tokens))),
+                    );
+                    peer_cols.push(peer);
                 }
                 None => println!("| llama.cpp | {shown} | (no llama-quantize; skipped) |"),
             }
         }
     }
+    if !peer_cols.is_empty() {
+        let mut line = String::from("| best format of each, hat / llama.cpp | |");
+        for r in best_ratios(&hat_cols, &peer_cols) {
+            line.push_str(&format!(" {r:.2}x |"));
+        }
+        println!("{line}");
+    }
+    let each = scaling
+        .iter()
+        .map(|(f, x, ms)| format!("{f} {x:.2}x (prefix {ms:.1} ms)"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    println!("batch {} / batch 1 decode throughput: {each}", a.batch);
     Ok(())
+}
+
+/// The columns a hat row shares with llama-bench's: tok/s of each prefill length, batch-1
+/// decode, and decode at each depth.
+fn speed_columns(r: &BenchRow) -> Vec<f64> {
+    let mut v: Vec<f64> = r.prefill.iter().map(|p| p.1).collect();
+    v.push(r.decode_b1);
+    v.extend(r.decode_depth.iter().map(|d| d.1));
+    v
+}
+
+/// Per column, the best hat format over the best llama.cpp format (what issue-style targets
+/// compare: each engine in its fastest format). Missing values (NaN) are skipped; a column
+/// with none on one side is NaN.
+fn best_ratios(hat: &[Vec<f64>], peer: &[Vec<f64>]) -> Vec<f64> {
+    let best = |rows: &[Vec<f64>], c: usize| {
+        rows.iter()
+            .filter_map(|r| r.get(c).copied())
+            .filter(|v| v.is_finite())
+            .fold(f64::NAN, f64::max)
+    };
+    let cols = hat.iter().map(Vec::len).max().unwrap_or(0);
+    (0..cols).map(|c| best(hat, c) / best(peer, c)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::best_ratios;
+
+    #[test]
+    fn best_ratios_take_each_engines_fastest_format_per_column() {
+        let hat = vec![vec![500.0, 140.0], vec![600.0, 120.0]];
+        let peer = vec![vec![450.0, 100.0], vec![200.0, f64::NAN]];
+        let r = best_ratios(&hat, &peer);
+        assert!((r[0] - 600.0 / 450.0).abs() < 1e-12, "{r:?}");
+        assert!((r[1] - 1.4).abs() < 1e-12, "{r:?}");
+        assert!(best_ratios(&hat, &[vec![f64::NAN, f64::NAN]])[0].is_nan());
+    }
 }
 
 /// The line every speed figure carries: the CPU, the SIMD path in use and the CPU's flags.
