@@ -11,9 +11,14 @@
 # Usage: [HAT=path/to/hat] crates/train/scripts/hsa_chain.sh LEG...
 #   legs 1 2 3 ...; leg k draws seeds 19+2k (HSA), 20+2k (production), 29+2k (extra HSA groups
 #   with meaningless names); leg k > 1 starts from leg k-1's export.
+#   KIND_WEIGHTS=compare=3,variant_stock=3,... passes `--kind-weights` to the data generated
+#   while it is set (a leg whose data files exist keeps them; docs/results.md "A third leg
+#   with the failing task kinds drawn more often").
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 HAT=${HAT:-target/release/hat}
+weights=()
+[ -n "${KIND_WEIGHTS:-}" ] && weights=(--kind-weights "$KIND_WEIGHTS")
 [ -x "$HAT" ] || { echo "no hat binary at $HAT: cargo build --release -p hat, or set HAT" >&2; exit 2; }
 [ $# -gt 0 ] || { echo "usage: crates/train/scripts/hsa_chain.sh LEG... (e.g. 1 2 3)" >&2; exit 2; }
 prev=default
@@ -24,8 +29,8 @@ for leg in "$@"; do
   echo "leg $leg: seeds $s1/$s2/$s3 from $prev -> $out ($(date -u +%H:%M))"
   if [ ! -f "$out/model-q8_0.gguf" ]; then
     [ -f runs/chain-hsa-s$s1.jsonl ] || {
-      $HAT data gen --tasks 2000 --variants 120 --group 16 --seed $s1 --out runs/hsa-v120-s$s1.jsonl
-      $HAT data gen --tasks 8000 --variants 480 --group 16 --seed $s3 --out runs/hsa-v480-s$s3.jsonl
+      $HAT data gen --tasks 2000 --variants 120 --group 16 --seed $s1 "${weights[@]}" --out runs/hsa-v120-s$s1.jsonl
+      $HAT data gen --tasks 8000 --variants 480 --group 16 --seed $s3 "${weights[@]}" --out runs/hsa-v480-s$s3.jsonl
       python3 - runs/hsa-v120-s$s1.jsonl runs/hsa-v480-s$s3.jsonl runs/chain-hsa-s$s1.jsonl <<'PY'
 import json, re, sys
 CODE = ('amber', 'cobalt', 'crimson', 'dusty', 'golden', 'hazel', 'ivory', 'jade', 'lunar',
@@ -43,7 +48,7 @@ open(sys.argv[3], 'w').writelines(l for g in keep for l in g)
 print(len(keep), 'groups,', len([g for g in keep if meaningless(g[0])]), 'with meaningless names')
 PY
     }
-    [ -f runs/fh-s$s2.jsonl ] || $HAT data gen --tasks 1000 --variants 0 --group 16 --seed $s2 --out runs/fh-s$s2.jsonl
+    [ -f runs/fh-s$s2.jsonl ] || $HAT data gen --tasks 1000 --variants 0 --group 16 --seed $s2 "${weights[@]}" --out runs/fh-s$s2.jsonl
     resume=()
     ls "$out"/checkpoints/*/state.json >/dev/null 2>&1 && resume=(--resume)
     $HAT train sft --data runs/chain-hsa-s$s1.jsonl,runs/fh-s$s2.jsonl --model $prev --preset cpu --out $out "${resume[@]}"
