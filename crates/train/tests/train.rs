@@ -282,7 +282,14 @@ fn a_diverging_run_stops_and_keeps_its_last_good_checkpoint() {
     common::write_jsonl(&data, &common::dataset());
     let run = dir.path().join("r");
     let mut cfg = run_cfg(&model, &data, 40);
-    cfg.optim.lr = 1e6;
+    // With both betas 0, AdamW is sign descent: every weight with a gradient moves by exactly
+    // the learning rate. At 1e38 the first step stays finite (f32 ends at 3.4e38) and a few
+    // more of the same sign overflow in the optimiser itself, whatever a CPU's kernels
+    // do with huge activations. (lr 1e6 relied on the forward pass overflowing, which an AVX2
+    // machine's kernels did not do within 40 steps.)
+    cfg.optim.lr = 1e38;
+    cfg.optim.beta1 = 0.0;
+    cfg.optim.beta2 = 0.0;
     cfg.optim.clip_norm = 0.0;
     cfg.optim.weight_decay = 0.0;
     let err = hat_train::sft::run(&cfg, &run, false, &mut |_| {}).unwrap_err();
