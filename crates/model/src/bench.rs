@@ -647,6 +647,17 @@ fn best_ratios(hat: &[Vec<f64>], peer: &[Vec<f64>]) -> Vec<f64> {
     (0..cols).map(|c| best(hat, c) / best(peer, c)).collect()
 }
 
+/// The line every speed figure carries: the CPU, the SIMD path in use and the CPU's flags.
+pub fn machine() -> String {
+    format!(
+        "cpu {} | simd path {} (HAT_SIMD to force) | f32 gemm {} | flags {}",
+        cpu_model(),
+        crate::simd::isa(),
+        crate::simd::gemm_path(),
+        crate::simd::cpu_flags()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::best_ratios;
@@ -660,15 +671,4 @@ mod tests {
         assert!((r[1] - 1.4).abs() < 1e-12, "{r:?}");
         assert!(best_ratios(&hat, &[vec![f64::NAN, f64::NAN]])[0].is_nan());
     }
-}
-
-/// The line every speed figure carries: the CPU, the SIMD path in use and the CPU's flags.
-pub fn machine() -> String {
-    format!(
-        "cpu {} | simd path {} (HAT_SIMD to force) | f32 gemm {} | flags {}",
-        cpu_model(),
-        crate::simd::isa(),
-        crate::simd::gemm_path(),
-        crate::simd::cpu_flags()
-    )
 }
