@@ -4,7 +4,8 @@
 # 1,000 production trajectories, 120 one-pack steps (`--preset cpu`), then an hf export that
 # the next leg starts from, and a full evaluation. Resumable: rerun the same command; a leg
 # whose model exists is skipped, a leg with checkpoints resumes.
-# Each leg takes about 65-75 min of training on 2 Zen 5 cores (AVX-512) and ~20 min of
+# Each leg takes about 65-75 min of training on 2 Zen 5 cores (AVX-512; ~4 h on 2 AVX2-only
+# Zen 3 cores, 67 tokens/s: there, set fewer steps) and ~20 min of
 # evaluation; peak memory ~14 GB (do not run another training or `hat train pipeline` beside it
 # on 24 GiB). Outputs: runs/chain-legK (run, checkpoints, GGUF exports), runs/chain-legK-hf,
 # runs/eval-chain-legK.
