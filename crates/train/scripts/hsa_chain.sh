@@ -5,7 +5,7 @@
 # the next leg starts from, and a full evaluation. Resumable: rerun the same command; a leg
 # whose model exists is skipped, a leg with checkpoints resumes.
 # Each leg takes about 65-75 min of training on 2 Zen 5 cores (AVX-512; ~4 h on 2 AVX2-only
-# Zen 3 cores, 67 tokens/s: there, set fewer steps) and ~20 min of
+# Zen 3 cores, 67 tokens/s: there, set STEPS) and ~20 min of
 # evaluation; peak memory ~14 GB (do not run another training or `hat train pipeline` beside it
 # on 24 GiB). Outputs: runs/chain-legK (run, checkpoints, GGUF exports), runs/chain-legK-hf,
 # runs/eval-chain-legK.
@@ -14,12 +14,15 @@
 #   with meaningless names); leg k > 1 starts from leg k-1's export.
 #   KIND_WEIGHTS=compare=3,variant_stock=3,... passes `--kind-weights` to the data generated
 #   while it is set (a leg whose data files exist keeps them; docs/results.md "A third leg
-#   with the failing task kinds drawn more often").
+#   with the failing task kinds drawn more often"). STEPS=N trains N one-pack steps a leg
+#   instead of the preset's 120 (`--max-steps`).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 HAT=${HAT:-target/release/hat}
 weights=()
 [ -n "${KIND_WEIGHTS:-}" ] && weights=(--kind-weights "$KIND_WEIGHTS")
+steps=()
+[ -n "${STEPS:-}" ] && steps=(--max-steps "$STEPS")
 [ -x "$HAT" ] || { echo "no hat binary at $HAT: cargo build --release -p hat, or set HAT" >&2; exit 2; }
 [ $# -gt 0 ] || { echo "usage: crates/train/scripts/hsa_chain.sh LEG... (e.g. 1 2 3)" >&2; exit 2; }
 prev=default
@@ -52,7 +55,7 @@ PY
     [ -f runs/fh-s$s2.jsonl ] || $HAT data gen --tasks 1000 --variants 0 --group 16 --seed $s2 "${weights[@]}" --out runs/fh-s$s2.jsonl
     resume=()
     ls "$out"/checkpoints/*/state.json >/dev/null 2>&1 && resume=(--resume)
-    $HAT train sft --data runs/chain-hsa-s$s1.jsonl,runs/fh-s$s2.jsonl --model $prev --preset cpu --out $out "${resume[@]}"
+    $HAT train sft --data runs/chain-hsa-s$s1.jsonl,runs/fh-s$s2.jsonl --model $prev --preset cpu --out $out "${steps[@]}" "${resume[@]}"
   fi
   [ -d "$out-hf" ] || $HAT train export $out --format hf --out $out-hf
   if [ ! -f runs/eval-chain-leg$leg/results.json ]; then
