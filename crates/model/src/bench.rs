@@ -513,18 +513,14 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
         } else {
             fmt.to_string()
         };
-        hat_cols.push(speed_columns(&r));
+        let cols = speed_columns(&r);
         scaling.push((
             shown.clone(),
             r.decode_batch / r.decode_b1,
             r.cached_prefix_ms,
         ));
         let mut line = format!("| hat | {shown} |");
-        for (_, v) in &r.prefill {
-            line.push_str(&format!(" {v:.1} |"));
-        }
-        line.push_str(&format!(" {:.1} |", r.decode_b1));
-        for (_, v) in &r.decode_depth {
+        for v in &cols {
             line.push_str(&format!(" {v:.1} |"));
         }
         line.push_str(&format!(
@@ -562,28 +558,23 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
                         a.decode_tokens,
                         a.reps.max(2),
                     )?;
-                    let mut line = format!("| llama.cpp | {shown} |");
-                    let mut ratios = String::from("| ratio hat/llama.cpp | |");
-                    for (n, v) in &r.prefill {
-                        let lv = l
-                            .iter()
-                            .find(|(k, _)| *k == format!("pp{n}"))
-                            .map(|x| x.1)
-                            .unwrap_or(f64::NAN);
-                        line.push_str(&format!(" {lv:.1} |"));
-                        ratios.push_str(&format!(" {:.2}x |", v / lv));
-                    }
                     let find = |name: String| {
                         l.iter()
                             .find(|(k, _)| *k == name)
                             .map(|x| x.1)
                             .unwrap_or(f64::NAN)
                     };
-                    let tg = find(format!("tg{}", a.decode_tokens));
-                    line.push_str(&format!(" {tg:.1} |"));
-                    ratios.push_str(&format!(" {:.2}x |", r.decode_b1 / tg));
-                    for (d, v) in &r.decode_depth {
-                        let lv = find(format!("tg{}@d{d}", a.decode_tokens));
+                    // the same columns as `speed_columns`, in llama-bench's names
+                    let mut peer: Vec<f64> = lens.iter().map(|n| find(format!("pp{n}"))).collect();
+                    peer.push(find(format!("tg{}", a.decode_tokens)));
+                    peer.extend(
+                        depths
+                            .iter()
+                            .map(|d| find(format!("tg{}@d{d}", a.decode_tokens))),
+                    );
+                    let mut line = format!("| llama.cpp | {shown} |");
+                    let mut ratios = String::from("| ratio hat/llama.cpp | |");
+                    for (v, lv) in cols.iter().zip(&peer) {
                         line.push_str(&format!(" {lv:.1} |"));
                         ratios.push_str(&format!(" {:.2}x |", v / lv));
                     }
@@ -591,22 +582,12 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
                     ratios.push_str(" | | |");
                     println!("{line}");
                     println!("{ratios}");
-                    let mut peer = r
-                        .prefill
-                        .iter()
-                        .map(|(n, _)| find(format!("pp{n}")))
-                        .collect::<Vec<_>>();
-                    peer.push(tg);
-                    peer.extend(
-                        r.decode_depth
-                            .iter()
-                            .map(|(d, _)| find(format!("tg{}@d{d}", a.decode_tokens))),
-                    );
                     peer_cols.push(peer);
                 }
                 None => println!("| llama.cpp | {shown} | (no llama-quantize; skipped) |"),
             }
         }
+        hat_cols.push(cols);
     }
     if !peer_cols.is_empty() {
         let mut line = String::from("| best format of each, hat / llama.cpp | |");
