@@ -27,6 +27,7 @@ steps=()
 [ $# -gt 0 ] || { echo "usage: crates/train/scripts/hsa_chain.sh LEG... (e.g. 1 2 3)" >&2; exit 2; }
 prev=default
 for leg in "$@"; do
+  [[ "$leg" =~ ^[1-9][0-9]*$ ]] || { echo "leg '$leg' is not a leg number (1, 2, 3 ...)" >&2; exit 2; }
   s1=$((19 + 2 * leg)); s2=$((20 + 2 * leg)); s3=$((29 + 2 * leg))
   out=runs/chain-leg$leg
   [ "$leg" -gt 1 ] && prev=runs/chain-leg$((leg - 1))-hf
