@@ -10,6 +10,7 @@
 
 pub mod attention;
 pub mod head;
+pub mod linear;
 pub mod ops;
 
 use std::path::Path;
@@ -449,7 +450,14 @@ impl TrainModel {
         lin: &crate::layers::Linear,
         x: &Tensor,
     ) -> Result<Tensor> {
-        let y = lin.forward(x)?;
+        let y = match lin.dense_weight() {
+            Some(w)
+                if w.dtype() == DType::F32 && x.dtype() == DType::F32 && x.device().is_cpu() =>
+            {
+                linear::linear(x, w)?
+            }
+            _ => lin.forward(x)?,
+        };
         if self.lora.is_none() {
             return Ok(y);
         }
@@ -516,6 +524,21 @@ pub(crate) fn contiguous<'a>(
         Some((a, b)) => Ok(&s.as_slice::<f32>()?[a..b]),
         None => candle_core::bail!("{what} needs a contiguous f32 input"),
     }
+}
+
+/// Runs `f` on the elements of an f32 CPU tensor in row-major order: borrowed when the
+/// tensor is contiguous (a backward pass reads its inputs where they are), copied otherwise.
+pub(crate) fn with_f32<R>(
+    t: &Tensor,
+    f: impl FnOnce(&[f32]) -> candle_core::Result<R>,
+) -> candle_core::Result<R> {
+    if t.is_contiguous() {
+        let (s, l) = t.storage_and_layout();
+        if let candle_core::Storage::Cpu(c) = &*s {
+            return f(contiguous(c, l, "a training op")?);
+        }
+    }
+    f(&t.flatten_all()?.to_vec1::<f32>()?)
 }
 
 #[cfg(test)]

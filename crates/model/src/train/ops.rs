@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use crate::config::RopeLayout;
 use crate::error::Result;
 
-use super::contiguous;
+use super::{contiguous, with_f32};
 
 fn to_vec(t: &Tensor) -> candle_core::Result<Vec<f32>> {
     t.flatten_all()?.to_vec1::<f32>()
@@ -68,43 +68,52 @@ impl CustomOp2 for RmsNormOp {
         _res: &Tensor,
         dy: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let (xv, wv, dyv) = (to_vec(x)?, to_vec(w)?, to_vec(dy)?);
-        let h = wv.len();
-        let mut dx = vec![0f32; xv.len()];
-        let dws: Vec<Vec<f32>> = dx
-            .par_chunks_mut(h * ROWS)
-            .zip(xv.par_chunks(h * ROWS).zip(dyv.par_chunks(h * ROWS)))
-            .map(|(dxb, (xb, gb))| {
-                let mut dw = vec![0f32; h];
-                for ((dxr, xr), gr) in dxb
-                    .chunks_exact_mut(h)
-                    .zip(xb.chunks_exact(h))
-                    .zip(gb.chunks_exact(h))
-                {
-                    let ms = xr.iter().map(|v| v * v).sum::<f32>() / h as f32;
-                    let r = 1.0 / (ms + self.eps).sqrt();
-                    let mut dot = 0f32;
-                    for j in 0..h {
-                        dot += gr[j] * wv[j] * xr[j];
-                        dw[j] += gr[j] * xr[j] * r;
-                    }
-                    let c = r * r * r * dot / h as f32;
-                    for j in 0..h {
-                        dxr[j] = r * gr[j] * wv[j] - c * xr[j];
-                    }
-                }
-                dw
+        let (dx, dw) = with_f32(x, |xv| {
+            with_f32(w, |wv| {
+                with_f32(dy, |dyv| Ok(rms_norm_backward(xv, wv, dyv, self.eps)))
             })
-            .collect();
-        let mut dw = vec![0f32; h];
-        for part in dws {
-            dw.iter_mut().zip(part).for_each(|(a, b)| *a += b);
-        }
+        })?;
         Ok((
             Some(Tensor::from_vec(dx, x.shape(), x.device())?),
             Some(Tensor::from_vec(dw, w.shape(), w.device())?),
         ))
     }
+}
+
+/// `(dx, dw)` of RMSNorm for rows of `x`, weight `w` and output gradient `dy`.
+fn rms_norm_backward(xv: &[f32], wv: &[f32], dyv: &[f32], eps: f32) -> (Vec<f32>, Vec<f32>) {
+    let h = wv.len();
+    let mut dx = vec![0f32; xv.len()];
+    let dws: Vec<Vec<f32>> = dx
+        .par_chunks_mut(h * ROWS)
+        .zip(xv.par_chunks(h * ROWS).zip(dyv.par_chunks(h * ROWS)))
+        .map(|(dxb, (xb, gb))| {
+            let mut dw = vec![0f32; h];
+            for ((dxr, xr), gr) in dxb
+                .chunks_exact_mut(h)
+                .zip(xb.chunks_exact(h))
+                .zip(gb.chunks_exact(h))
+            {
+                let ms = xr.iter().map(|v| v * v).sum::<f32>() / h as f32;
+                let r = 1.0 / (ms + eps).sqrt();
+                let mut dot = 0f32;
+                for j in 0..h {
+                    dot += gr[j] * wv[j] * xr[j];
+                    dw[j] += gr[j] * xr[j] * r;
+                }
+                let c = r * r * r * dot / h as f32;
+                for j in 0..h {
+                    dxr[j] = r * gr[j] * wv[j] - c * xr[j];
+                }
+            }
+            dw
+        })
+        .collect();
+    let mut dw = vec![0f32; h];
+    for part in dws {
+        dw.iter_mut().zip(part).for_each(|(a, b)| *a += b);
+    }
+    (dx, dw)
 }
 
 /// RMSNorm over the last dimension of `x` with weight `w`, differentiable in both.
@@ -197,7 +206,7 @@ impl CustomOp1 for RopeOp {
     }
     fn bwd(&self, x: &Tensor, _res: &Tensor, dy: &Tensor) -> candle_core::Result<Option<Tensor>> {
         // a rotation: its gradient is the inverse rotation of the output gradient
-        let g = self.0.apply(&to_vec(dy)?, x.shape(), true)?;
+        let g = with_f32(dy, |d| self.0.apply(d, x.shape(), true))?;
         Ok(Some(Tensor::from_vec(g, x.shape(), x.device())?))
     }
 }
@@ -247,26 +256,33 @@ impl CustomOp2 for SwiGluOp {
         _res: &Tensor,
         dy: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let (gv, uv, dyv) = (to_vec(g)?, to_vec(u)?, to_vec(dy)?);
-        let mut dg = vec![0f32; gv.len()];
-        let mut du = vec![0f32; gv.len()];
-        dg.par_chunks_mut(4096)
-            .zip(du.par_chunks_mut(4096))
-            .enumerate()
-            .for_each(|(c, (dgb, dub))| {
-                let o = c * 4096;
-                for k in 0..dgb.len() {
-                    let (a, b, d) = (gv[o + k], uv[o + k], dyv[o + k]);
-                    let s = sigmoid(a);
-                    dub[k] = d * a * s;
-                    dgb[k] = d * b * s * (1.0 + a * (1.0 - s));
-                }
-            });
+        let (dg, du) = with_f32(g, |gv| {
+            with_f32(u, |uv| with_f32(dy, |dyv| Ok(swiglu_backward(gv, uv, dyv))))
+        })?;
         Ok((
             Some(Tensor::from_vec(dg, g.shape(), g.device())?),
             Some(Tensor::from_vec(du, u.shape(), u.device())?),
         ))
     }
+}
+
+/// `(dg, du)` of `silu(g) * u` for the output gradient `dy`.
+fn swiglu_backward(gv: &[f32], uv: &[f32], dyv: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let mut dg = vec![0f32; gv.len()];
+    let mut du = vec![0f32; gv.len()];
+    dg.par_chunks_mut(4096)
+        .zip(du.par_chunks_mut(4096))
+        .enumerate()
+        .for_each(|(c, (dgb, dub))| {
+            let o = c * 4096;
+            for k in 0..dgb.len() {
+                let (a, b, d) = (gv[o + k], uv[o + k], dyv[o + k]);
+                let s = sigmoid(a);
+                dub[k] = d * a * s;
+                dgb[k] = d * b * s * (1.0 + a * (1.0 - s));
+            }
+        });
+    (dg, du)
 }
 
 /// `silu(g) * u`, differentiable in both.
