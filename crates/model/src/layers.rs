@@ -109,6 +109,10 @@ impl Linear {
     pub fn weight(&self) -> &LinearWeight {
         &self.weight
     }
+    /// The bias, if any (added after the product, in f32).
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref()
+    }
     /// The weight of a dense linear without bias (`y = x W^T` exactly), for ops that fuse
     /// the product with what follows it.
     pub fn dense_weight(&self) -> Option<&Tensor> {

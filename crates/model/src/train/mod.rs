@@ -450,11 +450,15 @@ impl TrainModel {
         lin: &crate::layers::Linear,
         x: &Tensor,
     ) -> Result<Tensor> {
-        let y = match lin.dense_weight() {
-            Some(w)
+        let y = match lin.weight() {
+            crate::weights::LinearWeight::Dense(w)
                 if w.dtype() == DType::F32 && x.dtype() == DType::F32 && x.device().is_cpu() =>
             {
-                linear::linear(x, w)?
+                let y = linear::linear(x, w)?;
+                match lin.bias() {
+                    Some(b) => y.broadcast_add(b)?,
+                    None => y,
+                }
             }
             _ => lin.forward(x)?,
         };
@@ -526,19 +530,12 @@ pub(crate) fn contiguous<'a>(
     }
 }
 
-/// Runs `f` on the elements of an f32 CPU tensor in row-major order: borrowed when the
-/// tensor is contiguous (a backward pass reads its inputs where they are), copied otherwise.
+/// [`crate::cpu::with_elems`] for the backward of a custom op, whose errors are candle's.
 pub(crate) fn with_f32<R>(
     t: &Tensor,
     f: impl FnOnce(&[f32]) -> candle_core::Result<R>,
 ) -> candle_core::Result<R> {
-    if t.is_contiguous() {
-        let (s, l) = t.storage_and_layout();
-        if let candle_core::Storage::Cpu(c) = &*s {
-            return f(contiguous(c, l, "a training op")?);
-        }
-    }
-    f(&t.flatten_all()?.to_vec1::<f32>()?)
+    crate::cpu::with_elems::<f32, _>(t, f).map_err(|e| candle_core::Error::Msg(e.to_string()))?
 }
 
 #[cfg(test)]
