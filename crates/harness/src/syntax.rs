@@ -65,6 +65,23 @@ impl CallSyntax {
         CallSyntax::ALL.into_iter().find(|c| c.as_str() == s)
     }
 
+    /// The text that opens a call in this syntax. A reply to viewers that still holds it
+    /// shows them tool-call markup (a call the parser did not take, or one in another
+    /// harness's syntax), so the scorer treats it as prompt scaffolding.
+    pub fn marker(self) -> &'static str {
+        match self {
+            CallSyntax::JsonTags => "<tool_call>",
+            CallSyntax::JsonBlock => "```tool",
+            CallSyntax::Function => "CALL ",
+            CallSyntax::XmlInvoke => "<invoke",
+            CallSyntax::Bracket => "[[",
+            CallSyntax::ToolUse => "<tool_use>",
+            CallSyntax::React => "Action Input:",
+            CallSyntax::FunctionTag => "<function=",
+            CallSyntax::CallAttr => "<call tool=",
+        }
+    }
+
     /// Writes one call in this syntax.
     pub fn format(self, call: &ToolCall) -> String {
         let args = if call.arguments.is_object() {

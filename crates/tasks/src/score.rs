@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use hat_harness::text::{contains_phrase, find_phrase};
-use hat_harness::{Harness, Op, Target, ToolCall};
+use hat_harness::{CallSyntax, Harness, Op, Target, ToolCall};
 
 use crate::gold::{Expectations, GoldArg};
 use crate::numbers;
@@ -60,7 +60,8 @@ impl Score {
     }
 }
 
-/// Markers of the prompt's structure that never belong in a reply.
+/// Markers of the prompt's structure that never belong in a reply (besides every call
+/// syntax's [`CallSyntax::marker`], see [`scaffolding_in`]).
 pub const SCAFFOLDING: &[&str] = &[
     "[comment]",
     "[viewer_join]",
@@ -70,12 +71,18 @@ pub const SCAFFOLDING: &[&str] = &[
     "[note]",
     "[tool_result",
     "[runtime]",
-    "<tool_call>",
     "</tool_call>",
-    "<invoke",
-    "```tool",
-    "CALL ",
 ];
+
+/// The first piece of prompt scaffolding or tool-call markup (of any call syntax, not only
+/// the harness's own) that `reply` contains: text viewers would see on screen.
+pub fn scaffolding_in(reply: &str) -> Option<&'static str> {
+    CallSyntax::ALL
+        .iter()
+        .map(|c| c.marker())
+        .chain(SCAFFOLDING.iter().copied())
+        .find(|m| reply.contains(m))
+}
 
 pub const COMPONENTS: [&str; 5] = ["format", "calls", "arguments", "facts", "constraints"];
 
@@ -180,7 +187,7 @@ pub fn score(exp: &Expectations, harness: &Harness, attempt: &Attempt) -> Score 
     }
     // Prompt scaffolding in a reply means the model echoed its input instead
     // of answering; viewers would see it on screen.
-    if let Some(m) = SCAFFOLDING.iter().find(|m| reply.contains(*m)) {
+    if let Some(m) = scaffolding_in(reply) {
         fmt.push(format!("the reply contains prompt scaffolding `{m}`"));
     }
     if attempt.calls.len() > exp.max_calls.max(exp.calls.len()) * 2 {
@@ -348,5 +355,39 @@ pub fn score(exp: &Expectations, harness: &Harness, attempt: &Attempt) -> Score 
     Score {
         pass: comps.iter().all(|c| c.pass),
         components: comps,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_left_in_a_reply_is_scaffolding_in_every_syntax() {
+        let call = ToolCall {
+            name: "get_price".into(),
+            arguments: serde_json::json!({"product": 3}),
+        };
+        for syntax in CallSyntax::ALL {
+            let reply = format!("Sure! {} It is on sale.", syntax.format(&call));
+            assert_eq!(
+                scaffolding_in(&reply),
+                Some(syntax.marker()),
+                "{} call left in a reply",
+                syntax.as_str()
+            );
+        }
+        assert_eq!(scaffolding_in("[comment] ann: hi"), Some("[comment]"));
+    }
+
+    #[test]
+    fn plain_replies_hold_no_scaffolding() {
+        for reply in [
+            "Hi ann, welcome! The hoodie is $39.90 and size M is in stock.",
+            "Call us any time, the action starts at 8 pm: function over form!",
+            "我们的连帽衫有M码，价格39.90元。",
+        ] {
+            assert_eq!(scaffolding_in(reply), None, "{reply}");
+        }
     }
 }
