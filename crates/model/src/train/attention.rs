@@ -95,6 +95,25 @@ unsafe fn mm(
     )
 }
 
+/// `c (m x n, row-major) = [c +] a b`, with `a` and `b` given by (pointer, row stride,
+/// column stride), on every thread of the pool (one thread: no pool at all).
+///
+/// # Safety
+/// The pointers must cover the matrices their strides describe.
+pub(super) unsafe fn gemm_par(
+    (m, n, k): (usize, usize, usize),
+    c: *mut f32,
+    accumulate: bool,
+    a: (*const f32, usize, usize),
+    b: (*const f32, usize, usize),
+) {
+    let par = match rayon::current_num_threads() {
+        0 | 1 => gemm::Parallelism::None,
+        n => gemm::Parallelism::Rayon(n),
+    };
+    gemm_on((m, n, k), c, n, accumulate, a, b, 1.0, par)
+}
+
 /// [`mm`] with the given parallelism.
 ///
 /// # Safety

@@ -16,28 +16,13 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 
+use super::attention::gemm_par;
 use super::contiguous;
 
 /// Loss rows per chunk: the logits of one chunk are `CHUNK x vocab` floats (25 MB for
 /// SmolLM2), and `dW`'s GEMM has `CHUNK` as its inner dimension, long enough to run near
 /// the GEMM's peak.
 const CHUNK: usize = 128;
-
-/// `c (m x n, row-major) = [c +] a b`, with `a` and `b` given by (pointer, row stride,
-/// column stride), on every thread of the pool.
-///
-/// # Safety
-/// The pointers must cover the matrices their strides describe.
-unsafe fn gemm_par(
-    (m, n, k): (usize, usize, usize),
-    c: *mut f32,
-    accumulate: bool,
-    a: (*const f32, usize, usize),
-    b: (*const f32, usize, usize),
-) {
-    let par = gemm::Parallelism::Rayon(rayon::current_num_threads());
-    super::attention::gemm_on((m, n, k), c, n, accumulate, a, b, 1.0, par)
-}
 
 /// `(dX, dW)` as the forward computes them.
 type Grads = (Vec<f32>, Vec<f32>);

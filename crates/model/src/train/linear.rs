@@ -9,7 +9,7 @@
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 
-use super::attention::gemm_on;
+use super::attention::gemm_par;
 use super::{contiguous, with_f32};
 use crate::error::Result;
 
@@ -18,13 +18,6 @@ struct LinearOp {
     grad_w: bool,
     /// Whether the input wants one (false for the first layer of a frozen embedding).
     grad_x: bool,
-}
-
-fn parallelism() -> gemm::Parallelism {
-    match rayon::current_num_threads() {
-        0 | 1 => gemm::Parallelism::None,
-        n => gemm::Parallelism::Rayon(n),
-    }
 }
 
 /// `c (m x n) = a (m x k) * b (k x n)` into a new vector, strides `(row, column)` in elements.
@@ -36,17 +29,14 @@ fn product(
     let mut c = Vec::with_capacity(m * n);
     // SAFETY: `a` and `b` cover the matrices their strides describe (checked by the callers'
     // shapes); the GEMM writes every one of the m * n elements of `c` (not accumulating, and
-    // `gemm_on` fills an empty product with zeros) before the length is set.
+    // `gemm_par` fills an empty product with zeros) before the length is set.
     unsafe {
-        gemm_on(
+        gemm_par(
             (m, n, k),
             c.as_mut_ptr(),
-            n,
             false,
             (a.0.as_ptr(), a.1, a.2),
             (b.0.as_ptr(), b.1, b.2),
-            1.0,
-            parallelism(),
         );
         c.set_len(m * n);
     }
