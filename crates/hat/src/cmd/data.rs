@@ -175,7 +175,7 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
         model_name: a.model.clone(),
     };
     let started = std::time::Instant::now();
-    let pb = crate::progress::bar(0, "prompts");
+    let pb = crate::progress::terminal_bar(0, "prompts");
     let from = resumed.unwrap_or_default();
     let stats = hat_train::replay::generate(&engine, &cfg, from, &mut |records, stats| {
         writer.append(&records, stats)?;

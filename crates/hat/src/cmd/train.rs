@@ -344,7 +344,7 @@ pub(crate) fn report(bar: &mut Option<indicatif::ProgressBar>, e: Event) {
         Event::Resumed(s) => eprintln!("resumed at step {} (epoch {})", s.step, s.epoch),
         Event::Step(m, total) => {
             let pb = bar.get_or_insert_with(|| {
-                let pb = crate::progress::bar(total as u64, "train");
+                let pb = crate::progress::terminal_bar(total as u64, "train");
                 pb.set_style(
                     indicatif::ProgressStyle::with_template(
                         "{prefix} [{bar:30}] {pos}/{len} eta {eta} {msg}",
