@@ -16,6 +16,12 @@ pub const LOG_EVERY: Duration = Duration::from_secs(30);
 pub fn bar(total: u64, what: &str) -> ProgressBar {
     let pb = terminal_bar(total, what);
     if !std::io::stderr().is_terminal() {
+        // indicatif's rate and ETA misread positions that jump (items come back a batch at a
+        // time; a resume starts at the items on disk), so a log line shows the elapsed time.
+        pb.set_style(
+            ProgressStyle::with_template("{msg} {pos}/{len} elapsed {elapsed_precise}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
         pb.set_draw_target(ProgressDrawTarget::term_like_with_hz(
             Box::new(LogLines::new(io::stderr(), LOG_EVERY)),
             1,
