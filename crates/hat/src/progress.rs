@@ -16,18 +16,23 @@ pub const LOG_EVERY: Duration = Duration::from_secs(30);
 pub fn bar(total: u64, what: &str) -> ProgressBar {
     let pb = terminal_bar(total, what);
     if !std::io::stderr().is_terminal() {
-        // indicatif's rate and ETA misread positions that jump (items come back a batch at a
-        // time; a resume starts at the items on disk), so a log line shows the elapsed time.
-        pb.set_style(
-            ProgressStyle::with_template("{msg} {pos}/{len} elapsed {elapsed_precise}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        pb.set_draw_target(ProgressDrawTarget::term_like_with_hz(
-            Box::new(LogLines::new(io::stderr(), LOG_EVERY)),
-            1,
-        ));
+        log_to(&pb, io::stderr(), LOG_EVERY);
     }
     pb
+}
+
+/// Sends `pb`'s redraws to `out` as plain lines, at most one per `every`.
+fn log_to<W: Write + Send + std::fmt::Debug + 'static>(pb: &ProgressBar, out: W, every: Duration) {
+    // indicatif's rate and ETA misread positions that jump (items come back a batch at a time;
+    // a resume starts at the items on disk), so a log line shows the elapsed time.
+    pb.set_style(
+        ProgressStyle::with_template("{msg} {pos}/{len} elapsed {elapsed_precise}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    pb.set_draw_target(ProgressDrawTarget::term_like_with_hz(
+        Box::new(LogLines::new(out, every)),
+        1,
+    ));
 }
 
 /// A bar drawn on a terminal only: for callers that write their own log lines when stderr is
@@ -115,15 +120,16 @@ impl<W: Write + Send + std::fmt::Debug> TermLike for LogLines<W> {
     fn flush(&self) -> io::Result<()> {
         let every = self.every;
         self.with(|st| {
-            let line = st.pending.trim().to_string();
-            st.pending.clear();
             let due = st.last.is_none_or(|t| t.elapsed() >= every);
-            if line.is_empty() || !due {
-                return Ok(());
-            }
-            st.last = Some(Instant::now());
-            writeln!(st.out, "{line}")?;
-            st.out.flush()
+            let line = st.pending.trim();
+            let written = if due && !line.is_empty() {
+                st.last = Some(Instant::now());
+                writeln!(st.out, "{line}").and_then(|()| st.out.flush())
+            } else {
+                Ok(())
+            };
+            st.pending.clear();
+            written
         })
     }
 }
@@ -153,10 +159,7 @@ mod tests {
 
     fn logged_bar(out: &Shared, every: Duration) -> ProgressBar {
         let pb = terminal_bar(10, "lsqa");
-        pb.set_draw_target(ProgressDrawTarget::term_like(Box::new(LogLines::new(
-            out.clone(),
-            every,
-        ))));
+        log_to(&pb, out.clone(), every);
         pb
     }
 
