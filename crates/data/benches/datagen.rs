@@ -17,6 +17,7 @@ fn bench(c: &mut Criterion) {
         tasks: 500,
         seed: 1,
         group: 1,
+        shared_scene: false,
         mix: Default::default(),
     };
     let st = states(&dir, cfg.variants, cfg.pool, cfg.seed).unwrap();

@@ -40,6 +40,10 @@ pub struct GenConfig {
     /// K > 1 gives runs of K tasks of one stream one state, so trajectories share their system
     /// prompt's harness and stream parts and pack together in training.
     pub group: usize,
+    /// With `group` > 1: each run of `group` tasks is one scene as well (the same product on
+    /// stage and the same recent activity), so their system prompts are identical and their
+    /// trajectories pack whole instead of sharing only the part before the scene.
+    pub shared_scene: bool,
     /// How often each task kind is drawn (the default: every kind equally often).
     pub mix: KindMix,
 }
@@ -135,13 +139,26 @@ pub fn generate(
 ) -> Result<GenReport, DataError> {
     let started = Instant::now();
     let mut worlds = WorldCache::default();
-    let tasks = TaskSet::generate_kinds(
-        Split::Train,
-        cfg.tasks,
-        cfg.seed,
-        &cfg.mix.rotation(),
-        &mut worlds,
-    )?;
+    let group = cfg.group.max(1);
+    let scenes = cfg.shared_scene && group > 1;
+    let tasks = if scenes {
+        TaskSet::generate_scenes(
+            Split::Train,
+            cfg.tasks,
+            cfg.seed,
+            &cfg.mix.rotation(),
+            &mut worlds,
+            group,
+        )?
+    } else {
+        TaskSet::generate_kinds(
+            Split::Train,
+            cfg.tasks,
+            cfg.seed,
+            &cfg.mix.rotation(),
+            &mut worlds,
+        )?
+    };
     let mut report = GenReport {
         attempted: 0,
         written: 0,
@@ -159,9 +176,9 @@ pub fn generate(
     };
     let tools: Vec<Value> = states.iter().map(|s| s.harness.openai_tools()).collect();
     let mut line = Vec::with_capacity(16 * 1024);
-    let group = cfg.group.max(1);
     let mut order: Vec<usize> = (0..tasks.len()).collect();
-    if group > 1 {
+    // scenes come out as runs of `group` already
+    if group > 1 && !scenes {
         // tasks of one stream together, so each run of `group` shares stream and state
         order.sort_by_key(|&i| tasks[i].world_seed);
     }

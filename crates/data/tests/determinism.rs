@@ -14,6 +14,7 @@ fn run(seed: u64) -> Vec<u8> {
         tasks: 120,
         seed,
         group: 1,
+        shared_scene: false,
         mix: Default::default(),
     };
     let st = states(&dir, cfg.variants, cfg.pool, seed).unwrap();

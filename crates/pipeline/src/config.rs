@@ -25,6 +25,9 @@ pub struct DataSection {
     pub tasks: usize,
     pub variants: usize,
     pub group: usize,
+    /// Each run of `group` tasks is also one scene (product on stage, recent activity), as
+    /// `hat data gen --shared-scene` draws them: identical system prompts that pack whole.
+    pub shared_scene: bool,
     pub seed: u64,
     /// How often each task kind is drawn, as `hat data gen --kind-weights` reads it
     /// (`compare=3,greet_join=0`; empty: every kind equally often).
@@ -50,6 +53,7 @@ impl Default for DataSection {
             tasks: 3000,
             variants: 32,
             group: 16,
+            shared_scene: false,
             seed: 1,
             kind_weights: String::new(),
         }

@@ -93,6 +93,7 @@ fn data(
         tasks: d.tasks,
         seed: d.seed,
         group: d.group,
+        shared_scene: d.shared_scene,
         mix: d.mix()?,
     };
     let states = hat_data::gen::states(

@@ -226,6 +226,39 @@ fn templates_with<'a>(
         .collect()
 }
 
+/// What tasks of one scene share besides their world: the product on stage and the recent
+/// activity the prompt shows. Under one harness state such tasks render the same system
+/// prompt, so their trajectories pack whole in training (see [`crate::TaskSet::generate_scenes`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scene {
+    pub on_stage: Product,
+    pub recent: Vec<String>,
+}
+
+impl Scene {
+    /// A scene of `cat`'s stream: a product on stage and 0-2 lines of recent activity.
+    pub fn draw(cat: &Catalog, split: Split, rng: &mut ChaCha8Rng) -> Scene {
+        Scene {
+            on_stage: pick(rng, &cat.products).clone(),
+            recent: recent_lines(rng, split),
+        }
+    }
+}
+
+/// Recent stream activity: 0-2 joins or gifts by viewers of the split's name pool.
+fn recent_lines(rng: &mut ChaCha8Rng, split: Split) -> Vec<String> {
+    (0..rng.gen_range(0..3))
+        .map(|_| {
+            let who = viewer_name(rng, split);
+            if rng.gen_bool(0.5) {
+                format!("{who} joined")
+            } else {
+                format!("{who} sent a {}", pick(rng, GIFTS))
+            }
+        })
+        .collect()
+}
+
 /// Generates task number `index` of `kind` in `world`.
 pub fn generate(
     kind: TaskKind,
@@ -235,8 +268,24 @@ pub fn generate(
     index: usize,
     rng: &mut ChaCha8Rng,
 ) -> Option<Task> {
+    generate_in(kind, split, cat, world_seed, index, rng, None)
+}
+
+/// [`generate`], in a given scene when `scene` is set: its product is on stage (the task's
+/// "this" refers to it) and its recent activity is shown. The draws from `rng` are the same
+/// either way, so `None` gives exactly the task [`generate`] always gave.
+pub fn generate_in(
+    kind: TaskKind,
+    split: Split,
+    cat: &Catalog,
+    world_seed: u64,
+    index: usize,
+    rng: &mut ChaCha8Rng,
+    scene: Option<&Scene>,
+) -> Option<Task> {
     let bank = Bank::get(split);
-    let on_stage = pick(rng, &cat.products).clone();
+    let drawn = pick(rng, &cat.products);
+    let on_stage = scene.map_or(drawn, |s| &s.on_stage).clone();
     let viewer = viewer_name(rng, split);
     let (zh, bank_kind) = match kind {
         TaskKind::Chinese => {
@@ -660,16 +709,8 @@ pub fn generate(
             _ => return None,
         },
     };
-    let recent = (0..rng.gen_range(0..3))
-        .map(|_| {
-            let who = viewer_name(rng, split);
-            if rng.gen_bool(0.5) {
-                format!("{who} joined")
-            } else {
-                format!("{who} sent a {}", pick(rng, GIFTS))
-            }
-        })
-        .collect();
+    let recent = recent_lines(rng, split);
+    let recent = scene.map_or(recent, |s| s.recent.clone());
     Some(Task {
         id: format!(
             "{}-{:016x}-{index:05}-{}",

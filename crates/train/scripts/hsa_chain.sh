@@ -15,7 +15,9 @@
 #   KIND_WEIGHTS=compare=3,variant_stock=3,... passes `--kind-weights` to the data generated
 #   while it is set (a leg whose data files exist keeps them; docs/results.md "A third leg
 #   with the failing task kinds drawn more often"). STEPS=N trains N one-pack steps a leg
-#   instead of the preset's 120 (`--max-steps`).
+#   instead of the preset's 120 (`--max-steps`). SCENE=1 draws a leg's data with
+#   `--shared-scene` (each group of 16 is one scene: identical system prompts, so a pack holds
+#   the whole group; files named *-sc.jsonl; docs/results.md "Shared scenes").
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 HAT=${HAT:-target/release/hat}
@@ -23,6 +25,8 @@ weights=()
 [ -n "${KIND_WEIGHTS:-}" ] && weights=(--kind-weights "$KIND_WEIGHTS")
 steps=()
 [ -n "${STEPS:-}" ] && steps=(--max-steps "$STEPS")
+scene=(); sc=
+[ -n "${SCENE:-}" ] && { scene=(--shared-scene); sc=-sc; }
 [ -x "$HAT" ] || { echo "no hat binary at $HAT: cargo build --release -p hat, or set HAT" >&2; exit 2; }
 [ $# -gt 0 ] || { echo "usage: crates/train/scripts/hsa_chain.sh LEG... (e.g. 1 2 3)" >&2; exit 2; }
 prev=default
@@ -33,10 +37,10 @@ for leg in "$@"; do
   [ "$leg" -gt 1 ] && prev=runs/chain-leg$((leg - 1))-hf
   echo "leg $leg: seeds $s1/$s2/$s3 from $prev -> $out ($(date -u +%H:%M))"
   if [ ! -f "$out/model-q8_0.gguf" ]; then
-    [ -f runs/chain-hsa-s$s1.jsonl ] || {
-      $HAT data gen --tasks 2000 --variants 120 --group 16 --seed $s1 "${weights[@]}" --out runs/hsa-v120-s$s1.jsonl
-      $HAT data gen --tasks 8000 --variants 480 --group 16 --seed $s3 "${weights[@]}" --out runs/hsa-v480-s$s3.jsonl
-      python3 - runs/hsa-v120-s$s1.jsonl runs/hsa-v480-s$s3.jsonl runs/chain-hsa-s$s1.jsonl <<'PY'
+    [ -f runs/chain-hsa-s$s1$sc.jsonl ] || {
+      $HAT data gen --tasks 2000 --variants 120 --group 16 --seed $s1 "${weights[@]}" "${scene[@]}" --force --out runs/hsa-v120-s$s1$sc.jsonl
+      $HAT data gen --tasks 8000 --variants 480 --group 16 --seed $s3 "${weights[@]}" "${scene[@]}" --force --out runs/hsa-v480-s$s3$sc.jsonl
+      python3 - runs/hsa-v120-s$s1$sc.jsonl runs/hsa-v480-s$s3$sc.jsonl runs/chain-hsa-s$s1$sc.jsonl <<'PY'
 import json, re, sys
 CODE = ('amber', 'cobalt', 'crimson', 'dusty', 'golden', 'hazel', 'ivory', 'jade', 'lunar',
         'misty', 'olive', 'quiet', 'rapid', 'silver', 'solar', 'swift', 'velvet', 'windy')
@@ -53,10 +57,10 @@ open(sys.argv[3], 'w').writelines(l for g in keep for l in g)
 print(len(keep), 'groups,', len([g for g in keep if meaningless(g[0])]), 'with meaningless names')
 PY
     }
-    [ -f runs/fh-s$s2.jsonl ] || $HAT data gen --tasks 1000 --variants 0 --group 16 --seed $s2 "${weights[@]}" --out runs/fh-s$s2.jsonl
+    [ -f runs/fh-s$s2$sc.jsonl ] || $HAT data gen --tasks 1000 --variants 0 --group 16 --seed $s2 "${weights[@]}" "${scene[@]}" --out runs/fh-s$s2$sc.jsonl
     resume=()
     ls "$out"/checkpoints/*/state.json >/dev/null 2>&1 && resume=(--resume)
-    $HAT train sft --data runs/chain-hsa-s$s1.jsonl,runs/fh-s$s2.jsonl --model $prev --preset cpu --out $out "${steps[@]}" "${resume[@]}"
+    $HAT train sft --data runs/chain-hsa-s$s1$sc.jsonl,runs/fh-s$s2$sc.jsonl --model $prev --preset cpu --out $out "${steps[@]}" "${resume[@]}"
   fi
   [ -d "$out-hf" ] || $HAT train export $out --format hf --out $out-hf
   if [ ! -f runs/eval-chain-leg$leg/results.json ]; then

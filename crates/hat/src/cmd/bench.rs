@@ -128,6 +128,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 tasks,
                 seed: 7,
                 group: 1,
+                shared_scene: false,
                 mix: Default::default(),
             };
             let states = gen::states(&harness, variants, pool, cfg.seed)?;

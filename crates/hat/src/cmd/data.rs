@@ -46,6 +46,12 @@ pub struct GenArgs {
     /// state, whose trajectories share their prompt prefix and pack together in training.
     #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     group: usize,
+    /// With --group K > 1: each run of K tasks also shares one scene (the product on stage
+    /// and the recent activity the prompt shows), so under one harness state their system
+    /// prompts are identical and a training pack holds the whole group, not only the part of
+    /// the prompt before the scene.
+    #[arg(long)]
+    shared_scene: bool,
     /// How often each task kind is drawn: KIND=WEIGHT pairs, e.g. `compare=3,greet_join=0`
     /// (whole numbers 0-100; kinds not named keep weight 1; unset: every kind equally often).
     #[arg(long)]
@@ -229,6 +235,9 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
     if a.tasks == 0 {
         bail!("--tasks must be at least 1");
     }
+    if a.shared_scene && a.group < 2 {
+        bail!("--shared-scene makes each run of --group K tasks one scene: pass --group K with K > 1 (e.g. --group 16)");
+    }
     if a.out.exists() && !a.resume && !a.force {
         bail!(
             "{} exists; pass --resume to continue it or --force to replace it",
@@ -264,6 +273,7 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
         tasks: a.tasks,
         seed: a.seed,
         group: a.group,
+        shared_scene: a.shared_scene,
         mix: a.kind_weights.clone().unwrap_or_default(),
     };
     let states = gen::states(&a.harness, a.variants, pool, a.seed)?;
