@@ -377,6 +377,54 @@ fn data_gen_kind_weights_shape_the_task_mix() {
 }
 
 #[test]
+fn data_gen_shared_scene_gives_each_group_one_system_prompt() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("sc.jsonl");
+    hat()
+        .args([
+            "data",
+            "gen",
+            "--variants",
+            "2",
+            "--tasks",
+            "24",
+            "--group",
+            "8",
+            "--shared-scene",
+            "--harness",
+        ])
+        .arg(production())
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "shared scenes: each run of 8 tasks",
+        ));
+    let systems: Vec<String> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["messages"][0]["content"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(systems.len(), 24);
+    for g in systems.chunks(8) {
+        assert!(g.iter().all(|s| *s == g[0]), "one system prompt per group");
+    }
+    assert!(systems[0] != systems[8] && systems[8] != systems[16]);
+    // a scene needs a group to share it
+    fails_cleanly(
+        hat()
+            .args(["data", "gen", "--tasks", "4", "--shared-scene", "--out"])
+            .arg(d.path().join("x.jsonl")),
+    )
+    .stderr(predicate::str::contains("pass --group K with K > 1"));
+    assert!(!d.path().join("x.jsonl").exists());
+}
+
+#[test]
 fn data_gen_with_openai_teacher_needs_an_endpoint() {
     let d = tempfile::tempdir().unwrap();
     fails_cleanly(

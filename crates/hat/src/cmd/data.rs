@@ -331,6 +331,12 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
     if !cfg.mix.is_uniform() {
         println!("  task kinds weighted: {} (others 1)", cfg.mix);
     }
+    if cfg.shared_scene {
+        println!(
+            "  shared scenes: each run of {} tasks shares the product on stage and the recent activity",
+            cfg.group
+        );
+    }
     for r in report.rejections.iter().take(5) {
         println!("  rejected {}", hat_harness::text::terminal_safe(r));
     }
