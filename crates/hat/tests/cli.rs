@@ -319,6 +319,21 @@ fn data_gen_writes_chat_jsonl_and_stats_reads_it() {
     .stderr(predicate::str::contains("bad.jsonl:1"));
 }
 
+/// The string at JSON `pointer` in every line of a JSONL file.
+fn jsonl_strings(path: &Path, pointer: &str) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v.pointer(pointer)
+                .and_then(|x| x.as_str())
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
 #[test]
 fn data_gen_kind_weights_shape_the_task_mix() {
     let d = tempfile::tempdir().unwrap();
@@ -343,14 +358,7 @@ fn data_gen_kind_weights_shape_the_task_mix() {
         .stdout(predicate::str::contains(
             "task kinds weighted: compare=4,greet_join=0",
         ));
-    let types: Vec<String> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            v["task_type"].as_str().unwrap().to_string()
-        })
-        .collect();
+    let types = jsonl_strings(&out, "/task_type");
     // 40 draws over a rotation of 22 (19 kinds once, compare four times): 8 compare tasks
     assert!(!types.iter().any(|t| t == "greet_join"), "{types:?}");
     assert_eq!(
@@ -401,14 +409,7 @@ fn data_gen_shared_scene_gives_each_group_one_system_prompt() {
         .stdout(predicate::str::contains(
             "shared scenes: each run of 8 tasks",
         ));
-    let systems: Vec<String> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            v["messages"][0]["content"].as_str().unwrap().to_string()
-        })
-        .collect();
+    let systems = jsonl_strings(&out, "/messages/0/content");
     assert_eq!(systems.len(), 24);
     for g in systems.chunks(8) {
         assert!(g.iter().all(|s| *s == g[0]), "one system prompt per group");

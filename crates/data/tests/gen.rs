@@ -1,25 +1,28 @@
-//! `--shared-scene`: each run of `group` trajectories shows one identical system prompt (one
-//! harness state, one stream, one product on stage), so training packs the whole group on it;
-//! without it only the part of the prompt before the scene is shared.
+//! `hat data gen` as a library: the same seed gives the same dataset bytes, a different seed
+//! different data; with `shared_scene` each run of `group` trajectories shows one identical
+//! system prompt (one harness state, one stream, one product on stage), so training packs the
+//! whole group on it, where without it only the part of the prompt before the scene is shared.
 
 use std::path::Path;
 
 use hat_augment::Pool;
 use hat_data::{generate, states, GenConfig, Record, Teacher};
 
-fn run(shared_scene: bool) -> Vec<Record> {
+/// The dataset bytes of `tasks` oracle trajectories over the production harness and 3 states;
+/// asserts that the oracle passes every task.
+fn run(tasks: usize, seed: u64, group: usize, shared_scene: bool) -> Vec<u8> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
     let cfg = GenConfig {
         harness_dir: dir.clone(),
         variants: 3,
         pool: Pool::Train,
-        tasks: 96,
-        seed: 11,
-        group: 8,
+        tasks,
+        seed,
+        group,
         shared_scene,
         mix: Default::default(),
     };
-    let st = states(&dir, cfg.variants, cfg.pool, cfg.seed).unwrap();
+    let st = states(&dir, cfg.variants, cfg.pool, seed).unwrap();
     let mut out = Vec::new();
     let r = generate(
         &cfg,
@@ -32,10 +35,22 @@ fn run(shared_scene: bool) -> Vec<Record> {
     .unwrap();
     assert_eq!(
         (r.written, r.rejected),
-        (96, 0),
+        (tasks, 0),
         "the oracle passes every task"
     );
-    out.split(|&b| b == b'\n')
+    out
+}
+
+#[test]
+fn generation_is_reproducible() {
+    let a = run(120, 4, 1, false);
+    assert_eq!(a, run(120, 4, 1, false));
+    assert_ne!(a, run(120, 5, 1, false));
+}
+
+fn records(bytes: &[u8]) -> Vec<Record> {
+    bytes
+        .split(|&b| b == b'\n')
         .filter(|l| !l.is_empty())
         .map(|l| serde_json::from_slice(l).unwrap())
         .collect()
@@ -53,7 +68,7 @@ fn whole_groups(recs: &[Record]) -> usize {
 
 #[test]
 fn a_shared_scene_gives_each_group_one_system_prompt() {
-    let recs = run(true);
+    let recs = records(&run(96, 11, 8, true));
     assert_eq!(whole_groups(&recs), 12);
     for g in recs.chunks(8) {
         assert!(g.iter().all(|r| r.harness_hash == g[0].harness_hash));
@@ -61,5 +76,5 @@ fn a_shared_scene_gives_each_group_one_system_prompt() {
         assert!(kinds.len() > 4, "a scene still mixes task kinds: {kinds:?}");
     }
     // the plain draw varies the product on stage inside a group
-    assert!(whole_groups(&run(false)) < 3);
+    assert!(whole_groups(&records(&run(96, 11, 8, false))) < 3);
 }
