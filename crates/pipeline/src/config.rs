@@ -421,6 +421,9 @@ mod tests {
             SftConfig::preset("smoke").unwrap().tokens_per_step
         );
         assert_eq!(c.data.tasks, 200);
+        assert!(!c.data.shared_scene, "plain groups unless asked");
+        let sc = PipelineConfig::from_str("[data]\nshared_scene = true\n", "p.toml").unwrap();
+        assert!(sc.data.shared_scene);
         assert_eq!(c.eval.limit, Some(3));
         assert_eq!(c.rl().unwrap().config.max_steps, 2);
     }
