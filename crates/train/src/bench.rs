@@ -210,7 +210,7 @@ pub fn run(
         &PackConfig {
             max_tokens: PackConfig::default().max_tokens.min(model.max_positions()),
             max_conversations: group.max(1),
-            min_prefix: 64,
+            ..PackConfig::default()
         },
     )?;
     let best = packs

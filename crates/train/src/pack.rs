@@ -22,6 +22,13 @@ pub struct PackConfig {
     pub max_conversations: usize,
     /// Shortest shared prefix worth packing on.
     pub min_prefix: usize,
+    /// Conversations of at most this many tokens that share no such prefix with any other
+    /// (general-ability replay answers: the chat template's short default system prompt at
+    /// most) are packed together anyway, each seeing only itself and whatever prefix they
+    /// happen to share, so that one step holds several of them instead of one. 0: off, the
+    /// behaviour of configs saved before this field existed.
+    #[serde(default)]
+    pub merge_below: usize,
 }
 
 impl Default for PackConfig {
@@ -30,6 +37,9 @@ impl Default for PackConfig {
             max_tokens: 8192,
             max_conversations: 16,
             min_prefix: 64,
+            // below any agent trajectory (its system prompt alone is ~1,500 tokens), so
+            // agent data packs as before; a replay answer is a few hundred
+            merge_below: 1024,
         }
     }
 }
@@ -110,40 +120,66 @@ pub fn pack_group_tagged(
 
 /// Packs samples greedily: sorted by their tokens (so long shared prefixes are neighbours),
 /// then grouped while the shared prefix stays at least `min_prefix` tokens and the pack fits.
-/// Every sample must already fit in `max_tokens`.
+/// Short samples left alone by that are then grouped among themselves whatever they share
+/// (`merge_below`); each such group takes the place of its first member, so data without
+/// short loners packs exactly as without the option. Every sample must already fit in
+/// `max_tokens`.
 pub fn pack(samples: &[Sample], cfg: &PackConfig) -> Result<Vec<Pack>> {
     let mut order: Vec<usize> = (0..samples.len()).collect();
     order.sort_by(|&x, &y| samples[x].tokens.cmp(&samples[y].tokens));
-    let mut packs = Vec::new();
+    if let Some(s) = order
+        .iter()
+        .map(|&i| &samples[i])
+        .find(|s| s.tokens.len() > cfg.max_tokens)
+    {
+        return Err(TrainError::TooLong {
+            sample: s.id.clone(),
+            tokens: s.tokens.len(),
+            limit: cfg.max_tokens,
+        });
+    }
+    let groups = group(samples, &order, cfg, cfg.min_prefix);
+    let short =
+        |g: &(Vec<usize>, usize)| g.0.len() == 1 && samples[g.0[0]].tokens.len() <= cfg.merge_below;
+    let loners: Vec<usize> = groups.iter().filter(|g| short(g)).map(|g| g.0[0]).collect();
+    let mut merged = if loners.len() > 1 {
+        group(samples, &loners, cfg, 0).into_iter().peekable()
+    } else {
+        Vec::new().into_iter().peekable()
+    };
+    let mut packs = Vec::with_capacity(groups.len());
+    for g in groups {
+        let (members, prefix) = if !short(&g) || loners.len() < 2 {
+            g
+        } else if merged.peek().is_some_and(|m| m.0[0] == g.0[0]) {
+            merged.next().expect("peeked")
+        } else {
+            continue; // packed with an earlier loner
+        };
+        let refs: Vec<&Sample> = members.iter().map(|&i| &samples[i]).collect();
+        packs.push(Pack {
+            seq: pack_group(&refs, prefix)?,
+            unpacked_tokens: refs.iter().map(|s| s.tokens.len()).sum(),
+            members,
+        });
+    }
+    Ok(packs)
+}
+
+/// The greedy grouping of [`pack`] over `order` (sorted by tokens): members and the prefix
+/// they share (a lone sample's whole length).
+fn group(
+    samples: &[Sample],
+    order: &[usize],
+    cfg: &PackConfig,
+    min_prefix: usize,
+) -> Vec<(Vec<usize>, usize)> {
+    let mut groups = Vec::new();
     let mut group: Vec<usize> = Vec::new();
     let mut prefix = 0usize;
     let mut tails = 0usize;
-    let flush = |group: &mut Vec<usize>, prefix: usize, packs: &mut Vec<Pack>| -> Result<()> {
-        if group.is_empty() {
-            return Ok(());
-        }
-        let members: Vec<&Sample> = group.iter().map(|&i| &samples[i]).collect();
-        let p = if members.len() == 1 {
-            members[0].tokens.len()
-        } else {
-            prefix
-        };
-        packs.push(Pack {
-            seq: pack_group(&members, p)?,
-            unpacked_tokens: members.iter().map(|s| s.tokens.len()).sum(),
-            members: std::mem::take(group),
-        });
-        Ok(())
-    };
-    for &i in &order {
+    for &i in order {
         let s = &samples[i];
-        if s.tokens.len() > cfg.max_tokens {
-            return Err(TrainError::TooLong {
-                sample: s.id.clone(),
-                tokens: s.tokens.len(),
-                limit: cfg.max_tokens,
-            });
-        }
         if let Some(&g0) = group.first() {
             let shared = if group.len() == 1 {
                 lcp(&samples[g0].tokens, &s.tokens)
@@ -151,32 +187,31 @@ pub fn pack(samples: &[Sample], cfg: &PackConfig) -> Result<Vec<Pack>> {
                 prefix.min(lcp(&samples[g0].tokens, &s.tokens))
             };
             // tails grow when the shared prefix shrinks
-            let len_with = |p: usize| {
-                let old_tails = if group.len() == 1 {
-                    samples[g0].tokens.len() - p
-                } else {
-                    tails + group.len() * (prefix - p)
-                };
-                (p, old_tails + s.tokens.len() - p)
+            let old_tails = if group.len() == 1 {
+                samples[g0].tokens.len() - shared
+            } else {
+                tails + group.len() * (prefix - shared)
             };
-            let (p, new_tails) = len_with(shared);
+            let new_tails = old_tails + s.tokens.len() - shared;
             if group.len() < cfg.max_conversations
-                && shared >= cfg.min_prefix
-                && p + new_tails <= cfg.max_tokens
+                && shared >= min_prefix
+                && shared + new_tails <= cfg.max_tokens
             {
                 group.push(i);
-                prefix = p;
+                prefix = shared;
                 tails = new_tails;
                 continue;
             }
-            flush(&mut group, prefix, &mut packs)?;
+            groups.push((std::mem::take(&mut group), prefix));
         }
         group.push(i);
         prefix = s.tokens.len();
         tails = 0;
     }
-    flush(&mut group, prefix, &mut packs)?;
-    Ok(packs)
+    if !group.is_empty() {
+        groups.push((group, prefix));
+    }
+    groups
 }
 
 #[cfg(test)]
@@ -206,6 +241,7 @@ mod tests {
             max_tokens: 100,
             max_conversations: 8,
             min_prefix: 3,
+            merge_below: 0,
         };
         let packs = pack(&s, &cfg).unwrap();
         assert_eq!(packs.len(), 2);
@@ -246,11 +282,100 @@ mod tests {
             max_tokens: 12,
             max_conversations: 3,
             min_prefix: 2,
+            merge_below: 0,
         };
         let packs = pack(&s, &cfg).unwrap();
         for p in &packs {
             assert!(p.seq.len() <= 12 && p.members.len() <= 3);
         }
         assert_eq!(packs.iter().map(|p| p.members.len()).sum::<usize>(), 10);
+    }
+
+    #[test]
+    fn short_loners_are_packed_together_and_nothing_else_changes() {
+        let m = |n: usize| (0..n).map(|i| i > 0).collect::<Vec<_>>();
+        let s = vec![
+            sample(&[5, 1, 1, 1], &m(4)),             // loner, short
+            sample(&[1, 2, 3, 4, 5], &m(5)),          // a prefix group ...
+            sample(&[1, 2, 3, 4, 6], &m(5)),          // ... of two
+            sample(&[7, 7, 7, 7, 7, 7, 7, 7], &m(8)), // loner, too long to merge
+            sample(&[6, 2], &m(2)),                   // loner, short
+            sample(&[5, 1, 2], &m(3)),                // loner, short (shares only [5, 1])
+        ];
+        let cfg = |merge_below| PackConfig {
+            max_tokens: 100,
+            max_conversations: 8,
+            min_prefix: 3,
+            merge_below,
+        };
+        let plain = pack(&s, &cfg(0)).unwrap();
+        let members = |ps: &[Pack]| ps.iter().map(|p| p.members.clone()).collect::<Vec<_>>();
+        // sorted: [1,2,3,4,5] [1,2,3,4,6] | [5,1,1,1] | [5,1,2] | [6,2] | [7 x 8]
+        assert_eq!(
+            members(&plain),
+            vec![vec![1, 2], vec![0], vec![5], vec![4], vec![3]]
+        );
+        let merged = pack(&s, &cfg(4)).unwrap();
+        // the three short loners become one pack where the first of them was
+        assert_eq!(members(&merged), vec![vec![1, 2], vec![0, 5, 4], vec![3]]);
+        let p = &merged[1];
+        // shared prefix: none across all three ([5,1] is only shared by two)
+        assert_eq!(p.seq.ids, vec![5, 1, 1, 1, 5, 1, 2, 6, 2]);
+        assert_eq!(p.seq.positions, vec![0, 1, 2, 3, 0, 1, 2, 0, 1]);
+        assert!(!p.seq.visible.sees(4, 3) && p.seq.visible.sees(8, 7) && !p.seq.visible.sees(8, 4));
+        assert_eq!(p.unpacked_tokens, 9);
+        let targets: usize = p.members.iter().map(|&i| s[i].loss_tokens()).sum();
+        assert_eq!(p.seq.targets.len(), targets);
+        // with no short loners at all, the option changes nothing
+        let agent: Vec<Sample> = s[1..4].to_vec();
+        assert_eq!(
+            members(&pack(&agent, &cfg(0)).unwrap()),
+            members(&pack(&agent, &cfg(4)).unwrap())
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever the options: every sample lands in exactly one pack, within the limits,
+        /// and each member reads back as its own tokens (the shared rows, then its segment).
+        #[test]
+        fn every_sample_packs_once_and_reads_back(
+            toks in proptest::collection::vec(proptest::collection::vec(0u32..3, 1..12), 1..24),
+            max_conversations in 1usize..6,
+            min_prefix in 0usize..5,
+            merge_below in 0usize..14,
+        ) {
+            let s: Vec<Sample> = toks
+                .iter()
+                .map(|t| sample(t, &(0..t.len()).map(|i| i > 0).collect::<Vec<_>>()))
+                .collect();
+            let cfg = PackConfig { max_tokens: 24, max_conversations, min_prefix, merge_below };
+            let packs = pack(&s, &cfg).unwrap();
+            let mut seen = vec![0; s.len()];
+            for p in &packs {
+                proptest::prop_assert!(p.seq.len() <= 24 && p.members.len() <= max_conversations);
+                let ids = &p.seq.ids;
+                let (a, b) = p.seq.visible.bounds();
+                let last = ids.len() - 1;
+                // rows of the shared prefix have b = 0; a segment starting at 0 means no shared rows
+                let prefix = if b[last] == 0 { ids.len() } else { a[last] as usize };
+                let mut starts: Vec<usize> = (prefix..ids.len()).map(|r| b[r] as usize).collect();
+                starts.dedup();
+                starts.push(ids.len());
+                let mut seg = 0;
+                for &m in &p.members {
+                    seen[m] += 1;
+                    let mut back = ids[..prefix].to_vec();
+                    // a member that is all prefix has no segment of its own
+                    if s[m].tokens.len() > prefix {
+                        back.extend_from_slice(&ids[starts[seg]..starts[seg + 1]]);
+                        seg += 1;
+                    }
+                    proptest::prop_assert_eq!(&back, &s[m].tokens);
+                }
+                let targets: usize = p.members.iter().map(|&i| s[i].loss_tokens()).sum();
+                proptest::prop_assert_eq!(p.seq.targets.len(), targets);
+            }
+            proptest::prop_assert!(seen.iter().all(|&n| n == 1), "{:?}", seen);
+        }
     }
 }

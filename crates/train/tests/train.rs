@@ -10,7 +10,7 @@ use candle_core::Tensor;
 use hat_harness::{Message, Role};
 use hat_model::train::{Packed, TrainModel};
 use hat_train::config::SftConfig;
-use hat_train::pack::{pack_group, PackConfig};
+use hat_train::pack::{pack, pack_group, PackConfig};
 use hat_train::tokens::{Encoder, Sample};
 
 fn grads_of(model: &TrainModel, loss: &Tensor) -> HashMap<String, Vec<f32>> {
@@ -36,6 +36,39 @@ fn rel(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
+/// The loss and every gradient of `packed` equal those of its samples computed one by one.
+fn assert_packed_equals_one_by_one(model: &TrainModel, packed: &Packed, samples: &[&Sample]) {
+    let (lp, np) = model.loss(packed).unwrap();
+    let gp = grads_of(model, &lp);
+    let mut sum = 0f32;
+    let mut n = 0;
+    let mut gs: HashMap<String, Vec<f32>> = HashMap::new();
+    for s in samples {
+        let seq = Packed::causal(s.tokens.clone(), &s.mask).unwrap();
+        let (l, k) = model.loss(&seq).unwrap();
+        sum += l.to_scalar::<f32>().unwrap();
+        n += k;
+        for (name, g) in grads_of(model, &l) {
+            let acc = gs.entry(name).or_insert_with(|| vec![0.0; g.len()]);
+            acc.iter_mut().zip(g).for_each(|(a, b)| *a += b);
+        }
+    }
+    assert_eq!(np, n);
+    let lpv = lp.to_scalar::<f32>().unwrap();
+    assert!(
+        (lpv - sum).abs() / sum.abs() < 1e-4,
+        "packed {lpv} vs {sum}"
+    );
+    for (name, g) in &gp {
+        let r = rel(g, &gs[name]);
+        assert!(r < 1e-4, "{name}: relative difference {r}");
+        assert!(
+            g.iter().all(|x| x.is_finite()) && g.iter().any(|&x| x != 0.0),
+            "{name}"
+        );
+    }
+}
+
 #[test]
 fn packed_loss_and_gradients_equal_one_by_one() {
     let dir = tempfile::tempdir().unwrap();
@@ -58,36 +91,42 @@ fn packed_loss_and_gradients_equal_one_by_one() {
         .collect();
     let refs: Vec<&Sample> = samples.iter().collect();
     let packed = pack_group(&refs, prefix.len() - 2).unwrap();
-    let (lp, np) = model.loss(&packed).unwrap();
-    let gp = grads_of(&model, &lp);
-    let mut sum = 0f32;
-    let mut n = 0;
-    let mut gs: HashMap<String, Vec<f32>> = HashMap::new();
-    for s in &samples {
-        let seq = Packed::causal(s.tokens.clone(), &s.mask).unwrap();
-        let (l, k) = model.loss(&seq).unwrap();
-        sum += l.to_scalar::<f32>().unwrap();
-        n += k;
-        for (name, g) in grads_of(&model, &l) {
-            let acc = gs.entry(name).or_insert_with(|| vec![0.0; g.len()]);
-            acc.iter_mut().zip(g).for_each(|(a, b)| *a += b);
-        }
-    }
-    assert_eq!(np, n);
-    let lpv = lp.to_scalar::<f32>().unwrap();
-    assert!(
-        (lpv - sum).abs() / sum.abs() < 1e-4,
-        "packed {lpv} vs {sum}"
-    );
     assert!(packed.len() < samples.iter().map(|s| s.tokens.len()).sum::<usize>());
-    for (name, g) in &gp {
-        let r = rel(g, &gs[name]);
-        assert!(r < 1e-4, "{name}: relative difference {r}");
-        assert!(
-            g.iter().all(|x| x.is_finite()) && g.iter().any(|&x| x != 0.0),
-            "{name}"
-        );
-    }
+    assert_packed_equals_one_by_one(&model, &packed, &refs);
+}
+
+/// Short conversations that share no prefix worth packing on (replay answers) are packed
+/// together by `merge_below`, and still compute exactly what they would alone.
+#[test]
+fn short_loners_packed_together_equal_one_by_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::tiny_model(dir.path(), 7);
+    let model = TrainModel::load(&path).unwrap().model;
+    let vocab = model.config().vocab_size as u32;
+    let samples: Vec<Sample> = (0..3)
+        .map(|k| {
+            // two tokens in common (a short default system prompt), then their own
+            let mut tokens = vec![1, 2];
+            tokens.extend((0..12 + 4 * k).map(|i| ((i * 11 + k * 17 + 3) as u32) % vocab));
+            let mask = (0..tokens.len()).map(|i| i >= 4).collect();
+            Sample {
+                id: format!("r{k}"),
+                tokens,
+                mask,
+            }
+        })
+        .collect();
+    let cfg = PackConfig {
+        max_tokens: 1024,
+        max_conversations: 8,
+        min_prefix: 8,
+        merge_below: 64,
+    };
+    let packs = pack(&samples, &cfg).unwrap();
+    assert_eq!(packs.len(), 1, "three loners in one pack");
+    let refs: Vec<&Sample> = packs[0].members.iter().map(|&i| &samples[i]).collect();
+    assert_eq!(refs.len(), 3);
+    assert_packed_equals_one_by_one(&model, &packs[0].seq, &refs);
 }
 
 fn msgs(turns: &[(Role, &str)]) -> Vec<Message> {
@@ -167,6 +206,7 @@ fn run_cfg(model: &std::path::Path, data: &std::path::Path, steps: usize) -> Sft
         max_tokens: 1024,
         max_conversations: 3,
         min_prefix: 8,
+        merge_below: 0,
     };
     c
 }
