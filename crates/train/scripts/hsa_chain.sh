@@ -27,14 +27,19 @@ steps=()
 [ -n "${STEPS:-}" ] && steps=(--max-steps "$STEPS")
 scene=(); sc=
 [ -n "${SCENE:-}" ] && { scene=(--shared-scene); sc=-sc; }
+rp=
+if [ -n "${REPLAY:-}" ]; then
+  [[ "$REPLAY" =~ ^[1-9][0-9]*$ ]] || { echo "REPLAY='$REPLAY' is not a number of prompts (e.g. 600)" >&2; exit 2; }
+  rp=-rp$REPLAY
+fi
 [ -x "$HAT" ] || { echo "no hat binary at $HAT: cargo build --release -p hat, or set HAT" >&2; exit 2; }
 [ $# -gt 0 ] || { echo "usage: crates/train/scripts/hsa_chain.sh LEG... (e.g. 1 2 3)" >&2; exit 2; }
 prev=default
 for leg in "$@"; do
   [[ "$leg" =~ ^[1-9][0-9]*$ ]] || { echo "leg '$leg' is not a leg number (1, 2, 3 ...)" >&2; exit 2; }
   s1=$((19 + 2 * leg)); s2=$((20 + 2 * leg)); s3=$((29 + 2 * leg))
-  out=runs/chain-leg$leg
-  [ "$leg" -gt 1 ] && prev=runs/chain-leg$((leg - 1))-hf
+  out=runs/chain$sc$rp-leg$leg
+  [ "$leg" -gt 1 ] && prev=runs/chain$sc$rp-leg$((leg - 1))-hf
   echo "leg $leg: seeds $s1/$s2/$s3 from $prev -> $out ($(date -u +%H:%M))"
   if [ ! -f "$out/model-q8_0.gguf" ]; then
     [ -f runs/chain-hsa-s$s1$sc.jsonl ] || {
@@ -58,17 +63,23 @@ print(len(keep), 'groups,', len([g for g in keep if meaningless(g[0])]), 'with m
 PY
     }
     [ -f runs/fh-s$s2$sc.jsonl ] || $HAT data gen --tasks 1000 --variants 0 --group 16 --seed $s2 "${weights[@]}" "${scene[@]}" --out runs/fh-s$s2$sc.jsonl
+    extra=
+    if [ -n "$rp" ]; then
+      extra=,runs/replay$sc$rp-leg$leg.jsonl
+      [ -f runs/replay$sc$rp-leg$leg.jsonl ] || $HAT data replay --model $prev --prompts $REPLAY \
+        --samples 4 --max-tokens 512 --seed $((40 + leg)) --out runs/replay$sc$rp-leg$leg.jsonl --resume
+    fi
     resume=()
     ls "$out"/checkpoints/*/state.json >/dev/null 2>&1 && resume=(--resume)
-    $HAT train sft --data runs/chain-hsa-s$s1$sc.jsonl,runs/fh-s$s2$sc.jsonl --model $prev --preset cpu --out $out "${steps[@]}" "${resume[@]}"
+    $HAT train sft --data runs/chain-hsa-s$s1$sc.jsonl,runs/fh-s$s2$sc.jsonl$extra --model $prev --preset cpu --out $out "${steps[@]}" "${resume[@]}"
   fi
   [ -d "$out-hf" ] || $HAT train export $out --format hf --out $out-hf
-  if [ ! -f runs/eval-chain-leg$leg/results.json ]; then
+  if [ ! -f runs/eval-chain$sc$rp-leg$leg/results.json ]; then
     again=()
-    [ -d runs/eval-chain-leg$leg ] && again=(--resume)
+    [ -d runs/eval-chain$sc$rp-leg$leg ] && again=(--resume)
     $HAT eval --model $out/model-q8_0.gguf --format original --threads 2 \
       --suite lsqa,hvqa,ifeval --batch 8 --max-tokens 128 --ifeval-max-tokens 512 \
-      --out runs/eval-chain-leg$leg "${again[@]}"
+      --out runs/eval-chain$sc$rp-leg$leg "${again[@]}"
   fi
   echo "leg $leg done ($(date -u +%H:%M))"
 done
