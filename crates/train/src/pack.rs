@@ -142,14 +142,11 @@ pub fn pack(samples: &[Sample], cfg: &PackConfig) -> Result<Vec<Pack>> {
     let short =
         |g: &(Vec<usize>, usize)| g.0.len() == 1 && samples[g.0[0]].tokens.len() <= cfg.merge_below;
     let loners: Vec<usize> = groups.iter().filter(|g| short(g)).map(|g| g.0[0]).collect();
-    let mut merged = if loners.len() > 1 {
-        group(samples, &loners, cfg, 0).into_iter().peekable()
-    } else {
-        Vec::new().into_iter().peekable()
-    };
+    // the loners regrouped in their order: each group starts at one of them
+    let mut merged = group(samples, &loners, cfg, 0).into_iter().peekable();
     let mut packs = Vec::with_capacity(groups.len());
     for g in groups {
-        let (members, prefix) = if !short(&g) || loners.len() < 2 {
+        let (members, prefix) = if !short(&g) {
             g
         } else if merged.peek().is_some_and(|m| m.0[0] == g.0[0]) {
             merged.next().expect("peeked")

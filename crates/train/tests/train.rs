@@ -69,11 +69,17 @@ fn assert_packed_equals_one_by_one(model: &TrainModel, packed: &Packed, samples:
     }
 }
 
-#[test]
-fn packed_loss_and_gradients_equal_one_by_one() {
+/// The tiny fixture model, loaded for training (the folder lives as long as the guard).
+fn tiny_train_model() -> (tempfile::TempDir, TrainModel) {
     let dir = tempfile::tempdir().unwrap();
     let path = common::tiny_model(dir.path(), 7);
     let model = TrainModel::load(&path).unwrap().model;
+    (dir, model)
+}
+
+#[test]
+fn packed_loss_and_gradients_equal_one_by_one() {
+    let (_dir, model) = tiny_train_model();
     let vocab = model.config().vocab_size as u32;
     let prefix: Vec<u32> = (0..40).map(|i| (i * 7 + 3) % vocab).collect();
     let samples: Vec<Sample> = (0..4)
@@ -99,9 +105,7 @@ fn packed_loss_and_gradients_equal_one_by_one() {
 /// together by `merge_below`, and still compute exactly what they would alone.
 #[test]
 fn short_loners_packed_together_equal_one_by_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = common::tiny_model(dir.path(), 7);
-    let model = TrainModel::load(&path).unwrap().model;
+    let (_dir, model) = tiny_train_model();
     let vocab = model.config().vocab_size as u32;
     let samples: Vec<Sample> = (0..3)
         .map(|k| {
