@@ -1,0 +1,251 @@
+//! CLI integration tests of the data commands: `hat data gen` (chat JSONL, stats, task mix,
+//! shared scenes, the teacher endpoint) and `hat tasks sample`.
+
+use std::path::Path;
+
+use predicates::prelude::*;
+
+mod common;
+
+use common::*;
+
+#[test]
+fn data_gen_writes_chat_jsonl_and_stats_reads_it() {
+    let d = tempfile::tempdir().unwrap();
+    // The README's main job writes into a folder a fresh clone does not have.
+    let out = d.path().join("out/d.jsonl");
+    hat()
+        .args([
+            "data",
+            "gen",
+            "--variants",
+            "2",
+            "--tasks",
+            "60",
+            "--seed",
+            "1",
+            "--harness",
+        ])
+        .arg(production())
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("wrote 60 trajectories"));
+    let first: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&out)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(first["messages"][0]["role"], "system");
+    assert!(first["tools"][0]["function"]["parameters"].is_object());
+    assert!(first["harness_hash"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    hat()
+        .args(["data", "stats"])
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("records            60")
+                .and(predicate::str::contains("task types (20)")),
+        );
+    // Resume skips what is there; without a flag an existing file is refused.
+    let resume = |present: &str| {
+        hat()
+            .args([
+                "data",
+                "gen",
+                "--variants",
+                "2",
+                "--tasks",
+                "60",
+                "--seed",
+                "1",
+                "--resume",
+                "--harness",
+            ])
+            .arg(production())
+            .arg("--out")
+            .arg(&out)
+            .assert()
+            .success()
+            .stdout(predicate::str::contains(format!(
+                "{present} already present"
+            )));
+    };
+    resume("60");
+    // Issue 13: a run killed mid-write leaves half a line; the resume cuts it and writes that
+    // record again instead of failing on it (or keeping a torn line).
+    let full = std::fs::read(&out).unwrap();
+    std::fs::write(&out, &full[..full.len() - 40]).unwrap();
+    resume("59");
+    let again = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(again.lines().count(), 60);
+    assert!(again
+        .lines()
+        .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()));
+    fails_cleanly(
+        hat()
+            .args(["data", "gen", "--tasks", "5", "--harness"])
+            .arg(production())
+            .arg("--out")
+            .arg(&out),
+    )
+    .stderr(predicate::str::contains("--resume"));
+    std::fs::write(d.path().join("bad.jsonl"), "{\"messages\": []}\nnot json\n").unwrap();
+    fails_cleanly(
+        hat()
+            .args(["data", "stats"])
+            .arg(d.path().join("bad.jsonl")),
+    )
+    .stderr(predicate::str::contains("bad.jsonl:1"));
+}
+
+/// The string at JSON `pointer` in every line of a JSONL file.
+fn jsonl_strings(path: &Path, pointer: &str) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v.pointer(pointer)
+                .and_then(|x| x.as_str())
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn data_gen_kind_weights_shape_the_task_mix() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("w.jsonl");
+    hat()
+        .args([
+            "data",
+            "gen",
+            "--variants",
+            "0",
+            "--tasks",
+            "40",
+            "--kind-weights",
+            "compare=4,greet_join=0",
+            "--harness",
+        ])
+        .arg(production())
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "task kinds weighted: compare=4,greet_join=0",
+        ));
+    let types = jsonl_strings(&out, "/task_type");
+    // 40 draws over a rotation of 22 (19 kinds once, compare four times): 8 compare tasks
+    assert!(!types.iter().any(|t| t == "greet_join"), "{types:?}");
+    assert_eq!(
+        types.iter().filter(|t| *t == "compare").count(),
+        8,
+        "{types:?}"
+    );
+    hat()
+        .args([
+            "data",
+            "gen",
+            "--tasks",
+            "5",
+            "--kind-weights",
+            "comparison=2",
+            "--out",
+        ])
+        .arg(d.path().join("x.jsonl"))
+        .assert()
+        .failure()
+        .code(2)
+        .stderr(predicate::str::contains("`comparison` is not a task kind"));
+    assert!(!d.path().join("x.jsonl").exists());
+}
+
+#[test]
+fn data_gen_shared_scene_gives_each_group_one_system_prompt() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("sc.jsonl");
+    hat()
+        .args([
+            "data",
+            "gen",
+            "--variants",
+            "2",
+            "--tasks",
+            "24",
+            "--group",
+            "8",
+            "--shared-scene",
+            "--harness",
+        ])
+        .arg(production())
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "shared scenes: each run of 8 tasks",
+        ));
+    let systems = jsonl_strings(&out, "/messages/0/content");
+    assert_eq!(systems.len(), 24);
+    for g in systems.chunks(8) {
+        assert!(g.iter().all(|s| *s == g[0]), "one system prompt per group");
+    }
+    assert!(systems[0] != systems[8] && systems[8] != systems[16]);
+    // a scene needs a group to share it
+    fails_cleanly(
+        hat()
+            .args(["data", "gen", "--tasks", "4", "--shared-scene", "--out"])
+            .arg(d.path().join("x.jsonl")),
+    )
+    .stderr(predicate::str::contains("pass --group K with K > 1"));
+    assert!(!d.path().join("x.jsonl").exists());
+}
+
+#[test]
+fn data_gen_with_openai_teacher_needs_an_endpoint() {
+    let d = tempfile::tempdir().unwrap();
+    fails_cleanly(
+        hat()
+            .env_remove("HAT_TEACHER_BASE_URL")
+            .args([
+                "data",
+                "gen",
+                "--teacher",
+                "openai",
+                "--tasks",
+                "1",
+                "--harness",
+            ])
+            .arg(production())
+            .arg("--out")
+            .arg(d.path().join("x.jsonl")),
+    )
+    .stderr(predicate::str::contains("--base-url"));
+}
+
+#[test]
+fn tasks_sample_covers_every_kind() {
+    let out = hat()
+        .args(["tasks", "sample", "--split", "test", "--count", "19"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(text.lines().count(), 19);
+    fails_cleanly(hat().args(["tasks", "sample", "--kind", "nope"]))
+        .stderr(predicate::str::contains("hat tasks kinds"));
+}
