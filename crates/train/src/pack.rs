@@ -118,6 +118,41 @@ pub fn pack_group_tagged(
     Ok((packed, scored.iter().map(|&(.., k, i)| (k, i)).collect()))
 }
 
+/// A packed sequence and, per scored row, `(sample, token)`.
+pub type TaggedPack = (Packed, Vec<(usize, usize)>);
+
+/// Splits `samples` (in order, not re-sorted: the caller's order is its grouping) into runs
+/// packed on whatever prefix they share, each at most `max_tokens` long once packed (one sample
+/// longer than that is packed alone). Returns each pack with, per scored row, `(sample,
+/// token)`, `sample` indexing `samples`. Stages that score their own rollouts (RL's groups,
+/// distillation's scenes) use it; stage 1 uses [`pack`].
+pub fn prefix_packs(samples: &[&Sample], max_tokens: usize) -> Result<Vec<TaggedPack>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < samples.len() {
+        let first = &samples[start].tokens;
+        // shared prefix and summed lengths of samples[start..end]; packed length is
+        // sum - (n - 1) * prefix
+        let (mut prefix, mut sum) = (first.len(), first.len());
+        let mut end = start + 1;
+        while end < samples.len() {
+            let t = &samples[end].tokens;
+            let p = prefix.min(lcp(first, t));
+            let n = end - start + 1;
+            if sum + t.len() - (n - 1) * p > max_tokens {
+                break;
+            }
+            (prefix, sum) = (p, sum + t.len());
+            end += 1;
+        }
+        let (packed, tags) = pack_group_tagged(&samples[start..end], prefix)?;
+        let tags = tags.into_iter().map(|(k, i)| (start + k, i)).collect();
+        out.push((packed, tags));
+        start = end;
+    }
+    Ok(out)
+}
+
 /// Packs samples greedily: sorted by their tokens (so long shared prefixes are neighbours),
 /// then grouped while the shared prefix stays at least `min_prefix` tokens and the pack fits.
 /// Short samples left alone by that are then grouped among themselves whatever they share

@@ -78,3 +78,49 @@ pub fn scored_rows(engine: &Engine, ids: &[u32], p: usize) -> Result<Tensor> {
         D::Minus1,
     )?)
 }
+
+/// [`scored_rows`] of several sequences `(ids, p)` that may begin with the same tokens (live-
+/// stream prompts of one scene share a ~1,900-token system prompt): the common head is
+/// computed once and each sequence continues from a copy of its cache.
+pub fn scored_group(engine: &Engine, seqs: &[(&[u32], usize)]) -> Result<Vec<Tensor>> {
+    let Some(&(first, _)) = seqs.first() else {
+        return Ok(Vec::new());
+    };
+    for &(ids, p) in seqs {
+        if p == 0 || p >= ids.len() {
+            return Err(TrainError::Invalid(format!(
+                "scoring {} tokens from position {p}: needs 1 <= p < n",
+                ids.len()
+            )));
+        }
+    }
+    if seqs.len() == 1 {
+        return Ok(vec![scored_rows(engine, first, seqs[0].1)?]);
+    }
+    // the head ends before the first position any sequence needs logits for
+    let head = seqs
+        .iter()
+        .map(|&(ids, p)| (p - 1).min(crate::pack::lcp(first, ids)))
+        .min()
+        .unwrap_or(0);
+    let dev = Device::Cpu;
+    let mut cache = engine.model.new_cache(1);
+    if head > 0 {
+        let h = Tensor::from_slice(&first[..head], (1, head), &dev)?;
+        engine.model.forward(&h, &mut cache, true)?;
+    }
+    let mut out = Vec::with_capacity(seqs.len());
+    for &(ids, p) in seqs {
+        let mut c = cache.clone();
+        let n = ids.len();
+        let rest = Tensor::from_slice(&ids[head..n - 1], (1, n - 1 - head), &dev)?;
+        let logits = engine.model.forward(&rest, &mut c, false)?.squeeze(0)?;
+        // rows for positions head+1..n; the scored ones are the last n - p
+        let logits = logits.narrow(0, p - 1 - head, n - p)?;
+        out.push(candle_nn::ops::log_softmax(
+            &logits.to_dtype(DType::F32)?,
+            D::Minus1,
+        )?);
+    }
+    Ok(out)
+}

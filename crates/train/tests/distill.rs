@@ -173,3 +173,92 @@ fn distillation_can_train_lora_adapters_only() {
     let m = steps(&run);
     assert!(m[2].loss < m[0].loss, "{} -> {}", m[0].loss, m[2].loss);
 }
+
+fn grads_of(model: &hat_model::train::TrainModel, loss: &candle_core::Tensor) -> Vec<Vec<f32>> {
+    let g = loss.backward().unwrap();
+    model
+        .vars()
+        .iter()
+        .map(|(_, v)| {
+            let t = g.get(v.as_tensor()).unwrap();
+            t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+        })
+        .collect()
+}
+
+/// Live-stream answers of one scene, packed on their shared system prompt, give the same
+/// reverse KL, gradients, teacher likelihood and rollout mismatch as scored one by one, with
+/// the prompt through the student once.
+#[test]
+fn answers_packed_on_their_shared_prompt_score_exactly_as_one_by_one() {
+    use hat_train::distill::score::{score, Answer};
+    let dir = tempfile::tempdir().unwrap();
+    let student = common::tiny_model(&dir.path().join("s"), 1);
+    let teacher = common::tiny_model(&dir.path().join("t"), 2);
+    let model = hat_model::train::TrainModel::load(&student).unwrap().model;
+    let teacher = hat_train::snapshot::load_engine(&teacher, hat_model::WeightFormat::F32).unwrap();
+    let vocab = model.config().vocab_size as u32;
+    let prompt: Vec<u32> = (0..40).map(|i| (i * 7 + 3) % vocab).collect();
+    let answers: Vec<Answer> = (0..3u32)
+        .map(|k| {
+            // the scene's system prompt, the viewer's own event, then the sampled answer
+            let mut p = prompt.clone();
+            p.extend((0..3 + k).map(|i| (i * 13 + k * 29 + 5) % vocab));
+            let sampled: Vec<u32> = (0..5 + 2 * k)
+                .map(|i| (i * 17 + k * 3 + 1) % vocab)
+                .collect();
+            let lp: Vec<f32> = (0..sampled.len()).map(|i| -0.1 * i as f32).collect();
+            Answer::new(format!("a{k}"), p, &sampled, &lp).unwrap()
+        })
+        .collect();
+    let packed = score(&model, &teacher, &answers, 4096).unwrap();
+    let alone = score(&model, &teacher, &answers, 0).unwrap();
+    assert_eq!((packed.len(), alone.len()), (1, 3));
+    let p = &packed[0];
+    assert_eq!(p.answer_tokens, 5 + 7 + 9);
+    let one_by_one: usize = alone.iter().map(|s| s.tokens).sum();
+    assert_eq!(p.tokens, one_by_one - 2 * 40, "the shared prompt once");
+    let sum = |f: &dyn Fn(&hat_train::distill::score::Scored) -> f64| -> f64 {
+        alone.iter().map(f).sum()
+    };
+    let kl_alone = sum(&|s| s.kl.to_scalar::<f32>().unwrap() as f64);
+    let kl = p.kl.to_scalar::<f32>().unwrap() as f64;
+    assert!(kl > 1e-3, "student and teacher differ: {kl}");
+    assert!(
+        (kl - kl_alone).abs() < 1e-4 * kl_alone.abs().max(1.0),
+        "{kl} vs {kl_alone}"
+    );
+    let nll = sum(&|s| s.teacher_nll);
+    assert!(
+        (p.teacher_nll - nll).abs() < 1e-4 * nll.abs(),
+        "{} vs {nll}",
+        p.teacher_nll
+    );
+    let mm = sum(&|s| s.mismatch);
+    assert!(
+        (p.mismatch - mm).abs() < 1e-4 * mm.abs(),
+        "{} vs {mm}",
+        p.mismatch
+    );
+    let g_packed = grads_of(&model, &p.kl);
+    let total = alone
+        .iter()
+        .map(|s| s.kl.clone())
+        .reduce(|a, b| (a + b).unwrap())
+        .unwrap();
+    let g_alone = grads_of(&model, &total);
+    for (a, b) in g_packed.iter().zip(&g_alone) {
+        let scale = b.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-12);
+        let d = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(
+            d / scale < 1e-4,
+            "gradient differs by {} relative",
+            d / scale
+        );
+    }
+    // an empty answer is refused by name, not scored as nothing
+    let e = Answer::new("e".into(), prompt.clone(), &[1], &[])
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("e: 40 prompt ids"), "{e}");
+}

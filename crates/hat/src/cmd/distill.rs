@@ -25,9 +25,13 @@ pub struct DistillArgs {
     /// `hat data gen` files whose openings become live-stream prompts; repeat or comma-separate.
     #[arg(long, value_delimiter = ',', value_parser = crate::input::large_file)]
     stream_data: Vec<PathBuf>,
-    /// Share of each step's prompts that are live-stream prompts (0 to 1).
+    /// Share of each step's prompts that are live-stream prompts (0 to 1), drawn a scene at a
+    /// time (prompts with one system prompt, as `hat data gen --shared-scene` writes them).
     #[arg(long)]
     stream_share: Option<f64>,
+    /// Most tokens in one packed sequence of live-stream answers of a scene (0: each alone).
+    #[arg(long)]
+    pack_tokens: Option<usize>,
     /// More general prompts: JSONL with `{"prompt": ...}` or `{"messages": [...]}` per line.
     #[arg(long, value_delimiter = ',', value_parser = crate::input::large_file)]
     prompts: Vec<PathBuf>,
@@ -85,6 +89,9 @@ fn apply(c: &mut DistillConfig, a: &DistillArgs) {
     }
     if let Some(x) = a.stream_share {
         c.stream_share = x;
+    }
+    if let Some(x) = a.pack_tokens {
+        c.pack_tokens = x;
     }
     if !a.prompts.is_empty() {
         c.prompt_files = a.prompts.clone();

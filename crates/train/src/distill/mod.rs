@@ -11,24 +11,24 @@
 //! the engine computed on; the trainer never re-tokenises text.
 
 pub mod prompts;
+pub mod score;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use candle_core::{Device, Tensor, D};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use hat_model::train::{Packed, TrainModel};
+use hat_model::train::TrainModel;
 use hat_model::{Engine, GenerateOutput, GenerateRequest, SamplingParams, Tokenizer, WeightFormat};
 
 use crate::checkpoint::RunState;
 use crate::error::{Result, TrainError};
 use crate::optim::AdamWConfig;
-use crate::snapshot::{load_engine, scored_rows};
+use crate::snapshot::load_engine;
 use crate::stage::{add_gradients, train, Event, LoopSettings, Stage, StepWork};
 use crate::tokens::Encoder;
 use prompts::{Prompt, Source};
@@ -49,8 +49,12 @@ pub struct DistillConfig {
     pub prompt_files: Vec<PathBuf>,
     /// `hat data gen` files whose openings (system prompt + viewer event) are stream prompts.
     pub stream_data: Vec<PathBuf>,
-    /// Share of each step's prompts that are live-stream prompts (needs `stream_data`).
+    /// Share of each step's prompts that are live-stream prompts (needs `stream_data`). They
+    /// are drawn a scene at a time (prompts with the same system prompt, as `hat data gen
+    /// --shared-scene` writes them) and scored packed on that prompt.
     pub stream_share: f64,
+    /// Most tokens in one packed sequence of live-stream answers (0: each answer alone).
+    pub pack_tokens: usize,
     pub seed: u64,
     pub max_steps: usize,
     /// Prompts sampled per optimiser step (one answer each).
@@ -85,6 +89,7 @@ impl Default for DistillConfig {
             prompt_files: Vec::new(),
             stream_data: Vec::new(),
             stream_share: 0.25,
+            pack_tokens: 4096,
             seed: 1,
             max_steps: 40,
             prompts_per_step: 8,
@@ -259,18 +264,6 @@ fn snapshot(model: &TrainModel, cfg: &DistillConfig, path: &Path) -> Result<Engi
     crate::snapshot::engine(model, &cfg.model, &cfg.rollout_format, path)
 }
 
-/// One sampled answer, scored.
-struct Scored {
-    /// Summed reverse KL over the answer's tokens (a scalar with gradients).
-    kl: Tensor,
-    tokens: usize,
-    answer_tokens: usize,
-    /// Summed |rollout log-prob - trainer log-prob| of the sampled tokens.
-    mismatch: f64,
-    /// Summed teacher negative log-likelihood of the sampled tokens.
-    teacher_nll: f64,
-}
-
 /// The distillation stage.
 pub struct DistillStage {
     cfg: DistillConfig,
@@ -282,6 +275,25 @@ pub struct DistillStage {
     rollout: Option<Engine>,
     snapshot: PathBuf,
     max_positions: usize,
+    /// Per stream prompt, the stream prompts with its system prompt (itself included).
+    scenes: Vec<std::sync::Arc<[usize]>>,
+}
+
+/// Groups stream prompts by their first message (the system prompt of a scene).
+fn scenes(stream: &[Prompt]) -> Vec<std::sync::Arc<[usize]>> {
+    let key = |p: &Prompt| {
+        p.messages
+            .first()
+            .map_or("", |m| m.content.as_str())
+            .to_owned()
+    };
+    let mut by: std::collections::HashMap<String, Vec<usize>> = Default::default();
+    for (i, p) in stream.iter().enumerate() {
+        by.entry(key(p)).or_default().push(i);
+    }
+    let by: std::collections::HashMap<String, std::sync::Arc<[usize]>> =
+        by.into_iter().map(|(k, v)| (k, v.into())).collect();
+    stream.iter().map(|p| by[&key(p)].clone()).collect()
 }
 
 impl DistillStage {
@@ -310,9 +322,11 @@ impl DistillStage {
         } else {
             None
         };
+        let scenes = scenes(&prompts.stream);
         Ok(Self {
             cfg: cfg.clone(),
             encoder,
+            scenes,
             prompts,
             teacher,
             stream_teacher,
@@ -335,7 +349,9 @@ impl DistillStage {
     }
 
     /// The prompts of `step`: drawn by a generator seeded with the run seed and the step, so a
-    /// resumed run draws the same ones.
+    /// resumed run draws the same ones. Stream prompts come first, a scene at a time: a prompt
+    /// drawn at random, then the others of its scene in random order, so that they pack on
+    /// their shared system prompt.
     fn draw(&self, step: usize) -> Vec<&Prompt> {
         let mut rng = ChaCha8Rng::seed_from_u64(
             self.cfg.seed ^ (step as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
@@ -349,13 +365,17 @@ impl DistillStage {
             (n as f64 * self.cfg.stream_share).round() as usize
         };
         let mut out = Vec::with_capacity(n);
-        for i in 0..n {
-            let pool = if i < n_stream {
-                &self.prompts.stream
-            } else {
-                &self.prompts.general
-            };
-            out.push(&pool[rng.gen_range(0..pool.len())]);
+        while out.len() < n_stream {
+            let stream = &self.prompts.stream;
+            let i = rng.gen_range(0..stream.len());
+            out.push(&stream[i]);
+            let mut rest: Vec<usize> = self.scenes[i].iter().copied().filter(|&j| j != i).collect();
+            rest.shuffle(&mut rng);
+            out.extend(rest.iter().take(n_stream - out.len()).map(|&j| &stream[j]));
+        }
+        let general = &self.prompts.general;
+        while out.len() < n {
+            out.push(&general[rng.gen_range(0..general.len())]);
         }
         out
     }
@@ -388,48 +408,29 @@ impl DistillStage {
         Ok(reqs.into_iter().map(|r| r.prompt).zip(outs).collect())
     }
 
-    /// The reverse KL of one sampled answer, with gradients through the student.
+    /// Scores the sampled answers, stream ones against the stream teacher (packed on their
+    /// scene's system prompt) and general ones against the teacher, one by one.
     fn score(
         &self,
         model: &TrainModel,
-        prompt: &Prompt,
-        ids: Vec<u32>,
-        out: &GenerateOutput,
-    ) -> Result<Option<Scored>> {
-        if out.tokens.is_empty() {
-            return Ok(None);
+        prompts: &[&Prompt],
+        samples: Vec<(Vec<u32>, GenerateOutput)>,
+    ) -> Result<Vec<score::Scored>> {
+        let (mut stream, mut general) = (Vec::new(), Vec::new());
+        for (p, (ids, out)) in prompts.iter().zip(samples) {
+            if out.tokens.is_empty() {
+                continue;
+            }
+            let a = score::Answer::new(p.id.clone(), ids, &out.tokens, &out.logprobs)?;
+            match p.source {
+                Source::Stream => stream.push(a),
+                Source::General => general.push(a),
+            }
         }
-        let p = ids.len();
-        let mut all = ids;
-        all.extend_from_slice(&out.tokens);
-        let teacher = match prompt.source {
-            Source::Stream => self.stream_teacher.as_ref().unwrap_or(&self.teacher),
-            Source::General => &self.teacher,
-        };
-        let lt = scored_rows(teacher, &all, p)?;
-        let mask: Vec<bool> = (0..all.len()).map(|i| i >= p).collect();
-        let seq = Packed::causal(all, &mask)?;
-        let ls = candle_nn::ops::log_softmax(&model.logits(&seq)?, D::Minus1)?;
-        let kl = (ls.exp()? * (&ls - &lt)?)?.sum_all()?;
-        let tgt = Tensor::from_slice(&seq.targets, (seq.targets.len(), 1), &Device::Cpu)?;
-        let trainer_lp = ls
-            .detach()
-            .gather(&tgt, 1)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
-        let teacher_lp = lt.gather(&tgt, 1)?.flatten_all()?.to_vec1::<f32>()?;
-        let mismatch = trainer_lp
-            .iter()
-            .zip(&out.logprobs)
-            .map(|(a, b)| (a - b).abs() as f64)
-            .sum();
-        Ok(Some(Scored {
-            kl,
-            tokens: seq.len(),
-            answer_tokens: seq.targets.len(),
-            mismatch,
-            teacher_nll: -teacher_lp.iter().map(|&x| x as f64).sum::<f64>(),
-        }))
+        let st = self.stream_teacher.as_ref().unwrap_or(&self.teacher);
+        let mut out = score::score(model, st, &stream, self.cfg.pack_tokens)?;
+        out.extend(score::score(model, &self.teacher, &general, 0)?);
+        Ok(out)
     }
 }
 
@@ -452,10 +453,7 @@ impl Stage for DistillStage {
         let answer_tokens: usize = samples.iter().map(|(_, o)| o.tokens.len()).sum();
         let t1 = Instant::now();
         let (mut kl_sum, mut tokens, mut mismatch, mut nll) = (0f64, 0usize, 0f64, 0f64);
-        for (prompt, (ids, out)) in prompts.iter().zip(samples) {
-            let Some(s) = self.score(model, prompt, ids, &out)? else {
-                continue;
-            };
+        for s in self.score(model, &prompts, samples)? {
             let value = s.kl.to_scalar::<f32>()?;
             if !value.is_finite() {
                 return Err(TrainError::Diverged {
@@ -505,11 +503,9 @@ impl Stage for DistillStage {
         let val: Vec<&Prompt> = self.prompts.val.iter().collect();
         let samples = self.sample(&val, self.cfg.seed ^ 0x5641_4c5f_4b4c)?;
         let (mut sum, mut n) = (0f64, 0usize);
-        for (prompt, (ids, out)) in val.iter().zip(samples) {
-            if let Some(s) = self.score(model, prompt, ids, &out)? {
-                sum += s.kl.to_scalar::<f32>()? as f64;
-                n += s.answer_tokens;
-            }
+        for s in self.score(model, &val, samples)? {
+            sum += s.kl.to_scalar::<f32>()? as f64;
+            n += s.answer_tokens;
         }
         Ok((n > 0).then(|| sum / n as f64))
     }
@@ -556,4 +552,40 @@ pub fn run(
     let _ = std::fs::remove_file(&stage.snapshot);
     let _ = std::fs::remove_file(out.join("stream-teacher.gguf"));
     Ok(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hat_harness::{Message, Role};
+
+    fn stream_prompt(id: &str, system: &str, event: &str) -> Prompt {
+        let m = |role, c: &str| Message {
+            role,
+            content: c.into(),
+            name: None,
+        };
+        Prompt {
+            id: id.into(),
+            messages: vec![m(Role::System, system), m(Role::User, event)],
+            source: Source::Stream,
+            checks: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn stream_prompts_group_into_scenes_by_their_system_prompt() {
+        let ps = vec![
+            stream_prompt("a", "scene 1", "hi"),
+            stream_prompt("b", "scene 2", "price?"),
+            stream_prompt("c", "scene 1", "size M?"),
+            stream_prompt("d", "scene 1", "hi"),
+        ];
+        let s = scenes(&ps);
+        assert_eq!(s.len(), 4);
+        assert_eq!(&*s[0], &[0, 2, 3]);
+        assert_eq!(&*s[1], &[1]);
+        assert!(std::sync::Arc::ptr_eq(&s[0], &s[3]));
+        assert!(scenes(&[]).is_empty());
+    }
 }

@@ -8,7 +8,7 @@ use candle_core::{Device, Tensor, D};
 use hat_model::train::{Packed, TrainModel};
 
 use crate::error::{Result, TrainError};
-use crate::pack::{lcp, pack_group_tagged};
+use crate::pack::prefix_packs;
 use crate::tokens::Sample;
 
 /// Group-relative advantages of `rewards`: centred on the group mean and, with
@@ -152,38 +152,14 @@ impl LossStats {
     }
 }
 
-/// A packed sequence and, per scored row, `(item, token)`.
-pub type TaggedPack = (Packed, Vec<(usize, usize)>);
+pub use crate::pack::TaggedPack;
 
 /// Splits `items` (in order) into runs packed on their shared prefix, each at most
-/// `max_tokens` long (one item longer than that is packed alone). Returns each pack with the
-/// indices of its items and, per scored row, `(item, token)`.
+/// `max_tokens` long (one item longer than that is packed alone). Returns each pack with,
+/// per scored row, `(item, token)`.
 pub fn packs(items: &[Weighted], max_tokens: usize) -> Result<Vec<TaggedPack>> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    while start < items.len() {
-        let first = &items[start].sample.tokens;
-        // shared prefix and summed lengths of items[start..end]; packed length is
-        // sum - (n - 1) * prefix
-        let (mut prefix, mut sum) = (first.len(), first.len());
-        let mut end = start + 1;
-        while end < items.len() {
-            let t = &items[end].sample.tokens;
-            let p = prefix.min(lcp(first, t));
-            let n = end - start + 1;
-            if sum + t.len() - (n - 1) * p > max_tokens {
-                break;
-            }
-            (prefix, sum) = (p, sum + t.len());
-            end += 1;
-        }
-        let group: Vec<&Sample> = items[start..end].iter().map(|w| &w.sample).collect();
-        let (packed, tags) = pack_group_tagged(&group, prefix)?;
-        let tags = tags.into_iter().map(|(k, i)| (start + k, i)).collect();
-        out.push((packed, tags));
-        start = end;
-    }
-    Ok(out)
+    let samples: Vec<&Sample> = items.iter().map(|w| &w.sample).collect();
+    prefix_packs(&samples, max_tokens)
 }
 
 /// The trainer's log-probability of each scored token of `packed`, in row order (with
