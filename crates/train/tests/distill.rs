@@ -262,3 +262,58 @@ fn answers_packed_on_their_shared_prompt_score_exactly_as_one_by_one() {
         .unwrap();
     assert!(e.to_string().contains("e: 40 prompt ids"), "{e}");
 }
+
+/// Live-stream prompts of one scene (a system prompt long enough to prefill once and reuse)
+/// are sampled from the engine's prefix cache and scored packed, and stay token-exact: an
+/// unchanged student has no KL to itself and its rollouts' log-probabilities are the trainer's.
+#[test]
+fn scene_prompts_sampled_from_a_cached_prefix_and_packed_stay_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let student = common::tiny_model(&dir.path().join("s"), 1);
+    let teacher = common::tiny_model(&dir.path().join("t"), 2);
+    let system = format!(
+        "You are the host. Products: {}.",
+        (0..40)
+            .map(|i| format!("item {i} costs {}", 10 + i))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let records: Vec<serde_json::Value> = (0..6)
+        .map(|k| {
+            common::record(
+                &format!("t{k}"),
+                &system,
+                &[
+                    ("user", &format!("viewer {k}: price of item {k}?")),
+                    ("assistant", &format!("Item {k} is {}.", 10 + k)),
+                ],
+            )
+        })
+        .collect();
+    let data = dir.path().join("scene.jsonl");
+    common::write_jsonl(&data, &records);
+    let mut c = cfg(&student, &teacher, 1);
+    c.stream_data = vec![data];
+    c.stream_share = 1.0;
+    c.prompts_per_step = 4;
+    c.optim.lr = 1e-9;
+    distill::run(&c, &dir.path().join("run"), false, &mut |_| {}).unwrap();
+    let s = &steps(&dir.path().join("run"))[0];
+    assert!(
+        s.loss.abs() < 1e-3,
+        "stream KL to the starting student: {}",
+        s.loss
+    );
+    assert!(
+        s.extra["rollout_mismatch"] < 1e-3,
+        "rollout vs trainer: {}",
+        s.extra["rollout_mismatch"]
+    );
+    // four answers behind one system prompt of more than 64 tokens: the prompt counted once
+    let one = s.tokens as f64 / 4.0;
+    assert!(
+        s.loss_tokens > 0 && one < 200.0,
+        "{} tokens for 4 answers",
+        s.tokens
+    );
+}

@@ -115,6 +115,9 @@ impl Default for DistillConfig {
 /// thousand distinct prompts).
 pub const MAX_GENERAL_PROMPTS: usize = 100_000;
 
+/// Shortest prompt prefix shared with a neighbouring prompt that is prefilled once and reused.
+const SHARED_PREFILL_MIN: usize = 64;
+
 /// Presets for `hat train distill --preset`.
 pub const PRESETS: &[(&str, &str)] = &[
     (
@@ -403,6 +406,21 @@ impl DistillStage {
                 ..SamplingParams::default()
             };
             reqs.push(r);
+        }
+        // the stream prompts of a scene share their system prompt: the engine prefills it once
+        // and the others start from its prefix cache
+        let shared: Vec<usize> = (0..reqs.len())
+            .map(|i| {
+                let near = |j: usize| crate::pack::lcp(&reqs[i].prompt, &reqs[j].prompt);
+                let before = if i > 0 { near(i - 1) } else { 0 };
+                let after = if i + 1 < reqs.len() { near(i + 1) } else { 0 };
+                before.max(after)
+            })
+            .collect();
+        for (r, n) in reqs.iter_mut().zip(shared) {
+            if n >= SHARED_PREFILL_MIN {
+                r.cache_prefix_len = Some(n);
+            }
         }
         let outs = engine.generate_batch(&reqs)?;
         Ok(reqs.into_iter().map(|r| r.prompt).zip(outs).collect())
