@@ -58,25 +58,9 @@ pub fn engine(model: &TrainModel, source: &Path, format: &str, path: &Path) -> R
 /// Log-probabilities `(n - p, vocab)` that `engine` gives each token of `ids[p..]` (`p` the
 /// prompt length, at least 1), computed on exactly those ids.
 pub fn scored_rows(engine: &Engine, ids: &[u32], p: usize) -> Result<Tensor> {
-    if p == 0 || p >= ids.len() {
-        return Err(TrainError::Invalid(format!(
-            "scoring {} tokens from position {p}: needs 1 <= p < n",
-            ids.len()
-        )));
-    }
-    let dev = Device::Cpu;
-    let mut cache = engine.model.new_cache(1);
-    if p > 1 {
-        let head = Tensor::from_slice(&ids[..p - 1], (1, p - 1), &dev)?;
-        engine.model.forward(&head, &mut cache, true)?;
-    }
-    let n = ids.len();
-    let tail = Tensor::from_slice(&ids[p - 1..n - 1], (1, n - p), &dev)?;
-    let logits = engine.model.forward(&tail, &mut cache, false)?.squeeze(0)?;
-    Ok(candle_nn::ops::log_softmax(
-        &logits.to_dtype(DType::F32)?,
-        D::Minus1,
-    )?)
+    let mut rows = scored_group(engine, &[(ids, p)])?;
+    rows.pop()
+        .ok_or_else(|| TrainError::Invalid("no rows scored".into()))
 }
 
 /// [`scored_rows`] of several sequences `(ids, p)` that may begin with the same tokens (live-
@@ -94,9 +78,6 @@ pub fn scored_group(engine: &Engine, seqs: &[(&[u32], usize)]) -> Result<Vec<Ten
             )));
         }
     }
-    if seqs.len() == 1 {
-        return Ok(vec![scored_rows(engine, first, seqs[0].1)?]);
-    }
     // the head ends before the first position any sequence needs logits for
     let head = seqs
         .iter()
@@ -110,8 +91,13 @@ pub fn scored_group(engine: &Engine, seqs: &[(&[u32], usize)]) -> Result<Vec<Ten
         engine.model.forward(&h, &mut cache, true)?;
     }
     let mut out = Vec::with_capacity(seqs.len());
-    for &(ids, p) in seqs {
-        let mut c = cache.clone();
+    for (i, &(ids, p)) in seqs.iter().enumerate() {
+        // the last sequence takes the cache itself: no copy of the head
+        let mut c = if i + 1 == seqs.len() {
+            std::mem::replace(&mut cache, engine.model.new_cache(1))
+        } else {
+            cache.clone()
+        };
         let n = ids.len();
         let rest = Tensor::from_slice(&ids[head..n - 1], (1, n - 1 - head), &dev)?;
         let logits = engine.model.forward(&rest, &mut c, false)?.squeeze(0)?;

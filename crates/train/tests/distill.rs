@@ -143,15 +143,23 @@ fn stream_prompts_need_stream_data_and_use_the_stream_teacher() {
     c.stream_data = vec![data];
     c.general_prompts = 0;
     c.val_prompts = 0;
-    c.optim.lr = 1e-9;
     // every prompt is a stream prompt, and the stream teacher is the student itself: no KL
-    distill::run(&c, &dir.path().join("run"), false, &mut |_| {}).unwrap();
-    let s = &steps(&dir.path().join("run"))[0];
+    unchanged_stream_step(&c, dir.path());
+}
+
+/// One step of `c` at a vanishing learning rate, whose stream teacher is the student's own
+/// starting weights: the KL must be zero. Returns the step's metrics.
+fn unchanged_stream_step(c: &DistillConfig, dir: &Path) -> StepMetrics {
+    let mut c = c.clone();
+    c.optim.lr = 1e-9;
+    distill::run(&c, &dir.join("run"), false, &mut |_| {}).unwrap();
+    let s = steps(&dir.join("run")).remove(0);
     assert!(
         s.loss.abs() < 1e-3,
         "stream KL to the starting student: {}",
         s.loss
     );
+    s
 }
 
 #[test]
@@ -172,18 +180,6 @@ fn distillation_can_train_lora_adapters_only() {
     assert_eq!(w.len(), 8, "{:?}", w.keys().collect::<Vec<_>>());
     let m = steps(&run);
     assert!(m[2].loss < m[0].loss, "{} -> {}", m[0].loss, m[2].loss);
-}
-
-fn grads_of(model: &hat_model::train::TrainModel, loss: &candle_core::Tensor) -> Vec<Vec<f32>> {
-    let g = loss.backward().unwrap();
-    model
-        .vars()
-        .iter()
-        .map(|(_, v)| {
-            let t = g.get(v.as_tensor()).unwrap();
-            t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
-        })
-        .collect()
 }
 
 /// Live-stream answers of one scene, packed on their shared system prompt, give the same
@@ -240,14 +236,15 @@ fn answers_packed_on_their_shared_prompt_score_exactly_as_one_by_one() {
         "{} vs {mm}",
         p.mismatch
     );
-    let g_packed = grads_of(&model, &p.kl);
+    let g_packed = common::grads_of(&model, &p.kl);
     let total = alone
         .iter()
         .map(|s| s.kl.clone())
         .reduce(|a, b| (a + b).unwrap())
         .unwrap();
-    let g_alone = grads_of(&model, &total);
-    for (a, b) in g_packed.iter().zip(&g_alone) {
+    let g_alone = common::grads_of(&model, &total);
+    for (name, a) in &g_packed {
+        let b = &g_alone[name];
         let scale = b.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-12);
         let d = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
         assert!(
@@ -296,14 +293,7 @@ fn scene_prompts_sampled_from_a_cached_prefix_and_packed_stay_exact() {
     c.stream_data = vec![data];
     c.stream_share = 1.0;
     c.prompts_per_step = 4;
-    c.optim.lr = 1e-9;
-    distill::run(&c, &dir.path().join("run"), false, &mut |_| {}).unwrap();
-    let s = &steps(&dir.path().join("run"))[0];
-    assert!(
-        s.loss.abs() < 1e-3,
-        "stream KL to the starting student: {}",
-        s.loss
-    );
+    let s = unchanged_stream_step(&c, dir.path());
     assert!(
         s.extra["rollout_mismatch"] < 1e-3,
         "rollout vs trainer: {}",

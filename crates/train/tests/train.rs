@@ -13,21 +13,6 @@ use hat_train::config::SftConfig;
 use hat_train::pack::{pack, pack_group, PackConfig};
 use hat_train::tokens::{Encoder, Sample};
 
-fn grads_of(model: &TrainModel, loss: &Tensor) -> HashMap<String, Vec<f32>> {
-    let g = loss.backward().unwrap();
-    model
-        .vars()
-        .iter()
-        .map(|(n, v)| {
-            let t = g.get(v.as_tensor()).unwrap();
-            (
-                n.clone(),
-                t.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-            )
-        })
-        .collect()
-}
-
 fn rel(a: &[f32], b: &[f32]) -> f32 {
     let scale = b.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-12);
     a.iter()
@@ -39,7 +24,7 @@ fn rel(a: &[f32], b: &[f32]) -> f32 {
 /// The loss and every gradient of `packed` equal those of its samples computed one by one.
 fn assert_packed_equals_one_by_one(model: &TrainModel, packed: &Packed, samples: &[&Sample]) {
     let (lp, np) = model.loss(packed).unwrap();
-    let gp = grads_of(model, &lp);
+    let gp = common::grads_of(model, &lp);
     let mut sum = 0f32;
     let mut n = 0;
     let mut gs: HashMap<String, Vec<f32>> = HashMap::new();
@@ -48,7 +33,7 @@ fn assert_packed_equals_one_by_one(model: &TrainModel, packed: &Packed, samples:
         let (l, k) = model.loss(&seq).unwrap();
         sum += l.to_scalar::<f32>().unwrap();
         n += k;
-        for (name, g) in grads_of(model, &l) {
+        for (name, g) in common::grads_of(model, &l) {
             let acc = gs.entry(name).or_insert_with(|| vec![0.0; g.len()]);
             acc.iter_mut().zip(g).for_each(|(a, b)| *a += b);
         }

@@ -100,3 +100,22 @@ pub fn dataset() -> Vec<serde_json::Value> {
     }
     out
 }
+
+/// The gradient of `loss` for every trainable variable of `model`, by name.
+pub fn grads_of(
+    model: &hat_model::train::TrainModel,
+    loss: &Tensor,
+) -> std::collections::HashMap<String, Vec<f32>> {
+    let g = loss.backward().unwrap();
+    model
+        .vars()
+        .iter()
+        .map(|(n, v)| {
+            let t = g.get(v.as_tensor()).unwrap();
+            (
+                n.clone(),
+                t.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            )
+        })
+        .collect()
+}
