@@ -285,6 +285,11 @@ fn train_pipeline_runs_every_stage_reports_and_resumes() {
 tasks = 40
 variants = 1
 group = 4
+[replay]
+prompts = 12
+samples = 2
+max_tokens = 64
+batch = 1
 [sft]
 max_steps = 2
 save_every = 2
@@ -333,12 +338,14 @@ ifeval_max_tokens = 8
         assert!(report.contains(stage), "{report}");
     }
     assert!(out.join("curves.png").exists());
+    // the replay answers went into SFT, not into distillation's live-stream prompts
+    assert!(report.contains("Replay data mixed into SFT"), "{report}");
+    let sft_cfg = std::fs::read_to_string(out.join("sft/config.toml")).unwrap();
+    assert!(sft_cfg.contains("replay.jsonl"), "{sft_cfg}");
+    let distill_cfg = std::fs::read_to_string(out.join("distill/config.toml")).unwrap();
+    assert!(!distill_cfg.contains("replay.jsonl"), "{distill_cfg}");
     assert!(out.join("rl/model-q8_0.gguf").exists());
     assert!(out.join("eval/rl/hvqa/results.json").exists());
-    assert!(
-        !out.join("sft/checkpoints").exists(),
-        "a finished stage keeps its exports only"
-    );
     assert!(
         !out.join("sft/checkpoints").exists(),
         "a finished stage keeps its exports only"
@@ -348,7 +355,8 @@ ifeval_max_tokens = 8
     run(true)
         .assert()
         .success()
-        .stderr(predicate::str::contains("sft: finished before"));
+        .stderr(predicate::str::contains("sft: finished before"))
+        .stderr(predicate::str::contains("replay: generated before"));
     let again = std::fs::read_to_string(out.join("report.json")).unwrap();
     assert_eq!(first, again);
     // a second start into the same folder must say how to continue

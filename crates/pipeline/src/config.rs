@@ -60,6 +60,79 @@ impl Default for DataSection {
     }
 }
 
+/// Replay data mixed into SFT (`hat data replay`): the base model's own answers to general
+/// prompts, kept where they pass the prompt's verifiable check, so that stage 1 erodes less
+/// general instruction following. Generated once into `OUT/replay.jsonl` (resumable), and
+/// added to the SFT data only (distillation draws its live-stream prompts from `[data]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReplaySection {
+    /// General prompts to answer (0: no replay data).
+    pub prompts: usize,
+    /// Answers tried per prompt until one passes: the first greedy, the rest sampled.
+    pub samples: usize,
+    pub temperature: f32,
+    /// Token limit of one answer (an answer cut there is not kept).
+    pub max_tokens: usize,
+    pub seed: u64,
+    /// Prompts decoded together.
+    pub batch: usize,
+}
+
+impl Default for ReplaySection {
+    fn default() -> Self {
+        Self {
+            prompts: 0,
+            samples: 4,
+            temperature: 0.8,
+            max_tokens: 512,
+            seed: 0,
+            batch: 8,
+        }
+    }
+}
+
+impl ReplaySection {
+    fn validate(&self) -> Result<(), PipelineError> {
+        let err = |message: String| {
+            Err(PipelineError::Config {
+                path: "[replay]".into(),
+                message,
+            })
+        };
+        if self.prompts == 0 {
+            return Ok(());
+        }
+        if self.prompts > hat_train::distill::MAX_GENERAL_PROMPTS {
+            return err(format!(
+                "prompts = {}: at most {} (the general prompt generator's)",
+                self.prompts,
+                hat_train::distill::MAX_GENERAL_PROMPTS
+            ));
+        }
+        if self.samples == 0 || self.batch == 0 || self.max_tokens == 0 {
+            return err(format!(
+                "samples = {}, batch = {}, max_tokens = {}: each must be at least 1",
+                self.samples, self.batch, self.max_tokens
+            ));
+        }
+        if !(self.temperature.is_finite() && (0.0..=2.0).contains(&self.temperature)) {
+            return err(format!(
+                "temperature = {}: between 0 and 2",
+                self.temperature
+            ));
+        }
+        if self.temperature == 0.0 && self.samples > 1 {
+            return err(
+                "temperature = 0 makes every try after the first repeat it; give a temperature \
+                 above 0 or samples = 1"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// The evaluation after each stage.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -96,6 +169,7 @@ pub struct PipelineConfig {
     pub model: PathBuf,
     pub harness_dir: PathBuf,
     pub data: DataSection,
+    pub replay: ReplaySection,
     /// Stage sections: `preset` (of that stage), `skip = true` to leave the stage out, and
     /// any key of the stage's config.
     pub sft: Table,
@@ -113,6 +187,7 @@ impl Default for PipelineConfig {
             model: PathBuf::new(),
             harness_dir: PathBuf::from("harnesses/livestream"),
             data: DataSection::default(),
+            replay: ReplaySection::default(),
             sft: Table::new(),
             distill: Table::new(),
             rl: Table::new(),
@@ -394,6 +469,7 @@ impl PipelineConfig {
             });
         }
         d.mix()?;
+        self.replay.validate()?;
         self.sft()?;
         self.distill()?;
         self.rl()?;
@@ -467,6 +543,29 @@ mod tests {
             e.contains("[data] kind_weights") && e.contains("whole number"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn replay_is_off_by_default_and_bad_values_name_the_section() {
+        assert_eq!(PipelineConfig::default().replay.prompts, 0);
+        let c = PipelineConfig::from_str("[replay]\nprompts = 300\n", "p.toml").unwrap();
+        assert_eq!(c.replay.prompts, 300);
+        assert_eq!(c.replay.samples, 4, "the rest keeps its defaults");
+        c.replay.validate().unwrap();
+        for bad in [
+            "[replay]\nprompts = 10\nsamples = 0\n",
+            "[replay]\nprompts = 10\ntemperature = 0.0\n",
+            "[replay]\nprompts = 10\ntemperature = 3.0\n",
+            "[replay]\nprompts = 1000000\n",
+        ] {
+            let c = PipelineConfig::from_str(bad, "p.toml").unwrap();
+            let e = c.replay.validate().unwrap_err().to_string();
+            assert!(e.contains("[replay]"), "{bad}: {e}");
+        }
+        let e = PipelineConfig::from_str("[replay]\nprompt = 10\n", "p.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("prompt"), "{e}");
     }
 
     #[test]

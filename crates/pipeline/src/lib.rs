@@ -1,5 +1,5 @@
 //! `hat train pipeline`: the whole HAT recipe as one resumable run. Trajectories (`hat data
-//! gen`), stage 1 HSA-SFT, stage 2 on-policy distillation, stage 3 HSA-RL, each stage
+//! gen`) and optional replay data (`hat data replay`), stage 1 HSA-SFT, stage 2 on-policy distillation, stage 3 HSA-RL, each stage
 //! starting from the one before; an evaluation (lsqa, hvqa, ifeval) after each stage; one
 //! report (`report.md`, `report.json`) with every stage's scores and cost, and every stage's
 //! curves in one PNG (`curves.png`).
@@ -11,8 +11,8 @@
 pub mod config;
 mod run;
 
-pub use config::{DataSection, EvalSection, PipelineConfig, PRESETS};
-pub use run::{run, Progress, Report, StageRow};
+pub use config::{DataSection, EvalSection, PipelineConfig, ReplaySection, PRESETS};
+pub use run::{run, Progress, ReplayRow, Report, StageRow};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {

@@ -24,6 +24,11 @@ pub enum Progress<'a> {
         done: usize,
         total: usize,
     },
+    /// Replay data: prompts settled (kept or dropped) of all.
+    Replay {
+        done: usize,
+        total: usize,
+    },
     Train(Event<'a>),
     Eval {
         suite: &'a str,
@@ -56,6 +61,16 @@ pub struct Report {
     /// Seconds spent generating data.
     pub data_seconds: f64,
     pub data_files: Vec<PathBuf>,
+    /// The replay file mixed into SFT, what it kept and the seconds it took.
+    #[serde(default)]
+    pub replay: Option<ReplayRow>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ReplayRow {
+    pub file: PathBuf,
+    pub seconds: f64,
+    pub stats: hat_train::replay::ReplayStats,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PipelineError + '_ {
@@ -128,6 +143,97 @@ fn data(
     Ok((vec![path], report.seconds))
 }
 
+/// The replay data of `[replay]`, generated once into `out/replay.jsonl` by the base model;
+/// `None` when `prompts` is 0. An interrupted generation continues from its last saved chunk.
+fn replay(
+    cfg: &PipelineConfig,
+    out: &Path,
+    on: &mut dyn FnMut(Progress),
+) -> Result<Option<ReplayRow>, PipelineError> {
+    use hat_train::replay::{Checked, ReplayOutput, Start};
+    let r = &cfg.replay;
+    if r.prompts == 0 {
+        return Ok(None);
+    }
+    let path = out.join("replay.jsonl");
+    let done = out.join("replay.done.json");
+    if let Some(row) = std::fs::read_to_string(&done)
+        .ok()
+        .and_then(|t| serde_json::from_str::<ReplayRow>(&t).ok())
+    {
+        if path.exists() {
+            on(Progress::Skipped("replay", "generated before"));
+            return Ok(Some(row));
+        }
+    }
+    on(Progress::Stage("replay"));
+    // a finished file without its summary (killed between the two writes) is made again:
+    // the summary is what the report needs
+    let start = if path.exists() {
+        Start::Force
+    } else {
+        Start::Resume
+    };
+    let Checked::Ready(output) = ReplayOutput::check(&path, start).map_err(train_err("replay"))?
+    else {
+        return Err(PipelineError::Config {
+            path: "[replay]".into(),
+            message: format!("{} is finished but was not expected to be", path.display()),
+        });
+    };
+    // what decides the records: a resumed generation must repeat it
+    let settings = json!({
+        "model": cfg.model, "format": "original", "prompts": r.prompts, "samples": r.samples,
+        "temperature": r.temperature, "max_tokens": r.max_tokens, "seed": r.seed,
+        "batch": r.batch, "version": env!("CARGO_PKG_VERSION"),
+    });
+    let engine = hat_train::snapshot::load_engine(&cfg.model, WeightFormat::Original)
+        .map_err(train_err("replay"))?;
+    let (mut writer, resumed) = output.open(settings).map_err(train_err("replay"))?;
+    let rcfg = hat_train::replay::ReplayConfig {
+        prompts: r.prompts,
+        samples: r.samples,
+        temperature: r.temperature,
+        max_new_tokens: r.max_tokens,
+        seed: r.seed,
+        batch: r.batch,
+        model_name: cfg.model.display().to_string(),
+    };
+    let started = std::time::Instant::now();
+    let stats = hat_train::replay::generate(
+        &engine,
+        &rcfg,
+        resumed.unwrap_or_default(),
+        &mut |records, stats| {
+            writer.append(&records, stats)?;
+            on(Progress::Replay {
+                done: stats.settled,
+                total: stats.prompts,
+            });
+            Ok(())
+        },
+    )
+    .map_err(train_err("replay"))?;
+    writer.finish().map_err(train_err("replay"))?;
+    if stats.kept == 0 {
+        return Err(PipelineError::Config {
+            path: "[replay]".into(),
+            message: format!(
+                "no answer of the base model passed its prompt's check ({} prompts, {} tries \
+                 each); raise samples or max_tokens, or set prompts = 0",
+                stats.prompts, r.samples
+            ),
+        });
+    }
+    let row = ReplayRow {
+        file: path,
+        seconds: started.elapsed().as_secs_f64(),
+        stats,
+    };
+    std::fs::write(&done, serde_json::to_string_pretty(&row)?).map_err(io(&done))?;
+    Ok(Some(row))
+}
+
 /// Totals of a run folder's `metrics.jsonl`.
 fn totals(run: &Path) -> (usize, f64, u64, u64) {
     let Ok(r) = hat_train::plot::read_run(run) else {
@@ -159,10 +265,13 @@ fn ensure_exports(export: &mut Vec<String>) {
 /// Runs a stage's training with an event sink; returns the last export.
 type TrainFn<'a> = dyn FnMut(&mut dyn FnMut(Event)) -> Result<PathBuf, hat_train::TrainError> + 'a;
 
-/// Runs one training stage unless its `stage.json` says it is done; returns its row.
+/// Runs one training stage unless its `stage.json` says it is done; returns its row. The
+/// stage's resolved config goes to `dir/config.toml` first, as `hat train STAGE` saves it, so
+/// that `hat train export DIR` and `hat train STAGE --resume --out DIR` work on a stage folder.
 fn stage(
     name: &'static str,
     dir: &Path,
+    config_toml: String,
     keep_checkpoints: bool,
     on: &mut dyn FnMut(Progress),
     train: &mut TrainFn,
@@ -175,6 +284,9 @@ fn stage(
         }
     }
     on(Progress::Stage(name));
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let saved = dir.join("config.toml");
+    std::fs::write(&saved, config_toml).map_err(io(&saved))?;
     train(&mut |e| on(Progress::Train(e))).map_err(train_err(name))?;
     let (steps, seconds, tokens, loss_tokens) = totals(dir);
     let row = StageRow {
@@ -269,10 +381,12 @@ pub fn run(
     cfg.validate()?;
     std::fs::create_dir_all(out).map_err(io(out))?;
     let (files, data_seconds) = data(cfg, out, on)?;
+    let replay = replay(cfg, out, on)?;
     let mut report = Report {
         rows: Vec::new(),
         data_seconds,
         data_files: files.clone(),
+        replay: replay.clone(),
     };
     let mut rows: Vec<(StageRow, bool)> = Vec::new();
     if cfg.eval.base {
@@ -293,11 +407,17 @@ pub fn run(
         let mut c = s.config;
         c.model = current.clone();
         c.data = files.clone();
+        c.data.extend(replay.iter().map(|r| r.file.clone()));
         ensure_exports(&mut c.export);
         let dir = out.join("sft");
-        let row = stage("sft", &dir, cfg.keep_checkpoints, on, &mut |e| {
-            hat_train::sft::run(&c, &dir, true, e)
-        })?;
+        let row = stage(
+            "sft",
+            &dir,
+            c.to_toml(),
+            cfg.keep_checkpoints,
+            on,
+            &mut |e| hat_train::sft::run(&c, &dir, true, e),
+        )?;
         current = row.hf.clone().unwrap_or_default();
         rows.push((row, s.evaluate));
     }
@@ -311,9 +431,14 @@ pub fn run(
         }
         ensure_exports(&mut c.export);
         let dir = out.join("distill");
-        let row = stage("distill", &dir, cfg.keep_checkpoints, on, &mut |e| {
-            hat_train::distill::run(&c, &dir, true, e)
-        })?;
+        let row = stage(
+            "distill",
+            &dir,
+            c.to_toml(),
+            cfg.keep_checkpoints,
+            on,
+            &mut |e| hat_train::distill::run(&c, &dir, true, e),
+        )?;
         current = row.hf.clone().unwrap_or_default();
         rows.push((row, s.evaluate));
     }
@@ -324,9 +449,14 @@ pub fn run(
         c.harness_dir = cfg.harness_dir.clone();
         ensure_exports(&mut c.export);
         let dir = out.join("rl");
-        let row = stage("rl", &dir, cfg.keep_checkpoints, on, &mut |e| {
-            hat_train::rl::run(&c, &dir, true, e)
-        })?;
+        let row = stage(
+            "rl",
+            &dir,
+            c.to_toml(),
+            cfg.keep_checkpoints,
+            on,
+            &mut |e| hat_train::rl::run(&c, &dir, true, e),
+        )?;
         rows.push((row, s.evaluate));
     }
     for (row, eval) in &mut rows {
@@ -364,6 +494,20 @@ fn write_report(cfg: &PipelineConfig, out: &Path, report: &Report) -> Result<(),
             None => String::new(),
         }
     ));
+    if let Some(r) = &report.replay {
+        md.push_str(&format!(
+            "Replay data mixed into SFT: {}, {} answers of the base model ({} to constrained \
+             prompts) from {} prompts, {} dropped for failing their check, {} for not ending \
+             ({:.0} s to generate).\n\n",
+            r.file.display(),
+            r.stats.kept,
+            r.stats.kept_constrained,
+            r.stats.prompts,
+            r.stats.dropped_failed_check,
+            r.stats.dropped_unfinished,
+            r.seconds
+        ));
+    }
     md.push_str("| stage |");
     for s in &suites {
         md.push_str(&format!(" {s} |"));

@@ -98,9 +98,12 @@ pub fn run(a: PipelineArgs) -> Result<()> {
             eprintln!("== {s}");
         }
         Progress::Skipped(s, why) => eprintln!("== {s}: {why}, skipped"),
-        Progress::Data { done, total } | Progress::Eval { done, total, .. } => {
+        Progress::Data { done, total }
+        | Progress::Replay { done, total }
+        | Progress::Eval { done, total, .. } => {
             let label = match &p {
                 Progress::Eval { suite, .. } => suite.to_string(),
+                Progress::Replay { .. } => "replay prompts".to_string(),
                 _ => "data".to_string(),
             };
             let b = bar.get_or_insert_with(|| crate::progress::bar(total as u64, &label));
