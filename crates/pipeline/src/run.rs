@@ -181,15 +181,6 @@ fn replay(
             message: format!("{} is finished but was not expected to be", path.display()),
         });
     };
-    // what decides the records: a resumed generation must repeat it
-    let settings = json!({
-        "model": cfg.model, "format": "original", "prompts": r.prompts, "samples": r.samples,
-        "temperature": r.temperature, "max_tokens": r.max_tokens, "seed": r.seed,
-        "batch": r.batch, "version": env!("CARGO_PKG_VERSION"),
-    });
-    let engine = hat_train::snapshot::load_engine(&cfg.model, WeightFormat::Original)
-        .map_err(train_err("replay"))?;
-    let (mut writer, resumed) = output.open(settings).map_err(train_err("replay"))?;
     let rcfg = hat_train::replay::ReplayConfig {
         prompts: r.prompts,
         samples: r.samples,
@@ -199,6 +190,11 @@ fn replay(
         batch: r.batch,
         model_name: cfg.model.display().to_string(),
     };
+    let engine = hat_train::snapshot::load_engine(&cfg.model, WeightFormat::Original)
+        .map_err(train_err("replay"))?;
+    let (mut writer, resumed) = output
+        .open(rcfg.settings("original"))
+        .map_err(train_err("replay"))?;
     let started = std::time::Instant::now();
     let stats = hat_train::replay::generate(
         &engine,
@@ -497,13 +493,14 @@ fn write_report(cfg: &PipelineConfig, out: &Path, report: &Report) -> Result<(),
     if let Some(r) = &report.replay {
         md.push_str(&format!(
             "Replay data mixed into SFT: {}, {} answers of the base model ({} to constrained \
-             prompts) from {} prompts, {} dropped for failing their check, {} for not ending \
-             ({:.0} s to generate).\n\n",
+             prompts) from {} prompts, {} dropped for failing their check, {} for repeating \
+             themselves, {} for not ending ({:.0} s to generate).\n\n",
             r.file.display(),
             r.stats.kept,
             r.stats.kept_constrained,
             r.stats.prompts,
             r.stats.dropped_failed_check,
+            r.stats.dropped_repetitive,
             r.stats.dropped_unfinished,
             r.seconds
         ));

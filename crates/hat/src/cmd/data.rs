@@ -154,11 +154,16 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
         );
     }
     let format: hat_model::WeightFormat = a.format.parse().map_err(anyhow::Error::msg)?;
-    let settings = serde_json::json!({
-        "model": a.model, "format": a.format, "prompts": a.prompts, "samples": a.samples,
-        "temperature": a.temperature, "max_tokens": a.max_tokens, "seed": a.seed,
-        "batch": a.batch, "version": env!("CARGO_PKG_VERSION"),
-    });
+    let cfg = hat_train::replay::ReplayConfig {
+        prompts: a.prompts,
+        samples: a.samples,
+        temperature: a.temperature,
+        max_new_tokens: a.max_tokens,
+        seed: a.seed,
+        batch: a.batch,
+        model_name: a.model.clone(),
+    };
+    let settings = cfg.settings(&a.format);
     // the model first: a path that does not load leaves no working files behind
     hat_model::threads::set_threads(a.threads);
     let path = crate::cmd::backend::model_path(&a.model);
@@ -171,15 +176,6 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
             st.settled, st.prompts, st.kept
         );
     }
-    let cfg = hat_train::replay::ReplayConfig {
-        prompts: a.prompts,
-        samples: a.samples,
-        temperature: a.temperature,
-        max_new_tokens: a.max_tokens,
-        seed: a.seed,
-        batch: a.batch,
-        model_name: a.model.clone(),
-    };
     let started = std::time::Instant::now();
     let pb = crate::progress::terminal_bar(0, "prompts");
     let from = resumed.unwrap_or_default();
@@ -203,13 +199,15 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
     println!(
         "wrote {} answers to {} ({} of them to constrained prompts) from {} prompts ({} IFEval \
          look-alikes dropped before): {} dropped for failing their check on every try, {} for \
-         never ending within {} tokens; {} tokens generated ({:.0}s in this run)",
+         repeating themselves, {} for never ending within {} tokens; {} tokens generated \
+         ({:.0}s in this run)",
         stats.kept,
         a.out.display(),
         stats.kept_constrained,
         stats.prompts,
         stats.excluded,
         stats.dropped_failed_check,
+        stats.dropped_repetitive,
         stats.dropped_unfinished,
         a.max_tokens,
         stats.generated_tokens,

@@ -7,7 +7,8 @@
 //! prompts holds its behaviour there (a self-distillation replay), and keeping, of several
 //! samples, only an answer that passes the prompt's check (rejection sampling) can lift it.
 //! The prompts are the distillation generator's (IFEval's 541 prompts and their near copies
-//! excluded); an unconstrained prompt keeps its first answer that ends on its own.
+//! excluded); an unconstrained prompt keeps its first answer that ends on its own. An answer that
+//! repeats itself (`quality`) is never kept, whatever its check says.
 
 use hat_data::Record;
 use hat_harness::Message;
@@ -19,7 +20,12 @@ use crate::distill::prompts::{self, Prompt};
 use crate::error::{Result, TrainError};
 
 mod output;
+pub mod quality;
 pub use output::{Checked, ReplayOutput, ReplayWriter, Start};
+
+/// Names the rules that decide which answers are kept; part of a run's settings, so that a
+/// run is never resumed by a build that keeps other answers.
+pub const KEEP_RULES: &str = "check+repetition-v1";
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -38,6 +44,19 @@ pub struct ReplayConfig {
     pub model_name: String,
 }
 
+impl ReplayConfig {
+    /// What decides a run's records, saved with an unfinished run and compared on resume:
+    /// these settings, the model file and weight format, the build and the keep rules.
+    pub fn settings(&self, format: &str) -> serde_json::Value {
+        json!({
+            "model": self.model_name, "format": format, "prompts": self.prompts,
+            "samples": self.samples, "temperature": self.temperature,
+            "max_tokens": self.max_new_tokens, "seed": self.seed, "batch": self.batch,
+            "version": env!("CARGO_PKG_VERSION"), "keep": KEEP_RULES,
+        })
+    }
+}
+
 /// What a replay run kept and why it dropped the rest; with `settled`, where it stands (a
 /// resumed run continues after the first `settled` prompts, which it settles in order).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -54,6 +73,10 @@ pub struct ReplayStats {
     pub dropped_failed_check: usize,
     /// Prompts none of whose answers ended within `max_new_tokens`.
     pub dropped_unfinished: usize,
+    /// Prompts whose answers that ended (and passed the check, if any) all repeated
+    /// themselves (`quality`).
+    #[serde(default)]
+    pub dropped_repetitive: usize,
     pub generated_tokens: usize,
 }
 
@@ -81,12 +104,20 @@ fn reject(p: &Prompt, out: &GenerateOutput) -> Option<Drop> {
     {
         return Some(Drop::Unfinished);
     }
-    (!p.checks.iter().all(|c| c.passes(out.text.trim_end()))).then_some(Drop::FailedCheck)
+    let text = out.text.trim_end();
+    if !p.checks.iter().all(|c| c.passes(text)) {
+        return Some(Drop::FailedCheck);
+    }
+    quality::repetition(text).map(|_| Drop::Repetitive)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a prompt's tries were dropped, in the order that counts: a prompt is counted under the
+/// highest reason any of its tries had (one answer failing the check makes it a check failure,
+/// whatever its other tries did).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Drop {
     Unfinished,
+    Repetitive,
     FailedCheck,
 }
 
@@ -191,10 +222,8 @@ pub fn generate(
                     stats.generated_tokens += out.tokens.len();
                     match reject(&prompts[range.start + k], &out) {
                         None => kept[k] = Some((out.text, try_no)),
-                        // a prompt that had a finished answer failing its check is counted
-                        // as failing it, whatever its later tries did
-                        Some(d) if last_drop[k] != Drop::FailedCheck => last_drop[k] = d,
-                        Some(_) => {}
+                        // counted under the weightiest reason of its tries (see `Drop`)
+                        Some(d) => last_drop[k] = last_drop[k].max(d),
                     }
                 }
             }
@@ -208,8 +237,11 @@ pub fn generate(
                     stats.kept_constrained += usize::from(!p.checks.is_empty());
                     records.push(record(p, &text, try_no, &cfg.model_name));
                 }
-                None if last_drop[k] == Drop::FailedCheck => stats.dropped_failed_check += 1,
-                None => stats.dropped_unfinished += 1,
+                None => match last_drop[k] {
+                    Drop::FailedCheck => stats.dropped_failed_check += 1,
+                    Drop::Repetitive => stats.dropped_repetitive += 1,
+                    Drop::Unfinished => stats.dropped_unfinished += 1,
+                },
             }
         }
         stats.settled = range.end;
@@ -258,7 +290,11 @@ mod tests {
             reject(&p, &out("Sure, here it is.", stop.clone())),
             Some(Drop::FailedCheck)
         );
-        assert_eq!(reject(&p, &out("Is it?\n", stop)), None);
+        assert_eq!(reject(&p, &out("Is it?\n", stop.clone())), None);
+        // an answer that loops is dropped even when it passes the check
+        let looped = "Is it? It is a fine day for a walk in the park.\n".repeat(3) + "Is it?";
+        assert_eq!(reject(&p, &out(&looped, stop)), Some(Drop::Repetitive));
+        assert!(Drop::FailedCheck > Drop::Repetitive && Drop::Repetitive > Drop::Unfinished);
         let r = record(&p, "Is it?\n", 2, "m");
         assert_eq!(r.messages.len(), 2);
         assert_eq!(r.messages[1].content, "Is it?");
