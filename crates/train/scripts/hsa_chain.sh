@@ -18,6 +18,9 @@
 #   instead of the preset's 120 (`--max-steps`). SCENE=1 draws a leg's data with
 #   `--shared-scene` (each group of 16 is one scene: identical system prompts, so a pack holds
 #   the whole group; files named *-sc.jsonl; docs/results.md "Shared scenes").
+#   REPLAY=N mixes into each leg's SFT data `hat data replay` answers of the base model to N
+#   general prompts (seed 40+k; the base model's, not the previous leg's: its general answers
+#   are the ones to keep; docs/results.md "Replay in stage 1"); legs named chain-sc-rpN-legK.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 HAT=${HAT:-target/release/hat}
@@ -66,7 +69,7 @@ PY
     extra=
     if [ -n "$rp" ]; then
       extra=,runs/replay$sc$rp-leg$leg.jsonl
-      [ -f runs/replay$sc$rp-leg$leg.jsonl ] || $HAT data replay --model $prev --prompts $REPLAY \
+      [ -f runs/replay$sc$rp-leg$leg.jsonl ] || $HAT data replay --model default --prompts $REPLAY \
         --samples 4 --max-tokens 512 --seed $((40 + leg)) --out runs/replay$sc$rp-leg$leg.jsonl --resume
     fi
     resume=()
