@@ -93,43 +93,29 @@ impl Default for ReplaySection {
 }
 
 impl ReplaySection {
+    /// The generator's settings, answering with `model`.
+    pub fn config(&self, model: &Path) -> hat_train::replay::ReplayConfig {
+        hat_train::replay::ReplayConfig {
+            prompts: self.prompts,
+            samples: self.samples,
+            temperature: self.temperature,
+            max_new_tokens: self.max_tokens,
+            seed: self.seed,
+            batch: self.batch,
+            model_name: model.display().to_string(),
+        }
+    }
+
     fn validate(&self) -> Result<(), PipelineError> {
-        let err = |message: String| {
-            Err(PipelineError::Config {
-                path: "[replay]".into(),
-                message,
-            })
-        };
         if self.prompts == 0 {
             return Ok(());
         }
-        if self.prompts > hat_train::distill::MAX_GENERAL_PROMPTS {
-            return err(format!(
-                "prompts = {}: at most {} (the general prompt generator's)",
-                self.prompts,
-                hat_train::distill::MAX_GENERAL_PROMPTS
-            ));
-        }
-        if self.samples == 0 || self.batch == 0 || self.max_tokens == 0 {
-            return err(format!(
-                "samples = {}, batch = {}, max_tokens = {}: each must be at least 1",
-                self.samples, self.batch, self.max_tokens
-            ));
-        }
-        if !(self.temperature.is_finite() && (0.0..=2.0).contains(&self.temperature)) {
-            return err(format!(
-                "temperature = {}: between 0 and 2",
-                self.temperature
-            ));
-        }
-        if self.temperature == 0.0 && self.samples > 1 {
-            return err(
-                "temperature = 0 makes every try after the first repeat it; give a temperature \
-                 above 0 or samples = 1"
-                    .into(),
-            );
-        }
-        Ok(())
+        self.config(Path::new(""))
+            .validate()
+            .map_err(|b| PipelineError::Config {
+                path: "[replay]".into(),
+                message: format!("{} {}", b.key, b.problem),
+            })
     }
 }
 

@@ -1,8 +1,8 @@
 //! `hat train pipeline`: the whole HAT recipe as one resumable run. Trajectories (`hat data
-//! gen`) and optional replay data (`hat data replay`), stage 1 HSA-SFT, stage 2 on-policy distillation, stage 3 HSA-RL, each stage
-//! starting from the one before; an evaluation (lsqa, hvqa, ifeval) after each stage; one
-//! report (`report.md`, `report.json`) with every stage's scores and cost, and every stage's
-//! curves in one PNG (`curves.png`).
+//! gen`) and optional replay data (`hat data replay`), stage 1 HSA-SFT, stage 2 on-policy
+//! distillation, stage 3 HSA-RL, each stage starting from the one before; an evaluation (lsqa,
+//! hvqa, ifeval) after each stage; one report (`report.md`, `report.json`) with every stage's
+//! scores and cost, and every stage's curves in one PNG (`curves.png`).
 //!
 //! Interrupted anywhere, the same command continues: finished stages are skipped (a
 //! `stage.json` marks them), a stage in progress resumes from its last checkpoint, data

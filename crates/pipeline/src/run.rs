@@ -181,15 +181,7 @@ fn replay(
             message: format!("{} is finished but was not expected to be", path.display()),
         });
     };
-    let rcfg = hat_train::replay::ReplayConfig {
-        prompts: r.prompts,
-        samples: r.samples,
-        temperature: r.temperature,
-        max_new_tokens: r.max_tokens,
-        seed: r.seed,
-        batch: r.batch,
-        model_name: cfg.model.display().to_string(),
-    };
+    let rcfg = r.config(&cfg.model);
     let engine = hat_train::snapshot::load_engine(&cfg.model, WeightFormat::Original)
         .map_err(train_err("replay"))?;
     let (mut writer, resumed) = output

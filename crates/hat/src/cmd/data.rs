@@ -141,18 +141,6 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
         }
         Checked::Ready(o) => o,
     };
-    if !(a.temperature.is_finite() && (0.0..=2.0).contains(&a.temperature)) {
-        bail!(
-            "--temperature must be between 0 and 2, not {}",
-            a.temperature
-        );
-    }
-    if a.temperature == 0.0 && a.samples > 1 {
-        bail!(
-            "--temperature 0 makes every try after the first repeat it; give a temperature above \
-             0 or --samples 1"
-        );
-    }
     let format: hat_model::WeightFormat = a.format.parse().map_err(anyhow::Error::msg)?;
     let cfg = hat_train::replay::ReplayConfig {
         prompts: a.prompts,
@@ -163,6 +151,9 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
         batch: a.batch,
         model_name: a.model.clone(),
     };
+    if let Err(b) = cfg.validate() {
+        bail!("--{} {}", b.key.replace('_', "-"), b.problem);
+    }
     let settings = cfg.settings(&a.format);
     // the model first: a path that does not load leaves no working files behind
     hat_model::threads::set_threads(a.threads);

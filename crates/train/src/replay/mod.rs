@@ -44,7 +44,54 @@ pub struct ReplayConfig {
     pub model_name: String,
 }
 
+/// A setting of [`ReplayConfig`] that cannot work: the key (as `hat data replay` and the
+/// pipeline's `[replay]` name it, `max_tokens` for `max_new_tokens`) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadSetting {
+    pub key: &'static str,
+    pub problem: String,
+}
+
 impl ReplayConfig {
+    /// Checks the settings before a model is loaded or a file touched.
+    pub fn validate(&self) -> std::result::Result<(), BadSetting> {
+        let bad = |key, problem: String| Err(BadSetting { key, problem });
+        if self.prompts == 0 || self.prompts > crate::distill::MAX_GENERAL_PROMPTS {
+            return bad(
+                "prompts",
+                format!(
+                    "must be between 1 and {} (the general prompt generator's), not {}",
+                    crate::distill::MAX_GENERAL_PROMPTS,
+                    self.prompts
+                ),
+            );
+        }
+        for (key, v) in [
+            ("samples", self.samples),
+            ("batch", self.batch),
+            ("max_tokens", self.max_new_tokens),
+        ] {
+            if v == 0 {
+                return bad(key, "must be at least 1, not 0".into());
+            }
+        }
+        if !(self.temperature.is_finite() && (0.0..=2.0).contains(&self.temperature)) {
+            return bad(
+                "temperature",
+                format!("must be between 0 and 2, not {}", self.temperature),
+            );
+        }
+        if self.temperature == 0.0 && self.samples > 1 {
+            return bad(
+                "temperature",
+                "0 makes every try after the first repeat it; give a temperature above 0 or one \
+                 sample"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     /// What decides a run's records, saved with an unfinished run and compared on resume:
     /// these settings, the model file and weight format, the build and the keep rules.
     pub fn settings(&self, format: &str) -> serde_json::Value {
@@ -156,11 +203,8 @@ pub fn generate(
     from: ReplayStats,
     on_chunk: &mut dyn FnMut(Vec<Record>, &ReplayStats) -> Result<()>,
 ) -> Result<ReplayStats> {
-    if cfg.samples == 0 || cfg.batch == 0 || cfg.max_new_tokens == 0 {
-        return Err(TrainError::Invalid(
-            "replay: samples, batch and max_new_tokens must be positive".into(),
-        ));
-    }
+    cfg.validate()
+        .map_err(|b| TrainError::Invalid(format!("replay: {} {}", b.key, b.problem)))?;
     let (prompts, excluded) = prompts::exclude_near(
         prompts::general(cfg.prompts, cfg.seed),
         &prompts::ifeval_prompts(),
