@@ -50,7 +50,7 @@ batch = 8
 
 fn actor(arm: &Arm) -> Result<Box<dyn Actor>, AbError> {
     Ok(match arm.model.as_str() {
-        "oracle" => Box::new(OracleActor),
+        "oracle" => Box::new(OracleActor::default()),
         _ => Box::new(Silent),
     })
 }

@@ -46,6 +46,10 @@ pub struct GenConfig {
     pub shared_scene: bool,
     /// How often each task kind is drawn (the default: every kind equally often).
     pub mix: KindMix,
+    /// Share of oracle trajectories (0 to 1) that take a detour first: a look-up of a wrong
+    /// product, its telling answer, then the right call (`hat_teacher::oracle::trajectory_with`;
+    /// the wrong turn is written with `weight: 0`). Ignored for a chat teacher.
+    pub recovery: f64,
 }
 
 /// A harness state taking part in a run.
@@ -203,7 +207,9 @@ pub fn generate(
         })
         .collect();
     report.attempted = jobs.len();
-    let mut oracle_actor = OracleActor;
+    let mut oracle_actor = OracleActor {
+        recovery: cfg.recovery,
+    };
     let mut model_actor;
     let actor: &mut dyn Actor = match teacher {
         Teacher::Oracle => &mut oracle_actor,

@@ -20,6 +20,8 @@ pub struct Stats {
     pub messages_total: usize,
     pub chars_total: usize,
     pub system_chars_max: usize,
+    /// Records with an untrained assistant turn (`weight: 0`) that made calls: a recovery detour.
+    pub detours: usize,
 }
 
 impl Stats {
@@ -32,6 +34,14 @@ impl Stats {
         *self.by_teacher.entry(r.teacher.clone()).or_default() += 1;
         *self.calls_per_record.entry(r.calls.len()).or_default() += 1;
         self.messages_total += r.messages.len();
+        // A detour is an untrained turn that made calls (an untrained turn answered by a
+        // viewer is a scene's scripted history).
+        if r.messages
+            .windows(2)
+            .any(|w| w[0].weight == Some(0) && w[1].role == hat_harness::Role::Tool)
+        {
+            self.detours += 1;
+        }
         self.chars_total += r
             .messages
             .iter()
@@ -82,6 +92,14 @@ impl fmt::Display for Stats {
             self.chars_total as f64 / n as f64
         )?;
         writeln!(f, "max system prompt  {} chars", self.system_chars_max)?;
+        if self.detours > 0 {
+            writeln!(
+                f,
+                "recovery detours   {} ({:.1}%; their wrong turn is not trained)",
+                self.detours,
+                self.detours as f64 * 100.0 / n as f64
+            )?;
+        }
         let line = |m: &BTreeMap<String, usize>| {
             m.iter()
                 .map(|(k, v)| format!("{k}={v}"))

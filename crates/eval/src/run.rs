@@ -217,7 +217,7 @@ pub fn run_agent(
             seed: *i as u64,
         })
         .collect();
-    let mut oracle_actor = OracleActor;
+    let mut oracle_actor = OracleActor::default();
     let mut model_actor;
     let actor: &mut dyn Actor = match backend {
         Backend::Oracle => &mut oracle_actor,

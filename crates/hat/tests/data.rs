@@ -1,5 +1,5 @@
 //! CLI integration tests of the data commands: `hat data gen` (chat JSONL, stats, task mix,
-//! shared scenes, the teacher endpoint) and `hat tasks sample`.
+//! shared scenes, recovery detours, the teacher endpoint) and `hat tasks sample`.
 
 use std::path::Path;
 
@@ -210,6 +210,68 @@ fn data_gen_shared_scene_gives_each_group_one_system_prompt() {
             .arg(d.path().join("x.jsonl")),
     )
     .stderr(predicate::str::contains("pass --group K with K > 1"));
+    assert!(!d.path().join("x.jsonl").exists());
+}
+
+#[test]
+fn data_gen_recovery_writes_untrained_detours_and_stats_counts_them() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("r.jsonl");
+    hat()
+        .args([
+            "data",
+            "gen",
+            "--variants",
+            "2",
+            "--tasks",
+            "120",
+            "--recovery",
+            "1",
+            "--harness",
+        ])
+        .arg(production())
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("recovery detours: "));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut detours = 0;
+    for line in text.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        let m = r["messages"].as_array().unwrap();
+        for (k, x) in m.iter().enumerate() {
+            if x.get("weight").is_some() {
+                assert_eq!(x["weight"], 0);
+                assert_eq!(x["role"], "assistant");
+            }
+            if x["weight"] == 0 && m.get(k + 1).is_some_and(|n| n["role"] == "tool") {
+                detours += 1;
+                // the wrong turn is followed by its answers, then a trained call
+                let next = m[k + 1..].iter().find(|n| n["role"] != "tool").unwrap();
+                assert_eq!(next["role"], "assistant");
+                assert!(next.get("weight").is_none(), "{line}");
+            }
+        }
+    }
+    assert!(detours >= 10, "{detours} detours in 120 trajectories");
+    hat()
+        .args(["data", "stats"])
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(format!(
+            "recovery detours   {detours} ("
+        )));
+    for bad in ["1.5", "-0.1", "half"] {
+        hat()
+            .args(["data", "gen", "--tasks", "4", "--recovery", bad, "--out"])
+            .arg(d.path().join("x.jsonl"))
+            .assert()
+            .failure()
+            .code(2)
+            .stderr(predicate::str::contains("is not a share"));
+    }
     assert!(!d.path().join("x.jsonl").exists());
 }
 

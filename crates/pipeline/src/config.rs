@@ -32,6 +32,9 @@ pub struct DataSection {
     /// How often each task kind is drawn, as `hat data gen --kind-weights` reads it
     /// (`compare=3,greet_join=0`; empty: every kind equally often).
     pub kind_weights: String,
+    /// Share of trajectories (0 to 1) whose first look-up names a wrong product and is
+    /// corrected after the tool's answer shows it, as `hat data gen --recovery` writes them.
+    pub recovery: f64,
 }
 
 impl DataSection {
@@ -56,6 +59,7 @@ impl Default for DataSection {
             shared_scene: false,
             seed: 1,
             kind_weights: String::new(),
+            recovery: 0.0,
         }
     }
 }
@@ -455,6 +459,15 @@ impl PipelineConfig {
             });
         }
         d.mix()?;
+        if !(0.0..=1.0).contains(&d.recovery) {
+            return Err(PipelineError::Config {
+                path: "[data] recovery".into(),
+                message: format!(
+                    "{} is not a share: use 0 (no detours) to 1 (every trajectory that can take one)",
+                    d.recovery
+                ),
+            });
+        }
         self.replay.validate()?;
         self.sft()?;
         self.distill()?;
@@ -529,6 +542,27 @@ mod tests {
             e.contains("[data] kind_weights") && e.contains("whole number"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn recovery_is_a_share_and_a_bad_one_names_the_key() {
+        let ok = |t: &str| {
+            let mut c = PipelineConfig::from_str(t, "p.toml").unwrap();
+            c.harness_dir = std::env::temp_dir();
+            c.model = "m.gguf".into();
+            c.validate()
+        };
+        assert!(ok("[data]\nrecovery = 0.4\n").is_ok());
+        assert_eq!(PipelineConfig::default().data.recovery, 0.0);
+        for bad in ["1.5", "-0.2", "nan"] {
+            let e = ok(&format!("[data]\nrecovery = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("[data] recovery") && e.contains("not a share"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

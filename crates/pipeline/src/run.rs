@@ -110,6 +110,7 @@ fn data(
         group: d.group,
         shared_scene: d.shared_scene,
         mix: d.mix()?,
+        recovery: d.recovery,
     };
     let states = hat_data::gen::states(
         &cfg.harness_dir,

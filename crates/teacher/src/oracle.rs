@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use hat_harness::{Harness, HookDecision, Message, Op, ToolCall};
 use hat_tasks::episode::{prompt, StoreBackend};
+use hat_tasks::gold::GoldCall;
 use hat_tasks::task::event_vars;
 use hat_tasks::{Attack, Attempt, Expectations, Intent, Task};
 use hat_world::World;
@@ -35,6 +36,23 @@ pub fn trajectory(
     exp: &Expectations,
     rng: &mut ChaCha8Rng,
 ) -> Result<Trajectory, AgentError> {
+    trajectory_with(task, harness, world, exp, rng, 0.0)
+}
+
+/// [`trajectory`], and with probability `recovery` a detour first: the first turn's look-up
+/// names a wrong product (the catalog neighbour a small model mistakes it for, or another
+/// one), the tool's answer shows the mistake (an error, or another product's title), and the
+/// next turn makes the right call. The detour turn is kept out of the training loss
+/// (`weight: 0`): what is learned is to notice a wrong answer and correct it, not the
+/// mistake. With `recovery` 0 the generator draws exactly what [`trajectory`] always drew.
+pub fn trajectory_with(
+    task: &Task,
+    harness: &Harness,
+    world: &World,
+    exp: &Expectations,
+    rng: &mut ChaCha8Rng,
+    recovery: f64,
+) -> Result<Trajectory, AgentError> {
     let mut messages = prompt(&task.scene(), harness, world)?;
     let mut calls = Vec::new();
     let mut results: Vec<(Op, Value)> = Vec::new();
@@ -44,17 +62,35 @@ pub fn trajectory(
         .map_err(|e| AgentError::World(e.to_string()))?;
     let backend = StoreBackend(world);
     let run = (|| -> Result<(), AgentError> {
+        let mut first = true;
         for chunk in exp.calls.chunks(harness.max_calls().max(1)) {
-            let written: Vec<ToolCall> = chunk
+            // The store's answer per gold call of the chunk, in gold order: the reply is
+            // composed from them (the harness may hide fields from the model, never facts).
+            let mut answers: Vec<Option<Value>> = vec![None; chunk.len()];
+            if std::mem::take(&mut first) && recovery > 0.0 && rng.gen_bool(recovery.min(1.0)) {
+                if let Some(d) = detour(chunk, harness, world, &backend, rng)? {
+                    messages.push(
+                        Message::assistant(harness.syntax.format_all(&d.written)).untrained(),
+                    );
+                    messages.extend(d.tool_messages);
+                    log.extend(d.log);
+                    calls.extend(d.written);
+                    // The calls the detour got right are not made again; their answers count.
+                    answers = d.right;
+                }
+            }
+            let todo: Vec<usize> = (0..chunk.len()).filter(|&k| answers[k].is_none()).collect();
+            let written: Vec<ToolCall> = todo
                 .iter()
-                .map(|g| {
+                .map(|&k| {
                     harness
-                        .call_for(g.op, &g.canonical())
-                        .ok_or(AgentError::NoTool(g.op))
+                        .call_for(chunk[k].op, &chunk[k].canonical())
+                        .ok_or(AgentError::NoTool(chunk[k].op))
                 })
                 .collect::<Result<_, _>>()?;
             messages.push(Message::assistant(harness.syntax.format_all(&written)));
-            for (g, c) in chunk.iter().zip(&written) {
+            for (&k, c) in todo.iter().zip(&written) {
+                let g = &chunk[k];
                 let d = harness.dispatch(c, &backend, &mut log);
                 if !d.ok {
                     return Err(AgentError::Gold(format!(
@@ -63,12 +99,14 @@ pub fn trajectory(
                     )));
                 }
                 messages.push(Message::tool(c.name.clone(), d.result.to_string()));
-                // The reply is written from the store's own answer (the
-                // harness may hide fields from the model, never change facts).
-                let full = world
-                    .call(g.op, &g.canonical())
-                    .unwrap_or_else(|_| d.result.clone());
-                results.push((g.op, full));
+                answers[k] = Some(
+                    world
+                        .call(g.op, &g.canonical())
+                        .unwrap_or_else(|_| d.result.clone()),
+                );
+            }
+            for (g, a) in chunk.iter().zip(answers) {
+                results.push((g.op, a.unwrap_or(Value::Null)));
             }
             calls.extend(written);
         }
@@ -92,6 +130,92 @@ pub fn trajectory(
         hook_log: log,
         turns: Vec::new(),
     })
+}
+
+/// A wrong first turn and what the harness answered to it.
+struct Detour {
+    written: Vec<ToolCall>,
+    tool_messages: Vec<Message>,
+    log: Vec<HookDecision>,
+    /// Per gold call of the chunk: the store's answer where the detour made that call right.
+    right: Vec<Option<Value>>,
+}
+
+/// The first turn of `chunk` with one product look-up pointed at a wrong product, if the
+/// answer shows the mistake (an error, or the wrong product's title): a detour whose answer
+/// looks right would teach a model to doubt good answers. Only calls that read the store;
+/// a wrong pin or flash sale is not a mistake to make on purpose.
+fn detour(
+    chunk: &[GoldCall],
+    harness: &Harness,
+    world: &World,
+    backend: &StoreBackend<'_>,
+    rng: &mut ChaCha8Rng,
+) -> Result<Option<Detour>, AgentError> {
+    let products = &world.catalog().products;
+    let slots: Vec<usize> = (0..chunk.len())
+        .filter(|&k| !chunk[k].op.mutates())
+        .filter(|&k| {
+            chunk[k]
+                .canonical()
+                .get("product")
+                .is_some_and(Value::is_string)
+        })
+        .collect();
+    if slots.is_empty() || products.len() < 2 {
+        return Ok(None);
+    }
+    let k = slots[rng.gen_range(0..slots.len())];
+    let gold = chunk[k].canonical();
+    let id = gold["product"].as_str().unwrap_or_default();
+    let Some(at) = products.iter().position(|p| p.id == id) else {
+        return Ok(None);
+    };
+    // The neighbours in the catalog listing first: a small model reading `P6 #7 Calm Throw
+    // Blanket` most often copies the id of the line after or before (docs/results.md).
+    let n = products.len();
+    let wrong = match rng.gen_range(0..10) {
+        0..=4 => (at + 1) % n,
+        5..=6 => (at + n - 1) % n,
+        _ => (at + 1 + rng.gen_range(0..n - 1)) % n,
+    };
+    let wrong_product = &products[wrong];
+    let mut args = gold.clone();
+    args.insert("product".into(), Value::String(wrong_product.id.clone()));
+    let mut written = Vec::with_capacity(chunk.len());
+    for (j, g) in chunk.iter().enumerate() {
+        let a = if j == k { args.clone() } else { g.canonical() };
+        written.push(harness.call_for(g.op, &a).ok_or(AgentError::NoTool(g.op))?);
+    }
+    let mut log = Vec::new();
+    let mut tool_messages = Vec::with_capacity(chunk.len());
+    let mut right = vec![None; chunk.len()];
+    let mut shows = false;
+    for (j, (g, c)) in chunk.iter().zip(&written).enumerate() {
+        let d = harness.dispatch(c, backend, &mut log);
+        let text = d.result.to_string();
+        if j == k {
+            shows = !d.ok
+                || d.result.get("error").is_some()
+                || text.contains(&wrong_product.title)
+                || text.contains(&wrong_product.title_zh);
+        } else if d.ok {
+            right[j] = Some(
+                world
+                    .call(g.op, &g.canonical())
+                    .unwrap_or_else(|_| d.result.clone()),
+            );
+        } else {
+            return Ok(None);
+        }
+        tool_messages.push(Message::tool(c.name.clone(), text));
+    }
+    Ok(shows.then_some(Detour {
+        written,
+        tool_messages,
+        log,
+        right,
+    }))
 }
 
 fn result(results: &[(Op, Value)], op: Op, nth: usize) -> Value {
@@ -283,8 +407,12 @@ fn compose(task: &Task, world: &World, results: &[(Op, Value)], rng: &mut ChaCha
 }
 
 /// The oracle as an actor of the shared driver: each job's trajectory written from its gold,
-/// worded by a generator seeded with the job's seed.
-pub struct OracleActor;
+/// worded by a generator seeded with the job's seed. `recovery` is the share of trajectories
+/// that take a detour first ([`trajectory_with`]); the default, 0, writes none.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OracleActor {
+    pub recovery: f64,
+}
 
 impl hat_agent::driver::Actor for OracleActor {
     fn act(
@@ -294,12 +422,13 @@ impl hat_agent::driver::Actor for OracleActor {
         use rand::SeedableRng;
         jobs.iter()
             .map(|(j, gold)| {
-                trajectory(
+                trajectory_with(
                     j.task,
                     j.harness,
                     j.world,
                     gold,
                     &mut ChaCha8Rng::seed_from_u64(j.seed),
+                    self.recovery,
                 )
             })
             .collect()

@@ -82,6 +82,8 @@ impl Encoder {
         let mut mask = vec![false; tokens.len()];
         let eog = self.tok.eog_tokens();
         for (k, m) in messages.iter().enumerate() {
+            // Untrained assistant turns (`weight: 0`) are context; their spans are still
+            // checked below, so a template that shifts them is caught all the same.
             if m.role != Role::Assistant {
                 continue;
             }
@@ -92,6 +94,9 @@ impl Encoder {
                     sample: id.to_string(),
                     message: k,
                 });
+            }
+            if !m.trained() {
+                continue;
             }
             for i in before.len()..after.len() {
                 mask[i] = true;
@@ -141,6 +146,20 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<Trajectory>> {
                 file: path.display().to_string(),
                 line: i + 1,
                 message: "the record has no messages".into(),
+            });
+        }
+        if let Some((k, m)) = record.messages.iter().enumerate().find(|(_, m)| {
+            m.weight.is_some_and(|w| w > 1) || (m.weight.is_some() && m.role != Role::Assistant)
+        }) {
+            return Err(TrainError::Data {
+                file: path.display().to_string(),
+                line: i + 1,
+                message: format!(
+                    "message {k} has `weight: {}` on a {:?} message; weight is 0 (not trained) or 1 \
+                     (trained), on assistant messages only",
+                    m.weight.unwrap_or_default(),
+                    m.role
+                ),
             });
         }
         out.push(Trajectory {

@@ -125,6 +125,7 @@ fn msgs(turns: &[(Role, &str)]) -> Vec<Message> {
             role: *r,
             content: c.to_string(),
             name: (*r == Role::Tool).then(|| "lookup".to_string()),
+            weight: None,
         })
         .collect()
 }
@@ -161,6 +162,71 @@ fn the_mask_covers_assistant_tokens_and_their_end_of_turn_only() {
         let text = tok.decode(&learned, false);
         assert_eq!(text, "hello there<|im_end|>it is 42<|im_end|>");
     }
+}
+
+#[test]
+fn an_assistant_turn_with_weight_0_is_context() {
+    // a recovery detour: the wrong call is not learned, the correction and reply are
+    let mut conv = msgs(&[
+        (Role::User, "hi"),
+        (Role::Assistant, "wrong call"),
+        (Role::Tool, "error"),
+        (Role::Assistant, "right call"),
+        (Role::Tool, "42"),
+        (Role::Assistant, "it is 42"),
+    ]);
+    conv[1] = conv[1].clone().untrained();
+    for template in [SMOLLM2_TEMPLATE, QWEN2_STYLE] {
+        let enc = encoder(template);
+        let s = enc.encode("c", &conv).unwrap();
+        let learned: Vec<u32> = s
+            .tokens
+            .iter()
+            .zip(&s.mask)
+            .filter(|(_, m)| **m)
+            .map(|(t, _)| *t)
+            .collect();
+        let text = enc.tokenizer().decode(&learned, false);
+        assert_eq!(text, "right call<|im_end|>it is 42<|im_end|>");
+        // the tokens are the same as without the weight: only the mask differs
+        let plain = enc
+            .encode(
+                "c",
+                &msgs(&[
+                    (Role::User, "hi"),
+                    (Role::Assistant, "wrong call"),
+                    (Role::Tool, "error"),
+                    (Role::Assistant, "right call"),
+                    (Role::Tool, "42"),
+                    (Role::Assistant, "it is 42"),
+                ]),
+            )
+            .unwrap();
+        assert_eq!(plain.tokens, s.tokens);
+        assert!(plain.mask.iter().filter(|m| **m).count() > s.mask.iter().filter(|m| **m).count());
+    }
+}
+
+#[test]
+fn a_weight_other_than_0_or_1_is_an_error_naming_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = r#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo","weight":0}],"tools":[],"harness_name":"h","harness_hash":"x","variant":"base","call_syntax":"json-tags","task_id":"t","task_type":"chitchat","split":"train","lang":"en","calls":[],"teacher":"oracle","score":{}}"#;
+    let path = dir.path().join("d.jsonl");
+    std::fs::write(
+        &path,
+        format!(
+            "{good}\n{}\n",
+            good.replace(r#""weight":0"#, r#""weight":2"#)
+        ),
+    )
+    .unwrap();
+    let e = hat_train::tokens::read_jsonl(&path)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("d.jsonl:2:") && e.contains("weight: 2"), "{e}");
+    std::fs::write(&path, format!("{good}\n")).unwrap();
+    let t = hat_train::tokens::read_jsonl(&path).unwrap();
+    assert_eq!(t[0].record.messages[1].weight, Some(0));
 }
 
 #[test]

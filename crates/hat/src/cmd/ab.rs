@@ -103,7 +103,7 @@ fn run_experiment(a: RunArgs) -> Result<()> {
     let mut actor_for = |arm: &Arm| -> Result<Box<dyn Actor>, AbError> {
         bar.set_message(arm.name.clone());
         if arm.model == "oracle" {
-            return Ok(Box::new(OracleActor));
+            return Ok(Box::new(OracleActor::default()));
         }
         let args = ModelArgs {
             model: Some(arm.model.clone()),

@@ -130,6 +130,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 group: 1,
                 shared_scene: false,
                 mix: Default::default(),
+                recovery: 0.0,
             };
             let states = gen::states(&harness, variants, pool, cfg.seed)?;
             let mut rates = Vec::new();

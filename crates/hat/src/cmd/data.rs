@@ -56,6 +56,13 @@ pub struct GenArgs {
     /// (whole numbers 0-100; kinds not named keep weight 1; unset: every kind equally often).
     #[arg(long)]
     kind_weights: Option<hat_tasks::KindMix>,
+    /// Share of oracle trajectories (0 to 1) whose first look-up names a wrong product (a
+    /// catalog neighbour, as small models mistake it) and whose next turn corrects it after
+    /// the tool's answer shows the mistake. The wrong turn is written with `weight: 0`, so
+    /// `hat train` learns the correction, not the mistake. Only look-ups whose answer shows
+    /// the mistake (an error, another product's title) take the detour.
+    #[arg(long, default_value_t = 0.0, value_parser = share, allow_negative_numbers = true)]
+    recovery: f64,
     #[arg(long)]
     out: PathBuf,
     /// oracle, or openai (any OpenAI-compatible chat endpoint).
@@ -219,6 +226,16 @@ pub fn run(cmd: DataCmd) -> Result<()> {
     }
 }
 
+/// A share from 0 to 1, for `--recovery`.
+fn share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a share: use a number from 0 to 1, e.g. 0.3"
+        )),
+    }
+}
+
 fn gen_cmd(a: GenArgs) -> Result<()> {
     let pool = parse_pool(&a.pool)?;
     if a.tasks == 0 {
@@ -264,6 +281,7 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
         group: a.group,
         shared_scene: a.shared_scene,
         mix: a.kind_weights.clone().unwrap_or_default(),
+        recovery: a.recovery,
     };
     let states = gen::states(&a.harness, a.variants, pool, a.seed)?;
     let skip = if a.resume {
@@ -319,6 +337,14 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
     );
     if !cfg.mix.is_uniform() {
         println!("  task kinds weighted: {} (others 1)", cfg.mix);
+    }
+    if cfg.recovery > 0.0 {
+        println!(
+            "  recovery detours: {} of {} written trajectories (asked for {:.0}% of those that can take one)",
+            report.stats.detours,
+            report.written,
+            cfg.recovery * 100.0
+        );
     }
     if cfg.shared_scene {
         println!(

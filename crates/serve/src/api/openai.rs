@@ -152,6 +152,7 @@ fn messages(
                 role,
                 content,
                 name: m.name,
+                weight: None,
             },
         };
         out.push(msg);

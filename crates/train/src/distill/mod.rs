@@ -582,6 +582,7 @@ mod tests {
             role,
             content: c.into(),
             name: None,
+            weight: None,
         };
         Prompt {
             id: id.into(),
