@@ -21,6 +21,10 @@
 #   REPLAY=N mixes into each leg's SFT data `hat data replay` answers of the base model to N
 #   general prompts (seed 40+k; the base model's, not the previous leg's: its general answers
 #   are the ones to keep; docs/results.md "Replay in stage 1"); legs named chain-sc-rpN-legK.
+#   RECOVERY=P passes `--recovery P` to the data generated while it is set: a share P of the
+#   trajectories first look up a wrong product and correct it (docs/training.md); data files
+#   and legs named with -rcP (e.g. chain-sc-rc0.4-leg4). FROM=DIR starts the first leg named
+#   from DIR instead of the previous leg's export (e.g. FROM=runs/chain-sc-leg3-hf).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 HAT=${HAT:-target/release/hat}
@@ -35,20 +39,27 @@ if [ -n "${REPLAY:-}" ]; then
   [[ "$REPLAY" =~ ^[1-9][0-9]*$ ]] || { echo "REPLAY='$REPLAY' is not a number of prompts (e.g. 600)" >&2; exit 2; }
   rp=-rp$REPLAY
 fi
+rc=; recovery=()
+if [ -n "${RECOVERY:-}" ]; then
+  [[ "$RECOVERY" =~ ^(0(\.[0-9]+)?|1(\.0+)?)$ ]] || { echo "RECOVERY='$RECOVERY' is not a share from 0 to 1 (e.g. 0.4)" >&2; exit 2; }
+  rc=-rc$RECOVERY; recovery=(--recovery "$RECOVERY")
+fi
+d=$sc$rc
 [ -x "$HAT" ] || { echo "no hat binary at $HAT: cargo build --release -p hat, or set HAT" >&2; exit 2; }
 [ $# -gt 0 ] || { echo "usage: crates/train/scripts/hsa_chain.sh LEG... (e.g. 1 2 3)" >&2; exit 2; }
 prev=default
 for leg in "$@"; do
   [[ "$leg" =~ ^[1-9][0-9]*$ ]] || { echo "leg '$leg' is not a leg number (1, 2, 3 ...)" >&2; exit 2; }
   s1=$((19 + 2 * leg)); s2=$((20 + 2 * leg)); s3=$((29 + 2 * leg))
-  out=runs/chain$sc$rp-leg$leg
-  [ "$leg" -gt 1 ] && prev=runs/chain$sc$rp-leg$((leg - 1))-hf
+  out=runs/chain$sc$rc$rp-leg$leg
+  [ "$leg" -gt 1 ] && prev=runs/chain$sc$rc$rp-leg$((leg - 1))-hf
+  [ -n "${FROM:-}" ] && [ "$leg" = "$1" ] && prev=$FROM
   echo "leg $leg: seeds $s1/$s2/$s3 from $prev -> $out ($(date -u +%H:%M))"
   if [ ! -f "$out/model-q8_0.gguf" ]; then
-    [ -f runs/chain-hsa-s$s1$sc.jsonl ] || {
-      $HAT data gen --tasks 2000 --variants 120 --group 16 --seed $s1 "${weights[@]}" "${scene[@]}" --force --out runs/hsa-v120-s$s1$sc.jsonl
-      $HAT data gen --tasks 8000 --variants 480 --group 16 --seed $s3 "${weights[@]}" "${scene[@]}" --force --out runs/hsa-v480-s$s3$sc.jsonl
-      python3 - runs/hsa-v120-s$s1$sc.jsonl runs/hsa-v480-s$s3$sc.jsonl runs/chain-hsa-s$s1$sc.jsonl <<'PY'
+    [ -f runs/chain-hsa-s$s1$d.jsonl ] || {
+      $HAT data gen --tasks 2000 --variants 120 --group 16 --seed $s1 "${weights[@]}" "${scene[@]}" "${recovery[@]}" --force --out runs/hsa-v120-s$s1$d.jsonl
+      $HAT data gen --tasks 8000 --variants 480 --group 16 --seed $s3 "${weights[@]}" "${scene[@]}" "${recovery[@]}" --force --out runs/hsa-v480-s$s3$d.jsonl
+      python3 - runs/hsa-v120-s$s1$d.jsonl runs/hsa-v480-s$s3$d.jsonl runs/chain-hsa-s$s1$d.jsonl <<'PY'
 import json, re, sys
 CODE = ('amber', 'cobalt', 'crimson', 'dusty', 'golden', 'hazel', 'ivory', 'jade', 'lunar',
         'misty', 'olive', 'quiet', 'rapid', 'silver', 'solar', 'swift', 'velvet', 'windy')
@@ -65,7 +76,7 @@ open(sys.argv[3], 'w').writelines(l for g in keep for l in g)
 print(len(keep), 'groups,', len([g for g in keep if meaningless(g[0])]), 'with meaningless names')
 PY
     }
-    [ -f runs/fh-s$s2$sc.jsonl ] || $HAT data gen --tasks 1000 --variants 0 --group 16 --seed $s2 "${weights[@]}" "${scene[@]}" --out runs/fh-s$s2$sc.jsonl
+    [ -f runs/fh-s$s2$d.jsonl ] || $HAT data gen --tasks 1000 --variants 0 --group 16 --seed $s2 "${weights[@]}" "${scene[@]}" "${recovery[@]}" --out runs/fh-s$s2$d.jsonl
     extra=
     if [ -n "$rp" ]; then
       extra=,runs/replay$sc$rp-leg$leg.jsonl
@@ -74,15 +85,15 @@ PY
     fi
     resume=()
     ls "$out"/checkpoints/*/state.json >/dev/null 2>&1 && resume=(--resume)
-    $HAT train sft --data runs/chain-hsa-s$s1$sc.jsonl,runs/fh-s$s2$sc.jsonl$extra --model $prev --preset cpu --out $out "${steps[@]}" "${resume[@]}"
+    $HAT train sft --data runs/chain-hsa-s$s1$d.jsonl,runs/fh-s$s2$d.jsonl$extra --model $prev --preset cpu --out $out "${steps[@]}" "${resume[@]}"
   fi
   [ -d "$out-hf" ] || $HAT train export $out --format hf --out $out-hf
-  if [ ! -f runs/eval-chain$sc$rp-leg$leg/results.json ]; then
+  if [ ! -f runs/eval-chain$sc$rc$rp-leg$leg/results.json ]; then
     again=()
-    [ -d runs/eval-chain$sc$rp-leg$leg ] && again=(--resume)
+    [ -d runs/eval-chain$sc$rc$rp-leg$leg ] && again=(--resume)
     $HAT eval --model $out/model-q8_0.gguf --format original --threads 2 \
       --suite lsqa,hvqa,ifeval --batch 8 --max-tokens 128 --ifeval-max-tokens 512 \
-      --out runs/eval-chain$sc$rp-leg$leg "${again[@]}"
+      --out runs/eval-chain$sc$rc$rp-leg$leg "${again[@]}"
   fi
   echo "leg $leg done ($(date -u +%H:%M))"
 done
