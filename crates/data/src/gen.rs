@@ -209,6 +209,8 @@ pub fn generate(
     report.attempted = jobs.len();
     let mut oracle_actor = OracleActor {
         recovery: cfg.recovery,
+        // argument habits come from the base harness, the first state
+        base: states.first().map(|s| &s.harness),
     };
     let mut model_actor;
     let actor: &mut dyn Actor = match teacher {

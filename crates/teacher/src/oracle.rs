@@ -36,13 +36,14 @@ pub fn trajectory(
     exp: &Expectations,
     rng: &mut ChaCha8Rng,
 ) -> Result<Trajectory, AgentError> {
-    trajectory_with(task, harness, world, exp, rng, 0.0)
+    trajectory_with(task, harness, world, exp, rng, 0.0, None)
 }
 
-/// [`trajectory`], and with probability `recovery` a detour first: the first turn's look-up
-/// names a wrong product (the catalog neighbour a small model mistakes it for, or another
-/// one), the tool's answer shows the mistake (an error, or another product's title), and the
-/// next turn makes the right call. The detour turn is kept out of the training loss
+/// [`trajectory`], and with probability `recovery` a detour first: one call of the first turn
+/// is wrong (a look-up of the catalog neighbour a small model mistakes the product for, or,
+/// under a training state when `base` is given, arguments shaped the way the base harness
+/// takes them), the tool's answer shows the mistake (an error, or another product's title),
+/// and the next turn makes the right call. The detour turn is kept out of the training loss
 /// (`weight: 0`): what is learned is to notice a wrong answer and correct it, not the
 /// mistake. With `recovery` 0 the generator draws exactly what [`trajectory`] always drew.
 pub fn trajectory_with(
@@ -52,6 +53,7 @@ pub fn trajectory_with(
     exp: &Expectations,
     rng: &mut ChaCha8Rng,
     recovery: f64,
+    base: Option<&Harness>,
 ) -> Result<Trajectory, AgentError> {
     let mut messages = prompt(&task.scene(), harness, world)?;
     let mut calls = Vec::new();
@@ -68,7 +70,7 @@ pub fn trajectory_with(
             // composed from them (the harness may hide fields from the model, never facts).
             let mut answers: Vec<Option<Value>> = vec![None; chunk.len()];
             if std::mem::take(&mut first) && recovery > 0.0 && rng.gen_bool(recovery.min(1.0)) {
-                if let Some(d) = detour(chunk, harness, world, &backend, rng)? {
+                if let Some(d) = detour(chunk, harness, base, world, &backend, rng)? {
                     messages.push(
                         Message::assistant(harness.syntax.format_all(&d.written)).untrained(),
                     );
@@ -141,51 +143,42 @@ struct Detour {
     right: Vec<Option<Value>>,
 }
 
-/// The first turn of `chunk` with one product look-up pointed at a wrong product, if the
-/// answer shows the mistake (an error, or the wrong product's title): a detour whose answer
-/// looks right would teach a model to doubt good answers. Only calls that read the store;
-/// a wrong pin or flash sale is not a mistake to make on purpose.
+/// The first turn of `chunk` with one call wrong, if the answer shows the mistake: a detour
+/// whose answer looks right would teach a model to doubt good answers. Under a training state
+/// (not the base harness, when `base` is given) half the detours write a call's arguments the
+/// way the base harness shapes them where the state's schema refuses that ([`drifted_args`]);
+/// the others, and all of them under the base harness, point a product look-up at a wrong
+/// product ([`wrong_product`]).
 fn detour(
     chunk: &[GoldCall],
     harness: &Harness,
+    base: Option<&Harness>,
     world: &World,
     backend: &StoreBackend<'_>,
     rng: &mut ChaCha8Rng,
 ) -> Result<Option<Detour>, AgentError> {
-    let products = &world.catalog().products;
-    let slots: Vec<usize> = (0..chunk.len())
-        .filter(|&k| !chunk[k].op.mutates())
-        .filter(|&k| {
-            chunk[k]
-                .canonical()
-                .get("product")
-                .is_some_and(Value::is_string)
-        })
-        .collect();
-    if slots.is_empty() || products.len() < 2 {
-        return Ok(None);
-    }
-    let k = slots[rng.gen_range(0..slots.len())];
-    let gold = chunk[k].canonical();
-    let id = gold["product"].as_str().unwrap_or_default();
-    let Some(at) = products.iter().position(|p| p.id == id) else {
+    let drift = base.filter(|b| b.hash != harness.hash);
+    let mistake = match drift {
+        // most training states take the base harness's arguments as they are: then the
+        // detour is a wrong product after all
+        Some(b) if rng.gen_bool(0.5) => drifted_args(chunk, harness, b, rng)
+            .or_else(|| wrong_product(chunk, harness, world, rng)),
+        _ => wrong_product(chunk, harness, world, rng),
+    };
+    let Some((k, wrong, telling)) = mistake else {
         return Ok(None);
     };
-    // The neighbours in the catalog listing first: a small model reading `P6 #7 Calm Throw
-    // Blanket` most often copies the id of the line after or before (docs/results.md).
-    let n = products.len();
-    let wrong = match rng.gen_range(0..10) {
-        0..=4 => (at + 1) % n,
-        5..=6 => (at + n - 1) % n,
-        _ => (at + 1 + rng.gen_range(0..n - 1)) % n,
-    };
-    let wrong_product = &products[wrong];
-    let mut args = gold.clone();
-    args.insert("product".into(), Value::String(wrong_product.id.clone()));
     let mut written = Vec::with_capacity(chunk.len());
     for (j, g) in chunk.iter().enumerate() {
-        let a = if j == k { args.clone() } else { g.canonical() };
-        written.push(harness.call_for(g.op, &a).ok_or(AgentError::NoTool(g.op))?);
+        if j == k {
+            written.push(wrong.clone());
+        } else {
+            written.push(
+                harness
+                    .call_for(g.op, &g.canonical())
+                    .ok_or(AgentError::NoTool(g.op))?,
+            );
+        }
     }
     let mut log = Vec::new();
     let mut tool_messages = Vec::with_capacity(chunk.len());
@@ -197,8 +190,9 @@ fn detour(
         if j == k {
             shows = !d.ok
                 || d.result.get("error").is_some()
-                || text.contains(&wrong_product.title)
-                || text.contains(&wrong_product.title_zh);
+                || telling
+                    .iter()
+                    .any(|t| !t.is_empty() && text.contains(t.as_str()));
         } else if d.ok {
             right[j] = Some(
                 world
@@ -216,6 +210,77 @@ fn detour(
         log,
         right,
     }))
+}
+
+/// One store-reading product look-up of the chunk pointed at another product: the slot, the
+/// wrong call, and the texts (the wrong product's titles) whose presence in the answer shows
+/// the mistake. A wrong pin or flash sale is not a mistake to make on purpose.
+fn wrong_product(
+    chunk: &[GoldCall],
+    harness: &Harness,
+    world: &World,
+    rng: &mut ChaCha8Rng,
+) -> Option<(usize, ToolCall, Vec<String>)> {
+    let products = &world.catalog().products;
+    let slots: Vec<usize> = (0..chunk.len())
+        .filter(|&k| !chunk[k].op.mutates())
+        .filter(|&k| {
+            chunk[k]
+                .canonical()
+                .get("product")
+                .is_some_and(Value::is_string)
+        })
+        .collect();
+    if slots.is_empty() || products.len() < 2 {
+        return None;
+    }
+    let k = slots[rng.gen_range(0..slots.len())];
+    let mut args = chunk[k].canonical();
+    let id = args["product"].as_str().unwrap_or_default();
+    let at = products.iter().position(|p| p.id == id)?;
+    // The neighbours in the catalog listing first: a small model reading `P6 #7 Calm Throw
+    // Blanket` most often copies the id of the line after or before (docs/results.md).
+    let n = products.len();
+    let wrong = match rng.gen_range(0..10) {
+        0..=4 => (at + 1) % n,
+        5..=6 => (at + n - 1) % n,
+        _ => (at + 1 + rng.gen_range(0..n - 1)) % n,
+    };
+    let p = &products[wrong];
+    args.insert("product".into(), Value::String(p.id.clone()));
+    let call = harness.call_for(chunk[k].op, &args)?;
+    Some((k, call, vec![p.title.clone(), p.title_zh.clone()]))
+}
+
+/// One call of the chunk with the state's own tool name but the arguments the base harness
+/// would send (its argument names and nesting), where the state's schema refuses them: the
+/// habit a model trained on one harness brings to a changed one. Only arguments the schema
+/// refuses, so the call never reaches the store (a pin or a sale included).
+fn drifted_args(
+    chunk: &[GoldCall],
+    harness: &Harness,
+    base: &Harness,
+    rng: &mut ChaCha8Rng,
+) -> Option<(usize, ToolCall, Vec<String>)> {
+    let drifted: Vec<(usize, ToolCall)> = (0..chunk.len())
+        .filter_map(|k| {
+            let own = harness.call_for(chunk[k].op, &chunk[k].canonical())?;
+            let habit = base.call_for(chunk[k].op, &chunk[k].canonical())?;
+            let call = ToolCall {
+                name: own.name,
+                arguments: habit.arguments,
+            };
+            harness
+                .validate_args(&call.name, &call.arguments)
+                .is_err()
+                .then_some((k, call))
+        })
+        .collect();
+    if drifted.is_empty() {
+        return None;
+    }
+    let (k, call) = drifted[rng.gen_range(0..drifted.len())].clone();
+    Some((k, call, Vec::new()))
 }
 
 fn result(results: &[(Op, Value)], op: Op, nth: usize) -> Value {
@@ -408,13 +473,15 @@ fn compose(task: &Task, world: &World, results: &[(Op, Value)], rng: &mut ChaCha
 
 /// The oracle as an actor of the shared driver: each job's trajectory written from its gold,
 /// worded by a generator seeded with the job's seed. `recovery` is the share of trajectories
-/// that take a detour first ([`trajectory_with`]); the default, 0, writes none.
+/// that take a detour first, and `base` the harness whose argument habits a detour under
+/// another state may show ([`trajectory_with`]); the default writes no detours.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct OracleActor {
+pub struct OracleActor<'a> {
     pub recovery: f64,
+    pub base: Option<&'a Harness>,
 }
 
-impl hat_agent::driver::Actor for OracleActor {
+impl hat_agent::driver::Actor for OracleActor<'_> {
     fn act(
         &mut self,
         jobs: &[(hat_agent::driver::Job<'_>, &Expectations)],
@@ -429,6 +496,7 @@ impl hat_agent::driver::Actor for OracleActor {
                     gold,
                     &mut ChaCha8Rng::seed_from_u64(j.seed),
                     self.recovery,
+                    self.base,
                 )
             })
             .collect()
