@@ -254,8 +254,16 @@ pub fn generate(
             .map(|c| (c.name.to_string(), Value::Bool(c.pass)))
             .collect();
         let traj = o.trajectory;
+        let mut messages = traj.messages;
+        // The scene's earlier turns (after the system prompt) are context the task supplies,
+        // scripted, not the teacher's work: a trainer must not learn from them.
+        for m in messages.iter_mut().skip(1).take(2 * task.history.len()) {
+            if m.role == hat_harness::Role::Assistant {
+                m.weight = Some(0);
+            }
+        }
         let rec = Record {
-            messages: traj.messages,
+            messages,
             tools: tools[si].clone(),
             harness_name: h.name().to_string(),
             harness_hash: h.hash.clone(),

@@ -1,6 +1,9 @@
 //! One dataset line: a chat-format trajectory that common trainers read as
 //! is (TRL's `messages` + `tools`, verl's chat datasets), plus the identity of
-//! the harness state and task it came from.
+//! the harness state and task it came from. Assistant turns that are context, not
+//! the teacher's work (a scene's scripted earlier turns, a `--recovery` detour),
+//! carry `"weight": 0` as OpenAI's fine-tuning format has it; trainers that do not
+//! read the key (TRL) would learn them, so drop or mask those turns there.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

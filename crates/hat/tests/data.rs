@@ -272,6 +272,30 @@ fn data_gen_recovery_writes_untrained_detours_and_stats_counts_them() {
             .code(2)
             .stderr(predicate::str::contains("is not a share"));
     }
+    fails_cleanly(
+        hat()
+            .args([
+                "data",
+                "gen",
+                "--tasks",
+                "4",
+                "--recovery",
+                "0.3",
+                "--teacher",
+                "openai",
+            ])
+            .args([
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--model",
+                "m",
+                "--out",
+            ])
+            .arg(d.path().join("x.jsonl")),
+    )
+    .stderr(predicate::str::contains(
+        "drop --recovery or use --teacher oracle",
+    ));
     assert!(!d.path().join("x.jsonl").exists());
 }
 

@@ -459,6 +459,14 @@ impl PipelineConfig {
             });
         }
         d.mix()?;
+        if !d.files.is_empty() && d.recovery > 0.0 {
+            return Err(PipelineError::Config {
+                path: "[data] recovery".into(),
+                message: "recovery shapes the trajectories the pipeline generates; with `files` \
+                          nothing is generated: drop one of the two"
+                    .into(),
+            });
+        }
         if !(0.0..=1.0).contains(&d.recovery) {
             return Err(PipelineError::Config {
                 path: "[data] recovery".into(),

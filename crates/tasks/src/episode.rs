@@ -74,9 +74,7 @@ pub fn prompt(
     msgs.push(Message::system(system));
     for t in task.history {
         msgs.push(Message::user(t.user.clone()));
-        // The scene's earlier turns are context the task supplies (scripted, not the
-        // teacher's work): a trainer reading these messages must not learn from them.
-        msgs.push(Message::assistant(t.assistant.clone()).untrained());
+        msgs.push(Message::assistant(t.assistant.clone()));
     }
     let notes = harness.inject_notes(event_kind(task.event), &event_vars(task.event));
     msgs.push(Message::user(render_turn(

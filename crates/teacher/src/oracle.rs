@@ -70,7 +70,7 @@ pub fn trajectory_with(
             // composed from them (the harness may hide fields from the model, never facts).
             let mut answers: Vec<Option<Value>> = vec![None; chunk.len()];
             if std::mem::take(&mut first) && recovery > 0.0 && rng.gen_bool(recovery.min(1.0)) {
-                if let Some(d) = detour(chunk, harness, base, world, &backend, rng)? {
+                if let Some(d) = detour(chunk, &exp.calls, harness, base, world, &backend, rng)? {
                     messages.push(
                         Message::assistant(harness.syntax.format_all(&d.written)).untrained(),
                     );
@@ -149,8 +149,10 @@ struct Detour {
 /// way the base harness shapes them where the state's schema refuses that ([`drifted_args`]);
 /// the others, and all of them under the base harness, point a product look-up at a wrong
 /// product ([`wrong_product`]).
+#[allow(clippy::too_many_arguments)]
 fn detour(
     chunk: &[GoldCall],
+    all: &[GoldCall],
     harness: &Harness,
     base: Option<&Harness>,
     world: &World,
@@ -162,12 +164,17 @@ fn detour(
         // most training states take the base harness's arguments as they are: then the
         // detour is a wrong product after all
         Some(b) if rng.gen_bool(0.5) => drifted_args(chunk, harness, b, rng)
-            .or_else(|| wrong_product(chunk, harness, world, rng)),
-        _ => wrong_product(chunk, harness, world, rng),
+            .or_else(|| wrong_product(chunk, all, harness, world, rng)),
+        _ => wrong_product(chunk, all, harness, world, rng),
     };
     let Some((k, wrong, telling)) = mistake else {
         return Ok(None);
     };
+    // The other calls of the turn are made for real: one that changes the stream would be
+    // made twice if the detour were given up, and hidden in an untrained turn if kept.
+    if (0..chunk.len()).any(|j| j != k && chunk[j].op.mutates()) {
+        return Ok(None);
+    }
     let mut written = Vec::with_capacity(chunk.len());
     for (j, g) in chunk.iter().enumerate() {
         if j == k {
@@ -212,11 +219,13 @@ fn detour(
     }))
 }
 
-/// One store-reading product look-up of the chunk pointed at another product: the slot, the
-/// wrong call, and the texts (the wrong product's titles) whose presence in the answer shows
-/// the mistake. A wrong pin or flash sale is not a mistake to make on purpose.
+/// One store-reading product look-up of the chunk pointed at another product, never one the
+/// task asks about (`all`, its gold calls): the slot, the wrong call, and the texts (the wrong
+/// product's titles) whose presence in the answer shows the mistake. A wrong pin or flash
+/// sale is not a mistake to make on purpose.
 fn wrong_product(
     chunk: &[GoldCall],
+    all: &[GoldCall],
     harness: &Harness,
     world: &World,
     rng: &mut ChaCha8Rng,
@@ -245,6 +254,16 @@ fn wrong_product(
         0..=4 => (at + 1) % n,
         5..=6 => (at + n - 1) % n,
         _ => (at + 1 + rng.gen_range(0..n - 1)) % n,
+    };
+    let asked = |i: usize| {
+        all.iter()
+            .any(|g| g.canonical().get("product").and_then(Value::as_str) == Some(&products[i].id))
+    };
+    let wrong = if asked(wrong) {
+        let free: Vec<usize> = (0..n).filter(|&i| !asked(i)).collect();
+        *free.get(rng.gen_range(0..free.len().max(1)))?
+    } else {
+        wrong
     };
     let p = &products[wrong];
     args.insert("product".into(), Value::String(p.id.clone()));

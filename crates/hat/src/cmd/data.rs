@@ -252,6 +252,10 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
     }
     let mut teacher = match a.teacher.as_str() {
         "oracle" => Teacher::Oracle,
+        "openai" if a.recovery > 0.0 => bail!(
+            "--recovery writes detours into the oracle's trajectories; an endpoint teacher's \
+             turns are its own: drop --recovery or use --teacher oracle"
+        ),
         "openai" => {
             super::backend::check_temperature(a.temperature)?;
             let (Some(base_url), Some(model)) = (a.base_url.clone(), a.model.clone()) else {

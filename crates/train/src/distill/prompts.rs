@@ -433,17 +433,19 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<Prompt>> {
     Ok(out)
 }
 
-/// Live-stream prompts: each trajectory of a `hat data gen` file up to its first assistant
-/// turn (the harness's system prompt and the viewer event).
+/// Live-stream prompts: each trajectory of a `hat data gen` file up to the teacher's first
+/// turn (the harness's system prompt, a scene's scripted earlier turns, and the viewer
+/// event). A scripted turn is an untrained assistant turn answered by a viewer; a recovery
+/// detour, untrained too, is answered by tools and is the teacher's first turn.
 pub fn stream(path: &Path) -> Result<Vec<Prompt>> {
     Ok(crate::tokens::read_jsonl(path)?
         .into_iter()
         .filter_map(|t| {
-            let first = t
-                .record
-                .messages
-                .iter()
-                .position(|m| m.role == Role::Assistant)?;
+            let m = &t.record.messages;
+            let first = (0..m.len()).find(|&k| {
+                m[k].role == Role::Assistant
+                    && (m[k].trained() || m.get(k + 1).is_some_and(|n| n.role == Role::Tool))
+            })?;
             (first > 0).then(|| Prompt {
                 id: t.id,
                 messages: t.record.messages[..first].to_vec(),
@@ -631,5 +633,27 @@ mod tests {
         assert!(e.contains("p.jsonl:3"), "{e}");
         std::fs::write(&p, "{\"prompt\": \"hi\"}\n").unwrap();
         assert_eq!(read_jsonl(&p).unwrap()[0].request(), "hi");
+    }
+
+    #[test]
+    fn stream_prompts_end_before_the_teachers_first_turn() {
+        let rec = |messages: &str| {
+            format!(
+                r#"{{"messages":{messages},"tools":[],"harness_name":"h","harness_hash":"x","variant":"base","call_syntax":"json-tags","task_id":"t","task_type":"followup","split":"train","lang":"en","calls":[],"teacher":"oracle","score":{{}}}}"#
+            )
+        };
+        let history = r#"[{"role":"system","content":"S"},{"role":"user","content":"in white?"},{"role":"assistant","content":"yes","weight":0},{"role":"user","content":"and black?"},{"role":"assistant","content":"call"},{"role":"tool","content":"7","name":"t"},{"role":"assistant","content":"7 left"}]"#;
+        let detour = r#"[{"role":"system","content":"S"},{"role":"user","content":"price of no.3?"},{"role":"assistant","content":"wrong call","weight":0},{"role":"tool","content":"{}","name":"t"},{"role":"assistant","content":"right call"},{"role":"tool","content":"9","name":"t"},{"role":"assistant","content":"9"}]"#;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("d.jsonl");
+        std::fs::write(&p, format!("{}\n{}\n", rec(history), rec(detour))).unwrap();
+        let got: Vec<Vec<String>> = stream(&p)
+            .unwrap()
+            .iter()
+            .map(|q| q.messages.iter().map(|m| m.content.clone()).collect())
+            .collect();
+        // the scripted turn stays in the prompt; the detour is the teacher's, so it does not
+        assert_eq!(got[0], ["S", "in white?", "yes", "and black?"]);
+        assert_eq!(got[1], ["S", "price of no.3?"]);
     }
 }
