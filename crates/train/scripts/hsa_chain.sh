@@ -88,7 +88,8 @@ PY
     $HAT train sft --data runs/chain-hsa-s$s1$d.jsonl,runs/fh-s$s2$d.jsonl$extra --model $prev --preset cpu --out $out "${steps[@]}" "${resume[@]}"
   fi
   [ -d "$out-hf" ] || $HAT train export $out --format hf --out $out-hf
-  if [ ! -f runs/eval-chain$sc$rc$rp-leg$leg/results.json ]; then
+  ev=runs/eval-chain$sc$rc$rp-leg$leg
+  if [ ! -f $ev/lsqa/results.json ] || [ ! -f $ev/hvqa/results.json ] || [ ! -f $ev/ifeval/results.json ]; then
     again=()
     [ -d runs/eval-chain$sc$rc$rp-leg$leg ] && again=(--resume)
     $HAT eval --model $out/model-q8_0.gguf --format original --threads 2 \
