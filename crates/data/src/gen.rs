@@ -52,6 +52,18 @@ pub struct GenConfig {
     pub recovery: f64,
 }
 
+/// Checks a `recovery` share: a number from 0 (no detours) to 1.
+pub fn check_recovery(share: f64) -> Result<(), String> {
+    if (0.0..=1.0).contains(&share) {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{share}` is not a share: use a number from 0 (no detours) to 1 (every trajectory \
+             that can take one), e.g. 0.3"
+        ))
+    }
+}
+
 /// A harness state taking part in a run.
 pub struct State {
     pub label: String,
@@ -255,10 +267,10 @@ pub fn generate(
             .collect();
         let traj = o.trajectory;
         let mut messages = traj.messages;
-        // The scene's earlier turns (after the system prompt) are context the task supplies,
-        // scripted, not the teacher's work: a trainer must not learn from them.
-        for m in messages.iter_mut().skip(1).take(2 * task.history.len()) {
-            if m.role == hat_harness::Role::Assistant {
+        // The scene's earlier replies are context the task supplies, scripted, not the
+        // teacher's work: a trainer must not learn from them.
+        for k in hat_tasks::episode::scripted_replies(task.history.len()) {
+            if let Some(m) = messages.get_mut(k) {
                 m.weight = Some(0);
             }
         }

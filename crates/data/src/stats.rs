@@ -34,12 +34,7 @@ impl Stats {
         *self.by_teacher.entry(r.teacher.clone()).or_default() += 1;
         *self.calls_per_record.entry(r.calls.len()).or_default() += 1;
         self.messages_total += r.messages.len();
-        // A detour is an untrained turn that made calls (an untrained turn answered by a
-        // viewer is a scene's scripted history).
-        if r.messages
-            .windows(2)
-            .any(|w| w[0].weight == Some(0) && w[1].role == hat_harness::Role::Tool)
-        {
+        if (0..r.messages.len()).any(|k| hat_harness::chat::opens_detour(&r.messages, k)) {
             self.detours += 1;
         }
         self.chars_total += r

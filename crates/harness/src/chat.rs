@@ -72,3 +72,12 @@ impl Message {
         }
     }
 }
+
+/// Whether message `k` opens a detour: an untrained assistant turn answered by tools (a
+/// `hat data gen --recovery` wrong call). An untrained turn answered by a viewer is a scene's
+/// scripted history instead.
+pub fn opens_detour(messages: &[Message], k: usize) -> bool {
+    messages[k].role == Role::Assistant
+        && !messages[k].trained()
+        && messages.get(k + 1).is_some_and(|n| n.role == Role::Tool)
+}

@@ -467,15 +467,10 @@ impl PipelineConfig {
                     .into(),
             });
         }
-        if !(0.0..=1.0).contains(&d.recovery) {
-            return Err(PipelineError::Config {
-                path: "[data] recovery".into(),
-                message: format!(
-                    "{} is not a share: use 0 (no detours) to 1 (every trajectory that can take one)",
-                    d.recovery
-                ),
-            });
-        }
+        hat_data::gen::check_recovery(d.recovery).map_err(|message| PipelineError::Config {
+            path: "[data] recovery".into(),
+            message,
+        })?;
         self.replay.validate()?;
         self.sft()?;
         self.distill()?;

@@ -62,6 +62,12 @@ pub fn stream_value_with(task: &Scene, world: &World, limits: ViewerLimits) -> V
     v
 }
 
+/// Where [`prompt`] puts a scene's scripted earlier replies: after the system prompt, each
+/// history turn is a viewer message and a reply.
+pub fn scripted_replies(history: usize) -> impl Iterator<Item = usize> {
+    (0..history).map(|i| 2 + 2 * i)
+}
+
 /// System, history and user messages for a scene under `harness`.
 pub fn prompt(
     task: &Scene,

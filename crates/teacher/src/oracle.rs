@@ -67,7 +67,7 @@ pub fn trajectory_with(
         let mut first = true;
         for chunk in exp.calls.chunks(harness.max_calls().max(1)) {
             // The store's answer per gold call of the chunk, in gold order: the reply is
-            // composed from them (the harness may hide fields from the model, never facts).
+            // composed from them.
             let mut answers: Vec<Option<Value>> = vec![None; chunk.len()];
             if std::mem::take(&mut first) && recovery > 0.0 && rng.gen_bool(recovery.min(1.0)) {
                 if let Some(d) = detour(chunk, &exp.calls, harness, base, world, &backend, rng)? {
@@ -101,11 +101,7 @@ pub fn trajectory_with(
                     )));
                 }
                 messages.push(Message::tool(c.name.clone(), d.result.to_string()));
-                answers[k] = Some(
-                    world
-                        .call(g.op, &g.canonical())
-                        .unwrap_or_else(|_| d.result.clone()),
-                );
+                answers[k] = Some(store_answer(world, g, &d.result));
             }
             for (g, a) in chunk.iter().zip(answers) {
                 results.push((g.op, a.unwrap_or(Value::Null)));
@@ -132,6 +128,14 @@ pub fn trajectory_with(
         hook_log: log,
         turns: Vec::new(),
     })
+}
+
+/// What the store says to a gold call, for the reply: the harness may hide fields from the
+/// model, never change facts; `shown` (what the model saw) where the store cannot say.
+fn store_answer(world: &World, g: &GoldCall, shown: &Value) -> Value {
+    world
+        .call(g.op, &g.canonical())
+        .unwrap_or_else(|_| shown.clone())
 }
 
 /// A wrong first turn and what the harness answered to it.
@@ -201,11 +205,7 @@ fn detour(
                     .iter()
                     .any(|t| !t.is_empty() && text.contains(t.as_str()));
         } else if d.ok {
-            right[j] = Some(
-                world
-                    .call(g.op, &g.canonical())
-                    .unwrap_or_else(|_| d.result.clone()),
-            );
+            right[j] = Some(store_answer(world, g, &d.result));
         } else {
             return Ok(None);
         }
@@ -255,10 +255,11 @@ fn wrong_product(
         5..=6 => (at + n - 1) % n,
         _ => (at + 1 + rng.gen_range(0..n - 1)) % n,
     };
-    let asked = |i: usize| {
-        all.iter()
-            .any(|g| g.canonical().get("product").and_then(Value::as_str) == Some(&products[i].id))
-    };
+    let named: Vec<Value> = all
+        .iter()
+        .filter_map(|g| g.canonical().remove("product"))
+        .collect();
+    let asked = |i: usize| named.iter().any(|v| v.as_str() == Some(&products[i].id));
     let wrong = if asked(wrong) {
         let free: Vec<usize> = (0..n).filter(|&i| !asked(i)).collect();
         *free.get(rng.gen_range(0..free.len().max(1)))?

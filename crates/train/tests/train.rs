@@ -139,6 +139,18 @@ const SMOLLM2_TEMPLATE: &str = "{% for message in messages %}{% if loop.first an
 
 const QWEN2_STYLE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
+/// The text of the tokens a sample's mask puts the loss on.
+fn learned_text(enc: &Encoder, s: &Sample) -> String {
+    let learned: Vec<u32> = s
+        .tokens
+        .iter()
+        .zip(&s.mask)
+        .filter(|(_, m)| **m)
+        .map(|(t, _)| *t)
+        .collect();
+    enc.tokenizer().decode(&learned, false)
+}
+
 #[test]
 fn the_mask_covers_assistant_tokens_and_their_end_of_turn_only() {
     let conv = msgs(&[
@@ -151,23 +163,17 @@ fn the_mask_covers_assistant_tokens_and_their_end_of_turn_only() {
     for template in [SMOLLM2_TEMPLATE, QWEN2_STYLE] {
         let enc = encoder(template);
         let s = enc.encode("c", &conv).unwrap();
-        let tok = enc.tokenizer();
-        let learned: Vec<u32> = s
-            .tokens
-            .iter()
-            .zip(&s.mask)
-            .filter(|(_, m)| **m)
-            .map(|(t, _)| *t)
-            .collect();
-        let text = tok.decode(&learned, false);
-        assert_eq!(text, "hello there<|im_end|>it is 42<|im_end|>");
+        assert_eq!(
+            learned_text(&enc, &s),
+            "hello there<|im_end|>it is 42<|im_end|>"
+        );
     }
 }
 
 #[test]
 fn an_assistant_turn_with_weight_0_is_context() {
     // a recovery detour: the wrong call is not learned, the correction and reply are
-    let mut conv = msgs(&[
+    let plain = msgs(&[
         (Role::User, "hi"),
         (Role::Assistant, "wrong call"),
         (Role::Tool, "error"),
@@ -175,33 +181,17 @@ fn an_assistant_turn_with_weight_0_is_context() {
         (Role::Tool, "42"),
         (Role::Assistant, "it is 42"),
     ]);
+    let mut conv = plain.clone();
     conv[1] = conv[1].clone().untrained();
     for template in [SMOLLM2_TEMPLATE, QWEN2_STYLE] {
         let enc = encoder(template);
         let s = enc.encode("c", &conv).unwrap();
-        let learned: Vec<u32> = s
-            .tokens
-            .iter()
-            .zip(&s.mask)
-            .filter(|(_, m)| **m)
-            .map(|(t, _)| *t)
-            .collect();
-        let text = enc.tokenizer().decode(&learned, false);
-        assert_eq!(text, "right call<|im_end|>it is 42<|im_end|>");
+        assert_eq!(
+            learned_text(&enc, &s),
+            "right call<|im_end|>it is 42<|im_end|>"
+        );
         // the tokens are the same as without the weight: only the mask differs
-        let plain = enc
-            .encode(
-                "c",
-                &msgs(&[
-                    (Role::User, "hi"),
-                    (Role::Assistant, "wrong call"),
-                    (Role::Tool, "error"),
-                    (Role::Assistant, "right call"),
-                    (Role::Tool, "42"),
-                    (Role::Assistant, "it is 42"),
-                ]),
-            )
-            .unwrap();
+        let plain = enc.encode("c", &plain).unwrap();
         assert_eq!(plain.tokens, s.tokens);
         assert!(plain.mask.iter().filter(|m| **m).count() > s.mask.iter().filter(|m| **m).count());
     }

@@ -228,12 +228,10 @@ pub fn run(cmd: DataCmd) -> Result<()> {
 
 /// A share from 0 to 1, for `--recovery`.
 fn share(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
-        _ => Err(format!(
-            "`{s}` is not a share: use a number from 0 to 1, e.g. 0.3"
-        )),
-    }
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a share: use a number from 0 to 1, e.g. 0.3"))?;
+    gen::check_recovery(v).map(|()| v)
 }
 
 fn gen_cmd(a: GenArgs) -> Result<()> {

@@ -442,10 +442,8 @@ pub fn stream(path: &Path) -> Result<Vec<Prompt>> {
         .into_iter()
         .filter_map(|t| {
             let m = &t.record.messages;
-            let first = (0..m.len()).find(|&k| {
-                m[k].role == Role::Assistant
-                    && (m[k].trained() || m.get(k + 1).is_some_and(|n| n.role == Role::Tool))
-            })?;
+            let first =
+                (0..m.len()).find(|&k| m[k].trained() || hat_harness::chat::opens_detour(m, k))?;
             (first > 0).then(|| Prompt {
                 id: t.id,
                 messages: t.record.messages[..first].to_vec(),
