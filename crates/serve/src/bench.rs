@@ -153,6 +153,10 @@ struct Outcome {
     kind: String,
     e2e: f64,
     server: Option<Value>,
+    /// A reply event with no text for viewers (the episode ran out of turns or failed its
+    /// checks): it ends the event but says nothing.
+    empty: bool,
+    tool_calls: usize,
 }
 
 /// Latency percentiles and counts of one run.
@@ -176,6 +180,11 @@ pub struct Report {
     pub mean_prefill_s: f64,
     pub mean_decode_s: f64,
     pub mean_tools_hooks_s: f64,
+    /// Replies that said nothing to viewers (counted in `replies` and the percentiles: the
+    /// event was answered, with silence).
+    pub empty_replies: usize,
+    /// Tool calls a reply made, on average.
+    pub mean_tool_calls: f64,
     pub wall_s: f64,
 }
 
@@ -248,22 +257,30 @@ pub fn run(base: &str, label: &str, prefix: &str, a: &Audience, mix: &Mix) -> Re
                         kind: r["type"].as_str().unwrap_or("none").to_string(),
                         e2e: sent.elapsed().as_secs_f64(),
                         server: r.get("latency").cloned(),
+                        empty: r["text"].as_str().is_none_or(|t| t.trim().is_empty()),
+                        tool_calls: r["tool_calls"].as_array().map_or(0, Vec::len),
                     }
                 }
                 Ok((429, _)) => Outcome {
                     kind: "rejected".into(),
                     e2e: 0.0,
                     server: None,
+                    empty: false,
+                    tool_calls: 0,
                 },
                 Ok((code, v)) => Outcome {
                     kind: format!("http {code}: {v}"),
                     e2e: 0.0,
                     server: None,
+                    empty: false,
+                    tool_calls: 0,
                 },
                 Err(e) => Outcome {
                     kind: format!("transport: {e}"),
                     e2e: 0.0,
                     server: None,
+                    empty: false,
+                    tool_calls: 0,
                 },
             };
             outcomes.lock().unwrap_or_else(|e| e.into_inner()).push(o);
@@ -311,6 +328,9 @@ pub fn run(base: &str, label: &str, prefix: &str, a: &Audience, mix: &Mix) -> Re
         mean_prefill_s: mean(&|v| v["prefill"].as_f64().unwrap_or(0.0)),
         mean_decode_s: mean(&|v| v["decode"].as_f64().unwrap_or(0.0)),
         mean_tools_hooks_s: mean(&|v| v["tools_hooks"].as_f64().unwrap_or(0.0)),
+        empty_replies: replies.iter().filter(|o| o.empty).count(),
+        mean_tool_calls: replies.iter().map(|o| o.tool_calls as f64).sum::<f64>()
+            / replies.len().max(1) as f64,
         wall_s: wall,
     })
 }

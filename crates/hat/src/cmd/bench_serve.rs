@@ -258,13 +258,13 @@ pub fn run(a: ServeBenchArgs) -> Result<()> {
         a.duration_s,
         hat_model::bench::machine()
     );
-    println!("| pipeline | streams | events | replies | errors | P50 s | P95 s | P99 s | replies/s | queue s | prefill s | decode s | tools+hooks s |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| pipeline | streams | events | replies | of which silent | errors | P50 s | P95 s | P99 s | replies/s | calls a reply | queue s | prefill s | decode s | tools+hooks s |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &reports {
         println!(
-            "| {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
-            r.label, r.streams, r.sent, r.replies, r.errors + r.dropped + r.rejected, r.p50_s, r.p95_s, r.p99_s,
-            r.replies_per_s, r.mean_queue_s, r.mean_prefill_s, r.mean_decode_s, r.mean_tools_hooks_s
+            "| {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            r.label, r.streams, r.sent, r.replies, r.empty_replies, r.errors + r.dropped + r.rejected, r.p50_s, r.p95_s, r.p99_s,
+            r.replies_per_s, r.mean_tool_calls, r.mean_queue_s, r.mean_prefill_s, r.mean_decode_s, r.mean_tools_hooks_s
         );
     }
     let n = a.streams.len();
