@@ -83,6 +83,15 @@ pub trait ChatModel {
     /// ignore it.
     fn keep_conversations_cached(&mut self, _on: bool) {}
 
+    /// Serving hint: compute and keep the state of a conversation's opening (its system
+    /// prompt) before a turn needs it, so that turn only pays for what follows. A server
+    /// calls it while idle: for a new stream, after a harness swap, after a reply changed
+    /// the stream's recent activity. Returns the prompt tokens computed (0: already cached,
+    /// or a model without a cache).
+    fn warm(&mut self, _opening: &[Message]) -> Result<usize, AgentError> {
+        Ok(0)
+    }
+
     /// Continues several chats; models that decode in batches override this.
     fn complete_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<String>, AgentError> {
         chats.iter().map(|m| self.complete(m)).collect()

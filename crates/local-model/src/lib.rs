@@ -106,8 +106,14 @@ impl LocalModel {
         self.engine.set_prefix_cache_bytes(bytes);
     }
 
-    /// The prompt's tokens and how many of them are the system prompt's rendering.
-    fn request(&mut self, messages: &[Message]) -> Result<GenerateRequest, AgentError> {
+    /// The prompt's tokens and how many of them to keep in the prefix cache: the system
+    /// prompt's rendering once it has been seen whole (or always with `whole_system`),
+    /// before that the part it shares with recent system prompts.
+    fn request(
+        &mut self,
+        messages: &[Message],
+        whole_system: bool,
+    ) -> Result<GenerateRequest, AgentError> {
         let input = ChatInput {
             messages: wire_messages(messages),
             tools: None,
@@ -161,7 +167,7 @@ impl LocalModel {
                         }
                         // Seen whole before: cache it whole (later turns of an
                         // episode). New: cache the part shared with others.
-                        if shared == l {
+                        if shared == l || whole_system {
                             Some(l)
                         } else if shared >= MIN_SHARED_PREFIX {
                             Some(shared)
@@ -192,6 +198,21 @@ impl ChatModel for LocalModel {
         self.cache_turns = on;
     }
 
+    fn warm(&mut self, opening: &[Message]) -> Result<usize, AgentError> {
+        let mut req = self.request(opening, true)?;
+        // a warm-up samples nothing, so it must not move the seeds of later requests
+        self.requests -= 1;
+        let Some(len) = req.cache_prefix_len else {
+            return Ok(0);
+        };
+        // only the system prompt: the turn's own header is computed with the turn
+        req.prompt.truncate(len);
+        req.max_new_tokens = 0;
+        req.cache_whole_prompt = false;
+        let out = self.engine.generate(&req, None).map_err(model_err)?;
+        Ok(len - out.cached_tokens)
+    }
+
     fn complete(&mut self, messages: &[Message]) -> Result<String, AgentError> {
         Ok(self.generate(messages)?.text)
     }
@@ -206,7 +227,7 @@ impl ChatModel for LocalModel {
 
     fn generate(&mut self, messages: &[Message]) -> Result<Completion, AgentError> {
         let t0 = Instant::now();
-        let req = self.request(messages)?;
+        let req = self.request(messages, false)?;
         let out = self.engine.generate(&req, None).map_err(model_err)?;
         Ok(completion(req.prompt, out, t0.elapsed().as_secs_f64()))
     }
@@ -217,7 +238,7 @@ impl ChatModel for LocalModel {
         on_text: &mut dyn FnMut(&str) -> bool,
     ) -> Result<Completion, AgentError> {
         let t0 = Instant::now();
-        let req = self.request(messages)?;
+        let req = self.request(messages, false)?;
         let mut cb = |e: &hat_model::TokenEvent| e.text_delta.is_empty() || on_text(e.text_delta);
         let out = self
             .engine
@@ -230,7 +251,7 @@ impl ChatModel for LocalModel {
         let t0 = Instant::now();
         let reqs = chats
             .iter()
-            .map(|m| self.request(m))
+            .map(|m| self.request(m, false))
             .collect::<Result<Vec<_>, _>>()?;
         let outs = self.engine.generate_batch(&reqs).map_err(model_err)?;
         let seconds = t0.elapsed().as_secs_f64() / outs.len().max(1) as f64;

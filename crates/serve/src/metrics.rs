@@ -28,6 +28,7 @@ pub struct Metrics {
     pub prompt_tokens: Counter,
     pub cached_tokens: Counter,
     pub shared_prefix_tokens: Counter,
+    pub warmed_tokens: Counter,
     pub dropped_total: Family<Labels, Counter>,
     pub merged: Counter,
     pub folded: Counter,
@@ -62,6 +63,7 @@ impl Metrics {
             prompt_tokens: Counter::default(),
             cached_tokens: Counter::default(),
             shared_prefix_tokens: Counter::default(),
+            warmed_tokens: Counter::default(),
             dropped_total: Family::default(),
             merged: Counter::default(),
             folded: Counter::default(),
@@ -112,6 +114,11 @@ impl Metrics {
             "shared_prefix_tokens",
             "Prompt tokens whose keys and values a batched decode held once for all its rows (counted for every row)",
             m.shared_prefix_tokens.clone(),
+        );
+        r.register(
+            "warmed_prompt_tokens",
+            "System-prompt tokens computed while idle, ahead of the events that need them (new streams, harness swaps, recent activity)",
+            m.warmed_tokens.clone(),
         );
         r.register(
             "comments_dropped",

@@ -139,11 +139,19 @@ impl Worker {
         let mut chats: std::collections::VecDeque<ChatJob> = Default::default();
         let mut deferred: Vec<Command> = Vec::new();
         let mut next = 0usize; // round-robin start, so no stream starves when batches are full
+                               // Streams whose next opening may differ from what was last warmed, and what was.
+        let mut warm = Warm::default();
         loop {
+            let active = self.harnesses.active();
+            if warm.version != active.hash() {
+                warm.version = active.hash().to_string();
+                warm.dirty.extend(0..streams.len());
+            }
             let mut cmds = std::mem::take(&mut deferred);
             if cmds.is_empty() {
-                let busy =
-                    !chats.is_empty() || streams.iter().any(|l| !l.stream.queue().is_empty());
+                let busy = !chats.is_empty()
+                    || !warm.dirty.is_empty()
+                    || streams.iter().any(|l| !l.stream.queue().is_empty());
                 let first = if busy {
                     self.rx.try_recv().map_err(|e| match e {
                         std::sync::mpsc::TryRecvError::Empty => RecvTimeoutError::Timeout,
@@ -164,12 +172,18 @@ impl Worker {
             for c in cmds {
                 match c {
                     Command::Add(stream, world) => {
-                        if let Some(&i) = index.get(&stream.id) {
-                            streams[i] = Live { stream, world };
-                        } else {
-                            index.insert(stream.id.clone(), streams.len());
-                            streams.push(Live { stream, world });
-                        }
+                        let i = match index.get(&stream.id) {
+                            Some(&i) => {
+                                streams[i] = Live { stream, world };
+                                i
+                            }
+                            None => {
+                                index.insert(stream.id.clone(), streams.len());
+                                streams.push(Live { stream, world });
+                                streams.len() - 1
+                            }
+                        };
+                        warm.dirty.insert(i);
                     }
                     Command::Chat(job) => chats.push_back(job),
                     Command::Wake => {}
@@ -193,11 +207,48 @@ impl Worker {
                 &HashSet::new(),
             );
             if !picked.is_empty() {
+                // replies change their streams' recent activity and history
+                warm.dirty.extend(0..streams.len());
                 deferred = self.round(&streams, picked, &mut next);
+            } else if chats.is_empty() {
+                // idle: warm one stream's opening, then look for work again
+                if let Some(i) = warm.dirty.pop_first() {
+                    self.warm(&streams[i], i, &active, &mut warm.done);
+                }
             }
         }
         for l in &streams {
             let _ = l.stream.save_meta();
+        }
+    }
+
+    /// Computes stream `i`'s system prompt under the active version ahead of its next event
+    /// (the embedded engine keeps it in its prefix cache), unless that exact prompt was the
+    /// last one warmed for it. Only the main model: arm models of an experiment and chat
+    /// requests pay their own.
+    fn warm(&mut self, l: &Live, i: usize, version: &Version, done: &mut HashMap<usize, u64>) {
+        let Some(system) = opening(l, version) else {
+            return;
+        };
+        let key = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            system.hash(&mut h);
+            h.finish()
+        };
+        if done.get(&i) == Some(&key) {
+            return;
+        }
+        let t0 = Instant::now();
+        match self.model.warm(&[Message::system(system)]) {
+            Ok(n) => {
+                done.insert(i, key);
+                self.metrics.warmed_tokens.inc_by(n as u64);
+                tracing::debug!(stream = %l.stream.id, tokens = n, seconds = t0.elapsed().as_secs_f64(), "warmed");
+            }
+            Err(e) => {
+                tracing::warn!(stream = %l.stream.id, error = %e, "warming the stream's prompt")
+            }
         }
     }
 
@@ -599,6 +650,45 @@ impl Worker {
             latency,
         });
     }
+}
+
+/// What the worker has warmed (see [`Worker::warm`]).
+#[derive(Default)]
+struct Warm {
+    /// The active harness version when streams were last marked.
+    version: String,
+    /// Streams to check, lowest index first.
+    dirty: std::collections::BTreeSet<usize>,
+    /// Per stream, a hash of the system prompt last warmed.
+    done: HashMap<usize, u64>,
+}
+
+/// The system prompt stream `l`'s next event will open with under `version` (the stream's
+/// state now; the event itself only shows in the turn after it). `None` when the world
+/// cannot say what is on stage.
+fn opening(l: &Live, version: &Version) -> Option<String> {
+    let on_stage = l.world.on_stage().ok()?.id.clone();
+    let (history, recent): (Vec<Turn>, Vec<String>) = {
+        let g = l.stream.inner();
+        (
+            g.meta.history.iter().cloned().collect(),
+            g.meta.recent.iter().cloned().collect(),
+        )
+    };
+    let event = hat_world::Event::Comment {
+        viewer: String::new(),
+        text: String::new(),
+    };
+    let scene = Scene {
+        id: "warm",
+        event: &event,
+        on_stage: &on_stage,
+        history: &history,
+        recent: &recent,
+    };
+    let h = &version.harness;
+    let stream = hat_tasks::episode::stream_value_with(&scene, &l.world, h.viewer_limits());
+    h.render_system(&stream).ok()
 }
 
 /// The event ids one reply answers: the event and what merged or folded into it.

@@ -1086,3 +1086,104 @@ fn a_failing_arm_model_fails_only_its_own_replies() {
     }
     r.stop();
 }
+
+/// A scripted model that records the openings it is asked to warm and the system prompts of
+/// the turns it answers.
+struct Recording {
+    inner: Scripted,
+    warmed: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    asked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl hat_agent::episode::ChatModel for Recording {
+    fn complete(&mut self, m: &[hat_harness::Message]) -> Result<String, hat_agent::AgentError> {
+        self.asked.lock().unwrap().push(m[0].content.clone());
+        self.inner.complete(m)
+    }
+    fn warm(&mut self, opening: &[hat_harness::Message]) -> Result<usize, hat_agent::AgentError> {
+        assert_eq!(opening.len(), 1, "an opening is the system prompt alone");
+        self.warmed.lock().unwrap().push(opening[0].content.clone());
+        Ok(1)
+    }
+}
+
+/// Waits (bounded) until `f` holds; the worker warms while idle, so the test waits for the
+/// state to arrive rather than for an amount of time.
+fn eventually(what: &str, f: impl Fn() -> bool) {
+    for _ in 0..1000 {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("{what} did not happen within 10 s");
+}
+
+#[test]
+fn idle_time_warms_the_system_prompt_the_next_event_opens_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let warmed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let model = Recording {
+        inner: Scripted {
+            delay: Duration::ZERO,
+        },
+        warmed: warmed.clone(),
+        asked: asked.clone(),
+    };
+    let r = start_with(config(dir.path()), Box::new(model), &harness_dir());
+    let count = || warmed.lock().unwrap().len();
+    // a new stream: its opening is computed before any event arrives
+    create(&r, "w");
+    eventually("warming the new stream", || count() == 1);
+    ask(&r, "w", "hi Mia, is the hoodie available in M?");
+    assert_eq!(asked.lock().unwrap()[0], warmed.lock().unwrap()[0]);
+    // a join puts a line in the stream's recent activity, which the system prompt shows:
+    // the changed opening is warmed, and the next event opens with it
+    let (code, v) = json(
+        "POST",
+        &r.url("/v1/streams/w/events?wait=true"),
+        &json!({"type": "viewer_join", "viewer": "amy"}),
+    );
+    assert_eq!(code, 200, "{v}");
+    eventually("warming after the join", || count() == 2);
+    assert!(warmed.lock().unwrap()[1].contains("amy joined"));
+    let k = asked.lock().unwrap().len();
+    ask(&r, "w", "thanks!");
+    assert_eq!(asked.lock().unwrap()[k], warmed.lock().unwrap()[1]);
+    // a second stream (another catalog), then a harness swap: both streams' openings under
+    // the new version are warmed before their next events
+    let (code, v) = json(
+        "POST",
+        &r.url("/v1/streams"),
+        &json!({"id": "x", "seed": 5}),
+    );
+    assert_eq!(code, 201, "{v}");
+    eventually("warming the second stream", || count() == 3);
+    let zoe = renamed_harness(dir.path(), "Zoe");
+    let (code, v) = json("POST", &r.url("/v1/harness"), &json!({"path": zoe}));
+    assert_eq!(code, 200, "{v}");
+    eventually("warming the swapped-in version", || count() == 5);
+    assert!(warmed.lock().unwrap()[3..]
+        .iter()
+        .all(|s| s.contains("Zoe")));
+    let k = asked.lock().unwrap().len();
+    ask(&r, "x", "is it in L?");
+    let first = asked.lock().unwrap()[k].clone();
+    assert!(
+        warmed.lock().unwrap()[3..5].contains(&first),
+        "the event on x did not open with a warmed prompt"
+    );
+    // a reply on one stream does not warm the other again: its opening did not change
+    let all = warmed.lock().unwrap().clone();
+    let mut unique = all.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), all.len(), "an opening was warmed twice");
+    let (_, metrics) = call("GET", &r.url("/metrics"), None);
+    assert!(
+        metrics.contains("hat_warmed_prompt_tokens_total"),
+        "{metrics}"
+    );
+    r.stop();
+}

@@ -1,0 +1,51 @@
+//! Warming a conversation's opening (what a server does while idle): the first turn then
+//! finds its whole system prompt in the prefix cache.
+
+use std::path::Path;
+
+use hat_agent::episode::ChatModel;
+use hat_harness::Message;
+use hat_local_model::LocalModel;
+use hat_model::{SamplingParams, WeightFormat};
+
+fn model(dir: &Path) -> LocalModel {
+    let path = hat_train::fixture::tiny_model(&dir.join("m"), 1, "qwen2").unwrap();
+    LocalModel::load(&path, WeightFormat::F32, SamplingParams::default(), 4).unwrap()
+}
+
+fn opening() -> Message {
+    // the fixture's context is 128 tokens
+    Message::system("You are Mia. P1 Hoodie.")
+}
+
+#[test]
+fn a_warmed_opening_is_cached_whole_for_the_first_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let chat = [opening(), Message::user("in M?")];
+    let cold = model(dir.path()).generate(&chat).unwrap();
+    assert_eq!(cold.cached_tokens, 0, "a fresh model has nothing cached");
+
+    let mut m = model(dir.path());
+    let n = m.warm(&[opening()]).unwrap();
+    assert!(n > 0, "warming computed nothing");
+    assert_eq!(
+        m.warm(&[opening()]).unwrap(),
+        0,
+        "a warm opening is not computed again"
+    );
+    let warm = m.generate(&chat).unwrap();
+    assert_eq!(
+        warm.cached_tokens, n,
+        "the first turn did not find the opening cached"
+    );
+    // same prompt, same greedy answer: warming changes what is computed, not the result
+    assert_eq!(warm.tokens, cold.tokens);
+    assert_eq!(warm.prompt_ids, cold.prompt_ids);
+}
+
+#[test]
+fn a_chat_without_a_system_prompt_has_nothing_to_warm() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = model(dir.path());
+    assert_eq!(m.warm(&[Message::user("hello")]).unwrap(), 0);
+}
