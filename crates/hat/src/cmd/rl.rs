@@ -40,6 +40,10 @@ pub struct RlArgs {
     /// Longest model turn in tokens.
     #[arg(long)]
     max_new_tokens: Option<usize>,
+    /// Share of the reward that is the scorer's pass (0-1; the rest is the fraction of
+    /// components passed) [default: 0]
+    #[arg(long)]
+    pass_weight: Option<f64>,
     /// Weight of the KL penalty to the starting weights (0: off).
     #[arg(long)]
     kl_coef: Option<f64>,
@@ -101,6 +105,9 @@ fn apply(c: &mut RlConfig, a: &RlArgs) {
     }
     if let Some(x) = a.max_new_tokens {
         c.max_new_tokens = x;
+    }
+    if let Some(x) = a.pass_weight {
+        c.pass_weight = x;
     }
     if let Some(x) = a.kl_coef {
         c.kl_coef = x;

@@ -49,6 +49,11 @@ pub struct RlConfig {
     pub minibatches: usize,
     /// Divide advantages by the group's reward standard deviation (GRPO); off: only centre.
     pub scale_by_std: bool,
+    /// Share of the reward that is the scorer's verdict (1 when every component passes, the
+    /// evaluation's pass), the rest being the fraction of components passed. 0: the fraction
+    /// alone, where format and constraints, which nearly always pass, put a floor of ~0.4
+    /// under a wrong answer; higher weighs what evaluation counts.
+    pub pass_weight: f64,
     /// Weight of the KL penalty to `reference` (0: none, and no reference is loaded).
     pub kl_coef: f64,
     /// The reference model of the KL penalty (unset: the starting weights).
@@ -91,6 +96,7 @@ impl Default for RlConfig {
             tis_cap: 2.0,
             minibatches: 1,
             scale_by_std: true,
+            pass_weight: 0.0,
             kl_coef: 0.0,
             reference: None,
             rollout_format: "q8_0".into(),
@@ -198,6 +204,9 @@ impl RlConfig {
         }
         if !(self.tis_cap >= 1.0 && self.tis_cap.is_finite()) {
             return bad("tis_cap must be a number >= 1");
+        }
+        if !(0.0..=1.0).contains(&self.pass_weight) {
+            return bad("pass_weight must be in [0, 1]");
         }
         if !(self.kl_coef >= 0.0 && self.kl_coef.is_finite()) {
             return bad("kl_coef must be >= 0");

@@ -153,9 +153,14 @@ impl RlStage {
             if need == 0 {
                 break;
             }
-            let groups =
-                self.env
-                    .rollouts(&mut rng, need, self.cfg.group_size, m, self.cfg.max_turns)?;
+            let groups = self.env.rollouts(
+                &mut rng,
+                need,
+                self.cfg.group_size,
+                m,
+                self.cfg.max_turns,
+                self.cfg.pass_weight,
+            )?;
             for g in groups {
                 for r in &g.rollouts {
                     st.rollouts += 1;

@@ -117,6 +117,7 @@ impl Env {
         g: usize,
         model: &mut dyn ChatModel,
         max_turns: usize,
+        pass_weight: f64,
     ) -> Result<Vec<Group>> {
         let draws = (0..n).map(|_| self.draw(rng)).collect::<Result<Vec<_>>>()?;
         for (d, draw) in draws.iter().enumerate() {
@@ -165,7 +166,7 @@ impl Env {
                         logprobs: c.logprobs,
                     })
                     .collect(),
-                reward: o.score.fraction(),
+                reward: reward(&o.score, pass_weight),
                 pass: o.score.pass,
                 reason: o.score.reason(),
                 reply: o.trajectory.attempt.reply,
@@ -191,6 +192,46 @@ impl Env {
     }
 }
 
+/// A rollout's reward: `pass_weight` of the scorer's verdict, the rest the fraction of its
+/// components passed (see `RlConfig::pass_weight`).
+pub fn reward(score: &hat_tasks::Score, pass_weight: f64) -> f64 {
+    let pass = if score.pass { 1.0 } else { 0.0 };
+    pass_weight * pass + (1.0 - pass_weight) * score.fraction()
+}
+
 fn env(e: impl std::fmt::Display) -> TrainError {
     TrainError::Rollout(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reward;
+    use hat_tasks::score::Component;
+    use hat_tasks::Score;
+
+    fn score(passed: usize, of: usize) -> Score {
+        let names = ["format", "calls", "arguments", "facts", "constraints"];
+        Score {
+            pass: passed == of,
+            components: (0..of)
+                .map(|i| Component {
+                    name: names[i % names.len()],
+                    pass: i < passed,
+                    reason: String::new(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_pass_weight_moves_reward_from_partial_credit_to_the_verdict() {
+        let wrong = score(3, 5);
+        assert!((reward(&wrong, 0.0) - 0.6).abs() < 1e-12);
+        assert!((reward(&wrong, 0.5) - 0.3).abs() < 1e-12);
+        assert_eq!(reward(&wrong, 1.0), 0.0);
+        let right = score(5, 5);
+        for w in [0.0, 0.3, 1.0] {
+            assert!((reward(&right, w) - 1.0).abs() < 1e-12);
+        }
+    }
 }
