@@ -180,11 +180,17 @@ impl LocalModel {
             _ => None,
         };
         let mut req = GenerateRequest::new(tokens, self.max_new_tokens);
+        req.cache_prefix_len = prefix;
+        req.cache_whole_prompt = self.cache_turns;
+        Ok(req)
+    }
+
+    /// [`LocalModel::request`] for a turn to sample: the next seed of the run.
+    fn sampled(&mut self, messages: &[Message]) -> Result<GenerateRequest, AgentError> {
+        let mut req = self.request(messages, false)?;
         req.sampling = self.sampling.clone();
         req.sampling.seed = self.sampling.seed.wrapping_add(self.requests);
         self.requests += 1;
-        req.cache_prefix_len = prefix;
-        req.cache_whole_prompt = self.cache_turns;
         Ok(req)
     }
 }
@@ -199,9 +205,8 @@ impl ChatModel for LocalModel {
     }
 
     fn warm(&mut self, opening: &[Message]) -> Result<usize, AgentError> {
+        // samples nothing: no seed drawn, so later requests' seeds do not move
         let mut req = self.request(opening, true)?;
-        // a warm-up samples nothing, so it must not move the seeds of later requests
-        self.requests -= 1;
         let Some(len) = req.cache_prefix_len else {
             return Ok(0);
         };
@@ -227,7 +232,7 @@ impl ChatModel for LocalModel {
 
     fn generate(&mut self, messages: &[Message]) -> Result<Completion, AgentError> {
         let t0 = Instant::now();
-        let req = self.request(messages, false)?;
+        let req = self.sampled(messages)?;
         let out = self.engine.generate(&req, None).map_err(model_err)?;
         Ok(completion(req.prompt, out, t0.elapsed().as_secs_f64()))
     }
@@ -238,7 +243,7 @@ impl ChatModel for LocalModel {
         on_text: &mut dyn FnMut(&str) -> bool,
     ) -> Result<Completion, AgentError> {
         let t0 = Instant::now();
-        let req = self.request(messages, false)?;
+        let req = self.sampled(messages)?;
         let mut cb = |e: &hat_model::TokenEvent| e.text_delta.is_empty() || on_text(e.text_delta);
         let out = self
             .engine
@@ -251,7 +256,7 @@ impl ChatModel for LocalModel {
         let t0 = Instant::now();
         let reqs = chats
             .iter()
-            .map(|m| self.request(m, false))
+            .map(|m| self.sampled(m))
             .collect::<Result<Vec<_>, _>>()?;
         let outs = self.engine.generate_batch(&reqs).map_err(model_err)?;
         let seconds = t0.elapsed().as_secs_f64() / outs.len().max(1) as f64;

@@ -159,6 +159,19 @@ struct Outcome {
     tool_calls: usize,
 }
 
+impl Outcome {
+    /// An event that got no reply event (refused, failed, lost).
+    fn unanswered(kind: String) -> Self {
+        Outcome {
+            kind,
+            e2e: 0.0,
+            server: None,
+            empty: false,
+            tool_calls: 0,
+        }
+    }
+}
+
 /// Latency percentiles and counts of one run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -261,27 +274,9 @@ pub fn run(base: &str, label: &str, prefix: &str, a: &Audience, mix: &Mix) -> Re
                         tool_calls: r["tool_calls"].as_array().map_or(0, Vec::len),
                     }
                 }
-                Ok((429, _)) => Outcome {
-                    kind: "rejected".into(),
-                    e2e: 0.0,
-                    server: None,
-                    empty: false,
-                    tool_calls: 0,
-                },
-                Ok((code, v)) => Outcome {
-                    kind: format!("http {code}: {v}"),
-                    e2e: 0.0,
-                    server: None,
-                    empty: false,
-                    tool_calls: 0,
-                },
-                Err(e) => Outcome {
-                    kind: format!("transport: {e}"),
-                    e2e: 0.0,
-                    server: None,
-                    empty: false,
-                    tool_calls: 0,
-                },
+                Ok((429, _)) => Outcome::unanswered("rejected".into()),
+                Ok((code, v)) => Outcome::unanswered(format!("http {code}: {v}")),
+                Err(e) => Outcome::unanswered(format!("transport: {e}")),
             };
             outcomes.lock().unwrap_or_else(|e| e.into_inner()).push(o);
         }));

@@ -139,7 +139,6 @@ impl Worker {
         let mut chats: std::collections::VecDeque<ChatJob> = Default::default();
         let mut deferred: Vec<Command> = Vec::new();
         let mut next = 0usize; // round-robin start, so no stream starves when batches are full
-                               // Streams whose next opening may differ from what was last warmed, and what was.
         let mut warm = Warm::default();
         loop {
             let active = self.harnesses.active();
@@ -652,7 +651,8 @@ impl Worker {
     }
 }
 
-/// What the worker has warmed (see [`Worker::warm`]).
+/// Streams whose next opening may differ from what was last warmed, and what was (see
+/// [`Worker::warm`]).
 #[derive(Default)]
 struct Warm {
     /// The active harness version when streams were last marked.
@@ -663,18 +663,13 @@ struct Warm {
     done: HashMap<usize, u64>,
 }
 
-/// The system prompt stream `l`'s next event will open with under `version` (the stream's
-/// state now; the event itself only shows in the turn after it). `None` when the world
-/// cannot say what is on stage.
+/// The system prompt stream `l`'s next event will open with under `version` (see
+/// [`hat_tasks::episode::system_prompt`]: the stream's state now, not the event). `None` when
+/// the world cannot say what is on stage.
 fn opening(l: &Live, version: &Version) -> Option<String> {
     let on_stage = l.world.on_stage().ok()?.id.clone();
-    let (history, recent): (Vec<Turn>, Vec<String>) = {
-        let g = l.stream.inner();
-        (
-            g.meta.history.iter().cloned().collect(),
-            g.meta.recent.iter().cloned().collect(),
-        )
-    };
+    let recent: Vec<String> = l.stream.inner().meta.recent.iter().cloned().collect();
+    // the scene's event and history are not part of its system prompt
     let event = hat_world::Event::Comment {
         viewer: String::new(),
         text: String::new(),
@@ -683,12 +678,10 @@ fn opening(l: &Live, version: &Version) -> Option<String> {
         id: "warm",
         event: &event,
         on_stage: &on_stage,
-        history: &history,
+        history: &[],
         recent: &recent,
     };
-    let h = &version.harness;
-    let stream = hat_tasks::episode::stream_value_with(&scene, &l.world, h.viewer_limits());
-    h.render_system(&stream).ok()
+    hat_tasks::episode::system_prompt(&scene, &version.harness, &l.world).ok()
 }
 
 /// The event ids one reply answers: the event and what merged or folded into it.

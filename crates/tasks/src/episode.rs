@@ -68,6 +68,16 @@ pub fn scripted_replies(history: usize) -> impl Iterator<Item = usize> {
     (0..history).map(|i| 2 + 2 * i)
 }
 
+/// The system prompt a scene opens with under `harness` (the stream's state: what is on
+/// stage, its recent activity; not the event, which comes in the turn after it).
+pub fn system_prompt(
+    task: &Scene,
+    harness: &Harness,
+    world: &World,
+) -> Result<String, HarnessError> {
+    harness.render_system(&stream_value_with(task, world, harness.viewer_limits()))
+}
+
 /// System, history and user messages for a scene under `harness`.
 pub fn prompt(
     task: &Scene,
@@ -75,7 +85,7 @@ pub fn prompt(
     world: &World,
 ) -> Result<Vec<Message>, HarnessError> {
     let limits = harness.viewer_limits();
-    let system = harness.render_system(&stream_value_with(task, world, limits))?;
+    let system = system_prompt(task, harness, world)?;
     let mut msgs = Vec::with_capacity(2 + task.history.len() * 2);
     msgs.push(Message::system(system));
     for t in task.history {

@@ -91,10 +91,10 @@ PY
   ev=runs/eval-chain$sc$rc$rp-leg$leg
   if [ ! -f $ev/lsqa/results.json ] || [ ! -f $ev/hvqa/results.json ] || [ ! -f $ev/ifeval/results.json ]; then
     again=()
-    [ -d runs/eval-chain$sc$rc$rp-leg$leg ] && again=(--resume)
+    [ -d $ev ] && again=(--resume)
     $HAT eval --model $out/model-q8_0.gguf --format original --threads 2 \
       --suite lsqa,hvqa,ifeval --batch 8 --max-tokens 128 --ifeval-max-tokens 512 \
-      --out runs/eval-chain$sc$rc$rp-leg$leg "${again[@]}"
+      --out $ev "${again[@]}"
   fi
   echo "leg $leg done ($(date -u +%H:%M))"
 done
