@@ -71,6 +71,19 @@ impl From<String> for Completion {
     }
 }
 
+/// What a model turn may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TurnRule {
+    /// A tool call or a reply.
+    #[default]
+    Any,
+    /// A reply to the viewers, no tool call: an episode's last turn under
+    /// [`EpisodeConfig::final_reply`]. `opener` is the text a call begins with in the
+    /// harness's syntax; a model that can constrain its decoding keeps its answer from
+    /// opening with it (and from being empty).
+    ReplyOnly { opener: &'static str },
+}
+
 /// Anything that continues a chat: a remote endpoint, the embedded model, a script.
 pub trait ChatModel {
     fn complete(&mut self, messages: &[Message]) -> Result<String, AgentError>;
@@ -121,6 +134,17 @@ pub trait ChatModel {
         Ok(c)
     }
 
+    /// [`ChatModel::generate_batch`] where each chat's turn follows its [`TurnRule`]. Models
+    /// that cannot constrain their decoding answer as they would anyway (the default); the
+    /// episode then takes what text its last turn holds outside any call as the reply.
+    fn generate_turns(
+        &mut self,
+        chats: &[&[Message]],
+        _rules: &[TurnRule],
+    ) -> Result<Vec<Completion>, AgentError> {
+        self.generate_batch(chats)
+    }
+
     /// [`ChatModel::complete_batch`] with token ids, log-probabilities and timing.
     fn generate_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<Completion>, AgentError> {
         let t0 = Instant::now();
@@ -145,6 +169,12 @@ pub struct EpisodeConfig {
     /// episode back so the next task sees the same world. An episode that fails is rolled
     /// back either way.
     pub keep_changes: bool,
+    /// The last allowed turn must reply ([`TurnRule::ReplyOnly`]): a live host answers the
+    /// viewer within its turn budget instead of ending silent after a run of tool calls. On
+    /// for serving; off by default for evaluation, data generation and RL rollouts, whose
+    /// published rows were measured without it (and whose RL log-probabilities are those of
+    /// the unconstrained model).
+    pub final_reply: bool,
 }
 
 impl Default for EpisodeConfig {
@@ -152,6 +182,7 @@ impl Default for EpisodeConfig {
         EpisodeConfig {
             max_turns: hat_harness::hooks::DEFAULT_MODEL_TURNS,
             keep_changes: false,
+            final_reply: false,
         }
     }
 }
@@ -224,6 +255,17 @@ impl<'a> Episode<'a> {
         self.done
     }
 
+    /// What the next turn may hold.
+    pub fn rule(&self) -> TurnRule {
+        if self.cfg.final_reply && !self.done && self.turns + 1 >= self.cfg.max_turns {
+            TurnRule::ReplyOnly {
+                opener: self.harness.syntax.opener(),
+            }
+        } else {
+            TurnRule::Any
+        }
+    }
+
     /// The conversation so far (the prompt, then every model turn and what it was fed back).
     pub fn messages(&self) -> &[Message] {
         &self.messages
@@ -240,7 +282,16 @@ impl<'a> Episode<'a> {
             return Ok(());
         }
         let completion = out.into();
-        let parsed = self.harness.syntax.parse(&completion.text);
+        let reply_only = self.rule() != TurnRule::Any;
+        let mut parsed = self.harness.syntax.parse(&completion.text);
+        if reply_only {
+            // the last turn cannot run a call: what it says besides one is its reply
+            if let Ok(p) = &mut parsed {
+                if !p.calls.is_empty() && !p.text.is_empty() {
+                    p.calls.clear();
+                }
+            }
+        }
         self.messages
             .push(Message::assistant(completion.text.clone()));
         self.completions.push(completion);
@@ -341,7 +392,13 @@ pub fn run(
 ) -> Result<Trajectory, AgentError> {
     let mut ep = Episode::start(*scene, harness, world, cfg)?;
     while let Some(p) = ep.prompt() {
-        let out = model.generate(p)?;
+        let out = match ep.rule() {
+            TurnRule::Any => model.generate(p)?,
+            rule => model
+                .generate_turns(&[p], &[rule])?
+                .pop()
+                .ok_or_else(|| AgentError::Model("the model returned no answer".into()))?,
+        };
         ep.feed(out)?;
     }
     ep.finish()
@@ -362,7 +419,8 @@ pub fn run_batch(
         }
         let outs = {
             let chats: Vec<&[Message]> = live.iter().filter_map(|&i| eps[i].prompt()).collect();
-            model.generate_batch(&chats)?
+            let rules: Vec<TurnRule> = live.iter().map(|&i| eps[i].rule()).collect();
+            model.generate_turns(&chats, &rules)?
         };
         if outs.len() != live.len() {
             // a short answer list would leave episodes unfinished forever

@@ -80,6 +80,8 @@ pub(crate) fn run(
     let cfg = EpisodeConfig {
         max_turns,
         keep_changes: false,
+        // an external trainer learns from what the model chose unconstrained
+        final_reply: false,
     };
     let mut ep = match Episode::start(t.scene(), h, &world, cfg) {
         Ok(e) => e,

@@ -280,10 +280,15 @@ pub fn run_agent(
         &hashes,
         started.elapsed().as_secs_f64(),
     )?;
+    // how the episodes ran, so a row measured another way says so
+    s.detail["episode"] = json!({
+        "max_turns": cfg.episode.max_turns,
+        "final_reply": cfg.episode.final_reply,
+    });
     if let (Suite::Lsqa, Some(path)) = (which, &cfg.tasks) {
         s.detail["tasks_file"] = json!(path.display().to_string());
-        write_json(&dir.join("results.json"), &s.detail)?;
     }
+    write_json(&dir.join("results.json"), &s.detail)?;
     Ok(s)
 }
 

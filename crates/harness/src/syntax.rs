@@ -82,6 +82,16 @@ impl CallSyntax {
         }
     }
 
+    /// The text a call in this syntax begins with (the marker, except for ReAct, whose call
+    /// begins with its `Action:` line). A turn that must reply rather than call keeps its
+    /// answer from opening with it.
+    pub fn opener(self) -> &'static str {
+        match self {
+            CallSyntax::React => "Action:",
+            other => other.marker(),
+        }
+    }
+
     /// Writes one call in this syntax.
     pub fn format(self, call: &ToolCall) -> String {
         let args = if call.arguments.is_object() {
@@ -665,6 +675,13 @@ mod tests {
             let p = s.parse(&text).unwrap();
             assert_eq!(p.calls, vec![call(), call()], "{}", s.as_str());
             assert_eq!(p.text, "Let me check.", "{}", s.as_str());
+        }
+    }
+
+    #[test]
+    fn every_call_begins_with_its_opener() {
+        for s in CallSyntax::ALL {
+            assert!(s.format(&call()).starts_with(s.opener()), "{}", s.as_str());
         }
     }
 

@@ -9,11 +9,11 @@
 //! system prompts, so the harness part is computed once per state and the
 //! full system prompt once per episode; a turn pays for the rest.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::time::Instant;
 
-use hat_agent::episode::{ChatModel, Completion};
+use hat_agent::episode::{ChatModel, Completion, TurnRule};
 use hat_agent::AgentError;
 use hat_harness::{Message, Role};
 use hat_model::chat_template::ChatInput;
@@ -52,6 +52,9 @@ pub struct LocalModel {
     /// equal prompts in one batch (a group of RL rollouts) draw different answers while a
     /// run stays reproducible.
     requests: u64,
+    /// Per call opener, the tokens a reply-only turn may not start with (a vocabulary scan,
+    /// done once per syntax).
+    openings: HashMap<&'static str, Vec<u32>>,
 }
 
 fn model_err(e: impl std::fmt::Display) -> AgentError {
@@ -97,6 +100,7 @@ impl LocalModel {
             name,
             hash,
             requests: 0,
+            openings: HashMap::new(),
         })
     }
 
@@ -253,11 +257,28 @@ impl ChatModel for LocalModel {
     }
 
     fn generate_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<Completion>, AgentError> {
+        self.generate_turns(chats, &[])
+    }
+
+    fn generate_turns(
+        &mut self,
+        chats: &[&[Message]],
+        rules: &[TurnRule],
+    ) -> Result<Vec<Completion>, AgentError> {
         let t0 = Instant::now();
-        let reqs = chats
-            .iter()
-            .map(|m| self.sampled(m))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut reqs = Vec::with_capacity(chats.len());
+        for (i, m) in chats.iter().enumerate() {
+            let mut req = self.sampled(m)?;
+            if let Some(TurnRule::ReplyOnly { opener }) = rules.get(i) {
+                let engine = &self.engine;
+                req.suppress_at_start = self
+                    .openings
+                    .entry(opener)
+                    .or_insert_with(|| engine.tokens_opening(opener))
+                    .clone();
+            }
+            reqs.push(req);
+        }
         let outs = self.engine.generate_batch(&reqs).map_err(model_err)?;
         let seconds = t0.elapsed().as_secs_f64() / outs.len().max(1) as f64;
         Ok(reqs

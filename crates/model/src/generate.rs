@@ -35,6 +35,11 @@ pub struct GenerateRequest {
     /// (the next turn of the same conversation) starts from there instead of from the
     /// system prompt.
     pub cache_whole_prompt: bool,
+    /// Token ids that may not be sampled while the answer is still blank (nothing but
+    /// whitespace so far): an agent turn that must reply to the viewers, not open a tool
+    /// call ([`Engine::tokens_opening`]). Log-probabilities stay those of the unconstrained
+    /// model.
+    pub suppress_at_start: Vec<u32>,
 }
 
 impl GenerateRequest {
@@ -48,6 +53,7 @@ impl GenerateRequest {
             stop_strings: Vec::new(),
             cache_prefix_len: None,
             cache_whole_prompt: false,
+            suppress_at_start: Vec::new(),
         }
     }
 }
@@ -239,6 +245,29 @@ impl Engine {
         Ok(())
     }
 
+    /// The tokens an answer that must not open with `opener` may not start with: every token
+    /// whose text, leading whitespace aside, is a start of `opener` or begins with it, and the
+    /// end-of-generation tokens (an empty answer is no reply either). Sorted.
+    pub fn tokens_opening(&self, opener: &str) -> Vec<u32> {
+        let opener = opener.trim_start();
+        let mut out: Vec<u32> = self.tokenizer.eog_tokens().to_vec();
+        if !opener.is_empty() {
+            for id in 0..self.tokenizer.vocab_size() as u32 {
+                let bytes = self.tokenizer.token_bytes(id);
+                let Ok(text) = std::str::from_utf8(&bytes) else {
+                    continue;
+                };
+                let t = text.trim_start();
+                if !t.is_empty() && (opener.starts_with(t) || t.starts_with(opener)) {
+                    out.push(id);
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     fn last_row(logits: &Tensor, row: usize) -> Result<Vec<f32>> {
         Ok(logits.get(row)?.flatten_all()?.to_vec1::<f32>()?)
     }
@@ -311,7 +340,18 @@ impl Engine {
         logits: &[f32],
         on_token: Option<&mut (dyn FnMut(&TokenEvent) -> bool + 'f)>,
     ) -> u32 {
-        let tok = row.sampler.sample(logits, &row.seen);
+        let blank = row.bytes.iter().all(u8::is_ascii_whitespace);
+        let tok = if blank && !req.suppress_at_start.is_empty() {
+            let mut masked = logits.to_vec();
+            for &t in &req.suppress_at_start {
+                if let Some(x) = masked.get_mut(t as usize) {
+                    *x = f32::NEG_INFINITY;
+                }
+            }
+            row.sampler.sample(&masked, &row.seen)
+        } else {
+            row.sampler.sample(logits, &row.seen)
+        };
         let lp = logprob(logits, tok);
         row.seen.push(tok);
         row.tokens.push(tok);

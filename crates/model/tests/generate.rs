@@ -422,3 +422,57 @@ fn a_cached_whole_prompt_starts_the_next_turn() {
             .tokens
     );
 }
+
+/// A reply-only agent turn: suppressed tokens never open the answer, alone or in a batch,
+/// and the rows around it decode as before.
+#[test]
+fn suppressed_tokens_never_open_an_answer() {
+    let eng = eng();
+    let e = expected("llama");
+    let free = GenerateRequest::new(e.ids[..6].to_vec(), 4);
+    let plain = eng.generate(&free, None).unwrap();
+    let first = plain.tokens[0];
+    let held = GenerateRequest {
+        suppress_at_start: vec![first],
+        ..free.clone()
+    };
+    let out = eng.generate(&held, None).unwrap();
+    assert_ne!(out.tokens[0], first);
+    // the reported log-probability is the unconstrained model's
+    assert!(out.logprobs[0] < plain.logprobs[0]);
+    let other = GenerateRequest::new(e.ids[1..9].to_vec(), 4);
+    let batch = eng.generate_batch(&[held, other.clone()]).unwrap();
+    assert_eq!(batch[0].tokens, out.tokens);
+    assert_eq!(batch[1].tokens, eng.generate(&other, None).unwrap().tokens);
+}
+
+#[test]
+fn tokens_opening_a_call_are_the_starts_of_its_opener() {
+    let eng = eng();
+    let tok = &eng.tokenizer;
+    // a token of two or more visible characters, and an opener that continues it
+    let (id, text) = (0..tok.vocab_size() as u32)
+        .filter_map(|i| Some((i, String::from_utf8(tok.token_bytes(i)).ok()?)))
+        .find(|(i, t)| t.trim().len() >= 2 && !tok.eog_tokens().contains(i))
+        .expect("a multi-character token");
+    let opener = format!("{}\u{1}zz", text.trim_start());
+    let banned = eng.tokens_opening(&opener);
+    assert!(banned.contains(&id));
+    for eog in tok.eog_tokens() {
+        assert!(
+            banned.contains(eog),
+            "end-of-generation token {eog} allowed"
+        );
+    }
+    for &b in &banned {
+        if tok.eog_tokens().contains(&b) {
+            continue;
+        }
+        let t = String::from_utf8(tok.token_bytes(b)).unwrap();
+        let t = t.trim_start();
+        assert!(
+            !t.is_empty() && (opener.starts_with(t) || t.starts_with(&opener)),
+            "token {b} ({t:?}) does not open {opener:?}"
+        );
+    }
+}

@@ -30,6 +30,9 @@ pub struct ServeConfig {
     /// Token limit of one agent turn.
     pub max_tokens: u32,
     pub max_turns: usize,
+    /// A reply's last allowed turn must answer the viewer, not call a tool (see
+    /// `hat_agent::episode::EpisodeConfig::final_reply`).
+    pub final_reply: bool,
     /// `Authorization: Bearer <key>` required on `/v1/*` when set.
     pub api_key: Option<String>,
     /// A request waiting on the model longer than this fails with 504.
@@ -64,6 +67,7 @@ impl Default for ServeConfig {
             max_batch: 8,
             max_tokens: 256,
             max_turns: 5,
+            final_reply: true,
             api_key: None,
             request_timeout: Duration::from_secs(120),
             watch: None,
@@ -284,6 +288,7 @@ impl Server {
                 episode: EpisodeConfig {
                     max_turns: cfg.max_turns,
                     keep_changes: true,
+                    final_reply: cfg.final_reply,
                 },
                 max_tokens: cfg.max_tokens,
             },

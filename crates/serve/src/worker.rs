@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use typed_arena::Arena;
 
-use hat_agent::episode::{ChatModel, Completion, Episode, EpisodeConfig};
+use hat_agent::episode::{ChatModel, Completion, Episode, EpisodeConfig, TurnRule};
 use hat_harness::{Message, Role};
 use hat_tasks::episode::Scene;
 use hat_tasks::task::{event_line_with, Turn};
@@ -295,7 +295,7 @@ impl Worker {
     /// (or why there is none) and the seconds its model's batch took.
     fn generate_by_model(
         &mut self,
-        chats: &[(usize, Option<&[Message]>)],
+        chats: &[(usize, Option<&[Message]>, TurnRule)],
     ) -> Vec<(Result<Completion, String>, f64)> {
         let mut out: Vec<(Result<Completion, String>, f64)> = chats
             .iter()
@@ -314,13 +314,14 @@ impl Worker {
                 continue;
             }
             let prompts: Vec<&[Message]> = idx.iter().filter_map(|&k| chats[k].1).collect();
+            let rules: Vec<TurnRule> = idx.iter().map(|&k| chats[k].2).collect();
             let model = if m == 0 {
                 &mut self.model
             } else {
                 &mut self.arm_models[m - 1]
             };
             let t0 = Instant::now();
-            let answers = model.generate_batch(&prompts);
+            let answers = model.generate_turns(&prompts, &rules);
             let wall = t0.elapsed().as_secs_f64();
             match answers {
                 Ok(a) if a.len() == idx.len() => {
@@ -462,8 +463,10 @@ impl Worker {
             }
             // each model decodes its own slots; a model that fails fails only those
             let outs = {
-                let chats: Vec<(usize, Option<&[Message]>)> =
-                    slots.iter().map(|s| (s.job.model, s.ep.prompt())).collect();
+                let chats: Vec<(usize, Option<&[Message]>, TurnRule)> = slots
+                    .iter()
+                    .map(|s| (s.job.model, s.ep.prompt(), s.ep.rule()))
+                    .collect();
                 self.generate_by_model(&chats)
             };
             let mut done = Vec::new();

@@ -1187,3 +1187,30 @@ fn idle_time_warms_the_system_prompt_the_next_event_opens_with() {
     );
     r.stop();
 }
+
+#[test]
+fn a_reply_that_runs_out_of_turns_still_answers_the_viewer() {
+    for final_reply in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = hat_serve::ServeConfig {
+            max_turns: 3,
+            final_reply,
+            ..config(dir.path())
+        };
+        let r = start(cfg, Duration::ZERO);
+        create(&r, "demo");
+        let reply = ask(&r, "demo", "keep looking for socks please");
+        assert_eq!(reply["type"], "reply", "{reply}");
+        let calls = reply["tool_calls"].as_array().unwrap().len();
+        if final_reply {
+            // two searches, then the last turn answers
+            assert_eq!(reply["text"], "No socks today, sorry!", "{reply}");
+            assert_eq!(calls, 2, "{reply}");
+        } else {
+            assert_eq!(reply["text"], "", "{reply}");
+            assert_eq!(calls, 3, "{reply}");
+            assert!(reply["errors"].to_string().contains("no reply"), "{reply}");
+        }
+        r.stop();
+    }
+}

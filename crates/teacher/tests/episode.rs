@@ -351,3 +351,105 @@ fn a_batch_model_that_drops_answers_is_an_error_not_a_hang() {
     let err = run_batch(vec![ep], &mut Short).expect_err("an error");
     assert!(err.to_string().contains("0 answers for 1 prompts"), "{err}");
 }
+
+/// A model that calls a tool on every turn it may, writes `reply` on a reply-only turn when
+/// `obeys`, and records the rule of every turn it was asked for.
+struct Looper {
+    call: String,
+    reply: String,
+    obeys: bool,
+    rules: Vec<hat_agent::episode::TurnRule>,
+}
+
+impl ChatModel for Looper {
+    fn complete(&mut self, m: &[Message]) -> Result<String, AgentError> {
+        Ok(self
+            .generate_turns(&[m], &[hat_agent::episode::TurnRule::Any])?
+            .remove(0)
+            .text)
+    }
+    fn generate_turns(
+        &mut self,
+        chats: &[&[Message]],
+        rules: &[hat_agent::episode::TurnRule],
+    ) -> Result<Vec<Completion>, AgentError> {
+        use hat_agent::episode::TurnRule;
+        Ok(chats
+            .iter()
+            .zip(rules)
+            .map(|(_, &r)| {
+                self.rules.push(r);
+                let text = match r {
+                    TurnRule::ReplyOnly { opener } if self.obeys => {
+                        assert_eq!(opener, "<tool_call>");
+                        self.reply.clone()
+                    }
+                    _ => self.call.clone(),
+                };
+                Completion::from(text)
+            })
+            .collect())
+    }
+}
+
+#[test]
+fn the_last_turn_must_reply_when_the_episode_says_so() {
+    use hat_agent::episode::{run_batch, Episode, TurnRule};
+    let h = production();
+    let mut worlds = WorldCache::default();
+    let t = &TaskSet::generate_kinds(Split::Test, 1, 4, &[TaskKind::ProductFact], &mut worlds)
+        .unwrap()[0];
+    let w = worlds.get(t.world_seed).unwrap();
+    let call = "<tool_call>{\"name\": \"get_product\", \"arguments\": {\"product_id\": \"P1\"}}</tool_call>";
+    let cfg = |final_reply| EpisodeConfig {
+        max_turns: 3,
+        final_reply,
+        ..EpisodeConfig::default()
+    };
+    let reply_only = TurnRule::ReplyOnly {
+        opener: "<tool_call>",
+    };
+    let looper = |obeys: bool, call: String| Looper {
+        call,
+        reply: "It is made of cotton!".into(),
+        obeys,
+        rules: Vec::new(),
+    };
+
+    // without the rule the loop runs out of turns in silence
+    let mut m = looper(true, call.into());
+    let traj = run(&t.scene(), &h, w, &mut m, cfg(false)).unwrap();
+    assert_eq!(traj.attempt.reply, "");
+    assert_eq!(traj.attempt.calls.len(), 3);
+    assert_eq!(m.rules, vec![TurnRule::Any; 3]);
+
+    // with it the third turn is reply-only, and a model that honours it replies
+    let mut m = looper(true, call.into());
+    let traj = run(&t.scene(), &h, w, &mut m, cfg(true)).unwrap();
+    assert_eq!(traj.attempt.reply, "It is made of cotton!");
+    assert_eq!(traj.attempt.calls.len(), 2);
+    assert_eq!(m.rules, vec![TurnRule::Any, TurnRule::Any, reply_only]);
+    assert!(!traj
+        .attempt
+        .format_errors
+        .iter()
+        .any(|e| e.contains("no reply")));
+
+    // a model that cannot constrain itself: the text beside its last call is the reply, and
+    // the call is not run
+    let mut m = looper(false, format!("One moment please! {call}"));
+    let traj = run(&t.scene(), &h, w, &mut m, cfg(true)).unwrap();
+    assert_eq!(traj.attempt.reply, "One moment please!");
+    assert_eq!(traj.attempt.calls.len(), 2);
+
+    // in a batch each row gets its own rule: a row one turn further along is reply-only first
+    let mut m = looper(true, call.into());
+    let mut ahead = Episode::start(t.scene(), &h, w, cfg(true)).unwrap();
+    ahead.feed(call.to_string()).unwrap();
+    assert_eq!(ahead.rule(), TurnRule::Any);
+    ahead.feed(call.to_string()).unwrap();
+    assert_eq!(ahead.rule(), reply_only);
+    let trajs = run_batch(vec![ahead], &mut m).unwrap();
+    assert_eq!(trajs[0].attempt.reply, "It is made of cotton!");
+    assert_eq!(m.rules, vec![reply_only]);
+}

@@ -47,6 +47,12 @@ pub struct ServeBenchArgs {
     /// Token limit of one model turn.
     #[arg(long, default_value_t = 128)]
     max_tokens: u32,
+    /// Model turns a reply may take at most.
+    #[arg(long, default_value_t = 5, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=32))]
+    max_turns: usize,
+    /// Let the last allowed turn call a tool too (as `hat serve --no-final-reply`).
+    #[arg(long)]
+    no_final_reply: bool,
     /// Streams decoded together.
     #[arg(long, default_value_t = 8)]
     max_batch: usize,
@@ -77,6 +83,8 @@ fn cfg(a: &ServeBenchArgs, data: &std::path::Path, name: &str) -> ServeConfig {
         data_dir: data.to_path_buf(),
         max_batch: a.max_batch,
         max_tokens: a.max_tokens,
+        max_turns: a.max_turns,
+        final_reply: !a.no_final_reply,
         model_name: name.into(),
         // the bench measures latency, not triage: nothing goes stale during a run
         triage: hat_serve::triage::TriageConfig {

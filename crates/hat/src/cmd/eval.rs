@@ -73,6 +73,13 @@ pub struct RunArgs {
     /// lists them), e.g. `--kinds prompt_injection`.
     #[arg(long, value_delimiter = ',')]
     kinds: Vec<String>,
+    /// An episode's last allowed turn must reply to the viewer, not call a tool, as `hat serve`
+    /// runs it (the published rows were measured without it).
+    #[arg(long)]
+    final_reply: bool,
+    /// Model turns an agent episode may take at most (tool rounds and retries included).
+    #[arg(long, default_value_t = hat_harness::hooks::DEFAULT_MODEL_TURNS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=32))]
+    max_turns: usize,
 }
 
 pub fn run(a: EvalArgs) -> Result<()> {
@@ -123,7 +130,11 @@ fn run_suites(r: RunArgs) -> Result<()> {
         limit: r.limit,
         resume: r.resume,
         ifeval_input: r.ifeval_input.clone(),
-        episode: EpisodeConfig::default(),
+        episode: EpisodeConfig {
+            final_reply: r.final_reply,
+            max_turns: r.max_turns,
+            ..EpisodeConfig::default()
+        },
         batch: r.batch,
         max_tokens: r.model.max_tokens,
         ifeval_max_tokens: r.ifeval_max_tokens,

@@ -216,13 +216,9 @@ pub fn run_generate(a: GenerateArgs) -> anyhow::Result<()> {
     };
     let prompt = engine.encode(&text)?;
     let req = GenerateRequest {
-        prompt,
-        max_new_tokens: a.max_tokens,
         sampling,
-        stop_tokens: Vec::new(),
         stop_strings: a.stop.clone(),
-        cache_prefix_len: None,
-        cache_whole_prompt: false,
+        ..GenerateRequest::new(prompt, a.max_tokens)
     };
     let mut out = std::io::stdout();
     // Generated text is the model's: on a terminal its control characters are shown, not run

@@ -32,6 +32,10 @@ pub struct RunArgs {
     /// turn's token ids, log-probabilities and timing).
     #[arg(long)]
     json: bool,
+    /// Let the last allowed turn call a tool too (by default it must answer the viewer, as
+    /// in `hat serve`).
+    #[arg(long)]
+    no_final_reply: bool,
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
@@ -54,7 +58,11 @@ pub fn run(a: RunArgs) -> Result<()> {
         recent: &[],
     };
     let t0 = Instant::now();
-    let traj = episode::run(&scene, &h, &world, model.as_mut(), EpisodeConfig::default())?;
+    let cfg = EpisodeConfig {
+        final_reply: !a.no_final_reply,
+        ..EpisodeConfig::default()
+    };
+    let traj = episode::run(&scene, &h, &world, model.as_mut(), cfg)?;
     let latency = t0.elapsed();
     if a.json {
         let out = serde_json::json!({

@@ -55,6 +55,13 @@ pub struct ServeArgs {
     /// right away; `--default-stream ''` creates none.
     #[arg(long, default_value = "demo")]
     default_stream: String,
+    /// Model turns a reply may take at most (tool rounds included).
+    #[arg(long, default_value_t = 5, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=32))]
+    max_turns: usize,
+    /// Let the last allowed turn call a tool too, so a reply that runs out of turns says
+    /// nothing (by default the last turn must answer the viewer).
+    #[arg(long)]
+    no_final_reply: bool,
     /// The name `/v1/models` lists (default: the model's file name).
     #[arg(long)]
     served_name: Option<String>,
@@ -152,6 +159,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         max_streams: a.max_streams,
         max_batch: a.max_batch,
         max_tokens: a.model.max_tokens,
+        max_turns: a.max_turns,
+        final_reply: !a.no_final_reply,
         api_key,
         request_timeout: Duration::from_secs(a.model.request_timeout_s.max(60)),
         watch: (!a.no_watch).then(|| a.harness.clone()),

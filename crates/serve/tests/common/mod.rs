@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hat_agent::episode::ChatModel;
+use hat_agent::episode::{ChatModel, Completion, TurnRule};
 use hat_agent::AgentError;
 use hat_harness::{Message, Role};
 use hat_serve::{ServeConfig, Server};
@@ -40,6 +40,16 @@ impl ChatModel for Scripted {
         {
             return Ok(r#"<tool_call>{"name": "pin_product", "arguments": {"product_id": "P1"}}</tool_call>"#.into());
         }
+        // a comment asking to "keep looking" makes it search on every turn it may
+        if messages
+            .iter()
+            .any(|m| m.role == Role::User && m.content.contains("keep looking"))
+        {
+            return Ok(
+                r#"<tool_call>{"name": "search_products", "arguments": {"query": "socks"}}</tool_call>"#
+                    .into(),
+            );
+        }
         if last.role == Role::User && last.content.starts_with("[runtime]") {
             return Ok(format!("Sorry! {persona} here, let me fix that."));
         }
@@ -48,6 +58,24 @@ impl ChatModel for Scripted {
             return Ok(format!("{persona} here: this is the best deal ever!"));
         }
         Ok(format!("Hi, {persona} here! Thanks for stopping by."))
+    }
+
+    /// Honours a reply-only turn (the last one a reply may take) with a reply.
+    fn generate_turns(
+        &mut self,
+        chats: &[&[Message]],
+        rules: &[TurnRule],
+    ) -> Result<Vec<Completion>, AgentError> {
+        chats
+            .iter()
+            .enumerate()
+            .map(|(i, m)| match rules.get(i) {
+                Some(TurnRule::ReplyOnly { .. }) => {
+                    Ok(Completion::from("No socks today, sorry!".to_string()))
+                }
+                _ => self.generate(m),
+            })
+            .collect()
     }
 }
 

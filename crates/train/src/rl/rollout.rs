@@ -129,6 +129,8 @@ impl Env {
         let cfg = EpisodeConfig {
             max_turns,
             keep_changes: false,
+            // the trained log-probabilities are the unconstrained model's
+            final_reply: false,
         };
         let mut jobs = Vec::with_capacity(n * g);
         for (d, draw) in draws.iter().enumerate() {
