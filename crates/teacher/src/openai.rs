@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use hat_harness::{Message, Role};
 
-use hat_agent::episode::ChatModel;
+use hat_agent::episode::{ChatModel, Completion, TurnRule};
 use hat_agent::AgentError;
 
 #[derive(Debug, Clone)]
@@ -24,6 +24,11 @@ pub struct OpenAiConfig {
     pub max_tokens: u32,
     pub timeout: Duration,
 }
+
+/// What an endpoint reads on a reply-only turn (it cannot be constrained at decoding, so it is
+/// told): sent after the conversation, never kept in it.
+pub const LAST_TURN_NOTE: &str =
+    "[runtime] This is your last turn for this event: write only your reply to the viewers now, without calling a tool.";
 
 pub struct OpenAiTeacher {
     cfg: OpenAiConfig,
@@ -130,6 +135,32 @@ impl ChatModel for OpenAiTeacher {
                 })
                 .collect()
         })
+    }
+
+    /// A reply-only turn's request ends with [`LAST_TURN_NOTE`]; the episode keeps what the
+    /// model answers either way (text beside a call is the reply).
+    fn generate_turns(
+        &mut self,
+        chats: &[&[Message]],
+        rules: &[TurnRule],
+    ) -> Result<Vec<Completion>, AgentError> {
+        let noted: Vec<Option<Vec<Message>>> = chats
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                matches!(rules.get(i), Some(TurnRule::ReplyOnly { .. })).then(|| {
+                    let mut v = m.to_vec();
+                    v.push(Message::user(LAST_TURN_NOTE));
+                    v
+                })
+            })
+            .collect();
+        let sent: Vec<&[Message]> = chats
+            .iter()
+            .zip(&noted)
+            .map(|(m, n)| n.as_deref().unwrap_or(m))
+            .collect();
+        self.generate_batch(&sent)
     }
 }
 
@@ -261,6 +292,33 @@ mod tests {
         out.sort();
         assert_eq!(out, answers);
         assert_eq!(h.join().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn a_reply_only_turn_is_told_so_and_the_others_are_not() {
+        let (url, h) = serve(vec!["a".into(), "b".into()]);
+        let mut t = local(url);
+        let chat = [Message::system("s"), Message::user("q")];
+        let rules = [
+            TurnRule::Any,
+            TurnRule::ReplyOnly {
+                opener: "<tool_call>",
+            },
+        ];
+        let out = t.generate_turns(&[&chat, &chat], &rules).unwrap();
+        assert_eq!(out.len(), 2);
+        let seen = h.join().unwrap();
+        let lasts: Vec<&str> = seen
+            .iter()
+            .map(|b| {
+                b["messages"].as_array().unwrap().last().unwrap()["content"]
+                    .as_str()
+                    .unwrap()
+            })
+            .collect();
+        // the two requests may arrive in either order
+        assert_eq!(lasts.iter().filter(|l| **l == LAST_TURN_NOTE).count(), 1);
+        assert_eq!(lasts.iter().filter(|l| **l == "q").count(), 1);
     }
 
     #[test]
