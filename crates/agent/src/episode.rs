@@ -44,6 +44,12 @@ pub struct Completion {
     /// Prompt tokens a batched decode held once for all its rows (the embedded engine).
     #[serde(skip_serializing_if = "is_zero_usize")]
     pub shared_prefix_tokens: usize,
+    /// Speculative decoding (the embedded engine, a turn decoded alone): draft tokens
+    /// proposed, and of them taken.
+    #[serde(skip_serializing_if = "is_zero_usize")]
+    pub drafted_tokens: usize,
+    #[serde(skip_serializing_if = "is_zero_usize")]
+    pub accepted_tokens: usize,
     /// Wall time of the call; rows of one batch share the batch's time equally.
     pub seconds: f64,
     /// Of which prompt processing and token generation, where the model reports them

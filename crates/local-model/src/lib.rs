@@ -294,6 +294,8 @@ fn completion(prompt_ids: Vec<u32>, o: GenerateOutput, seconds: f64) -> Completi
         prompt = o.prompt_tokens,
         cached = o.cached_tokens,
         generated = o.tokens.len(),
+        drafted = o.drafted_tokens,
+        accepted = o.accepted_tokens,
         prefill_s = o.prefill_secs,
         decode_s = o.decode_secs,
         "request"
@@ -306,6 +308,8 @@ fn completion(prompt_ids: Vec<u32>, o: GenerateOutput, seconds: f64) -> Completi
         prompt_tokens: o.prompt_tokens,
         cached_tokens: o.cached_tokens,
         shared_prefix_tokens: o.shared_prefix_tokens,
+        drafted_tokens: o.drafted_tokens,
+        accepted_tokens: o.accepted_tokens,
         seconds,
         prefill_seconds: o.prefill_secs,
         decode_seconds: o.decode_secs,

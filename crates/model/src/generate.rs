@@ -13,6 +13,7 @@ use crate::loader::{load, Loaded, ModelInfo};
 use crate::model::{Cache, LoadOptions, Transformer};
 use crate::prefix_cache::PrefixCache;
 use crate::sampling::{logprob, Sampler, SamplingParams};
+use crate::speculate::Drafter;
 use crate::tokenizer::Tokenizer;
 
 /// Prompt tokens processed per forward call during prefill.
@@ -99,6 +100,10 @@ pub struct GenerateOutput {
     pub shared_prefix_tokens: usize,
     pub prefill_secs: f64,
     pub decode_secs: f64,
+    /// Speculative decoding: draft tokens proposed, and of them taken (a request decoded
+    /// alone; 0 in a batch or with speculation off).
+    pub drafted_tokens: usize,
+    pub accepted_tokens: usize,
 }
 
 /// Streaming callback: return `false` to stop.
@@ -119,6 +124,9 @@ pub struct Engine {
     /// once, when it is at least this long (`usize::MAX`: never; `HAT_NO_SHARED_PREFIX` set,
     /// to any value).
     shared_prefix_min: std::sync::atomic::AtomicUsize,
+    /// A request decoded alone feeds prompt-lookup drafts with its pending token
+    /// ([`crate::speculate`]); on by default, off with `HAT_NO_SPECULATION` set (any value).
+    speculate: std::sync::atomic::AtomicBool,
 }
 
 /// Shortest common prefix that batched decode keeps once for all rows: below it, splitting
@@ -165,7 +173,24 @@ impl Engine {
                     DEFAULT_SHARED_PREFIX_MIN
                 },
             ),
+            // HAT_NO_SPECULATION (any value): one token a forward pass (side-by-side timing)
+            speculate: std::sync::atomic::AtomicBool::new(
+                std::env::var_os("HAT_NO_SPECULATION").is_none(),
+            ),
         })
+    }
+
+    /// Whether a request decoded alone is sped up with prompt-lookup drafts (default on).
+    /// Each answer is the one plain decoding gives, up to float rounding; only the time
+    /// differs.
+    pub fn set_speculative(&self, on: bool) {
+        self.speculate
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The setting of [`Engine::set_speculative`].
+    pub fn speculative(&self) -> bool {
+        self.speculate.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Batched decode keeps a common prefix of at least `min` positions once for all rows
@@ -437,6 +462,8 @@ impl Engine {
             shared_prefix_tokens: 0,
             prefill_secs: prefill,
             decode_secs: decode,
+            drafted_tokens: 0,
+            accepted_tokens: 0,
         }
     }
 
@@ -448,28 +475,71 @@ impl Engine {
     ) -> Result<GenerateOutput> {
         self.check(req)?;
         let t0 = Instant::now();
-        let (mut cache, mut logits, cached) = self.prefill_with_prefix(req)?;
+        let (mut cache, logits, cached) = self.prefill_with_prefix(req)?;
         let prefill = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
         let mut row = self.new_row(req)?;
         if req.max_new_tokens == 0 {
             row.finish = Some(FinishReason::Length);
         }
-        while row.finish.is_none() {
-            let tok = self.step_row(req, &mut row, &logits, on_token.as_deref_mut());
-            if row.finish.is_some() {
-                break;
-            }
-            let ids = Tensor::new(&[tok], self.model.device())?.unsqueeze(0)?;
-            logits = Self::last_row(&self.model.forward(&ids, &mut cache, true)?, 0)?;
+        let mut drafter = self.speculative().then(Drafter::new);
+        let vocab = self.model.config().vocab_size;
+        let ctx = self.model.max_positions();
+        // the token sampled last, not yet fed to the model
+        let mut pending = None;
+        if row.finish.is_none() {
+            pending = Some(self.step_row(req, &mut row, &logits, on_token.as_deref_mut()));
         }
-        Ok(Self::finish_row(
-            row,
-            req.prompt.len(),
-            cached,
-            prefill,
-            t1.elapsed().as_secs_f64(),
-        ))
+        while let (Some(tok), None) = (pending, &row.finish) {
+            let base = cache.len();
+            // room for the draft: within the context and the tokens still to generate
+            let room = ctx
+                .saturating_sub(cache.shared_len() + base + 1)
+                .min(req.max_new_tokens.saturating_sub(row.tokens.len() + 1));
+            let draft: Vec<u32> = match &drafter {
+                Some(d) => d.draft(&row.seen, room).to_vec(),
+                None => Vec::new(),
+            };
+            let mut ids = Vec::with_capacity(1 + draft.len());
+            ids.push(tok);
+            ids.extend_from_slice(&draft);
+            let input = Tensor::new(ids.as_slice(), self.model.device())?.unsqueeze(0)?;
+            let out = self
+                .model
+                .forward(&input, &mut cache, draft.is_empty())?
+                .flatten_all()?
+                .to_vec1::<f32>()?;
+            // position i's logits follow ids[..=i]: sample there, and go on while the
+            // sampler picks the draft's next token
+            let mut taken = 0;
+            for (i, l) in out.chunks_exact(vocab).enumerate() {
+                let t = self.step_row(req, &mut row, l, on_token.as_deref_mut());
+                pending = Some(t);
+                if row.finish.is_some() || draft.get(i) != Some(&t) {
+                    break;
+                }
+                taken += 1;
+            }
+            if let Some(d) = &mut drafter {
+                if !draft.is_empty() {
+                    d.taken(draft.len(), taken);
+                }
+            }
+            // keep the positions of the pending token and the draft tokens taken
+            cache.truncate(base + 1 + taken);
+        }
+        let (drafted, accepted) = drafter.map_or((0, 0), |d| (d.drafted, d.accepted));
+        Ok(GenerateOutput {
+            drafted_tokens: drafted,
+            accepted_tokens: accepted,
+            ..Self::finish_row(
+                row,
+                req.prompt.len(),
+                cached,
+                prefill,
+                t1.elapsed().as_secs_f64(),
+            )
+        })
     }
 
     /// Generates for several requests at once: each prompt is prefilled on its own (with
@@ -477,6 +547,10 @@ impl Engine {
     pub fn generate_batch(&self, reqs: &[GenerateRequest]) -> Result<Vec<GenerateOutput>> {
         if reqs.is_empty() {
             return Ok(Vec::new());
+        }
+        if let [one] = reqs {
+            // alone it decodes with speculation (where that is on)
+            return Ok(vec![self.generate(one, None)?]);
         }
         for r in reqs {
             self.check(r)?;

@@ -392,6 +392,11 @@ impl KvCache {
     pub fn len(&self) -> usize {
         self.len
     }
+    /// Forgets the positions from `len` on (a speculative draft the sampler did not take);
+    /// the next append writes over them.
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
     /// Whether empty.
     pub fn is_empty(&self) -> bool {
         self.len == 0

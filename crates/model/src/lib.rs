@@ -23,6 +23,7 @@ pub mod prefix_cache;
 pub mod qwen2;
 pub mod sampling;
 pub mod simd;
+mod speculate;
 pub mod threads;
 pub mod tokenizer;
 pub mod train;

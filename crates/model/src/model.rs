@@ -64,6 +64,12 @@ impl Cache {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Forgets every row's positions from `len` on (see [`KvCache::truncate`]).
+    pub fn truncate(&mut self, len: usize) {
+        for l in &mut self.layers {
+            l.truncate(len);
+        }
+    }
     /// Batch rows.
     pub fn batch(&self) -> usize {
         self.pads.len()

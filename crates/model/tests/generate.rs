@@ -476,3 +476,79 @@ fn tokens_opening_a_call_are_the_starts_of_its_opener() {
         );
     }
 }
+
+/// Prompt-lookup speculation changes the time, not the answer: greedy and sampled requests
+/// (with a repetition penalty, stop strings and streaming) give the same tokens, text and
+/// log-probabilities with it on and off, on f32 and re-quantised weights; the greedy answer
+/// runs into a loop, so drafts are proposed, taken and missed.
+#[test]
+fn speculative_decoding_gives_the_answers_of_plain_decoding() {
+    let e = expected("llama");
+    // a prompt that repeats itself, so the lookup finds drafts
+    let mut prompt: Vec<u32> = e.ids[..9].to_vec();
+    prompt.extend_from_slice(&e.ids[..9]);
+    prompt.extend_from_slice(&e.ids[..3]);
+    let reqs = [
+        GenerateRequest::new(prompt.clone(), 80),
+        GenerateRequest {
+            sampling: SamplingParams {
+                temperature: 0.9,
+                top_p: 0.95,
+                seed: 7,
+                repetition_penalty: 1.1,
+                ..Default::default()
+            },
+            ..GenerateRequest::new(prompt.clone(), 24)
+        },
+        GenerateRequest::new(e.ids[..5].to_vec(), 1),
+    ];
+    for format in ["original", "q8_0"] {
+        let eng = engine(load_gguf(
+            "llama",
+            LoadOptions {
+                format: format.parse().unwrap(),
+                ..LoadOptions::default()
+            },
+        ));
+        let (mut drafted, mut accepted) = (0, 0);
+        for r in &reqs {
+            let mut streamed = (String::new(), String::new());
+            eng.set_speculative(false);
+            let plain = eng
+                .generate(
+                    r,
+                    Some(&mut |ev: &hat_model::TokenEvent| {
+                        streamed.0.push_str(ev.text_delta);
+                        true
+                    }),
+                )
+                .unwrap();
+            eng.set_speculative(true);
+            let fast = eng
+                .generate(
+                    r,
+                    Some(&mut |ev: &hat_model::TokenEvent| {
+                        streamed.1.push_str(ev.text_delta);
+                        true
+                    }),
+                )
+                .unwrap();
+            assert_eq!(plain.tokens, fast.tokens, "{format}");
+            assert_eq!(plain.text, fast.text, "{format}");
+            assert_eq!(streamed.0, streamed.1, "{format}");
+            assert_eq!(plain.finish, fast.finish, "{format}");
+            for (a, b) in plain.logprobs.iter().zip(&fast.logprobs) {
+                assert!((a - b).abs() < 2e-3, "{format}: {a} vs {b}");
+            }
+            assert_eq!(plain.drafted_tokens, 0);
+            assert!(fast.accepted_tokens <= fast.drafted_tokens);
+            drafted += fast.drafted_tokens;
+            accepted += fast.accepted_tokens;
+        }
+        // taken drafts exercise the multi-token pass and the cache rollback after a miss
+        assert!(
+            accepted > 0 && drafted > accepted,
+            "{format}: {accepted} of {drafted}"
+        );
+    }
+}

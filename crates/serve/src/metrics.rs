@@ -29,6 +29,8 @@ pub struct Metrics {
     pub cached_tokens: Counter,
     pub shared_prefix_tokens: Counter,
     pub warmed_tokens: Counter,
+    pub drafted_tokens: Counter,
+    pub accepted_tokens: Counter,
     pub dropped_total: Family<Labels, Counter>,
     pub merged: Counter,
     pub folded: Counter,
@@ -64,6 +66,8 @@ impl Metrics {
             cached_tokens: Counter::default(),
             shared_prefix_tokens: Counter::default(),
             warmed_tokens: Counter::default(),
+            drafted_tokens: Counter::default(),
+            accepted_tokens: Counter::default(),
             dropped_total: Family::default(),
             merged: Counter::default(),
             folded: Counter::default(),
@@ -121,6 +125,16 @@ impl Metrics {
             m.warmed_tokens.clone(),
         );
         r.register(
+            "draft_tokens",
+            "Speculative draft tokens proposed (a turn decoded alone)",
+            m.drafted_tokens.clone(),
+        );
+        r.register(
+            "draft_tokens_accepted",
+            "Speculative draft tokens the sampler took (each saves a forward pass)",
+            m.accepted_tokens.clone(),
+        );
+        r.register(
             "comments_dropped",
             "Events not answered, by reason",
             m.dropped_total.clone(),
@@ -160,6 +174,8 @@ impl Metrics {
         self.cached_tokens.inc_by(c.cached_tokens as u64);
         self.shared_prefix_tokens
             .inc_by(c.shared_prefix_tokens as u64);
+        self.drafted_tokens.inc_by(c.drafted_tokens as u64);
+        self.accepted_tokens.inc_by(c.accepted_tokens as u64);
     }
 
     pub fn dropped(&self, d: &[Dropped]) {

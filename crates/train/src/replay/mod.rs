@@ -310,6 +310,8 @@ mod tests {
             shared_prefix_tokens: 0,
             prefill_secs: 0.0,
             decode_secs: 0.0,
+            drafted_tokens: 0,
+            accepted_tokens: 0,
         }
     }
 
