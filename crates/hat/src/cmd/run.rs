@@ -100,8 +100,13 @@ pub fn run(a: RunArgs) -> Result<()> {
             let m = t.logprobs.iter().sum::<f32>() / t.logprobs.len() as f32;
             format!(", mean log-prob {m:.3}")
         };
+        let drafts = if t.drafted_tokens > 0 {
+            format!(" ({} of them from drafts)", t.accepted_tokens)
+        } else {
+            String::new()
+        };
         println!(
-            "[turn {i}] {:.2}s, prompt {} tokens ({} cached), {} generated{mean_lp}",
+            "[turn {i}] {:.2}s, prompt {} tokens ({} cached), {} generated{drafts}{mean_lp}",
             t.seconds,
             t.prompt_tokens,
             t.cached_tokens,
