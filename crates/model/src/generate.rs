@@ -101,7 +101,7 @@ pub struct GenerateOutput {
     pub prefill_secs: f64,
     pub decode_secs: f64,
     /// Speculative decoding: draft tokens proposed, and of them taken (a request decoded
-    /// alone; 0 in a batch or with speculation off).
+    /// alone, or the last row of a batch left decoding; 0 with speculation off).
     pub drafted_tokens: usize,
     pub accepted_tokens: usize,
 }
@@ -589,11 +589,24 @@ impl Engine {
         let mute_finished = self
             .mute_finished_rows
             .load(std::sync::atomic::Ordering::Relaxed);
+        // Once one row is left unfinished (the others muted), it decodes with drafts like a
+        // request alone: the other rows get filler tokens, and the cache's one length follows
+        // that row.
+        let (b, vocab, ctx) = (
+            rows.len(),
+            self.model.config().vocab_size,
+            self.model.max_positions(),
+        );
+        let mut solo: Option<(usize, Drafter)> = None;
+        // the solo row's token sampled by a speculative pass, not yet fed
+        let mut carry: Option<u32> = None;
         loop {
             let mut next = Vec::with_capacity(rows.len());
             for (i, row) in rows.iter_mut().enumerate() {
                 if row.finish.is_some() {
                     next.push(filler);
+                } else if let Some(t) = carry.take() {
+                    next.push(t);
                 } else {
                     next.push(self.step_row(&reqs[i], row, &logits[i], None));
                 }
@@ -603,6 +616,45 @@ impl Engine {
             }
             if rows.iter().all(|r| r.finish.is_some()) {
                 break;
+            }
+            let mut live = rows.iter().enumerate().filter(|(_, r)| r.finish.is_none());
+            if let (true, Some((r, _)), None) = (self.speculative(), live.next(), live.next()) {
+                let drafter = &mut solo.get_or_insert_with(|| (r, Drafter::new())).1;
+                let base = cache.len();
+                let room = ctx.saturating_sub(cache.shared_len() + base + 1).min(
+                    reqs[r]
+                        .max_new_tokens
+                        .saturating_sub(rows[r].tokens.len() + 1),
+                );
+                let draft = drafter.draft(&rows[r].seen, room).to_vec();
+                if !draft.is_empty() {
+                    let k = draft.len();
+                    let mut ids = vec![filler; b * (k + 1)];
+                    ids[r * (k + 1)] = next[r];
+                    ids[r * (k + 1) + 1..(r + 1) * (k + 1)].copy_from_slice(&draft);
+                    let input = Tensor::from_vec(ids, (b, k + 1), self.model.device())?;
+                    let out = self
+                        .model
+                        .forward(&input, &mut cache, false)?
+                        .get(r)?
+                        .flatten_all()?
+                        .to_vec1::<f32>()?;
+                    let mut taken = 0;
+                    for (i, l) in out.chunks_exact(vocab).enumerate() {
+                        let t = self.step_row(&reqs[r], &mut rows[r], l, None);
+                        if rows[r].finish.is_some() {
+                            break;
+                        }
+                        if draft.get(i) != Some(&t) {
+                            carry = Some(t);
+                            break;
+                        }
+                        taken += 1;
+                    }
+                    drafter.taken(k, taken);
+                    cache.truncate(base + 1 + taken);
+                    continue;
+                }
             }
             let ids = Tensor::new(next.as_slice(), self.model.device())?.unsqueeze(1)?;
             let out = self.model.forward(&ids, &mut cache, true)?;
@@ -617,9 +669,18 @@ impl Engine {
             .into_iter()
             .zip(reqs)
             .zip(cached)
-            .map(|((row, r), c)| GenerateOutput {
-                shared_prefix_tokens: shared,
-                ..Self::finish_row(row, r.prompt.len(), c, prefill, decode)
+            .enumerate()
+            .map(|(i, ((row, r), c))| {
+                let (drafted, accepted) = match &solo {
+                    Some((s, d)) if *s == i => (d.drafted, d.accepted),
+                    _ => (0, 0),
+                };
+                GenerateOutput {
+                    shared_prefix_tokens: shared,
+                    drafted_tokens: drafted,
+                    accepted_tokens: accepted,
+                    ..Self::finish_row(row, r.prompt.len(), c, prefill, decode)
+                }
             })
             .collect())
     }

@@ -550,5 +550,31 @@ fn speculative_decoding_gives_the_answers_of_plain_decoding() {
             accepted > 0 && drafted > accepted,
             "{format}: {accepted} of {drafted}"
         );
+        // in a batch, the last row left decoding speculates beside its muted neighbours
+        let batch = [
+            reqs[0].clone(),
+            GenerateRequest::new(e.ids[1..7].to_vec(), 2),
+            reqs[1].clone(),
+        ];
+        eng.set_speculative(false);
+        let plain = eng.generate_batch(&batch).unwrap();
+        let alone: Vec<_> = batch
+            .iter()
+            .map(|r| eng.generate(r, None).unwrap())
+            .collect();
+        eng.set_speculative(true);
+        let fast = eng.generate_batch(&batch).unwrap();
+        for ((p, f), a) in plain.iter().zip(&fast).zip(&alone) {
+            assert_eq!(p.tokens, f.tokens, "{format}");
+            assert_eq!(p.text, f.text, "{format}");
+            assert_eq!(a.tokens, f.tokens, "{format}");
+            for (x, y) in p.logprobs.iter().zip(&f.logprobs) {
+                assert!((x - y).abs() < 2e-3, "{format}: {x} vs {y}");
+            }
+        }
+        assert!(
+            fast.iter().map(|o| o.accepted_tokens).sum::<usize>() > 0,
+            "{format}: the last row took no draft"
+        );
     }
 }
