@@ -290,12 +290,10 @@ impl<'a> Episode<'a> {
         let completion = out.into();
         let reply_only = self.rule() != TurnRule::Any;
         let mut parsed = self.harness.syntax.parse(&completion.text);
-        if reply_only {
-            // the last turn cannot run a call: what it says besides one is its reply
-            if let Ok(p) = &mut parsed {
-                if !p.calls.is_empty() && !p.text.is_empty() {
-                    p.calls.clear();
-                }
+        // a reply-only turn cannot run a call: what it says besides one is its reply
+        if let (true, Ok(p)) = (reply_only, &mut parsed) {
+            if !p.text.is_empty() {
+                p.calls.clear();
             }
         }
         self.messages

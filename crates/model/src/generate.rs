@@ -145,6 +145,9 @@ struct RowState {
     emitted: usize,
     finish: Option<FinishReason>,
     stop_at: Option<usize>,
+    /// Its prompt-lookup drafts, once it decodes with them (alone, or the last row of a
+    /// batch left decoding).
+    drafter: Option<Drafter>,
 }
 
 impl Engine {
@@ -354,6 +357,7 @@ impl Engine {
             emitted: 0,
             finish: None,
             stop_at: None,
+            drafter: None,
         })
     }
 
@@ -365,8 +369,9 @@ impl Engine {
         logits: &[f32],
         on_token: Option<&mut (dyn FnMut(&TokenEvent) -> bool + 'f)>,
     ) -> u32 {
-        let blank = row.bytes.iter().all(u8::is_ascii_whitespace);
-        let tok = if blank && !req.suppress_at_start.is_empty() {
+        let held =
+            !req.suppress_at_start.is_empty() && row.bytes.iter().all(u8::is_ascii_whitespace);
+        let tok = if held {
             let mut masked = logits.to_vec();
             for &t in &req.suppress_at_start {
                 if let Some(x) = masked.get_mut(t as usize) {
@@ -441,6 +446,49 @@ impl Engine {
         tok
     }
 
+    /// Draft tokens that fit after the pending token: within the context and the tokens the
+    /// request may still generate.
+    fn draft_room(&self, cache: &Cache, req: &GenerateRequest, row: &RowState) -> usize {
+        self.model
+            .max_positions()
+            .saturating_sub(cache.shared_len() + cache.len() + 1)
+            .min(req.max_new_tokens.saturating_sub(row.tokens.len() + 1))
+    }
+
+    /// After a pass over `[pending, draft..]`, samples from each position's logits in turn
+    /// (position i's follow the pending token and the first i draft tokens) while the sampler
+    /// picks the draft's next token; the row's drafter learns how many it took and the cache
+    /// keeps the positions of the pending token and those. Returns the last token sampled,
+    /// not yet fed to the model.
+    fn take_draft<'f>(
+        &self,
+        req: &GenerateRequest,
+        row: &mut RowState,
+        logits: &[f32],
+        draft: &[u32],
+        cache: &mut Cache,
+        mut on_token: Option<&mut (dyn FnMut(&TokenEvent) -> bool + 'f)>,
+    ) -> u32 {
+        let base = cache.len() - 1 - draft.len();
+        let mut taken = 0;
+        let mut last = 0;
+        for (i, l) in logits
+            .chunks_exact(self.model.config().vocab_size)
+            .enumerate()
+        {
+            last = self.step_row(req, row, l, on_token.as_deref_mut());
+            if row.finish.is_some() || draft.get(i) != Some(&last) {
+                break;
+            }
+            taken += 1;
+        }
+        if let (Some(d), false) = (&mut row.drafter, draft.is_empty()) {
+            d.taken(draft.len(), taken);
+        }
+        cache.truncate(base + 1 + taken);
+        last
+    }
+
     fn finish_row(
         row: RowState,
         prompt_tokens: usize,
@@ -462,8 +510,8 @@ impl Engine {
             shared_prefix_tokens: 0,
             prefill_secs: prefill,
             decode_secs: decode,
-            drafted_tokens: 0,
-            accepted_tokens: 0,
+            drafted_tokens: row.drafter.as_ref().map_or(0, |d| d.drafted),
+            accepted_tokens: row.drafter.as_ref().map_or(0, |d| d.accepted),
         }
     }
 
@@ -482,64 +530,39 @@ impl Engine {
         if req.max_new_tokens == 0 {
             row.finish = Some(FinishReason::Length);
         }
-        let mut drafter = self.speculative().then(Drafter::new);
-        let vocab = self.model.config().vocab_size;
-        let ctx = self.model.max_positions();
+        row.drafter = self.speculative().then(Drafter::new);
         // the token sampled last, not yet fed to the model
         let mut pending = None;
         if row.finish.is_none() {
             pending = Some(self.step_row(req, &mut row, &logits, on_token.as_deref_mut()));
         }
         while let (Some(tok), None) = (pending, &row.finish) {
-            let base = cache.len();
-            // room for the draft: within the context and the tokens still to generate
-            let room = ctx
-                .saturating_sub(cache.shared_len() + base + 1)
-                .min(req.max_new_tokens.saturating_sub(row.tokens.len() + 1));
-            let draft: Vec<u32> = match &drafter {
-                Some(d) => d.draft(&row.seen, room).to_vec(),
-                None => Vec::new(),
-            };
-            let mut ids = Vec::with_capacity(1 + draft.len());
-            ids.push(tok);
-            ids.extend_from_slice(&draft);
+            let mut ids = vec![tok];
+            if let Some(d) = &row.drafter {
+                ids.extend_from_slice(d.draft(&row.seen, self.draft_room(&cache, req, &row)));
+            }
             let input = Tensor::new(ids.as_slice(), self.model.device())?.unsqueeze(0)?;
             let out = self
                 .model
-                .forward(&input, &mut cache, draft.is_empty())?
+                .forward(&input, &mut cache, ids.len() == 1)?
                 .flatten_all()?
                 .to_vec1::<f32>()?;
-            // position i's logits follow ids[..=i]: sample there, and go on while the
-            // sampler picks the draft's next token
-            let mut taken = 0;
-            for (i, l) in out.chunks_exact(vocab).enumerate() {
-                let t = self.step_row(req, &mut row, l, on_token.as_deref_mut());
-                pending = Some(t);
-                if row.finish.is_some() || draft.get(i) != Some(&t) {
-                    break;
-                }
-                taken += 1;
-            }
-            if let Some(d) = &mut drafter {
-                if !draft.is_empty() {
-                    d.taken(draft.len(), taken);
-                }
-            }
-            // keep the positions of the pending token and the draft tokens taken
-            cache.truncate(base + 1 + taken);
+            pending = Some(self.take_draft(
+                req,
+                &mut row,
+                &out,
+                &ids[1..],
+                &mut cache,
+                on_token.as_deref_mut(),
+            ));
         }
-        let (drafted, accepted) = drafter.map_or((0, 0), |d| (d.drafted, d.accepted));
-        Ok(GenerateOutput {
-            drafted_tokens: drafted,
-            accepted_tokens: accepted,
-            ..Self::finish_row(
-                row,
-                req.prompt.len(),
-                cached,
-                prefill,
-                t1.elapsed().as_secs_f64(),
-            )
-        })
+        Ok(Self::finish_row(
+            row,
+            req.prompt.len(),
+            cached,
+            prefill,
+            t1.elapsed().as_secs_f64(),
+        ))
     }
 
     /// Generates for several requests at once: each prompt is prefilled on its own (with
@@ -592,13 +615,8 @@ impl Engine {
         // Once one row is left unfinished (the others muted), it decodes with drafts like a
         // request alone: the other rows get filler tokens, and the cache's one length follows
         // that row.
-        let (b, vocab, ctx) = (
-            rows.len(),
-            self.model.config().vocab_size,
-            self.model.max_positions(),
-        );
-        let mut solo: Option<(usize, Drafter)> = None;
-        // the solo row's token sampled by a speculative pass, not yet fed
+        let b = rows.len();
+        // the last row's token sampled by a speculative pass, not yet fed
         let mut carry: Option<u32> = None;
         loop {
             let mut next = Vec::with_capacity(rows.len());
@@ -619,14 +637,13 @@ impl Engine {
             }
             let mut live = rows.iter().enumerate().filter(|(_, r)| r.finish.is_none());
             if let (true, Some((r, _)), None) = (self.speculative(), live.next(), live.next()) {
-                let drafter = &mut solo.get_or_insert_with(|| (r, Drafter::new())).1;
-                let base = cache.len();
-                let room = ctx.saturating_sub(cache.shared_len() + base + 1).min(
-                    reqs[r]
-                        .max_new_tokens
-                        .saturating_sub(rows[r].tokens.len() + 1),
-                );
-                let draft = drafter.draft(&rows[r].seen, room).to_vec();
+                let room = self.draft_room(&cache, &reqs[r], &rows[r]);
+                let row = &mut rows[r];
+                let draft = row
+                    .drafter
+                    .get_or_insert_with(Drafter::new)
+                    .draft(&row.seen, room)
+                    .to_vec();
                 if !draft.is_empty() {
                     let k = draft.len();
                     let mut ids = vec![filler; b * (k + 1)];
@@ -639,20 +656,8 @@ impl Engine {
                         .get(r)?
                         .flatten_all()?
                         .to_vec1::<f32>()?;
-                    let mut taken = 0;
-                    for (i, l) in out.chunks_exact(vocab).enumerate() {
-                        let t = self.step_row(&reqs[r], &mut rows[r], l, None);
-                        if rows[r].finish.is_some() {
-                            break;
-                        }
-                        if draft.get(i) != Some(&t) {
-                            carry = Some(t);
-                            break;
-                        }
-                        taken += 1;
-                    }
-                    drafter.taken(k, taken);
-                    cache.truncate(base + 1 + taken);
+                    let t = self.take_draft(&reqs[r], row, &out, &draft, &mut cache, None);
+                    carry = row.finish.is_none().then_some(t);
                     continue;
                 }
             }
@@ -669,18 +674,9 @@ impl Engine {
             .into_iter()
             .zip(reqs)
             .zip(cached)
-            .enumerate()
-            .map(|(i, ((row, r), c))| {
-                let (drafted, accepted) = match &solo {
-                    Some((s, d)) if *s == i => (d.drafted, d.accepted),
-                    _ => (0, 0),
-                };
-                GenerateOutput {
-                    shared_prefix_tokens: shared,
-                    drafted_tokens: drafted,
-                    accepted_tokens: accepted,
-                    ..Self::finish_row(row, r.prompt.len(), c, prefill, decode)
-                }
+            .map(|((row, r), c)| GenerateOutput {
+                shared_prefix_tokens: shared,
+                ..Self::finish_row(row, r.prompt.len(), c, prefill, decode)
             })
             .collect())
     }

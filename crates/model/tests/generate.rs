@@ -511,31 +511,27 @@ fn speculative_decoding_gives_the_answers_of_plain_decoding() {
             },
         ));
         let (mut drafted, mut accepted) = (0, 0);
+        // one request with speculation `on` or off: the answer and the text it streamed
+        let streamed = |r: &GenerateRequest, on: bool| {
+            eng.set_speculative(on);
+            let mut text = String::new();
+            let out = eng
+                .generate(
+                    r,
+                    Some(&mut |ev: &hat_model::TokenEvent| {
+                        text.push_str(ev.text_delta);
+                        true
+                    }),
+                )
+                .unwrap();
+            (out, text)
+        };
         for r in &reqs {
-            let mut streamed = (String::new(), String::new());
-            eng.set_speculative(false);
-            let plain = eng
-                .generate(
-                    r,
-                    Some(&mut |ev: &hat_model::TokenEvent| {
-                        streamed.0.push_str(ev.text_delta);
-                        true
-                    }),
-                )
-                .unwrap();
-            eng.set_speculative(true);
-            let fast = eng
-                .generate(
-                    r,
-                    Some(&mut |ev: &hat_model::TokenEvent| {
-                        streamed.1.push_str(ev.text_delta);
-                        true
-                    }),
-                )
-                .unwrap();
+            let (plain, plain_text) = streamed(r, false);
+            let (fast, fast_text) = streamed(r, true);
             assert_eq!(plain.tokens, fast.tokens, "{format}");
             assert_eq!(plain.text, fast.text, "{format}");
-            assert_eq!(streamed.0, streamed.1, "{format}");
+            assert_eq!(plain_text, fast_text, "{format}");
             assert_eq!(plain.finish, fast.finish, "{format}");
             for (a, b) in plain.logprobs.iter().zip(&fast.logprobs) {
                 assert!((a - b).abs() < 2e-3, "{format}: {a} vs {b}");

@@ -48,7 +48,7 @@ pub struct ServeBenchArgs {
     #[arg(long, default_value_t = 128)]
     max_tokens: u32,
     /// Model turns a reply may take at most.
-    #[arg(long, default_value_t = 5, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=32))]
+    #[arg(long, default_value_t = hat_harness::hooks::DEFAULT_MODEL_TURNS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=32))]
     max_turns: usize,
     /// Let the last allowed turn call a tool too (as `hat serve --no-final-reply`).
     #[arg(long)]

@@ -56,7 +56,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "demo")]
     default_stream: String,
     /// Model turns a reply may take at most (tool rounds included).
-    #[arg(long, default_value_t = 5, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=32))]
+    #[arg(long, default_value_t = hat_harness::hooks::DEFAULT_MODEL_TURNS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=32))]
     max_turns: usize,
     /// Let the last allowed turn call a tool too, so a reply that runs out of turns says
     /// nothing (by default the last turn must answer the viewer).
