@@ -198,6 +198,31 @@ pub fn run_agent(
             dir.display()
         )));
     }
+    // Nor may it mix episodes run two ways (turn budget, final-reply rule).
+    let episode = json!({
+        "max_turns": cfg.episode.max_turns,
+        "final_reply": cfg.episode.final_reply,
+    });
+    let episode_path = dir.join("episode.json");
+    if !done.is_empty() {
+        // runs from before this file was written ran the defaults
+        let before = match std::fs::read(&episode_path) {
+            Ok(b) => serde_json::from_slice(&b).unwrap_or(Value::Null),
+            Err(_) => json!({
+                "max_turns": EpisodeConfig::default().max_turns,
+                "final_reply": false,
+            }),
+        };
+        if before != episode {
+            return Err(EvalError::Usage(format!(
+                "{} holds items whose episodes ran with {before}, not {episode}; resume with \
+                 the --max-turns and --final-reply it was started with, or choose another --out",
+                dir.display()
+            )));
+        }
+    }
+    std::fs::write(&episode_path, episode.to_string())
+        .map_err(|e| EvalError::io(&episode_path, e))?;
     let todo: Vec<(usize, &suite::AgentItem)> = items
         .iter()
         .enumerate()
@@ -281,10 +306,7 @@ pub fn run_agent(
         started.elapsed().as_secs_f64(),
     )?;
     // how the episodes ran, so a row measured another way says so
-    s.detail["episode"] = json!({
-        "max_turns": cfg.episode.max_turns,
-        "final_reply": cfg.episode.final_reply,
-    });
+    s.detail["episode"] = episode;
     if let (Suite::Lsqa, Some(path)) = (which, &cfg.tasks) {
         s.detail["tasks_file"] = json!(path.display().to_string());
     }

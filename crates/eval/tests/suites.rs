@@ -90,6 +90,15 @@ fn runs_resume_and_refuse_to_overwrite() {
         .lines()
         .count();
     assert_eq!(lines, 25, "the first 10 items were not redone");
+    // a resume whose episodes would run another way is refused, and changes nothing
+    let mut other = cfg(d.path(), Some(30), true);
+    other.episode.final_reply = true;
+    let e = run_agent(Suite::Lsqa, &other, &mut Backend::Oracle, &mut |_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--final-reply") && e.contains("lsqa"), "{e}");
+    let after = std::fs::read_to_string(d.path().join("lsqa/items.jsonl")).unwrap();
+    assert_eq!(after.lines().count(), 25);
 }
 
 /// A run killed mid-write (or stopped by a full disk) leaves half a line: the resume cuts it
