@@ -90,6 +90,9 @@ pub enum TurnRule {
     ReplyOnly { opener: &'static str },
 }
 
+/// A turn's handle in a model's running batch ([`ChatModel::begin_turn`]).
+pub type TurnId = u64;
+
 /// Anything that continues a chat: a remote endpoint, the embedded model, a script.
 pub trait ChatModel {
     fn complete(&mut self, messages: &[Message]) -> Result<String, AgentError>;
@@ -150,6 +153,32 @@ pub trait ChatModel {
     ) -> Result<Vec<Completion>, AgentError> {
         self.generate_batch(chats)
     }
+
+    /// Whether this model batches continuously: turns join a running batch and leave it
+    /// between decode steps ([`ChatModel::begin_turn`], [`ChatModel::step_turns`]), so a turn
+    /// that ends early goes back to its episode at once instead of waiting for the longest
+    /// turn of its batch (the embedded engine). A server uses it when it is there.
+    fn continuous(&self) -> bool {
+        false
+    }
+
+    /// Starts `chat`'s next turn under `rule` in the running batch (its prompt is computed
+    /// now); the answer comes from a later [`ChatModel::step_turns`]. An error concerns this
+    /// turn only.
+    fn begin_turn(&mut self, _chat: &[Message], _rule: TurnRule) -> Result<TurnId, AgentError> {
+        Err(AgentError::Model(
+            "this model does not batch continuously; use generate_turns".into(),
+        ))
+    }
+
+    /// Decodes one step of every running turn and returns the turns that ended, with their
+    /// answers. An error ends every running turn.
+    fn step_turns(&mut self) -> Result<Vec<(TurnId, Completion)>, AgentError> {
+        Ok(Vec::new())
+    }
+
+    /// Drops every running turn (a caller that gives up on them after an error).
+    fn abort_turns(&mut self) {}
 
     /// [`ChatModel::complete_batch`] with token ids, log-probabilities and timing.
     fn generate_batch(&mut self, chats: &[&[Message]]) -> Result<Vec<Completion>, AgentError> {
@@ -415,6 +444,9 @@ pub fn run_batch(
     episodes: Vec<Episode<'_>>,
     model: &mut dyn ChatModel,
 ) -> Result<Vec<Trajectory>, AgentError> {
+    if episodes.len() > 1 && model.continuous() {
+        return run_continuous(episodes, model);
+    }
     let mut eps = episodes;
     loop {
         let live: Vec<usize> = (0..eps.len()).filter(|&i| !eps[i].is_done()).collect();
@@ -437,6 +469,39 @@ pub fn run_batch(
         for (i, out) in live.into_iter().zip(outs) {
             eps[i].feed(out)?;
         }
+    }
+    eps.into_iter().map(Episode::finish).collect()
+}
+
+/// [`run_batch`] on a model that batches continuously: an episode whose turn ends feeds it
+/// and begins its next turn at once, instead of waiting for the batch's longest turn.
+fn run_continuous(
+    episodes: Vec<Episode<'_>>,
+    model: &mut dyn ChatModel,
+) -> Result<Vec<Trajectory>, AgentError> {
+    let mut eps = episodes;
+    let mut running: Vec<Option<TurnId>> = vec![None; eps.len()];
+    let result = (|| loop {
+        for (ep, turn) in eps.iter().zip(running.iter_mut()) {
+            if turn.is_none() && !ep.is_done() {
+                if let Some(p) = ep.prompt() {
+                    *turn = Some(model.begin_turn(p, ep.rule())?);
+                }
+            }
+        }
+        if running.iter().all(Option::is_none) {
+            return Ok(());
+        }
+        for (id, out) in model.step_turns()? {
+            if let Some(i) = running.iter().position(|t| *t == Some(id)) {
+                running[i] = None;
+                eps[i].feed(out)?;
+            }
+        }
+    })();
+    if let Err(e) = result {
+        model.abort_turns();
+        return Err(e);
     }
     eps.into_iter().map(Episode::finish).collect()
 }

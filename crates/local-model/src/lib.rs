@@ -13,12 +13,13 @@ use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::time::Instant;
 
-use hat_agent::episode::{ChatModel, Completion, TurnRule};
+use hat_agent::episode::{ChatModel, Completion, TurnId, TurnRule};
 use hat_agent::AgentError;
 use hat_harness::{Message, Role};
 use hat_model::chat_template::ChatInput;
 use hat_model::{
-    Engine, GenerateOutput, GenerateRequest, LoadOptions, SamplingParams, WeightFormat,
+    ContinuousBatch, Engine, GenerateOutput, GenerateRequest, LoadOptions, RowId, SamplingParams,
+    WeightFormat,
 };
 use hat_teacher::openai::wire_messages;
 
@@ -55,6 +56,13 @@ pub struct LocalModel {
     /// Per call opener, the tokens a reply-only turn may not start with (a vocabulary scan,
     /// done once per syntax).
     openings: HashMap<&'static str, Vec<u32>>,
+    /// Turns decoding continuously ([`ChatModel::begin_turn`]): the running batch, and per
+    /// row its prompt's ids and when it began.
+    batch: ContinuousBatch,
+    turns: HashMap<RowId, (Vec<u32>, Instant)>,
+    /// Whether to offer continuous batching (on; `HAT_NO_CONTINUOUS` set, to any value, turns
+    /// it off so a server decodes turn by turn, for a side-by-side measurement).
+    continuous: bool,
 }
 
 fn model_err(e: impl std::fmt::Display) -> AgentError {
@@ -101,6 +109,9 @@ impl LocalModel {
             hash,
             requests: 0,
             openings: HashMap::new(),
+            batch: ContinuousBatch::new(),
+            turns: HashMap::new(),
+            continuous: std::env::var_os("HAT_NO_CONTINUOUS").is_none(),
         })
     }
 
@@ -197,6 +208,25 @@ impl LocalModel {
         self.requests += 1;
         Ok(req)
     }
+
+    /// [`LocalModel::sampled`] for a turn under `rule`: a reply-only turn may not open
+    /// with its syntax's call opener.
+    fn turn(
+        &mut self,
+        messages: &[Message],
+        rule: TurnRule,
+    ) -> Result<GenerateRequest, AgentError> {
+        let mut req = self.sampled(messages)?;
+        if let TurnRule::ReplyOnly { opener } = rule {
+            let engine = &self.engine;
+            req.suppress_at_start = self
+                .openings
+                .entry(opener)
+                .or_insert_with(|| engine.tokens_opening(opener))
+                .clone();
+        }
+        Ok(req)
+    }
 }
 
 impl ChatModel for LocalModel {
@@ -260,6 +290,44 @@ impl ChatModel for LocalModel {
         self.generate_turns(chats, &[])
     }
 
+    fn continuous(&self) -> bool {
+        self.continuous
+    }
+
+    fn begin_turn(&mut self, chat: &[Message], rule: TurnRule) -> Result<TurnId, AgentError> {
+        let t0 = Instant::now();
+        let req = self.turn(chat, rule)?;
+        let prompt = req.prompt.clone();
+        let id = self.batch.add(&self.engine, req).map_err(model_err)?;
+        self.turns.insert(id, (prompt, t0));
+        Ok(id)
+    }
+
+    fn abort_turns(&mut self) {
+        self.batch = ContinuousBatch::new();
+        self.turns.clear();
+    }
+
+    fn step_turns(&mut self) -> Result<Vec<(TurnId, Completion)>, AgentError> {
+        let ended = match self.batch.step(&self.engine) {
+            Ok(e) => e,
+            Err(e) => {
+                self.turns.clear();
+                return Err(model_err(e));
+            }
+        };
+        Ok(ended
+            .into_iter()
+            .map(|(id, o)| {
+                let (prompt, t0) = self
+                    .turns
+                    .remove(&id)
+                    .unwrap_or_else(|| (Vec::new(), Instant::now()));
+                (id, completion(prompt, o, t0.elapsed().as_secs_f64()))
+            })
+            .collect())
+    }
+
     fn generate_turns(
         &mut self,
         chats: &[&[Message]],
@@ -268,16 +336,7 @@ impl ChatModel for LocalModel {
         let t0 = Instant::now();
         let mut reqs = Vec::with_capacity(chats.len());
         for (i, m) in chats.iter().enumerate() {
-            let mut req = self.sampled(m)?;
-            if let Some(TurnRule::ReplyOnly { opener }) = rules.get(i) {
-                let engine = &self.engine;
-                req.suppress_at_start = self
-                    .openings
-                    .entry(opener)
-                    .or_insert_with(|| engine.tokens_opening(opener))
-                    .clone();
-            }
-            reqs.push(req);
+            reqs.push(self.turn(m, rules.get(i).copied().unwrap_or_default())?);
         }
         let outs = self.engine.generate_batch(&reqs).map_err(model_err)?;
         let seconds = t0.elapsed().as_secs_f64() / outs.len().max(1) as f64;

@@ -136,18 +136,18 @@ pub const DEFAULT_SHARED_PREFIX_MIN: usize = 64;
 /// Default prefix-cache budget.
 pub const DEFAULT_PREFIX_CACHE_BYTES: usize = 256 << 20;
 
-struct RowState {
-    sampler: Sampler,
-    seen: Vec<u32>,
-    tokens: Vec<u32>,
-    logprobs: Vec<f32>,
-    bytes: Vec<u8>,
-    emitted: usize,
-    finish: Option<FinishReason>,
-    stop_at: Option<usize>,
+pub(crate) struct RowState {
+    pub(crate) sampler: Sampler,
+    pub(crate) seen: Vec<u32>,
+    pub(crate) tokens: Vec<u32>,
+    pub(crate) logprobs: Vec<f32>,
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) emitted: usize,
+    pub(crate) finish: Option<FinishReason>,
+    pub(crate) stop_at: Option<usize>,
     /// Its prompt-lookup drafts, once it decodes with them (alone, or the last row of a
     /// batch left decoding).
-    drafter: Option<Drafter>,
+    pub(crate) drafter: Option<Drafter>,
 }
 
 impl Engine {
@@ -251,7 +251,7 @@ impl Engine {
         self.tokenizer.encode(text, true)
     }
 
-    fn check(&self, req: &GenerateRequest) -> Result<()> {
+    pub(crate) fn check(&self, req: &GenerateRequest) -> Result<()> {
         req.sampling.validate()?;
         if req.prompt.is_empty() {
             return Err(Error::InvalidArgument("empty prompt".into()));
@@ -296,7 +296,7 @@ impl Engine {
         out
     }
 
-    fn last_row(logits: &Tensor, row: usize) -> Result<Vec<f32>> {
+    pub(crate) fn last_row(logits: &Tensor, row: usize) -> Result<Vec<f32>> {
         Ok(logits.get(row)?.flatten_all()?.to_vec1::<f32>()?)
     }
 
@@ -312,7 +312,10 @@ impl Engine {
     }
 
     /// Prefills one prompt using and feeding the prefix cache. Returns (cache, logits, cached).
-    fn prefill_with_prefix(&self, req: &GenerateRequest) -> Result<(Cache, Vec<f32>, usize)> {
+    pub(crate) fn prefill_with_prefix(
+        &self,
+        req: &GenerateRequest,
+    ) -> Result<(Cache, Vec<f32>, usize)> {
         let prompt = &req.prompt;
         let hit = self
             .prefix_cache
@@ -347,7 +350,7 @@ impl Engine {
         Ok((cache, logits, cached))
     }
 
-    fn new_row(&self, req: &GenerateRequest) -> Result<RowState> {
+    pub(crate) fn new_row(&self, req: &GenerateRequest) -> Result<RowState> {
         Ok(RowState {
             sampler: Sampler::new(req.sampling.clone())?,
             seen: req.prompt.clone(),
@@ -362,7 +365,7 @@ impl Engine {
     }
 
     /// Samples from `logits` into `row`; returns the token and whether the row finished.
-    fn step_row<'f>(
+    pub(crate) fn step_row<'f>(
         &self,
         req: &GenerateRequest,
         row: &mut RowState,
@@ -448,7 +451,7 @@ impl Engine {
 
     /// Draft tokens that fit after the pending token: within the context and the tokens the
     /// request may still generate.
-    fn draft_room(&self, cache: &Cache, req: &GenerateRequest, row: &RowState) -> usize {
+    pub(crate) fn draft_room(&self, cache: &Cache, req: &GenerateRequest, row: &RowState) -> usize {
         self.model
             .max_positions()
             .saturating_sub(cache.shared_len() + cache.len() + 1)
@@ -460,7 +463,7 @@ impl Engine {
     /// picks the draft's next token; the row's drafter learns how many it took and the cache
     /// keeps the positions of the pending token and those. Returns the last token sampled,
     /// not yet fed to the model.
-    fn take_draft<'f>(
+    pub(crate) fn take_draft<'f>(
         &self,
         req: &GenerateRequest,
         row: &mut RowState,
@@ -489,7 +492,7 @@ impl Engine {
         last
     }
 
-    fn finish_row(
+    pub(crate) fn finish_row(
         row: RowState,
         prompt_tokens: usize,
         cached: usize,

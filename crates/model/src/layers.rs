@@ -427,6 +427,16 @@ impl KvCache {
             shared: None,
         }
     }
+    /// Builds from buffers whose first `len` positions hold keys and values (the rest is room
+    /// to append into).
+    pub(crate) fn from_buffers(k: Tensor, v: Tensor, len: usize) -> Self {
+        Self {
+            buf: Some((k, v)),
+            len,
+            owner: std::sync::Arc::new(()),
+            shared: None,
+        }
+    }
     /// Puts a prefix `(1, kv_heads, S, head_dim)` that every row attends to before its own
     /// positions (see the type's docs; [`crate::Cache::stack_shared`] builds it).
     pub(crate) fn set_shared(&mut self, k: Tensor, v: Tensor) {

@@ -7,6 +7,7 @@ pub mod attention;
 pub mod bench;
 pub mod chat_template;
 pub mod config;
+pub mod continuous;
 pub mod cpu;
 pub mod error;
 pub mod fetch;
@@ -30,6 +31,7 @@ pub mod train;
 pub mod weights;
 
 pub use config::{Architecture, ModelConfig, RopeLayout};
+pub use continuous::{ContinuousBatch, RowId};
 pub use error::{Error, Result};
 pub use generate::{Engine, FinishReason, GenerateOutput, GenerateRequest, TokenEvent};
 pub use loader::{inspect, load, Loaded, ModelInfo};

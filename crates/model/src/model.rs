@@ -204,6 +204,196 @@ impl Cache {
         Ok(n)
     }
 
+    /// A new batch of rows `keep` of this one (in that order) and then `add`, a single-row
+    /// unpadded cache without a shared prefix (a request's prefill): continuous batching,
+    /// where requests join and leave a running batch between decode steps. Rows left out
+    /// (finished, muted) and the padding only they needed are dropped, so the new batch is as
+    /// long as its longest row. This batch's shared prefix stays shared (not copied) when
+    /// `add` begins with the same bits; a shorter common start stays shared when it is at least
+    /// `min_shared` positions, and without a shared prefix the rows' common start is found as
+    /// [`Cache::stack_shared`] does (`None`: never share). Each kept row must hold at least
+    /// one position of its own.
+    pub fn regroup(
+        &self,
+        keep: &[usize],
+        add: Option<&Cache>,
+        min_shared: Option<usize>,
+    ) -> Result<Cache> {
+        let len = self.len();
+        let shared = self.shared_len();
+        if let Some(a) = add {
+            if a.batch() != 1 || a.pads[0] != 0 || a.shared_len() != 0 || a.is_empty() {
+                return Err(Error::InvalidArgument(
+                    "Cache::regroup adds a non-empty single-row cache without padding or a shared prefix"
+                        .into(),
+                ));
+            }
+            if !self.layers.is_empty() && a.layers.len() != self.layers.len() {
+                return Err(Error::InvalidArgument(format!(
+                    "Cache::regroup: {} layers added to a cache of {}",
+                    a.layers.len(),
+                    self.layers.len()
+                )));
+            }
+        }
+        if keep.is_empty() {
+            return match add {
+                Some(a) => Ok(a.clone()),
+                None => Ok(Cache::new(self.layers.len(), 0)),
+            };
+        }
+        for &r in keep {
+            if r >= self.batch() || self.pads[r] >= len {
+                return Err(Error::InvalidArgument(format!(
+                    "Cache::regroup keeps row {r}, which holds no position of its own"
+                )));
+            }
+        }
+        let n_layers = self.layers.len();
+        // per layer, the first `upto` positions of this batch's shared prefix
+        let shared_part =
+            |l: usize, from: usize, upto: usize| -> Result<Option<(Tensor, Tensor)>> {
+                match self.layers[l].shared() {
+                    Some((k, v)) if upto > from => Ok(Some((
+                        k.narrow(2, from, upto - from)?,
+                        v.narrow(2, from, upto - from)?,
+                    ))),
+                    _ => Ok(None),
+                }
+            };
+        // kept row r's own positions in layer l, after the first `from` of the shared prefix
+        let kept_row = |l: usize, r: usize, from: usize| -> Result<(Tensor, Tensor)> {
+            let (k, v) = self.layers[l]
+                .tensors()
+                .ok_or_else(|| Error::InvalidArgument("empty cache row".into()))?;
+            let p = self.pads[r];
+            let (k, v) = (
+                k.narrow(0, r, 1)?.narrow(2, p, len - p)?,
+                v.narrow(0, r, 1)?.narrow(2, p, len - p)?,
+            );
+            Ok(match shared_part(l, from, shared)? {
+                Some((sk, sv)) => (Tensor::cat(&[&sk, &k], 2)?, Tensor::cat(&[&sv, &v], 2)?),
+                None => (k, v),
+            })
+        };
+        let added = |l: usize, from: usize| -> Result<Option<(Tensor, Tensor)>> {
+            let Some(a) = add else { return Ok(None) };
+            let (k, v) = a.layers[l]
+                .tensors()
+                .ok_or_else(|| Error::InvalidArgument("empty cache row".into()))?;
+            let n = a.len() - from;
+            Ok(Some((k.narrow(2, from, n)?, v.narrow(2, from, n)?)))
+        };
+        // how much of this batch's shared prefix the added row begins with
+        let matched = match add {
+            Some(a) if shared > 0 => {
+                let mut m = shared.min(a.len() - 1);
+                for (l0, la) in self.layers.iter().zip(&a.layers) {
+                    let (Some((sk, sv)), Some((k, v))) = (l0.shared(), la.tensors()) else {
+                        m = 0;
+                        break;
+                    };
+                    m = m.min(equal_positions(sk, &k, m)?);
+                    m = m.min(equal_positions(sv, &v, m)?);
+                }
+                m
+            }
+            _ => shared,
+        };
+        let keep_shared = if matched == shared {
+            shared
+        } else if min_shared.is_some_and(|min| matched >= min) {
+            matched
+        } else {
+            0
+        };
+        let mut own: Vec<Vec<(Tensor, Tensor)>> = vec![Vec::with_capacity(n_layers); keep.len()];
+        let mut own_add: Vec<(Tensor, Tensor)> = Vec::new();
+        let mut new_shared: Vec<(Tensor, Tensor)> = Vec::new();
+        for l in 0..n_layers {
+            for (i, &r) in keep.iter().enumerate() {
+                own[i].push(kept_row(l, r, keep_shared)?);
+            }
+            if let Some(kv) = added(l, keep_shared)? {
+                own_add.push(kv);
+            }
+            if keep_shared == shared {
+                if let Some((k, v)) = self.layers[l].shared() {
+                    new_shared.push((k.clone(), v.clone()));
+                }
+            } else if let Some((k, v)) = shared_part(l, 0, keep_shared)? {
+                new_shared.push((k.contiguous()?, v.contiguous()?));
+            }
+        }
+        if add.is_some() {
+            own.push(own_add);
+        }
+        if keep_shared == 0 {
+            // no prefix kept shared: look for the rows' common start afresh
+            let rows: Vec<Cache> = own
+                .into_iter()
+                .map(|layers| {
+                    Cache::from_layers(
+                        layers
+                            .into_iter()
+                            .map(|(k, v)| KvCache::from_tensors(k, v))
+                            .collect(),
+                    )
+                })
+                .collect();
+            return match min_shared {
+                Some(min) => Self::stack_shared(&rows, min),
+                None => Self::stack(&rows),
+            };
+        }
+        Self::stack_rows(own, Some(new_shared))
+    }
+
+    /// One batch of rows given as per-layer keys and values `(1, kv_heads, n_r, head_dim)`,
+    /// left-padded to the longest, with room to decode into before the buffers grow, after
+    /// `shared` (per layer) when given.
+    fn stack_rows(
+        rows: Vec<Vec<(Tensor, Tensor)>>,
+        shared: Option<Vec<(Tensor, Tensor)>>,
+    ) -> Result<Cache> {
+        const ROOM: usize = 128;
+        let n_layers = rows.first().map_or(0, Vec::len);
+        let lens: Vec<usize> = rows
+            .iter()
+            .map(|r| r.first().map_or(Ok(0), |(k, _)| k.dim(2)))
+            .collect::<candle_core::Result<_>>()?;
+        let max_len = lens.iter().copied().max().unwrap_or(0);
+        let pads: Vec<usize> = lens.iter().map(|&n| max_len - n).collect();
+        let mut layers = Vec::with_capacity(n_layers);
+        for l in 0..n_layers {
+            let mut ks = Vec::with_capacity(rows.len());
+            let mut vs = Vec::with_capacity(rows.len());
+            for (r, row) in rows.iter().enumerate() {
+                let (k, v) = &row[l];
+                let (_, h, _, d) = k.dims4()?;
+                let padded = |x: &Tensor| -> Result<Tensor> {
+                    let mut parts = Vec::with_capacity(3);
+                    let before = Tensor::zeros((1, h, pads[r], d), x.dtype(), x.device())?;
+                    let after = Tensor::zeros((1, h, ROOM, d), x.dtype(), x.device())?;
+                    if pads[r] > 0 {
+                        parts.push(&before);
+                    }
+                    parts.push(x);
+                    parts.push(&after);
+                    Ok(Tensor::cat(&parts, 2)?)
+                };
+                ks.push(padded(k)?);
+                vs.push(padded(v)?);
+            }
+            let mut kv = KvCache::from_buffers(Tensor::cat(&ks, 0)?, Tensor::cat(&vs, 0)?, max_len);
+            if let Some((sk, sv)) = shared.as_ref().and_then(|s| s.get(l)) {
+                kv.set_shared(sk.clone(), sv.clone());
+            }
+            layers.push(kv);
+        }
+        Ok(Cache { layers, pads })
+    }
+
     /// Stacks single-row caches into one batch, left-padding shorter rows with zeros.
     pub fn stack(rows: &[Cache]) -> Result<Cache> {
         let n_layers = rows.first().map_or(0, |c| c.layers.len());

@@ -3,8 +3,11 @@
 //!
 //! Each round it takes the most important waiting event of every stream that has one (one
 //! reply in flight per stream), starts their episodes on the harness version active at
-//! that moment, and decodes all of them as one batch, turn by turn, so many streams share
-//! the engine. Between rounds it serves `/v1/chat/completions` requests (streamed token by
+//! that moment, and decodes all of them as one batch, so many streams share the engine. On
+//! the embedded engine the batch is continuous: a turn that ends leaves the batch at that
+//! decode step (its tool runs and its next turn joins at once), and a new event's episode
+//! joins between two steps. Models that cannot (endpoints, experiment arms' models) decode
+//! turn by turn. Between rounds it serves `/v1/chat/completions` requests (streamed token by
 //! token when one runs alone). Tool calls change the stream's world for good (a claimed
 //! coupon stays claimed), and the world is saved after every reply.
 
@@ -16,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use typed_arena::Arena;
 
-use hat_agent::episode::{ChatModel, Completion, Episode, EpisodeConfig, TurnRule};
+use hat_agent::episode::{ChatModel, Completion, Episode, EpisodeConfig, TurnId, TurnRule};
 use hat_harness::{Message, Role};
 use hat_tasks::episode::Scene;
 use hat_tasks::task::{event_line_with, Turn};
@@ -103,7 +106,13 @@ struct Slot<'a> {
     model_wall: f64,
     /// Messages and hook decisions already sent as events.
     seen: (usize, usize),
+    /// Its turn running in the model's batch (continuous batching).
+    turn: Option<TurnId>,
 }
+
+/// What one step of a round gives: the slots answered (by index, with the answer), and the
+/// slots done (by index: `true` when the episode ended, `false` when it failed).
+type Stepped = (Vec<(usize, Completion)>, Vec<(usize, bool)>);
 
 /// The next event of up to `room` streams that are not busy, round robin from `next`.
 fn pick(
@@ -428,6 +437,7 @@ impl Worker {
                 world: &l.world,
                 turns: Vec::new(),
                 model_wall: 0.0,
+                turn: None,
             }),
             Err(e) => {
                 self.fail(job, &e.to_string());
@@ -436,9 +446,9 @@ impl Worker {
         }
     }
 
-    /// Answers the picked events as one batch, turn by turn. Between turns, a stream with
-    /// no reply in flight and an event waiting joins the batch (continuous batching at turn
-    /// granularity); a finished reply goes out at once. The round ends when nothing is left
+    /// Answers the picked events as one batch. Between decode steps (continuous batching)
+    /// or between turns (models that decode turn by turn), a stream with no reply in flight
+    /// and an event waiting joins the batch; a finished reply goes out at once. The round ends when nothing is left
     /// to decode, or stops taking new events once it has run `MAX_ROUND` while a chat request
     /// or a new stream waits. Returns the commands that arrived meanwhile.
     fn round(
@@ -452,6 +462,8 @@ impl Worker {
         let mut deferred: Vec<Command> = Vec::new();
         let began = Instant::now();
         let mut admit = picked;
+        // token granularity where the model can (experiment arms' models decode turn by turn)
+        let continuous = self.arm_models.is_empty() && self.model.continuous();
         loop {
             for (i, p) in admit.drain(..) {
                 if let Some(s) = self.begin(&arena, streams, i, p) {
@@ -461,68 +473,17 @@ impl Worker {
             if slots.is_empty() {
                 break;
             }
-            // each model decodes its own slots; a model that fails fails only those
-            let outs = {
-                let chats: Vec<(usize, Option<&[Message]>, TurnRule)> = slots
-                    .iter()
-                    .map(|s| (s.job.model, s.ep.prompt(), s.ep.rule()))
-                    .collect();
-                self.generate_by_model(&chats)
+            let (answers, mut done) = if continuous {
+                self.step_continuous(&mut slots)
+            } else {
+                self.step_turn_batch(&mut slots)
             };
-            let mut done = Vec::new();
-            let mut answers = Vec::with_capacity(outs.len());
-            for (k, (out, wall)) in outs.into_iter().enumerate() {
-                slots[k].model_wall += wall;
-                match out {
-                    Ok(o) => answers.push((k, o)),
-                    Err(m) => {
-                        self.fail(slots[k].job, &m);
-                        done.push((k, false));
-                    }
-                }
-            }
             for (k, out) in answers {
-                let s = &mut slots[k];
-                let j = s.job;
-                self.metrics.generated(&out);
-                j.stream.emit(Body::Turn {
-                    id: j.pending.id,
-                    index: s.turns.len(),
-                    text: out.text.clone(),
-                    prompt_tokens: out.prompt_tokens,
-                    cached_tokens: out.cached_tokens,
-                    generated_tokens: out.tokens.len(),
-                    seconds: out.seconds,
-                });
-                s.turns.push(out.clone());
-                if let Err(e) = s.ep.feed(out) {
-                    self.fail(j, &e.to_string());
-                    done.push((k, false));
-                    continue;
-                }
-                let (m0, h0) = s.seen;
-                for m in s.ep.messages().iter().skip(m0) {
-                    if m.role == Role::Tool {
-                        j.stream.emit(Body::ToolResult {
-                            id: j.pending.id,
-                            name: m.name.clone().unwrap_or_default(),
-                            result: m.content.clone(),
-                        });
-                    }
-                }
-                for d in s.ep.hook_log().iter().skip(h0) {
-                    j.stream.emit(Body::Hook {
-                        id: j.pending.id,
-                        hook: d.hook.clone(),
-                        outcome: d.outcome.clone(),
-                    });
-                }
-                s.seen = (s.ep.messages().len(), s.ep.hook_log().len());
-                if s.ep.is_done() {
-                    done.push((k, true));
+                if let Some(ok) = self.absorb(&mut slots[k], out) {
+                    done.push((k, ok));
                 }
             }
-            // failed slots were noted before the answered ones: remove from the highest index
+            // remove from the highest index
             done.sort_unstable_by_key(|d| d.0);
             for &(k, ok) in done.iter().rev() {
                 let s = slots.remove(k);
@@ -547,6 +508,125 @@ impl Worker {
             }
         }
         deferred
+    }
+
+    /// One turn of every slot, decoded as one batch per model: the slots answered (by
+    /// index) and the slots that failed.
+    fn step_turn_batch(&mut self, slots: &mut [Slot<'_>]) -> Stepped {
+        // each model decodes its own slots; a model that fails fails only those
+        let outs = {
+            let chats: Vec<(usize, Option<&[Message]>, TurnRule)> = slots
+                .iter()
+                .map(|s| (s.job.model, s.ep.prompt(), s.ep.rule()))
+                .collect();
+            self.generate_by_model(&chats)
+        };
+        let mut done = Vec::new();
+        let mut answers = Vec::with_capacity(outs.len());
+        for (k, (out, wall)) in outs.into_iter().enumerate() {
+            slots[k].model_wall += wall;
+            match out {
+                Ok(o) => answers.push((k, o)),
+                Err(m) => {
+                    self.fail(slots[k].job, &m);
+                    done.push((k, false));
+                }
+            }
+        }
+        (answers, done)
+    }
+
+    /// One decode step of the main model's running batch (continuous batching): slots
+    /// without a running turn begin their next one first. Returns the slots whose turn ended
+    /// (by index) and the slots that failed.
+    fn step_continuous(&mut self, slots: &mut [Slot<'_>]) -> Stepped {
+        let mut done = Vec::new();
+        for (k, s) in slots.iter_mut().enumerate() {
+            if s.turn.is_some() {
+                continue;
+            }
+            let begun = match s.ep.prompt() {
+                Some(p) => self
+                    .model
+                    .begin_turn(p, s.ep.rule())
+                    .map_err(|e| e.to_string()),
+                None => Err("the episode has no prompt to continue".to_string()),
+            };
+            match begun {
+                Ok(id) => s.turn = Some(id),
+                Err(m) => {
+                    self.fail(s.job, &m);
+                    done.push((k, false));
+                }
+            }
+        }
+        let t0 = Instant::now();
+        let stepped = self.model.step_turns();
+        let wall = t0.elapsed().as_secs_f64();
+        let mut answers = Vec::new();
+        match stepped {
+            Ok(ended) => {
+                for s in slots.iter_mut().filter(|s| s.turn.is_some()) {
+                    s.model_wall += wall;
+                }
+                for (id, out) in ended {
+                    if let Some(k) = slots.iter().position(|s| s.turn == Some(id)) {
+                        slots[k].turn = None;
+                        answers.push((k, out));
+                    }
+                }
+            }
+            Err(e) => {
+                for (k, s) in slots.iter_mut().enumerate() {
+                    if s.turn.take().is_some() {
+                        self.fail(s.job, &e.to_string());
+                        done.push((k, false));
+                    }
+                }
+            }
+        }
+        (answers, done)
+    }
+
+    /// Feeds a slot's answered turn to its episode and sends what happened as events
+    /// (the turn, tool results, hook decisions). Returns `Some(true)` when its episode
+    /// ended, `Some(false)` when it failed (reported here), `None` while it goes on.
+    fn absorb(&self, s: &mut Slot<'_>, out: Completion) -> Option<bool> {
+        let j = s.job;
+        self.metrics.generated(&out);
+        j.stream.emit(Body::Turn {
+            id: j.pending.id,
+            index: s.turns.len(),
+            text: out.text.clone(),
+            prompt_tokens: out.prompt_tokens,
+            cached_tokens: out.cached_tokens,
+            generated_tokens: out.tokens.len(),
+            seconds: out.seconds,
+        });
+        s.turns.push(out.clone());
+        if let Err(e) = s.ep.feed(out) {
+            self.fail(j, &e.to_string());
+            return Some(false);
+        }
+        let (m0, h0) = s.seen;
+        for m in s.ep.messages().iter().skip(m0) {
+            if m.role == Role::Tool {
+                j.stream.emit(Body::ToolResult {
+                    id: j.pending.id,
+                    name: m.name.clone().unwrap_or_default(),
+                    result: m.content.clone(),
+                });
+            }
+        }
+        for d in s.ep.hook_log().iter().skip(h0) {
+            j.stream.emit(Body::Hook {
+                id: j.pending.id,
+                hook: d.hook.clone(),
+                outcome: d.outcome.clone(),
+            });
+        }
+        s.seen = (s.ep.messages().len(), s.ep.hook_log().len());
+        s.ep.is_done().then_some(true)
     }
 
     fn fail(&self, j: &Job, message: &str) {

@@ -143,10 +143,22 @@ fn openai_chat_completions_plain_and_streamed() {
 
 #[test]
 fn harness_swaps_under_load_drop_nothing_and_never_mix_versions() {
+    swaps_under_load(Box::new(Scripted {
+        delay: Duration::from_millis(5),
+    }));
+}
+
+/// The same with a model that batches continuously: turns join and leave between steps.
+#[test]
+fn harness_swaps_under_continuous_batching_drop_nothing_and_never_mix_versions() {
+    swaps_under_load(Box::new(Stepwise::new(Duration::from_millis(2))));
+}
+
+fn swaps_under_load(model: Box<dyn hat_agent::episode::ChatModel + Send>) {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
     cfg.max_batch = 4;
-    let r = start(cfg, Duration::from_millis(5));
+    let r = start_with(cfg, model, &harness_dir());
     let zoe = renamed_harness(dir.path(), "Zoe");
     let broken = broken_harness(dir.path());
     let mia = harness_dir();
@@ -442,6 +454,33 @@ fn a_stream_joins_the_running_batch_at_the_next_turn() {
     assert_eq!(ask(&r, "a", "and the price?")["type"], "reply");
     // b started while a's first reply was still being made, not after it
     assert!(first_at(&r, "b", "started") < first_at(&r, "a", "reply"));
+    r.stop();
+}
+
+/// With continuous batching a new event's episode joins between two decode steps, in the
+/// middle of another stream's turn, and a short reply leaves the batch before a long one.
+#[test]
+fn a_stream_joins_a_continuous_batch_between_decode_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    // a's tool call takes 10 steps of 100 ms: b's post lands inside it with a wide margin
+    let model = Stepwise::new(Duration::from_millis(100));
+    let most = model.most.clone();
+    let r = start_with(config(dir.path()), Box::new(model), &harness_dir());
+    create(&r, "a");
+    create(&r, "b");
+    let (code, _) = json(
+        "POST",
+        &r.url("/v1/streams/a/events"),
+        &json!({"type": "comment", "viewer": "x", "text": "please pin it"}),
+    );
+    assert_eq!(code, 202);
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(ask(&r, "b", "hello there")["type"], "reply");
+    assert_eq!(ask(&r, "a", "and the price?")["type"], "reply");
+    // b began inside a's first turn, and its short reply went out before a's first turn ended
+    assert!(first_at(&r, "b", "started") < first_at(&r, "a", "turn"));
+    assert!(first_at(&r, "b", "reply") < first_at(&r, "a", "turn"));
+    assert!(most.load(std::sync::atomic::Ordering::SeqCst) >= 2);
     r.stop();
 }
 
@@ -1190,14 +1229,21 @@ fn idle_time_warms_the_system_prompt_the_next_event_opens_with() {
 
 #[test]
 fn a_reply_that_runs_out_of_turns_still_answers_the_viewer() {
-    for final_reply in [true, false] {
+    for (final_reply, continuous) in [(true, false), (false, false), (true, true), (false, true)] {
         let dir = tempfile::tempdir().unwrap();
         let cfg = hat_serve::ServeConfig {
             max_turns: 3,
             final_reply,
             ..config(dir.path())
         };
-        let r = start(cfg, Duration::ZERO);
+        let model: Box<dyn hat_agent::episode::ChatModel + Send> = if continuous {
+            Box::new(Stepwise::new(Duration::ZERO))
+        } else {
+            Box::new(Scripted {
+                delay: Duration::ZERO,
+            })
+        };
+        let r = start_with(cfg, model, &harness_dir());
         create(&r, "demo");
         let reply = ask(&r, "demo", "keep looking for socks please");
         assert_eq!(reply["type"], "reply", "{reply}");

@@ -207,8 +207,71 @@ impl ChatModel for Scripts {
     }
 }
 
+/// [`Scripts`] batching continuously: a turn's answer is fixed when it begins and ends after
+/// one step per 16 characters; records the most turns running at once and every turn begun.
+struct Stepped {
+    scripts: Scripts,
+    running: Vec<(u64, usize, String)>,
+    next: u64,
+    most: usize,
+    begun: usize,
+    /// Fail the step after this many (tests the error path).
+    fail_at: Option<usize>,
+    steps: usize,
+}
+
+impl ChatModel for Stepped {
+    fn complete(&mut self, m: &[Message]) -> Result<String, AgentError> {
+        self.scripts.complete(m)
+    }
+    fn continuous(&self) -> bool {
+        true
+    }
+    fn begin_turn(
+        &mut self,
+        chat: &[Message],
+        _rule: hat_agent::episode::TurnRule,
+    ) -> Result<u64, AgentError> {
+        let text = self.scripts.complete(chat)?;
+        self.next += 1;
+        self.begun += 1;
+        self.running.push((self.next, 1 + text.len() / 16, text));
+        self.most = self.most.max(self.running.len());
+        Ok(self.next)
+    }
+    fn step_turns(&mut self) -> Result<Vec<(u64, Completion)>, AgentError> {
+        self.steps += 1;
+        if self.fail_at == Some(self.steps) {
+            return Err(AgentError::Model("the engine failed".into()));
+        }
+        let mut ended = Vec::new();
+        self.running.retain_mut(|(id, left, text)| {
+            *left -= 1;
+            if *left == 0 {
+                ended.push((*id, Completion::from(std::mem::take(text))));
+            }
+            *left > 0
+        });
+        Ok(ended)
+    }
+    fn abort_turns(&mut self) {
+        self.running.clear();
+    }
+}
+
 #[test]
 fn lockstep_batches_give_the_same_results_as_one_by_one() {
+    lockstep_or_continuous(false);
+}
+
+/// A model that batches continuously runs the same episodes to the same results; turns
+/// of different lengths end at different steps.
+#[test]
+fn continuous_batches_give_the_same_results_as_one_by_one() {
+    lockstep_or_continuous(true);
+}
+
+fn lockstep_or_continuous(continuous: bool) {
     use hat_agent::episode::{run_batch, Episode};
     let h = production();
     let mut worlds = WorldCache::default();
@@ -231,21 +294,48 @@ fn lockstep_batches_give_the_same_results_as_one_by_one() {
     for t in &picked {
         worlds.get(t.world_seed).unwrap();
     }
-    let mut model = Scripts(scripts, 0);
-    let eps: Vec<Episode> = picked
-        .iter()
-        .map(|t| {
-            Episode::start(
-                t.scene(),
-                &h,
-                worlds.peek(t.world_seed).unwrap(),
-                EpisodeConfig::default(),
-            )
-            .unwrap()
-        })
-        .collect();
-    let trajs = run_batch(eps, &mut model).unwrap();
-    assert_eq!(model.1, 8, "all eight episodes decoded as one batch");
+    let episodes = || -> Vec<Episode> {
+        picked
+            .iter()
+            .map(|t| {
+                Episode::start(
+                    t.scene(),
+                    &h,
+                    worlds.peek(t.world_seed).unwrap(),
+                    EpisodeConfig::default(),
+                )
+                .unwrap()
+            })
+            .collect()
+    };
+    let trajs = if continuous {
+        let stepped = |fail_at| Stepped {
+            scripts: Scripts(scripts.clone(), 0),
+            running: Vec::new(),
+            next: 0,
+            most: 0,
+            begun: 0,
+            fail_at,
+            steps: 0,
+        };
+        // an engine error ends the batch with that error, and no turn is left running
+        let mut failing = stepped(Some(3));
+        let err = run_batch(episodes(), &mut failing).expect_err("an error");
+        assert!(err.to_string().contains("the engine failed"), "{err}");
+        assert!(failing.running.is_empty());
+        let mut model = stepped(None);
+        let trajs = run_batch(episodes(), &mut model).unwrap();
+        assert_eq!(model.most, 8, "all eight episodes ran as one batch");
+        let turns: usize = trajs.iter().map(|t| t.turns.len()).sum();
+        assert_eq!(model.begun, turns);
+        assert!(model.running.is_empty());
+        trajs
+    } else {
+        let mut model = Scripts(scripts, 0);
+        let trajs = run_batch(episodes(), &mut model).unwrap();
+        assert_eq!(model.1, 8, "all eight episodes decoded as one batch");
+        trajs
+    };
     for (t, traj) in picked.iter().zip(&trajs) {
         let w = worlds.peek(t.world_seed).unwrap();
         let exp = expect(t, &h, w).unwrap();

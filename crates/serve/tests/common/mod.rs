@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hat_agent::episode::{ChatModel, Completion, TurnRule};
+use hat_agent::episode::{ChatModel, Completion, TurnId, TurnRule};
 use hat_agent::AgentError;
 use hat_harness::{Message, Role};
 use hat_serve::{ServeConfig, Server};
@@ -76,6 +76,73 @@ impl ChatModel for Scripted {
                 _ => self.generate(m),
             })
             .collect()
+    }
+}
+
+/// [`Scripted`] batching continuously, as the embedded engine does: a turn's answer is
+/// fixed when it begins and takes one decode step per 8 characters of it (at least one); a
+/// step takes `step`.
+pub struct Stepwise {
+    pub inner: Scripted,
+    pub step: Duration,
+    running: Vec<(TurnId, usize, Completion)>,
+    next: TurnId,
+    /// Most turns running at once so far.
+    pub most: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Stepwise {
+    pub fn new(step: Duration) -> Self {
+        Stepwise {
+            inner: Scripted {
+                delay: Duration::ZERO,
+            },
+            step,
+            running: Vec::new(),
+            next: 0,
+            most: Default::default(),
+        }
+    }
+}
+
+impl ChatModel for Stepwise {
+    fn complete(&mut self, messages: &[Message]) -> Result<String, AgentError> {
+        self.inner.complete(messages)
+    }
+
+    fn generate_turns(
+        &mut self,
+        chats: &[&[Message]],
+        rules: &[TurnRule],
+    ) -> Result<Vec<Completion>, AgentError> {
+        self.inner.generate_turns(chats, rules)
+    }
+
+    fn continuous(&self) -> bool {
+        true
+    }
+
+    fn begin_turn(&mut self, chat: &[Message], rule: TurnRule) -> Result<TurnId, AgentError> {
+        let c = self.inner.generate_turns(&[chat], &[rule])?.remove(0);
+        let id = self.next;
+        self.next += 1;
+        self.running.push((id, 1 + c.text.len() / 8, c));
+        self.most
+            .fetch_max(self.running.len(), std::sync::atomic::Ordering::SeqCst);
+        Ok(id)
+    }
+
+    fn step_turns(&mut self) -> Result<Vec<(TurnId, Completion)>, AgentError> {
+        std::thread::sleep(self.step);
+        let mut ended = Vec::new();
+        self.running.retain_mut(|(id, left, c)| {
+            *left -= 1;
+            if *left == 0 {
+                ended.push((*id, std::mem::take(c)));
+            }
+            *left > 0
+        });
+        Ok(ended)
     }
 }
 

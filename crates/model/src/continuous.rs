@@ -1,0 +1,247 @@
+//! Continuous batching: requests join a running batch and leave it between decode steps.
+//!
+//! [`Engine::generate_batch`] decodes a fixed set of requests until the last one ends, so a
+//! request that needs 18 tokens waits for the one that needs 60, and a request that arrives
+//! meanwhile waits for the whole batch. A server (many live streams, each reply a chain of
+//! turns with tool calls between them) wants each turn back the step it ends and each new
+//! turn decoding from the next step on. [`ContinuousBatch`] holds the running rows and their
+//! KV cache: [`ContinuousBatch::add`] prefills a request on its own (with the prefix cache)
+//! and regroups the cache with it ([`Cache::regroup`]: the batch's shared system-prompt
+//! prefix stays shared, rows that ended are dropped, padding shrinks to the longest row);
+//! [`ContinuousBatch::step`] decodes one token for every running row and returns the
+//! requests that ended. A row that ends is muted in place until the next regroup, which
+//! happens when a request joins, when only one row is left running (it then decodes with
+//! prompt-lookup drafts, as a request alone does), or when ended rows outnumber running
+//! ones. Each answer is the one [`Engine::generate`] gives for the same request, up to float
+//! rounding.
+
+use std::time::Instant;
+
+use candle_core::Tensor;
+
+use crate::error::Result;
+use crate::generate::{Engine, FinishReason, GenerateOutput, GenerateRequest, RowState};
+use crate::model::Cache;
+use crate::speculate::Drafter;
+
+/// A request's handle in a [`ContinuousBatch`].
+pub type RowId = u64;
+
+struct Row {
+    id: RowId,
+    req: GenerateRequest,
+    state: RowState,
+    /// The token sampled last, not yet fed to the model (`None` once the row ended).
+    pending: Option<u32>,
+    cached: usize,
+    prefill_secs: f64,
+    joined: Instant,
+    /// Shared-prefix positions of the batch when it last decoded with the row.
+    shared: usize,
+    /// Its output went to the caller (the row stays, muted, until a regroup).
+    handed_out: bool,
+}
+
+/// Requests decoding together, joining and leaving between steps (see the module docs).
+/// Owns no engine: every call takes the one it decodes with, which must be the same.
+#[derive(Default)]
+pub struct ContinuousBatch {
+    /// Row `i` of the cache is `rows[i]`; rows whose `pending` is `None` ended and are muted.
+    cache: Option<Cache>,
+    rows: Vec<Row>,
+    /// Requests that ended, to hand out with the next step.
+    ended: Vec<(RowId, GenerateOutput)>,
+    next_id: RowId,
+}
+
+impl ContinuousBatch {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Requests still decoding.
+    pub fn running(&self) -> usize {
+        self.rows.iter().filter(|r| r.pending.is_some()).count()
+    }
+
+    /// Whether nothing is decoding and no ended request waits to be handed out.
+    pub fn is_empty(&self) -> bool {
+        self.running() == 0 && self.ended.is_empty()
+    }
+
+    /// Rows the cache holds (running and muted).
+    pub fn rows(&self) -> usize {
+        self.cache.as_ref().map_or(0, Cache::batch)
+    }
+
+    /// Prefills `req` (from the prefix cache where it can), samples its first token, and
+    /// makes it a row of the batch; its output comes from a later [`ContinuousBatch::step`].
+    /// A request that is invalid or does not fit is refused here and changes nothing.
+    pub fn add(&mut self, engine: &Engine, req: GenerateRequest) -> Result<RowId> {
+        engine.check(&req)?;
+        let t0 = Instant::now();
+        let (single, logits, cached) = engine.prefill_with_prefix(&req)?;
+        let mut state = engine.new_row(&req)?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let pending = if req.max_new_tokens == 0 {
+            state.finish = Some(FinishReason::Length);
+            None
+        } else {
+            let t = engine.step_row(&req, &mut state, &logits, None);
+            state.finish.is_none().then_some(t)
+        };
+        let mut row = Row {
+            id,
+            req,
+            state,
+            pending,
+            cached,
+            prefill_secs: 0.0,
+            joined: Instant::now(),
+            shared: 0,
+            handed_out: false,
+        };
+        if row.pending.is_none() {
+            row.prefill_secs = t0.elapsed().as_secs_f64();
+            let state = std::mem::replace(&mut row.state, engine.new_row(&row.req)?);
+            self.ended.push((id, Self::output(&row.req, state, &row)));
+            return Ok(id);
+        }
+        let keep = self.live_rows();
+        let cache = match &self.cache {
+            Some(c) => c.regroup(&keep, Some(&single), engine.shared_prefix_min())?,
+            None => single,
+        };
+        self.retain(&keep);
+        self.cache = Some(cache);
+        row.prefill_secs = t0.elapsed().as_secs_f64();
+        row.joined = Instant::now();
+        self.rows.push(row);
+        Ok(id)
+    }
+
+    /// Decodes one step for every running row (several tokens for a row running alone,
+    /// with drafts) and returns the requests that ended since the last step. An error fails
+    /// every running request: the batch is empty afterwards.
+    pub fn step(&mut self, engine: &Engine) -> Result<Vec<(RowId, GenerateOutput)>> {
+        match self.decode(engine) {
+            Ok(()) => Ok(std::mem::take(&mut self.ended)),
+            Err(e) => {
+                self.rows.clear();
+                self.cache = None;
+                self.ended.clear();
+                Err(e)
+            }
+        }
+    }
+
+    fn live_rows(&self) -> Vec<usize> {
+        (0..self.rows.len())
+            .filter(|&i| self.rows[i].pending.is_some())
+            .collect()
+    }
+
+    /// Keeps `rows[i]` for `i` in `keep` (sorted), in order.
+    fn retain(&mut self, keep: &[usize]) {
+        let mut i = 0;
+        self.rows.retain(|_| {
+            let k = keep.binary_search(&i).is_ok();
+            i += 1;
+            k
+        });
+    }
+
+    fn decode(&mut self, engine: &Engine) -> Result<()> {
+        let live = self.live_rows();
+        if live.is_empty() {
+            self.rows.clear();
+            self.cache = None;
+            return Ok(());
+        }
+        let Some(cache) = &self.cache else {
+            return Ok(());
+        };
+        let ended = self.rows.len() - live.len();
+        if ended > 0 && (live.len() == 1 || ended >= live.len()) {
+            let c = cache.regroup(&live, None, engine.shared_prefix_min())?;
+            self.retain(&live);
+            self.cache = Some(c);
+        }
+        let Some(cache) = self.cache.as_mut() else {
+            return Ok(());
+        };
+        let shared = cache.shared_len();
+        if let [row] = self.rows.as_mut_slice() {
+            // alone: the pending token and a prompt-lookup draft in one pass
+            let Some(tok) = row.pending else {
+                return Ok(());
+            };
+            row.shared = shared;
+            let mut ids = vec![tok];
+            if engine.speculative() {
+                let room = engine.draft_room(cache, &row.req, &row.state);
+                let d = row.state.drafter.get_or_insert_with(Drafter::new);
+                ids.extend_from_slice(d.draft(&row.state.seen, room));
+            }
+            let input = Tensor::new(ids.as_slice(), engine.model.device())?.unsqueeze(0)?;
+            let out = engine
+                .model
+                .forward(&input, cache, ids.len() == 1)?
+                .flatten_all()?
+                .to_vec1::<f32>()?;
+            let t = engine.take_draft(&row.req, &mut row.state, &out, &ids[1..], cache, None);
+            row.pending = row.state.finish.is_none().then_some(t);
+        } else {
+            let filler = engine
+                .tokenizer
+                .pad()
+                .or(engine.tokenizer.eos())
+                .unwrap_or(0);
+            let mut next = Vec::with_capacity(self.rows.len());
+            for (i, r) in self.rows.iter().enumerate() {
+                match r.pending {
+                    Some(t) => next.push(t),
+                    None => {
+                        next.push(filler);
+                        // muted again each step: it reads only what it writes from now on
+                        cache.mute_row(i);
+                    }
+                }
+            }
+            let ids = Tensor::new(next.as_slice(), engine.model.device())?.unsqueeze(1)?;
+            let out = engine.model.forward(&ids, cache, true)?;
+            for (i, r) in self.rows.iter_mut().enumerate() {
+                if r.pending.is_none() {
+                    continue;
+                }
+                r.shared = shared;
+                let logits = Engine::last_row(&out, i)?;
+                let t = engine.step_row(&r.req, &mut r.state, &logits, None);
+                r.pending = r.state.finish.is_none().then_some(t);
+            }
+        }
+        // hand out the rows that ended; they stay in the cache, muted, until a regroup
+        for r in self.rows.iter_mut() {
+            if r.pending.is_none() && !r.handed_out {
+                r.handed_out = true;
+                let state = std::mem::replace(&mut r.state, engine.new_row(&r.req)?);
+                self.ended.push((r.id, Self::output(&r.req, state, r)));
+            }
+        }
+        Ok(())
+    }
+
+    fn output(req: &GenerateRequest, state: RowState, r: &Row) -> GenerateOutput {
+        GenerateOutput {
+            shared_prefix_tokens: r.shared,
+            ..Engine::finish_row(
+                state,
+                req.prompt.len(),
+                r.cached,
+                r.prefill_secs,
+                r.joined.elapsed().as_secs_f64(),
+            )
+        }
+    }
+}

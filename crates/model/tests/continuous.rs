@@ -1,0 +1,166 @@
+//! Continuous batching on the tiny llama fixture: requests that join a running batch and
+//! leave it between steps get the answers they get decoded alone.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use hat_model::{
+    ContinuousBatch, FinishReason, GenerateOutput, GenerateRequest, LoadOptions, SamplingParams,
+};
+
+fn engine_of(format: &str) -> hat_model::Engine {
+    engine(load_gguf(
+        "llama",
+        LoadOptions {
+            format: format.parse().unwrap(),
+            ..LoadOptions::default()
+        },
+    ))
+}
+
+/// Requests of several shapes: a shared cached prefix (5 tokens), a prompt that begins
+/// differently, a sampled one with a repetition penalty, one that repeats itself (drafts),
+/// and one that may generate nothing.
+fn requests(ids: &[u32]) -> Vec<GenerateRequest> {
+    let shared = |n: usize, max: usize| GenerateRequest {
+        cache_prefix_len: Some(5),
+        ..GenerateRequest::new(ids[..n].to_vec(), max)
+    };
+    let mut repeated: Vec<u32> = ids[..9].to_vec();
+    repeated.extend_from_slice(&ids[..9]);
+    repeated.extend_from_slice(&ids[..3]);
+    vec![
+        shared(11, 9),
+        shared(7, 3),
+        GenerateRequest {
+            sampling: SamplingParams {
+                temperature: 0.9,
+                top_p: 0.95,
+                seed: 7,
+                repetition_penalty: 1.1,
+                ..Default::default()
+            },
+            ..shared(9, 12)
+        },
+        GenerateRequest::new(ids[1..8].to_vec(), 6),
+        shared(8, 0),
+        GenerateRequest::new(repeated, 40),
+        shared(10, 1),
+    ]
+}
+
+/// Adds request `i` before step `at[i]`, steps until every request ended, and returns the
+/// outputs by request, checking each ends exactly once.
+fn run(
+    eng: &hat_model::Engine,
+    reqs: &[GenerateRequest],
+    at: &[usize],
+) -> (Vec<GenerateOutput>, usize) {
+    let mut batch = ContinuousBatch::new();
+    let mut ids = BTreeMap::new();
+    let mut out: BTreeMap<usize, GenerateOutput> = BTreeMap::new();
+    let mut most_rows = 0;
+    let mut step = 0;
+    while out.len() < reqs.len() {
+        for (i, r) in reqs.iter().enumerate() {
+            if at[i] == step {
+                let id = batch.add(eng, r.clone()).unwrap();
+                ids.insert(id, i);
+            }
+        }
+        most_rows = most_rows.max(batch.rows());
+        for (id, o) in batch.step(eng).unwrap() {
+            let i = ids[&id];
+            assert!(out.insert(i, o).is_none(), "request {i} ended twice");
+        }
+        step += 1;
+        assert!(step < 500, "the batch never emptied");
+    }
+    assert!(batch.is_empty());
+    assert_eq!(batch.running(), 0);
+    (out.into_values().collect(), most_rows)
+}
+
+#[test]
+fn requests_joining_and_leaving_a_running_batch_get_their_answers_alone() {
+    let e = expected("llama");
+    let reqs = requests(&e.ids);
+    // two start together, others join while they decode, one after the first ones ended
+    let at = [0, 0, 2, 3, 3, 5, 20];
+    for format in ["original", "q8_0"] {
+        let eng = engine_of(format);
+        eng.set_shared_prefix_min(Some(1));
+        for speculate in [false, true] {
+            eng.set_speculative(speculate);
+            let (outs, most_rows) = run(&eng, &reqs, &at);
+            assert!(most_rows >= 3, "{format}: at most {most_rows} rows at once");
+            for (i, (r, c)) in reqs.iter().zip(&outs).enumerate() {
+                let alone = eng.generate(r, None).unwrap();
+                assert_eq!(alone.tokens, c.tokens, "{format} request {i}");
+                assert_eq!(alone.text, c.text, "{format} request {i}");
+                assert_eq!(alone.finish, c.finish, "{format} request {i}");
+                for (x, y) in alone.logprobs.iter().zip(&c.logprobs) {
+                    assert!((x - y).abs() < 2e-3, "{format} request {i}: {x} vs {y}");
+                }
+                assert_eq!(c.prompt_tokens, r.prompt.len());
+            }
+            assert_eq!(outs[4].tokens.len(), 0);
+            assert_eq!(outs[4].finish, FinishReason::Length);
+            // the q8_0 cache is f16: rows under the cached prefix keep it once
+            if format == "q8_0" {
+                assert!(
+                    outs.iter().any(|o| o.shared_prefix_tokens >= 5),
+                    "no row decoded over a shared prefix"
+                );
+            }
+            if speculate {
+                // the request that repeats itself ends alone, with drafts
+                assert!(outs[5].accepted_tokens > 0, "{format}: no draft taken");
+            } else {
+                assert!(outs.iter().all(|o| o.drafted_tokens == 0));
+            }
+        }
+    }
+}
+
+/// Every order of joining gives the same answers: a request's answer does not depend on
+/// which others share its steps.
+#[test]
+fn the_answers_do_not_depend_on_when_requests_join() {
+    let e = expected("llama");
+    let reqs = requests(&e.ids);
+    let eng = engine_of("q8_0");
+    eng.set_shared_prefix_min(Some(1));
+    let (first, _) = run(&eng, &reqs, &[0, 0, 0, 0, 0, 0, 0]);
+    for at in [[6, 5, 4, 3, 2, 1, 0], [0, 1, 1, 8, 8, 2, 3]] {
+        let (other, _) = run(&eng, &reqs, &at);
+        for (i, (a, b)) in first.iter().zip(&other).enumerate() {
+            assert_eq!(a.tokens, b.tokens, "request {i}, joins {at:?}");
+        }
+    }
+}
+
+#[test]
+fn a_request_that_cannot_run_is_refused_and_changes_nothing() {
+    let e = expected("llama");
+    let eng = engine_of("q8_0");
+    let mut batch = ContinuousBatch::new();
+    let ok = GenerateRequest::new(e.ids[..6].to_vec(), 4);
+    let id = batch.add(&eng, ok.clone()).unwrap();
+    batch.step(&eng).unwrap();
+    assert!(batch
+        .add(&eng, GenerateRequest::new(Vec::new(), 4))
+        .is_err());
+    let too_long = GenerateRequest::new(e.ids[..6].to_vec(), eng.model.max_positions());
+    assert!(batch.add(&eng, too_long).is_err());
+    assert_eq!(batch.running(), 1);
+    let mut ended = Vec::new();
+    while !batch.is_empty() {
+        ended.extend(batch.step(&eng).unwrap());
+    }
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0].0, id);
+    assert_eq!(ended[0].1.tokens, eng.generate(&ok, None).unwrap().tokens);
+}
