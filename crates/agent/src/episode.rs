@@ -106,7 +106,8 @@ pub trait ChatModel {
     fn keep_conversations_cached(&mut self, _on: bool) {}
 
     /// Serving hint: compute and keep the state of a conversation's opening (its system
-    /// prompt) before a turn needs it, so that turn only pays for what follows. A server
+    /// prompt and any earlier turns) before a turn needs it, so that turn only pays for what
+    /// follows. A server
     /// calls it while idle: for a new stream, after a harness swap, after a reply changed
     /// the stream's recent activity. Returns the prompt tokens computed (0: already cached,
     /// or a model without a cache).

@@ -241,10 +241,30 @@ impl ChatModel for LocalModel {
     fn warm(&mut self, opening: &[Message]) -> Result<usize, AgentError> {
         // samples nothing: no seed drawn, so later requests' seeds do not move
         let mut req = self.request(opening, true)?;
-        let Some(len) = req.cache_prefix_len else {
+        let Some(system) = req.cache_prefix_len else {
             return Ok(0);
         };
-        // only the system prompt: the turn's own header is computed with the turn
+        // The whole opening (system prompt and earlier turns) where its rendering is a token
+        // prefix of every continuation's; the turn's own header is computed with the turn.
+        let mut len = system;
+        if opening.len() > 1 {
+            let text = self
+                .engine
+                .render_chat(&ChatInput {
+                    messages: wire_messages(opening),
+                    tools: None,
+                    add_generation_prompt: false,
+                })
+                .map_err(model_err)?;
+            let whole = self.engine.encode(&text).map_err(model_err)?;
+            if whole.len() > system
+                && whole.len() < req.prompt.len()
+                && req.prompt.starts_with(&whole)
+            {
+                len = whole.len();
+            }
+        }
+        req.cache_prefix_len = Some(len);
         req.prompt.truncate(len);
         req.max_new_tokens = 0;
         req.cache_whole_prompt = false;

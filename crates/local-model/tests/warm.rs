@@ -49,3 +49,29 @@ fn a_chat_without_a_system_prompt_has_nothing_to_warm() {
     let mut m = model(dir.path());
     assert_eq!(m.warm(&[Message::user("hello")]).unwrap(), 0);
 }
+
+/// An opening with earlier turns (a stream's history) is cached whole: the next event's
+/// turn pays only for the event.
+#[test]
+fn an_opening_with_earlier_turns_is_cached_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let opening = [
+        opening(),
+        Message::user("hi!"),
+        Message::assistant("Hello, welcome!"),
+    ];
+    let mut chat = opening.to_vec();
+    chat.push(Message::user("in M?"));
+    let cold = model(dir.path()).generate(&chat).unwrap();
+
+    let mut m = model(dir.path());
+    let system_only = m.warm(&opening[..1]).unwrap();
+    let rest = m.warm(&opening).unwrap();
+    assert!(rest > 0, "the turns were not computed");
+    assert_eq!(m.warm(&opening).unwrap(), 0, "computed twice");
+    let warm = m.generate(&chat).unwrap();
+    // the system prompt and the turns: all but the event's message and the answer header
+    assert_eq!(warm.cached_tokens, system_only + rest);
+    assert_eq!(warm.tokens, cold.tokens);
+    assert_eq!(warm.prompt_ids, cold.prompt_ids);
+}

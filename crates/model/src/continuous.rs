@@ -163,7 +163,9 @@ impl ContinuousBatch {
             return Ok(());
         };
         let ended = self.rows.len() - live.len();
-        if ended > 0 && (live.len() == 1 || ended >= live.len()) {
+        // an ended row's positions also keep the batch long: near the context's end, drop them
+        let near_end = cache.shared_len() + cache.len() + 16 > engine.model.max_positions();
+        if ended > 0 && (live.len() == 1 || ended >= live.len() || near_end) {
             let c = cache.regroup(&live, None, engine.shared_prefix_min())?;
             self.retain(&live);
             self.cache = Some(c);

@@ -230,25 +230,28 @@ impl Worker {
         }
     }
 
-    /// Computes stream `i`'s system prompt under the active version ahead of its next event
-    /// (the embedded engine keeps it in its prefix cache), unless that exact prompt was the
-    /// last one warmed for it. Only the main model: arm models of an experiment and chat
+    /// Computes stream `i`'s opening under the active version (its system prompt and history
+    /// turns) ahead of its next event (the embedded engine keeps it in its prefix cache), so
+    /// that event's first turn pays only for the event; unless that exact opening was the last
+    /// one warmed for it. Only the main model: arm models of an experiment and chat
     /// requests pay their own.
     fn warm(&mut self, l: &Live, i: usize, version: &Version, done: &mut HashMap<usize, u64>) {
-        let Some(system) = opening(l, version) else {
+        let Some(messages) = opening(l, version) else {
             return;
         };
         let key = {
             use std::hash::{Hash, Hasher};
             let mut h = std::collections::hash_map::DefaultHasher::new();
-            system.hash(&mut h);
+            for m in &messages {
+                m.content.hash(&mut h);
+            }
             h.finish()
         };
         if done.get(&i) == Some(&key) {
             return;
         }
         let t0 = Instant::now();
-        match self.model.warm(&[Message::system(system)]) {
+        match self.model.warm(&messages) {
             Ok(n) => {
                 done.insert(i, key);
                 self.metrics.warmed_tokens.inc_by(n as u64);
@@ -746,13 +749,19 @@ struct Warm {
     done: HashMap<usize, u64>,
 }
 
-/// The system prompt stream `l`'s next event will open with under `version` (see
-/// [`hat_tasks::episode::system_prompt`]: the stream's state now, not the event). `None` when
-/// the world cannot say what is on stage.
-fn opening(l: &Live, version: &Version) -> Option<String> {
+/// What stream `l`'s next event will open with under `version` (see
+/// [`hat_tasks::episode::opening`]: the system prompt from the stream's state now, and its
+/// history turns; not the event). `None` when the world cannot say what is on stage.
+fn opening(l: &Live, version: &Version) -> Option<Vec<Message>> {
     let on_stage = l.world.on_stage().ok()?.id.clone();
-    let recent: Vec<String> = l.stream.inner().meta.recent.iter().cloned().collect();
-    // the scene's event and history are not part of its system prompt
+    let (recent, history): (Vec<String>, Vec<Turn>) = {
+        let g = l.stream.inner();
+        (
+            g.meta.recent.iter().cloned().collect(),
+            g.meta.history.iter().cloned().collect(),
+        )
+    };
+    // the scene's event is not part of its opening
     let event = hat_world::Event::Comment {
         viewer: String::new(),
         text: String::new(),
@@ -761,10 +770,10 @@ fn opening(l: &Live, version: &Version) -> Option<String> {
         id: "warm",
         event: &event,
         on_stage: &on_stage,
-        history: &[],
+        history: &history,
         recent: &recent,
     };
-    hat_tasks::episode::system_prompt(&scene, &version.harness, &l.world).ok()
+    hat_tasks::episode::opening(&scene, &version.harness, &l.world).ok()
 }
 
 /// The event ids one reply answers: the event and what merged or folded into it.

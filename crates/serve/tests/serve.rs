@@ -1130,18 +1130,28 @@ fn a_failing_arm_model_fails_only_its_own_replies() {
 /// the turns it answers.
 struct Recording {
     inner: Scripted,
-    warmed: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-    asked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// Each opening warmed, and each prompt asked: their messages' contents.
+    warmed: std::sync::Arc<std::sync::Mutex<Vec<Vec<String>>>>,
+    asked: std::sync::Arc<std::sync::Mutex<Vec<Vec<String>>>>,
+}
+
+fn contents(m: &[hat_harness::Message]) -> Vec<String> {
+    m.iter().map(|x| x.content.clone()).collect()
 }
 
 impl hat_agent::episode::ChatModel for Recording {
     fn complete(&mut self, m: &[hat_harness::Message]) -> Result<String, hat_agent::AgentError> {
-        self.asked.lock().unwrap().push(m[0].content.clone());
+        self.asked.lock().unwrap().push(contents(m));
         self.inner.complete(m)
     }
     fn warm(&mut self, opening: &[hat_harness::Message]) -> Result<usize, hat_agent::AgentError> {
-        assert_eq!(opening.len(), 1, "an opening is the system prompt alone");
-        self.warmed.lock().unwrap().push(opening[0].content.clone());
+        assert_eq!(opening[0].role, hat_harness::Role::System);
+        assert_eq!(
+            opening.len() % 2,
+            1,
+            "an opening is a system prompt and whole turns"
+        );
+        self.warmed.lock().unwrap().push(contents(opening));
         Ok(1)
     }
 }
@@ -1159,7 +1169,7 @@ fn eventually(what: &str, f: impl Fn() -> bool) {
 }
 
 #[test]
-fn idle_time_warms_the_system_prompt_the_next_event_opens_with() {
+fn idle_time_warms_the_opening_the_next_event_opens_with() {
     let dir = tempfile::tempdir().unwrap();
     let warmed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -1172,46 +1182,57 @@ fn idle_time_warms_the_system_prompt_the_next_event_opens_with() {
     };
     let r = start_with(config(dir.path()), Box::new(model), &harness_dir());
     let count = || warmed.lock().unwrap().len();
-    // a new stream: its opening is computed before any event arrives
+    let nth = |i: usize| warmed.lock().unwrap()[i].clone();
+    // the prompt of the k-th model call opens with warmed opening `w`
+    let opens_with = |k: usize, w: &[String]| {
+        let a = asked.lock().unwrap()[k].clone();
+        a.len() > w.len() && a[..w.len()] == *w
+    };
+    // a new stream: its opening (a system prompt, no turns yet) is computed before any event
     create(&r, "w");
     eventually("warming the new stream", || count() == 1);
+    assert_eq!(nth(0).len(), 1);
     ask(&r, "w", "hi Mia, is the hoodie available in M?");
-    assert_eq!(asked.lock().unwrap()[0], warmed.lock().unwrap()[0]);
-    // a join puts a line in the stream's recent activity, which the system prompt shows:
-    // the changed opening is warmed, and the next event opens with it
+    assert!(opens_with(0, &nth(0)));
+    // the reply is a history turn of the next event's prompt: the opening with it is warmed
+    eventually("warming after the reply", || count() == 2);
+    assert_eq!(nth(1).len(), 3);
+    assert!(nth(1)[2].contains("Mia here"), "{:?}", nth(1));
+    // a join puts a line in the stream's recent activity, which the system prompt shows (and
+    // its greeting is one more turn): the changed opening is warmed, and the next event opens
+    // with it
     let (code, v) = json(
         "POST",
         &r.url("/v1/streams/w/events?wait=true"),
         &json!({"type": "viewer_join", "viewer": "amy"}),
     );
     assert_eq!(code, 200, "{v}");
-    eventually("warming after the join", || count() == 2);
-    assert!(warmed.lock().unwrap()[1].contains("amy joined"));
+    eventually("warming after the join", || count() == 3);
+    assert!(nth(2)[0].contains("amy joined"));
+    assert_eq!(nth(2).len(), 5);
     let k = asked.lock().unwrap().len();
     ask(&r, "w", "thanks!");
-    assert_eq!(asked.lock().unwrap()[k], warmed.lock().unwrap()[1]);
-    // a second stream (another catalog), then a harness swap: both streams' openings under
-    // the new version are warmed before their next events
+    assert!(opens_with(k, &nth(2)));
+    // its reply changes w's turns again; a second stream (another catalog), then a harness
+    // swap: both streams' openings under the new version are warmed before their next events
+    eventually("warming after the third reply", || count() == 4);
     let (code, v) = json(
         "POST",
         &r.url("/v1/streams"),
         &json!({"id": "x", "seed": 5}),
     );
     assert_eq!(code, 201, "{v}");
-    eventually("warming the second stream", || count() == 3);
+    eventually("warming the second stream", || count() == 5);
     let zoe = renamed_harness(dir.path(), "Zoe");
     let (code, v) = json("POST", &r.url("/v1/harness"), &json!({"path": zoe}));
     assert_eq!(code, 200, "{v}");
-    eventually("warming the swapped-in version", || count() == 5);
-    assert!(warmed.lock().unwrap()[3..]
-        .iter()
-        .all(|s| s.contains("Zoe")));
+    eventually("warming the swapped-in version", || count() == 7);
+    assert!((5..7).all(|i| nth(i)[0].contains("Zoe")));
     let k = asked.lock().unwrap().len();
     ask(&r, "x", "is it in L?");
-    let first = asked.lock().unwrap()[k].clone();
     assert!(
-        warmed.lock().unwrap()[3..5].contains(&first),
-        "the event on x did not open with a warmed prompt"
+        (5..7).any(|i| opens_with(k, &nth(i))),
+        "the event on x did not open with a warmed opening"
     );
     // a reply on one stream does not warm the other again: its opening did not change
     let all = warmed.lock().unwrap().clone();

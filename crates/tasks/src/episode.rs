@@ -78,13 +78,13 @@ pub fn system_prompt(
     harness.render_system(&stream_value_with(task, world, harness.viewer_limits()))
 }
 
-/// System, history and user messages for a scene under `harness`.
-pub fn prompt(
+/// What a scene's prompt opens with before its event: the system prompt and the history
+/// turns (a viewer message and a reply each). A server computes it ahead of the next event.
+pub fn opening(
     task: &Scene,
     harness: &Harness,
     world: &World,
 ) -> Result<Vec<Message>, HarnessError> {
-    let limits = harness.viewer_limits();
     let system = system_prompt(task, harness, world)?;
     let mut msgs = Vec::with_capacity(2 + task.history.len() * 2);
     msgs.push(Message::system(system));
@@ -92,6 +92,18 @@ pub fn prompt(
         msgs.push(Message::user(t.user.clone()));
         msgs.push(Message::assistant(t.assistant.clone()));
     }
+    Ok(msgs)
+}
+
+/// System, history and user messages for a scene under `harness`: [`opening`], then the
+/// event.
+pub fn prompt(
+    task: &Scene,
+    harness: &Harness,
+    world: &World,
+) -> Result<Vec<Message>, HarnessError> {
+    let limits = harness.viewer_limits();
+    let mut msgs = opening(task, harness, world)?;
     let notes = harness.inject_notes(event_kind(task.event), &event_vars(task.event));
     msgs.push(Message::user(render_turn(
         &event_line_with(task.event, limits),
