@@ -264,10 +264,12 @@ impl ChatModel for LocalModel {
                 len = whole.len();
             }
         }
-        req.cache_prefix_len = Some(len);
+        // The system prompt is cached on its own as well: the next opening of this stream
+        // keeps it while its turns change (the history window slides).
+        req.cache_prefix_len = Some(system);
+        req.cache_whole_prompt = len > system;
         req.prompt.truncate(len);
         req.max_new_tokens = 0;
-        req.cache_whole_prompt = false;
         let out = self.engine.generate(&req, None).map_err(model_err)?;
         Ok(len - out.cached_tokens)
     }

@@ -75,3 +75,27 @@ fn an_opening_with_earlier_turns_is_cached_whole() {
     assert_eq!(warm.tokens, cold.tokens);
     assert_eq!(warm.prompt_ids, cold.prompt_ids);
 }
+
+/// A stream's history window slides after every reply: the next opening shares only the
+/// system prompt with the last one, which stays cached on its own.
+#[test]
+fn a_new_history_reuses_the_cached_system_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = model(dir.path());
+    let with =
+        |user: &str, reply: &str| [opening(), Message::user(user), Message::assistant(reply)];
+    // what each costs from nothing
+    let system_only = model(dir.path()).warm(&[opening()]).unwrap();
+    let fresh = model(dir.path())
+        .warm(&with("in M?", "Yes, M is there."))
+        .unwrap();
+    assert!(fresh > system_only);
+    let first = m.warm(&with("hi!", "Hello, welcome!")).unwrap();
+    assert!(first > system_only);
+    let second = m.warm(&with("in M?", "Yes, M is there.")).unwrap();
+    assert_eq!(
+        second,
+        fresh - system_only,
+        "the system prompt was computed again"
+    );
+}

@@ -72,14 +72,21 @@ impl PrefixCache {
     /// Longest cached prefix of `prompt` (at most `prompt.len()` tokens).
     pub fn lookup(&mut self, prompt: &[u32]) -> Option<PrefixHit> {
         self.clock += 1;
+        // Every entry that begins the prompt counts as used, not only the longest: a shorter
+        // one (a system prompt under a conversation) is what the next conversation on it
+        // starts from, and must not age out while its longer extensions are hit.
+        let clock = self.clock;
         let best = self
             .entries
             .iter_mut()
             .filter(|e| !e.tokens.is_empty() && prompt.starts_with(&e.tokens))
+            .map(|e| {
+                e.last_used = clock;
+                e
+            })
             .max_by_key(|e| e.tokens.len());
         match best {
             Some(e) => {
-                e.last_used = self.clock;
                 self.hits += 1;
                 Some(PrefixHit {
                     len: e.tokens.len(),
@@ -157,5 +164,22 @@ mod tests {
         // too large: not stored
         pc.insert(vec![9], cache_of(1000), vec![]);
         assert!(pc.lookup(&[9]).is_none());
+    }
+
+    /// A hit on a long entry keeps the shorter entries it extends in use: the system prompt
+    /// under a conversation outlives unrelated entries.
+    #[test]
+    fn a_hit_keeps_the_prefixes_it_extends() {
+        let mut pc = PrefixCache::new(3 * 2 * 10 * 4 * 4 + 100);
+        pc.insert(vec![1, 2], cache_of(10), vec![]);
+        pc.insert(vec![1, 2, 3], cache_of(10), vec![]);
+        pc.insert(vec![7], cache_of(10), vec![]);
+        assert_eq!(pc.lookup(&[1, 2, 3, 4]).unwrap().len, 3);
+        pc.insert(vec![8], cache_of(10), vec![]);
+        assert!(
+            pc.lookup(&[7]).is_none(),
+            "the unused entry was not the one evicted"
+        );
+        assert_eq!(pc.lookup(&[1, 2, 5]).map(|h| h.len), Some(2));
     }
 }
