@@ -7,7 +7,10 @@
 //! state, and ends with the stream (products, recent activity), which is
 //! not. Each request caches the longest token prefix it shares with recent
 //! system prompts, so the harness part is computed once per state and the
-//! full system prompt once per episode; a turn pays for the rest.
+//! full system prompt once per episode; a turn pays for the rest. A server
+//! warms a stream's whole opening (system prompt and history turns) while
+//! idle, and decodes turns continuously ([`ChatModel::begin_turn`],
+//! [`ChatModel::step_turns`] over [`hat_model::ContinuousBatch`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;

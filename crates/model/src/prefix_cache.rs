@@ -75,16 +75,19 @@ impl PrefixCache {
         // Every entry that begins the prompt counts as used, not only the longest: a shorter
         // one (a system prompt under a conversation) is what the next conversation on it
         // starts from, and must not age out while its longer extensions are hit.
-        let clock = self.clock;
-        let best = self
-            .entries
-            .iter_mut()
-            .filter(|e| !e.tokens.is_empty() && prompt.starts_with(&e.tokens))
-            .map(|e| {
-                e.last_used = clock;
-                e
-            })
-            .max_by_key(|e| e.tokens.len());
+        let mut best: Option<&mut Entry> = None;
+        for e in self.entries.iter_mut() {
+            if e.tokens.is_empty() || !prompt.starts_with(&e.tokens) {
+                continue;
+            }
+            e.last_used = self.clock;
+            if best
+                .as_ref()
+                .is_none_or(|b| e.tokens.len() > b.tokens.len())
+            {
+                best = Some(e);
+            }
+        }
         match best {
             Some(e) => {
                 self.hits += 1;
