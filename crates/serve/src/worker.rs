@@ -451,9 +451,10 @@ impl Worker {
 
     /// Answers the picked events as one batch. Between decode steps (continuous batching)
     /// or between turns (models that decode turn by turn), a stream with no reply in flight
-    /// and an event waiting joins the batch; a finished reply goes out at once. The round ends when nothing is left
-    /// to decode, or stops taking new events once it has run `MAX_ROUND` while a chat request
-    /// or a new stream waits. Returns the commands that arrived meanwhile.
+    /// and an event waiting joins the batch; a finished reply goes out at once. The round
+    /// ends when nothing is left to decode, or stops taking new events once it has run
+    /// `MAX_ROUND` while a chat request or a new stream waits. Returns the commands that
+    /// arrived meanwhile.
     fn round(
         &mut self,
         streams: &[Live],
