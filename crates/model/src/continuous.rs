@@ -30,7 +30,8 @@ pub type RowId = u64;
 struct Row {
     id: RowId,
     req: GenerateRequest,
-    state: RowState,
+    /// `None` once its output went to the caller (the row stays, muted, until a regroup).
+    state: Option<RowState>,
     /// The token sampled last, not yet fed to the model (`None` once the row ended).
     pending: Option<u32>,
     cached: usize,
@@ -38,8 +39,6 @@ struct Row {
     joined: Instant,
     /// Shared-prefix positions of the batch when it last decoded with the row.
     shared: usize,
-    /// Its output went to the caller (the row stays, muted, until a regroup).
-    handed_out: bool,
 }
 
 /// Requests decoding together, joining and leaving between steps (see the module docs).
@@ -82,6 +81,8 @@ impl ContinuousBatch {
         let t0 = Instant::now();
         let (single, logits, cached) = engine.prefill_with_prefix(&req)?;
         let mut state = engine.new_row(&req)?;
+        // drafts serve the row once it decodes alone
+        state.drafter = engine.speculative().then(Drafter::new);
         let id = self.next_id;
         self.next_id += 1;
         let pending = if req.max_new_tokens == 0 {
@@ -94,18 +95,15 @@ impl ContinuousBatch {
         let mut row = Row {
             id,
             req,
-            state,
+            state: Some(state),
             pending,
             cached,
-            prefill_secs: 0.0,
+            prefill_secs: t0.elapsed().as_secs_f64(),
             joined: Instant::now(),
             shared: 0,
-            handed_out: false,
         };
         if row.pending.is_none() {
-            row.prefill_secs = t0.elapsed().as_secs_f64();
-            let state = std::mem::replace(&mut row.state, engine.new_row(&row.req)?);
-            self.ended.push((id, Self::output(&row.req, state, &row)));
+            self.ended.extend(Self::hand_out(&mut row));
             return Ok(id);
         }
         let keep = self.live_rows();
@@ -176,30 +174,14 @@ impl ContinuousBatch {
         let shared = cache.shared_len();
         if let [row] = self.rows.as_mut_slice() {
             // alone: the pending token and a prompt-lookup draft in one pass
-            let Some(tok) = row.pending else {
+            let (Some(tok), Some(state)) = (row.pending, row.state.as_mut()) else {
                 return Ok(());
             };
             row.shared = shared;
-            let mut ids = vec![tok];
-            if engine.speculative() {
-                let room = engine.draft_room(cache, &row.req, &row.state);
-                let d = row.state.drafter.get_or_insert_with(Drafter::new);
-                ids.extend_from_slice(d.draft(&row.state.seen, room));
-            }
-            let input = Tensor::new(ids.as_slice(), engine.model.device())?.unsqueeze(0)?;
-            let out = engine
-                .model
-                .forward(&input, cache, ids.len() == 1)?
-                .flatten_all()?
-                .to_vec1::<f32>()?;
-            let t = engine.take_draft(&row.req, &mut row.state, &out, &ids[1..], cache, None);
-            row.pending = row.state.finish.is_none().then_some(t);
+            let t = engine.decode_alone(&row.req, state, tok, cache, None)?;
+            row.pending = state.finish.is_none().then_some(t);
         } else {
-            let filler = engine
-                .tokenizer
-                .pad()
-                .or(engine.tokenizer.eos())
-                .unwrap_or(0);
+            let filler = engine.filler();
             let mut next = Vec::with_capacity(self.rows.len());
             for (i, r) in self.rows.iter().enumerate() {
                 match r.pending {
@@ -214,36 +196,37 @@ impl ContinuousBatch {
             let ids = Tensor::new(next.as_slice(), engine.model.device())?.unsqueeze(1)?;
             let out = engine.model.forward(&ids, cache, true)?;
             for (i, r) in self.rows.iter_mut().enumerate() {
-                if r.pending.is_none() {
+                let (Some(_), Some(state)) = (r.pending, r.state.as_mut()) else {
                     continue;
-                }
+                };
                 r.shared = shared;
                 let logits = Engine::last_row(&out, i)?;
-                let t = engine.step_row(&r.req, &mut r.state, &logits, None);
-                r.pending = r.state.finish.is_none().then_some(t);
+                let t = engine.step_row(&r.req, state, &logits, None);
+                r.pending = state.finish.is_none().then_some(t);
             }
         }
         // hand out the rows that ended; they stay in the cache, muted, until a regroup
-        for r in self.rows.iter_mut() {
-            if r.pending.is_none() && !r.handed_out {
-                r.handed_out = true;
-                let state = std::mem::replace(&mut r.state, engine.new_row(&r.req)?);
-                self.ended.push((r.id, Self::output(&r.req, state, r)));
-            }
+        for r in self.rows.iter_mut().filter(|r| r.pending.is_none()) {
+            self.ended.extend(Self::hand_out(r));
         }
         Ok(())
     }
 
-    fn output(req: &GenerateRequest, state: RowState, r: &Row) -> GenerateOutput {
-        GenerateOutput {
-            shared_prefix_tokens: r.shared,
-            ..Engine::finish_row(
-                state,
-                req.prompt.len(),
-                r.cached,
-                r.prefill_secs,
-                r.joined.elapsed().as_secs_f64(),
-            )
-        }
+    /// The output of a row that ended, once: its state moves out.
+    fn hand_out(r: &mut Row) -> Option<(RowId, GenerateOutput)> {
+        let state = r.state.take()?;
+        Some((
+            r.id,
+            GenerateOutput {
+                shared_prefix_tokens: r.shared,
+                ..Engine::finish_row(
+                    state,
+                    r.req.prompt.len(),
+                    r.cached,
+                    r.prefill_secs,
+                    r.joined.elapsed().as_secs_f64(),
+                )
+            },
+        ))
     }
 }

@@ -492,6 +492,35 @@ impl Engine {
         last
     }
 
+    /// One step of a row decoding alone in `cache`: its pending token `tok` and, when the row
+    /// has a drafter, a prompt-lookup draft in one pass ([`Engine::take_draft`]). Returns the
+    /// last token sampled, not yet fed to the model.
+    pub(crate) fn decode_alone<'f>(
+        &self,
+        req: &GenerateRequest,
+        row: &mut RowState,
+        tok: u32,
+        cache: &mut Cache,
+        on_token: Option<&mut (dyn FnMut(&TokenEvent) -> bool + 'f)>,
+    ) -> Result<u32> {
+        let mut ids = vec![tok];
+        if let Some(d) = &row.drafter {
+            ids.extend_from_slice(d.draft(&row.seen, self.draft_room(cache, req, row)));
+        }
+        let input = Tensor::new(ids.as_slice(), self.model.device())?.unsqueeze(0)?;
+        let out = self
+            .model
+            .forward(&input, cache, ids.len() == 1)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        Ok(self.take_draft(req, row, &out, &ids[1..], cache, on_token))
+    }
+
+    /// The token a muted row of a batch is fed (its outputs are ignored).
+    pub(crate) fn filler(&self) -> u32 {
+        self.tokenizer.pad().or(self.tokenizer.eos()).unwrap_or(0)
+    }
+
     pub(crate) fn finish_row(
         row: RowState,
         prompt_tokens: usize,
@@ -540,24 +569,8 @@ impl Engine {
             pending = Some(self.step_row(req, &mut row, &logits, on_token.as_deref_mut()));
         }
         while let (Some(tok), None) = (pending, &row.finish) {
-            let mut ids = vec![tok];
-            if let Some(d) = &row.drafter {
-                ids.extend_from_slice(d.draft(&row.seen, self.draft_room(&cache, req, &row)));
-            }
-            let input = Tensor::new(ids.as_slice(), self.model.device())?.unsqueeze(0)?;
-            let out = self
-                .model
-                .forward(&input, &mut cache, ids.len() == 1)?
-                .flatten_all()?
-                .to_vec1::<f32>()?;
-            pending = Some(self.take_draft(
-                req,
-                &mut row,
-                &out,
-                &ids[1..],
-                &mut cache,
-                on_token.as_deref_mut(),
-            ));
+            pending =
+                Some(self.decode_alone(req, &mut row, tok, &mut cache, on_token.as_deref_mut())?);
         }
         Ok(Self::finish_row(
             row,
@@ -608,7 +621,7 @@ impl Engine {
                 row.finish = Some(FinishReason::Length);
             }
         }
-        let filler = self.tokenizer.pad().or(self.tokenizer.eos()).unwrap_or(0);
+        let filler = self.filler();
         // A finished row stays in the batch but is muted: its attention reads no context
         // any more (at agent-prompt lengths that read is most of a row's cost per step).
         // Copying the other rows into a smaller cache instead cost more than it saved.

@@ -8,7 +8,7 @@ use hat_model::gguf::GgufFile;
 use hat_model::hf::HfFolder;
 use hat_model::loader::{Loaded, ModelInfo};
 use hat_model::tokenizer::{TokenKind, TokenizerSpec};
-use hat_model::{Engine, LoadOptions, Tokenizer, Transformer};
+use hat_model::{Engine, LoadOptions, SamplingParams, Tokenizer, Transformer};
 
 pub fn fixture(arch: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -94,4 +94,36 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
         .unwrap()
         .to_scalar::<f32>()
         .unwrap()
+}
+
+/// The llama fixture's engine with its linear weights in `format` ("original", "q8_0", ...).
+pub fn llama_engine(format: &str) -> Engine {
+    engine(load_gguf(
+        "llama",
+        LoadOptions {
+            format: format.parse().unwrap(),
+            ..LoadOptions::default()
+        },
+    ))
+}
+
+/// A prompt that repeats itself (`ids[..9]` twice, then `ids[..3]`), so prompt-lookup
+/// drafting finds drafts.
+pub fn repeating_prompt(ids: &[u32]) -> Vec<u32> {
+    let mut prompt = ids[..9].to_vec();
+    prompt.extend_from_slice(&ids[..9]);
+    prompt.extend_from_slice(&ids[..3]);
+    prompt
+}
+
+/// Sampling with every knob that changes the draw: temperature, top-p and a repetition
+/// penalty.
+pub fn sampled_with_penalty() -> SamplingParams {
+    SamplingParams {
+        temperature: 0.9,
+        top_p: 0.95,
+        seed: 7,
+        repetition_penalty: 1.1,
+        ..Default::default()
+    }
 }

@@ -6,19 +6,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::*;
-use hat_model::{
-    ContinuousBatch, FinishReason, GenerateOutput, GenerateRequest, LoadOptions, SamplingParams,
-};
-
-fn engine_of(format: &str) -> hat_model::Engine {
-    engine(load_gguf(
-        "llama",
-        LoadOptions {
-            format: format.parse().unwrap(),
-            ..LoadOptions::default()
-        },
-    ))
-}
+use hat_model::{ContinuousBatch, FinishReason, GenerateOutput, GenerateRequest};
 
 /// Requests of several shapes: a shared cached prefix (5 tokens), a prompt that begins
 /// differently, a sampled one with a repetition penalty, one that repeats itself (drafts),
@@ -28,25 +16,16 @@ fn requests(ids: &[u32]) -> Vec<GenerateRequest> {
         cache_prefix_len: Some(5),
         ..GenerateRequest::new(ids[..n].to_vec(), max)
     };
-    let mut repeated: Vec<u32> = ids[..9].to_vec();
-    repeated.extend_from_slice(&ids[..9]);
-    repeated.extend_from_slice(&ids[..3]);
     vec![
         shared(11, 9),
         shared(7, 3),
         GenerateRequest {
-            sampling: SamplingParams {
-                temperature: 0.9,
-                top_p: 0.95,
-                seed: 7,
-                repetition_penalty: 1.1,
-                ..Default::default()
-            },
+            sampling: sampled_with_penalty(),
             ..shared(9, 12)
         },
         GenerateRequest::new(ids[1..8].to_vec(), 6),
         shared(8, 0),
-        GenerateRequest::new(repeated, 40),
+        GenerateRequest::new(repeating_prompt(ids), 40),
         shared(10, 1),
     ]
 }
@@ -90,7 +69,7 @@ fn requests_joining_and_leaving_a_running_batch_get_their_answers_alone() {
     // two start together, others join while they decode, one after the first ones ended
     let at = [0, 0, 2, 3, 3, 5, 20];
     for format in ["original", "q8_0"] {
-        let eng = engine_of(format);
+        let eng = llama_engine(format);
         eng.set_shared_prefix_min(Some(1));
         for speculate in [false, true] {
             eng.set_speculative(speculate);
@@ -131,7 +110,7 @@ fn requests_joining_and_leaving_a_running_batch_get_their_answers_alone() {
 fn the_answers_do_not_depend_on_when_requests_join() {
     let e = expected("llama");
     let reqs = requests(&e.ids);
-    let eng = engine_of("q8_0");
+    let eng = llama_engine("q8_0");
     eng.set_shared_prefix_min(Some(1));
     let (first, _) = run(&eng, &reqs, &[0, 0, 0, 0, 0, 0, 0]);
     for at in [[6, 5, 4, 3, 2, 1, 0], [0, 1, 1, 8, 8, 2, 3]] {
@@ -145,7 +124,7 @@ fn the_answers_do_not_depend_on_when_requests_join() {
 #[test]
 fn a_request_that_cannot_run_is_refused_and_changes_nothing() {
     let e = expected("llama");
-    let eng = engine_of("q8_0");
+    let eng = llama_engine("q8_0");
     let mut batch = ContinuousBatch::new();
     let ok = GenerateRequest::new(e.ids[..6].to_vec(), 4);
     let id = batch.add(&eng, ok.clone()).unwrap();

@@ -67,11 +67,7 @@ fn batched_equals_one_by_one(eng: hat_model::Engine, check_greedy: bool) {
 }
 
 fn q8_engine() -> hat_model::Engine {
-    let opts = LoadOptions {
-        format: "q8_0".parse().unwrap(),
-        ..LoadOptions::default()
-    };
-    engine(load_gguf("llama", opts))
+    llama_engine("q8_0")
 }
 
 /// A batch whose rows begin with the same keys and values keeps them once; decoding over
@@ -485,31 +481,17 @@ fn tokens_opening_a_call_are_the_starts_of_its_opener() {
 fn speculative_decoding_gives_the_answers_of_plain_decoding() {
     let e = expected("llama");
     // a prompt that repeats itself, so the lookup finds drafts
-    let mut prompt: Vec<u32> = e.ids[..9].to_vec();
-    prompt.extend_from_slice(&e.ids[..9]);
-    prompt.extend_from_slice(&e.ids[..3]);
+    let prompt = repeating_prompt(&e.ids);
     let reqs = [
         GenerateRequest::new(prompt.clone(), 80),
         GenerateRequest {
-            sampling: SamplingParams {
-                temperature: 0.9,
-                top_p: 0.95,
-                seed: 7,
-                repetition_penalty: 1.1,
-                ..Default::default()
-            },
+            sampling: sampled_with_penalty(),
             ..GenerateRequest::new(prompt.clone(), 24)
         },
         GenerateRequest::new(e.ids[..5].to_vec(), 1),
     ];
     for format in ["original", "q8_0"] {
-        let eng = engine(load_gguf(
-            "llama",
-            LoadOptions {
-                format: format.parse().unwrap(),
-                ..LoadOptions::default()
-            },
-        ));
+        let eng = llama_engine(format);
         let (mut drafted, mut accepted) = (0, 0);
         // one request with speculation `on` or off: the answer and the text it streamed
         let streamed = |r: &GenerateRequest, on: bool| {

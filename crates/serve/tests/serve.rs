@@ -435,23 +435,28 @@ fn first_at(r: &Running, stream: &str, kind: &str) -> f64 {
     v["at"].as_f64().unwrap()
 }
 
-#[test]
-fn a_stream_joins_the_running_batch_at_the_next_turn() {
-    let dir = tempfile::tempdir().unwrap();
-    // a model turn takes 1 s, so b's post lands inside a's first turn with a wide margin
-    let r = start(config(dir.path()), Duration::from_millis(1000));
-    create(&r, "a");
-    create(&r, "b");
-    // a needs two model turns (a tool call, then the reply)
+/// On streams `a` and `b`: a comment on `a` that needs two model turns (a tool call, then
+/// the reply), `after` later a question on `b`, then one more on `a`; both get replies.
+fn b_asks_while_a_pins(r: &Running, after: Duration) {
+    create(r, "a");
+    create(r, "b");
     let (code, _) = json(
         "POST",
         &r.url("/v1/streams/a/events"),
         &json!({"type": "comment", "viewer": "x", "text": "please pin it"}),
     );
     assert_eq!(code, 202);
-    std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(ask(&r, "b", "hello there")["type"], "reply");
-    assert_eq!(ask(&r, "a", "and the price?")["type"], "reply");
+    std::thread::sleep(after);
+    assert_eq!(ask(r, "b", "hello there")["type"], "reply");
+    assert_eq!(ask(r, "a", "and the price?")["type"], "reply");
+}
+
+#[test]
+fn a_stream_joins_the_running_batch_at_the_next_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    // a model turn takes 1 s, so b's post lands inside a's first turn with a wide margin
+    let r = start(config(dir.path()), Duration::from_millis(1000));
+    b_asks_while_a_pins(&r, Duration::from_millis(100));
     // b started while a's first reply was still being made, not after it
     assert!(first_at(&r, "b", "started") < first_at(&r, "a", "reply"));
     r.stop();
@@ -466,17 +471,7 @@ fn a_stream_joins_a_continuous_batch_between_decode_steps() {
     let model = Stepwise::new(Duration::from_millis(100));
     let most = model.most.clone();
     let r = start_with(config(dir.path()), Box::new(model), &harness_dir());
-    create(&r, "a");
-    create(&r, "b");
-    let (code, _) = json(
-        "POST",
-        &r.url("/v1/streams/a/events"),
-        &json!({"type": "comment", "viewer": "x", "text": "please pin it"}),
-    );
-    assert_eq!(code, 202);
-    std::thread::sleep(Duration::from_millis(150));
-    assert_eq!(ask(&r, "b", "hello there")["type"], "reply");
-    assert_eq!(ask(&r, "a", "and the price?")["type"], "reply");
+    b_asks_while_a_pins(&r, Duration::from_millis(150));
     // b began inside a's first turn, and its short reply went out before a's first turn ended
     assert!(first_at(&r, "b", "started") < first_at(&r, "a", "turn"));
     assert!(first_at(&r, "b", "reply") < first_at(&r, "a", "turn"));
