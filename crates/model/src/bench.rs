@@ -93,6 +93,9 @@ pub struct BenchRow {
     pub decode_batch: f64,
     /// (depth, tok/s) of batch-1 decode after `depth` tokens of context.
     pub decode_depth: Vec<(usize, f64)>,
+    /// (depth, tok/s) of prefilling the first prompt length after `depth` tokens of context
+    /// (a tool result or a viewer's event after an agent's cached prompt).
+    pub prefill_depth: Vec<(usize, f64)>,
     pub cached_prefix_ms: f64,
     pub uncached_prefix_ms: f64,
     pub peak_mib: f64,
@@ -115,6 +118,16 @@ fn time_prefill(engine: &Engine, toks: &[u32]) -> anyhow::Result<f64> {
     let mut cache = engine.model.new_cache(1);
     let t = Instant::now();
     engine.prefill(&mut cache, toks)?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Seconds to prefill `n` tokens into a one-row cache that already holds `depth`.
+fn time_prefill_at(engine: &Engine, depth: usize, n: usize) -> anyhow::Result<f64> {
+    let toks = prompt_tokens(engine, depth + n)?;
+    let mut cache = engine.model.new_cache(1);
+    engine.prefill(&mut cache, &toks[..depth])?;
+    let t = Instant::now();
+    engine.prefill(&mut cache, &toks[depth..])?;
     Ok(t.elapsed().as_secs_f64())
 }
 
@@ -266,6 +279,15 @@ pub fn bench_engine(
         }
         row.decode_depth.push((d, total / reps as f64));
     }
+    if let Some(&n) = lens.first() {
+        for &d in depths {
+            let mut total = 0.0;
+            for _ in 0..reps {
+                total += time_prefill_at(engine, d, n)?;
+            }
+            row.prefill_depth.push((d, (n * reps) as f64 / total));
+        }
+    }
     row.decode_b1 = d1 / reps as f64;
     row.decode_batch = db / reps as f64;
     // cached-prefix latency: time to first token of a request whose prefix is cached
@@ -362,7 +384,6 @@ pub fn run_llama_bench(
         let name = match (ng > 0, depth) {
             (true, 0) => format!("tg{ng}"),
             (true, d) => format!("tg{ng}@d{d}"),
-            // prefill after a depth is not compared
             (false, 0) => format!("pp{np}"),
             (false, d) => format!("pp{np}@d{d}"),
         };
@@ -461,6 +482,11 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
     header.push_str(" tg b1 tok/s |");
     for d in &depths {
         header.push_str(&format!(" tg b1 @{d} ctx |"));
+    }
+    if let Some(l) = lens.first() {
+        for d in &depths {
+            header.push_str(&format!(" pp{l} @{d} ctx |"));
+        }
     }
     header.push_str(&format!(
         " tg b{} tok/s | {}-tok prefix cached / uncached ms | peak MiB |",
@@ -572,6 +598,9 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
                             .iter()
                             .map(|d| find(format!("tg{}@d{d}", a.decode_tokens))),
                     );
+                    if let Some(l) = lens.first() {
+                        peer.extend(depths.iter().map(|d| find(format!("pp{l}@d{d}"))));
+                    }
                     let mut line = format!("| llama.cpp | {shown} |");
                     let mut ratios = String::from("| ratio hat/llama.cpp | |");
                     for (v, lv) in cols.iter().zip(&peer) {
@@ -606,11 +635,12 @@ pub fn run_bench_generate(a: BenchGenerateArgs) -> anyhow::Result<()> {
 }
 
 /// The columns a hat row shares with llama-bench's: tok/s of each prefill length, batch-1
-/// decode, and decode at each depth.
+/// decode, decode at each depth, and the first prefill length at each depth.
 fn speed_columns(r: &BenchRow) -> Vec<f64> {
     let mut v: Vec<f64> = r.prefill.iter().map(|p| p.1).collect();
     v.push(r.decode_b1);
     v.extend(r.decode_depth.iter().map(|d| d.1));
+    v.extend(r.prefill_depth.iter().map(|d| d.1));
     v
 }
 
@@ -628,13 +658,15 @@ fn best_ratios(hat: &[Vec<f64>], peer: &[Vec<f64>]) -> Vec<f64> {
     (0..cols).map(|c| best(hat, c) / best(peer, c)).collect()
 }
 
-/// The line every speed figure carries: the CPU, the SIMD path in use and the CPU's flags.
+/// The line every speed figure carries: the CPU, the SIMD path in use, the precision of
+/// prefill attention and the CPU's flags.
 pub fn machine() -> String {
     format!(
-        "cpu {} | simd path {} (HAT_SIMD to force) | f32 gemm {} | flags {}",
+        "cpu {} | simd path {} (HAT_SIMD to force) | f32 gemm {} | prefill attention {} (HAT_ATTENTION=f32 to force) | flags {}",
         cpu_model(),
         crate::simd::isa(),
         crate::simd::gemm_path(),
+        crate::attention::prefill_precision(),
         crate::simd::cpu_flags()
     )
 }

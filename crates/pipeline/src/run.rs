@@ -323,7 +323,7 @@ fn evaluate(
     let identity = ModelIdentity {
         name: format!("{stage}: {}", local.name),
         hash: local.hash.clone(),
-        decoding: json!({"temperature": 0.0, "max_tokens": e.max_tokens, "format": "original", "engine": "hat-model (candle)"}),
+        decoding: json!({"temperature": 0.0, "max_tokens": e.max_tokens, "format": "original", "engine": "hat-model (candle)", "prefill_attention": hat_model::attention::prefill_precision()}),
     };
     let mut backend = Backend::Chat {
         identity,

@@ -101,7 +101,7 @@ pub fn chat_model(a: &ModelArgs) -> Result<(ModelIdentity, Box<dyn ChatModel + S
     let identity = ModelIdentity {
         name: local.name.clone(),
         hash: local.hash.clone(),
-        decoding: json!({"temperature": a.temperature, "max_tokens": a.max_tokens, "format": a.format, "engine": "hat-model (candle)"}),
+        decoding: json!({"temperature": a.temperature, "max_tokens": a.max_tokens, "format": a.format, "engine": "hat-model (candle)", "prefill_attention": hat_model::attention::prefill_precision()}),
     };
     Ok((identity, Box::new(local)))
 }

@@ -12,17 +12,38 @@
 //! Keys and values may be cached in f16 (half the memory traffic of decoding at long
 //! context, which reads the whole cache every token). Single-query decode then reads the f16
 //! cache directly (widened in registers); a prefill chunk first widens each row's keys and
-//! values to f32 once, then runs the blocked path.
+//! values to f32 once, then runs the blocked path. On CPUs with AVX-512 BF16 a prefill chunk
+//! over an f16 cache takes bf16 products instead (`bf16.rs`: twice the multiply rate, f32
+//! accumulation and softmax); `HAT_ATTENTION=f32` keeps the f32 path there.
 
 use candle_core::{DType, Device, Tensor};
 
 use crate::error::{Error, Result};
 use crate::simd::Isa;
 
+#[cfg(target_arch = "x86_64")]
+mod bf16;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+
+/// Whether `HAT_ATTENTION=f32` asks for f32 products in prefill attention where the CPU has
+/// faster lower-precision ones.
+#[cfg(target_arch = "x86_64")]
+fn f32_forced() -> bool {
+    std::env::var("HAT_ATTENTION").is_ok_and(|v| v.trim().eq_ignore_ascii_case("f32"))
+}
+
+/// The products prefill attention over an f16 cache uses on this CPU with the path in use
+/// (for benchmark headers): `bf16` (heads divisible by 64) or `f32`.
+pub fn prefill_precision() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    if bf16::enabled(crate::simd::isa(), 64) {
+        return "bf16";
+    }
+    "f32"
+}
 
 /// One query position's attention for the query heads that share one kv head, over `nk`
 /// cached f16 keys and values (rows `k_stride` / `v_stride` elements apart): each key and
@@ -135,6 +156,10 @@ pub(crate) fn causal_attention_on(
     if k.dtype() == DType::F16 {
         if t <= DIRECT_F16_MAX_QUERIES {
             return direct_f16(isa, q, k, v, pads, scale, shared);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if bf16::enabled(isa, hd) {
+            return bf16::prefill(isa, q, k, v, pads, scale);
         }
         // widen once per call (not per query block), then the blocked path
         let k = k.to_dtype(DType::F32)?;
@@ -764,5 +789,75 @@ mod tests {
         let s = Tensor::zeros((1, 1, 4, 8), DType::F16, &dev).unwrap();
         let err = causal_attention_on(Isa::Scalar, &q, &k, &k, &[0], 1.0, Some((&s, &s)));
         assert!(err.unwrap_err().to_string().contains("shared prefix"));
+    }
+
+    /// The bf16 prefill path against the f32 reference: on the same bf16-rounded queries,
+    /// keys and values it differs only by the rounding of the softmax weights; on the
+    /// unrounded values by the rounding of all of them.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn bf16_prefill_is_close_to_the_f32_reference() {
+        if !bf16::supported() {
+            eprintln!(
+                "bf16_prefill_is_close_to_the_f32_reference: bf16 path not tested: the CPU lacks avx512bf16 (or avx512f/bw)"
+            );
+            return;
+        }
+        let dev = Device::Cpu;
+        let rounded = |x: &Tensor| {
+            x.to_dtype(DType::BF16)
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap()
+        };
+        for (b, h, kvh, t, total, cap, pads, hd) in [
+            (
+                2usize,
+                6usize,
+                2usize,
+                70usize,
+                75usize,
+                90usize,
+                vec![0usize, 7],
+                64usize,
+            ),
+            (1, 9, 3, 130, 130, 130, vec![0], 64),
+            // a chunk after a long cached part; a padded row whose keys start mid-tile
+            (2, 9, 3, 17, 1000, 1040, vec![0, 333], 64),
+            (1, 4, 2, 40, 301, 320, vec![0], 128),
+            // padding queries see [0, qa]
+            (3, 2, 1, 33, 33, 40, vec![5, 0, 31], 64),
+        ] {
+            let q = Tensor::randn(0f32, 1.0, (b, h, t, hd), &dev).unwrap();
+            let cache = |seed: f32| {
+                (Tensor::randn(0f32, 1.0, (b, kvh, cap, hd), &dev).unwrap() * seed as f64)
+                    .unwrap()
+                    .to_dtype(DType::F16)
+                    .unwrap()
+                    .narrow(2, 0, total)
+                    .unwrap()
+            };
+            let (k16, v16) = (cache(1.0), cache(1.0));
+            let (k, v) = (
+                k16.to_dtype(DType::F32).unwrap(),
+                v16.to_dtype(DType::F32).unwrap(),
+            );
+            let scale = 0.125;
+            let got = bf16::prefill(Isa::best(), &q, &k16, &v16, &pads, scale as f32).unwrap();
+            let what = format!("b={b} h={h} kvh={kvh} t={t} total={total} hd={hd}");
+            let same_inputs = reference(&rounded(&q), &rounded(&k), &rounded(&v), &pads, scale);
+            let d = max_diff(&got, &same_inputs);
+            assert!(d < 6e-3, "{what}: {d} from the reference on rounded inputs");
+            let exact = reference(&q, &k, &v, &pads, scale);
+            let d = max_diff(&got, &exact);
+            assert!(d < 2e-2, "{what}: {d} from the f32 reference");
+            // the dispatcher takes this path for such a chunk unless HAT_ATTENTION=f32
+            if bf16::enabled(Isa::Avx512, hd) {
+                let via =
+                    causal_attention_on(Isa::Avx512, &q, &k16, &v16, &pads, scale as f32, None)
+                        .unwrap();
+                assert_eq!(max_diff(&via, &got), 0.0, "{what}");
+            }
+        }
     }
 }

@@ -228,6 +228,7 @@ pub fn cpu_flags() -> String {
             "avx512bw",
             "avx512vl",
             "avx512vnni",
+            "avx512bf16",
             "avxvnni"
         );
     }
