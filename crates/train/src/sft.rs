@@ -265,6 +265,7 @@ pub fn run(
         keep: cfg.keep,
         export: &cfg.export,
         optim: cfg.optim,
+        matmul: cfg.matmul,
     };
     let mut stage = SftStage {
         data: &data,

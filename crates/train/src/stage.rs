@@ -100,6 +100,8 @@ pub struct LoopSettings<'a> {
     pub keep: usize,
     pub export: &'a [String],
     pub optim: AdamWConfig,
+    /// Precision of the dense products for the run.
+    pub matmul: crate::config::Matmul,
 }
 
 /// Adds the gradient of `loss` into `grads` (one vector per variable of `model`; an empty
@@ -145,6 +147,7 @@ pub fn train(
     resume: bool,
     on: &mut dyn FnMut(Event),
 ) -> Result<PathBuf> {
+    hat_model::train::set_matmul_precision(s.matmul.into())?;
     std::fs::create_dir_all(out).map_err(io(out.display()))?;
     let sizes: Vec<usize> = model.vars().iter().map(|(_, v)| v.elem_count()).collect();
     let mut opt = AdamW::new(s.optim, &sizes);

@@ -36,6 +36,10 @@ pub enum BenchCmd {
         /// JSON into this folder, for `crates/train/scripts/bench_pytorch.sh`.
         #[arg(long)]
         dump: Option<PathBuf>,
+        /// Precision of the dense products: f32, or bf16 (operands rounded, f32 accumulation;
+        /// CPUs with AVX-512 BF16).
+        #[arg(long, default_value = "f32")]
+        matmul: hat_train::config::Matmul,
     },
     /// The live-stream server under a simulated audience, beside llama.cpp's server as the
     /// upstream of the same pipeline.
@@ -73,13 +77,16 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             repeats,
             json,
             dump,
+            matmul,
         } => {
             let path = crate::cmd::backend::model_path(&model);
+            hat_model::train::set_matmul_precision(matmul.into())?;
             println!(
-                "cpu: {} | simd path: {} | f32 gemm: {} | threads: {}",
+                "cpu: {} | simd path: {} | f32 gemm: {} | matmul: {} | threads: {}",
                 hat_model::simd::cpu_flags(),
                 hat_model::simd::isa().name(),
                 hat_model::simd::gemm_path(),
+                hat_model::train::matmul_precision().name(),
                 rayon_threads()
             );
             hat_train::keep_freed_memory();

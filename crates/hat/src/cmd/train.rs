@@ -84,6 +84,11 @@ pub struct SftArgs {
     pack: Option<usize>,
     #[command(flatten)]
     lora: LoraArgs,
+    /// Precision of the dense products: f32 (the default), or bf16 (operands rounded to bf16,
+    /// f32 accumulation: ~twice the multiply rate on CPUs with AVX-512 BF16). May change when
+    /// resuming (e.g. `--matmul f32` to continue a bf16 run on a CPU without BF16).
+    #[arg(long)]
+    matmul: Option<hat_train::config::Matmul>,
 }
 
 /// LoRA flags, for every stage that trains weights.
@@ -141,12 +146,14 @@ fn resolve(a: &SftArgs) -> Result<(SftConfig, bool)> {
         seed: a.run.seed,
         pack: a.pack,
         lora: a.lora.config(a.run.seed),
+        matmul: a.matmul,
     };
     let saved = a.run.out.join("config.toml");
     if a.run.resume && saved.exists() {
         let mut c = SftConfig::from_toml(&saved)?;
+        let steps = c.max_steps;
         let changed = c.resume_with(&o)?;
-        if changed {
+        if c.max_steps != steps {
             new_total(&a.run.out, c.max_steps)?;
         }
         return Ok((c, changed));

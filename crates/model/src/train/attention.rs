@@ -96,7 +96,8 @@ unsafe fn mm(
 }
 
 /// `c (m x n, row-major) = [c +] a b`, with `a` and `b` given by (pointer, row stride,
-/// column stride), on every thread of the pool (one thread: no pool at all).
+/// column stride), on every thread of the pool (one thread: no pool at all); in bf16 products
+/// when [`super::set_matmul_precision`] asked for them.
 ///
 /// # Safety
 /// The pointers must cover the matrices their strides describe.
@@ -107,7 +108,13 @@ pub(super) unsafe fn gemm_par(
     a: (*const f32, usize, usize),
     b: (*const f32, usize, usize),
 ) {
-    let par = match rayon::current_num_threads() {
+    let threads = rayon::current_num_threads();
+    #[cfg(target_arch = "x86_64")]
+    if super::bf16::enabled() && m > 0 && n > 0 && k > 0 {
+        // SAFETY: enabled only on a CPU that has the instructions; the caller's pointers.
+        return super::bf16::gemm((m, n, k), c, n, accumulate, a, b, 1.0, threads > 1);
+    }
+    let par = match threads {
         0 | 1 => gemm::Parallelism::None,
         n => gemm::Parallelism::Rayon(n),
     };

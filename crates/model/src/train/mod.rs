@@ -9,6 +9,8 @@
 //! loss ([`Packed::loss_rows`]), about one token in six in agent trajectories.
 
 pub mod attention;
+#[cfg(target_arch = "x86_64")]
+pub mod bf16;
 pub mod head;
 pub mod linear;
 pub mod ops;
@@ -24,6 +26,48 @@ use crate::loader::{self, ModelInfo};
 use crate::model::{LoadOptions, Transformer};
 use crate::tokenizer::Tokenizer;
 pub use attention::Visible;
+
+/// The precision of training's dense products (the linear layers' forward and backward
+/// GEMMs and the output layer's): f32, or bf16 operands with f32 accumulation on CPUs with
+/// AVX-512 BF16 ([`bf16`]). Everything else stays f32 either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MatmulPrecision {
+    #[default]
+    F32,
+    Bf16,
+}
+
+impl MatmulPrecision {
+    pub fn name(self) -> &'static str {
+        match self {
+            MatmulPrecision::F32 => "f32",
+            MatmulPrecision::Bf16 => "bf16",
+        }
+    }
+}
+
+/// Sets the precision of training's dense products for this process; bf16 on a CPU without
+/// AVX-512 BF16 is an error saying so (the setting stays as it was).
+pub fn set_matmul_precision(p: MatmulPrecision) -> Result<()> {
+    #[cfg(target_arch = "x86_64")]
+    return bf16::set_enabled(p == MatmulPrecision::Bf16).map_err(Error::InvalidArgument);
+    #[cfg(not(target_arch = "x86_64"))]
+    match p {
+        MatmulPrecision::F32 => Ok(()),
+        MatmulPrecision::Bf16 => Err(Error::InvalidArgument(
+            "bf16 matrix products in training need an x86-64 CPU with AVX-512 BF16; use matmul = \"f32\"".into(),
+        )),
+    }
+}
+
+/// The precision training's dense products use now.
+pub fn matmul_precision() -> MatmulPrecision {
+    #[cfg(target_arch = "x86_64")]
+    if bf16::enabled() {
+        return MatmulPrecision::Bf16;
+    }
+    MatmulPrecision::F32
+}
 
 /// One training sequence: token ids, their rotary positions, which keys each query sees,
 /// and the rows whose next-token prediction is scored.

@@ -73,6 +73,8 @@ pub struct DistillConfig {
     /// GGUF formats (or `hf`) written at the end.
     pub export: Vec<String>,
     pub optim: AdamWConfig,
+    /// Precision of the dense products (`f32` or `bf16`; see [`crate::config::Matmul`]).
+    pub matmul: crate::config::Matmul,
     /// Low-rank adapters instead of full fine-tuning (merged into the weights on export and
     /// in every rollout snapshot).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -106,6 +108,7 @@ impl Default for DistillConfig {
                 warmup_steps: 2,
                 ..AdamWConfig::default()
             },
+            matmul: crate::config::Matmul::F32,
             lora: None,
         }
     }
@@ -565,6 +568,7 @@ pub fn run(
         keep: cfg.keep,
         export: &cfg.export,
         optim: cfg.optim,
+        matmul: cfg.matmul,
     };
     let last = train(&settings, &model, &mut stage, out, resume, on)?;
     let _ = std::fs::remove_file(&stage.snapshot);

@@ -70,6 +70,8 @@ pub struct RlConfig {
     /// GGUF formats (or `hf`) written at the end.
     pub export: Vec<String>,
     pub optim: AdamWConfig,
+    /// Precision of the dense products (`f32` or `bf16`; see [`crate::config::Matmul`]).
+    pub matmul: crate::config::Matmul,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lora: Option<hat_model::train::LoraConfig>,
 }
@@ -111,6 +113,7 @@ impl Default for RlConfig {
                 weight_decay: 0.0,
                 ..AdamWConfig::default()
             },
+            matmul: crate::config::Matmul::F32,
             lora: None,
         }
     }

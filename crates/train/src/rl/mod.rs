@@ -436,6 +436,7 @@ pub fn run(cfg: &RlConfig, out: &Path, resume: bool, on: &mut dyn FnMut(Event)) 
         keep: cfg.keep,
         export: &cfg.export,
         optim: cfg.optim,
+        matmul: cfg.matmul,
     };
     let last = train(&settings, &model, &mut stage, out, resume, on)?;
     stage.rollout = None;
