@@ -25,6 +25,8 @@
 #   trajectories first look up a wrong product and correct it (docs/training.md); data files
 #   and legs named with -rcP (e.g. chain-sc-rc0.4-leg4). FROM=DIR starts the first leg named
 #   from DIR instead of the previous leg's export (e.g. FROM=runs/chain-sc-leg3-hf).
+#   MATMUL=bf16 trains with bf16 products (`--matmul bf16`, CPUs with AVX-512 BF16); legs
+#   named chain...-bf16-legK (the data files are the same as without it).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 HAT=${HAT:-target/release/hat}
@@ -45,14 +47,19 @@ if [ -n "${RECOVERY:-}" ]; then
   rc=-rc$RECOVERY; recovery=(--recovery "$RECOVERY")
 fi
 d=$sc$rc
+mm=; matmul=()
+if [ -n "${MATMUL:-}" ]; then
+  [ "$MATMUL" = bf16 ] || [ "$MATMUL" = f32 ] || { echo "MATMUL='$MATMUL' is not f32 or bf16" >&2; exit 2; }
+  matmul=(--matmul "$MATMUL"); [ "$MATMUL" = bf16 ] && mm=-bf16
+fi
 [ -x "$HAT" ] || { echo "no hat binary at $HAT: cargo build --release -p hat, or set HAT" >&2; exit 2; }
 [ $# -gt 0 ] || { echo "usage: crates/train/scripts/hsa_chain.sh LEG... (e.g. 1 2 3)" >&2; exit 2; }
 prev=default
 for leg in "$@"; do
   [[ "$leg" =~ ^[1-9][0-9]*$ ]] || { echo "leg '$leg' is not a leg number (1, 2, 3 ...)" >&2; exit 2; }
   s1=$((19 + 2 * leg)); s2=$((20 + 2 * leg)); s3=$((29 + 2 * leg))
-  out=runs/chain$sc$rc$rp-leg$leg
-  [ "$leg" -gt 1 ] && prev=runs/chain$sc$rc$rp-leg$((leg - 1))-hf
+  out=runs/chain$sc$rc$rp$mm-leg$leg
+  [ "$leg" -gt 1 ] && prev=runs/chain$sc$rc$rp$mm-leg$((leg - 1))-hf
   [ -n "${FROM:-}" ] && [ "$leg" = "$1" ] && prev=$FROM
   echo "leg $leg: seeds $s1/$s2/$s3 from $prev -> $out ($(date -u +%H:%M))"
   if [ ! -f "$out/model-q8_0.gguf" ]; then
@@ -85,10 +92,10 @@ PY
     fi
     resume=()
     ls "$out"/checkpoints/*/state.json >/dev/null 2>&1 && resume=(--resume)
-    $HAT train sft --data runs/chain-hsa-s$s1$d.jsonl,runs/fh-s$s2$d.jsonl$extra --model $prev --preset cpu --out $out "${steps[@]}" "${resume[@]}"
+    $HAT train sft --data runs/chain-hsa-s$s1$d.jsonl,runs/fh-s$s2$d.jsonl$extra --model $prev --preset cpu --out $out "${steps[@]}" "${resume[@]}" "${matmul[@]}"
   fi
   [ -d "$out-hf" ] || $HAT train export $out --format hf --out $out-hf
-  ev=runs/eval-chain$sc$rc$rp-leg$leg
+  ev=runs/eval-chain$sc$rc$rp$mm-leg$leg
   if [ ! -f $ev/lsqa/results.json ] || [ ! -f $ev/hvqa/results.json ] || [ ! -f $ev/ifeval/results.json ]; then
     again=()
     [ -d $ev ] && again=(--resume)
