@@ -1,5 +1,6 @@
-//! The training path with bf16 products (`set_matmul_precision(Bf16)`) still computes the
-//! loss and gradients PyTorch computes in f32, within bf16's rounding. A test binary of its own:
+//! The training path with bf16 products (`set_matmul_precision(Bf16)`: dense layers, output
+//! layer and attention) still computes the loss and gradients PyTorch computes in f32, within
+//! bf16's rounding. A test binary of its own:
 //! the precision is a process-wide setting, and the f32 tests beside it must not see it.
 
 mod common;
@@ -74,11 +75,22 @@ fn bf16_products_give_pytorchs_loss_and_gradients_within_rounding() {
                     .to_scalar::<f32>()
                     .unwrap();
                 let diff = max_abs_diff(g, t) / scale;
+                // and in the whole tensor's norm, which one unlucky element cannot dominate
+                let norm = |x: &candle_core::Tensor| {
+                    x.sqr()
+                        .unwrap()
+                        .sum_all()
+                        .unwrap()
+                        .to_scalar::<f32>()
+                        .unwrap()
+                        .sqrt()
+                };
+                let rel = norm(&(g - t).unwrap()) / norm(t);
                 assert!(
-                    diff < 5e-2,
-                    "{arch} {case} {hf}: max |ours - PyTorch| is {diff:e} of max |grad|"
+                    diff < 1e-1 && rel < 4e-2,
+                    "{arch} {case} {hf}: max |ours - PyTorch| is {diff:e} of max |grad|, {rel:e} in norm"
                 );
-                worst = worst.max(diff);
+                worst = worst.max(rel);
                 checked += 1;
             }
             assert_eq!(checked, model.vars().len(), "{arch} {case}");
@@ -87,7 +99,7 @@ fn bf16_products_give_pytorchs_loss_and_gradients_within_rounding() {
                 rel > 0.0 || worst > 1e-5,
                 "{arch} {case}: bf16 products gave f32's results"
             );
-            eprintln!("{arch} {case}: loss {rel:e} relative, worst gradient {worst:e} of its max");
+            eprintln!("{arch} {case}: loss {rel:e} relative, worst gradient {worst:e} in norm");
         }
     }
 }
