@@ -20,6 +20,7 @@ use std::arch::x86_64::*;
 use candle_core::{Device, Tensor};
 
 use crate::error::{Error, Result};
+use crate::simd::x86::{as_bh, as_si, bf16_supported as supported, interleave_bf16};
 use crate::simd::Isa;
 
 /// Queries per work item (as the f32 path).
@@ -34,27 +35,6 @@ const QK_ROWS: usize = 8;
 const PV_ROWS: usize = 4;
 /// Output dimensions per value tile (four vectors).
 const PV_DIMS: usize = 64;
-
-/// The same 512 bits as 32 bf16 values (every bit pattern is one).
-#[inline(always)]
-fn as_bh(x: __m512i) -> __m512bh {
-    // SAFETY: both are 64-byte vectors; any bits are valid in either.
-    unsafe { std::mem::transmute::<__m512i, __m512bh>(x) }
-}
-
-/// The same 512 bits as integers.
-#[inline(always)]
-fn as_si(x: __m512bh) -> __m512i {
-    // SAFETY: as in `as_bh`.
-    unsafe { std::mem::transmute::<__m512bh, __m512i>(x) }
-}
-
-/// Whether this CPU has the instructions of this path.
-pub(super) fn supported() -> bool {
-    std::is_x86_feature_detected!("avx512f")
-        && std::is_x86_feature_detected!("avx512bw")
-        && std::is_x86_feature_detected!("avx512bf16")
-}
 
 /// Whether prefill attention on path `isa` uses this one: the AVX-512 path, a CPU with BF16,
 /// a head dimension divisible by 64, and `HAT_ATTENTION` not `f32` (read once per process).
@@ -252,10 +232,7 @@ unsafe fn pack_keys(k: &[half::f16], stride: usize, n: usize, hd: usize, dst: &m
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 unsafe fn pack_values(v: &[half::f16], stride: usize, n: usize, hd: usize, dst: &mut [u32]) {
     // interleave the two rows' bf16 halves: a0 b0 a1 b1 ...
-    let idx = _mm512_set_epi16(
-        31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
-        19, 3, 18, 2, 17, 1, 16, 0,
-    );
+    let idx = interleave_bf16();
     let zero = [half::f16::ZERO; 16];
     for i in 0..n.div_ceil(2) {
         let a = v[2 * i * stride..].as_ptr();

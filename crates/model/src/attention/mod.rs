@@ -797,7 +797,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn bf16_prefill_is_close_to_the_f32_reference() {
-        if !bf16::supported() {
+        if !crate::simd::x86::bf16_supported() {
             eprintln!(
                 "bf16_prefill_is_close_to_the_f32_reference: bf16 path not tested: the CPU lacks avx512bf16 (or avx512f/bw)"
             );

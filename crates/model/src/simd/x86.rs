@@ -263,3 +263,36 @@ pub(crate) unsafe fn silu_mul_avx2(g: &[f32], u: &[f32], o: &mut [f32]) {
         _mm256_maskstore_ps(o.as_mut_ptr().add(full), m, v);
     }
 }
+
+/// Whether the CPU has AVX-512 BF16 with F and BW (`vdpbf16ps`, `vcvtne2ps2bf16`, `vpermw`):
+/// the bf16 paths of prefill attention and of training's products.
+pub(crate) fn bf16_supported() -> bool {
+    std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("avx512bw")
+        && std::is_x86_feature_detected!("avx512bf16")
+}
+
+/// The same 512 bits as 32 bf16 values (every bit pattern is one).
+#[inline(always)]
+pub(crate) fn as_bh(x: __m512i) -> __m512bh {
+    // SAFETY: both are 64-byte vectors; any bits are valid in either.
+    unsafe { std::mem::transmute::<__m512i, __m512bh>(x) }
+}
+
+/// The same 512 bits as integers.
+#[inline(always)]
+pub(crate) fn as_si(x: __m512bh) -> __m512i {
+    // SAFETY: as in `as_bh`.
+    unsafe { std::mem::transmute::<__m512bh, __m512i>(x) }
+}
+
+/// The `vpermw` indices that interleave two vectors' 16 bf16 values (`a0 b0 a1 b1 ...`) from
+/// `[a0..a15, b0..b15]` (what `vcvtne2ps2bf16` of two 16-float vectors gives).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(crate) fn interleave_bf16() -> __m512i {
+    _mm512_set_epi16(
+        31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
+        19, 3, 18, 2, 17, 1, 16, 0,
+    )
+}

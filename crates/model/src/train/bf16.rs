@@ -14,6 +14,8 @@
 use std::arch::x86_64::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::simd::x86::{as_bh, as_si, bf16_supported, interleave_bf16};
+
 /// Rows per tile.
 const MR: usize = 8;
 /// Columns per packed panel.
@@ -29,9 +31,7 @@ static ON: AtomicBool = AtomicBool::new(false);
 
 /// Whether this CPU has the instructions of this path.
 pub fn supported() -> bool {
-    std::is_x86_feature_detected!("avx512f")
-        && std::is_x86_feature_detected!("avx512bw")
-        && std::is_x86_feature_detected!("avx512bf16")
+    bf16_supported()
 }
 
 /// Asks for bf16 products in training (`true`) or f32 ones; `Err` when the CPU lacks the
@@ -55,20 +55,6 @@ pub fn enabled() -> bool {
 #[inline]
 fn bf16_bits(x: f32) -> u32 {
     half::bf16::from_f32(x).to_bits() as u32
-}
-
-/// The same 512 bits as 32 bf16 values.
-#[inline(always)]
-fn as_bh(x: __m512i) -> __m512bh {
-    // SAFETY: both are 64-byte vectors; any bits are valid in either.
-    unsafe { std::mem::transmute::<__m512i, __m512bh>(x) }
-}
-
-/// The same 512 bits as integers.
-#[inline(always)]
-fn as_si(x: __m512bh) -> __m512i {
-    // SAFETY: as in `as_bh`.
-    unsafe { std::mem::transmute::<__m512bh, __m512i>(x) }
 }
 
 /// A raw pointer that may cross to rayon's threads (each task writes its own rows).
@@ -223,7 +209,7 @@ unsafe fn pack_row(a: *const f32, cs: usize, k: usize, dst: &mut [u32]) {
 /// each, pair-major).
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 unsafe fn pack_transposed16(a: *const f32, cs: usize, k: usize, kp: usize, dst: &mut [u32]) {
-    let idx = interleave();
+    let idx = interleave_bf16();
     let (t0, t1) = dst.split_at_mut(kp * MR);
     for p in 0..kp {
         let r0 = _mm512_loadu_ps(a.add(2 * p * cs));
@@ -244,17 +230,6 @@ unsafe fn pack_transposed16(a: *const f32, cs: usize, k: usize, kp: usize, dst: 
     }
 }
 
-/// The `vpermw` indices that interleave two vectors' 16 bf16 values (`a0 b0 a1 b1 ...`) from
-/// `[a0..a15, b0..b15]`.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn interleave() -> __m512i {
-    _mm512_set_epi16(
-        31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
-        19, 3, 18, 2, 17, 1, 16, 0,
-    )
-}
-
 /// Columns `0..min(cols, 16)` of `b` (from its first column; `rs`, `cs` strides) as one
 /// panel: pair `p` of column `j` at `p * 16 + j` (zero past `k` and past the columns).
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
@@ -263,7 +238,7 @@ unsafe fn pack_panel(b: *const f32, rs: usize, cs: usize, k: usize, cols: usize,
     let kp = k.div_ceil(2);
     if cs == 1 && cols == PANEL {
         // rows contiguous: two rows' 16 values, rounded, interleaved into 16 pairs
-        let idx = interleave();
+        let idx = interleave_bf16();
         for p in 0..kp {
             let r0 = _mm512_loadu_ps(b.add(2 * p * rs));
             let r1 = if 2 * p + 1 < k {
