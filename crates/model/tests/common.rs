@@ -127,3 +127,48 @@ pub fn sampled_with_penalty() -> SamplingParams {
         ..Default::default()
     }
 }
+
+/// The PyTorch gradient fixture of `arch` (`scripts/make_grad_fixtures.py`): the trainable
+/// model and the fixture's tensors.
+pub fn grad_case(
+    arch: &str,
+) -> (
+    hat_model::train::TrainModel,
+    std::collections::HashMap<String, Tensor>,
+) {
+    let model = hat_model::train::TrainModel::from_transformer(load_hf(
+        arch,
+        LoadOptions {
+            trainable: true,
+            ..Default::default()
+        },
+    ))
+    .unwrap();
+    let f = candle_core::safetensors::load(fixture(arch).join("grads.safetensors"), &Device::Cpu)
+        .unwrap();
+    (model, f)
+}
+
+/// The fixture's `case` ("causal" or "packed") as a training sequence.
+pub fn grad_packed(
+    f: &std::collections::HashMap<String, Tensor>,
+    case: &str,
+) -> hat_model::train::Packed {
+    let u32s = |k: &str| -> Vec<u32> {
+        f[&format!("{case}.{k}")]
+            .to_vec1::<i64>()
+            .unwrap()
+            .into_iter()
+            .map(|x| x as u32)
+            .collect()
+    };
+    hat_model::train::Packed {
+        ids: u32s("ids"),
+        positions: u32s("positions"),
+        visible: std::sync::Arc::new(
+            hat_model::train::Visible::new(u32s("prefix_end"), u32s("segment_start")).unwrap(),
+        ),
+        loss_rows: u32s("loss_rows"),
+        targets: u32s("targets"),
+    }
+}

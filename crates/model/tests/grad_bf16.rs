@@ -5,11 +5,8 @@
 
 mod common;
 
-use candle_core::Device;
 use common::*;
-use hat_model::train::{attention::Visible, MatmulPrecision, Packed, TrainModel};
-use hat_model::LoadOptions;
-use std::sync::Arc;
+use hat_model::train::MatmulPrecision;
 
 #[test]
 fn bf16_products_give_pytorchs_loss_and_gradients_within_rounding() {
@@ -19,35 +16,10 @@ fn bf16_products_give_pytorchs_loss_and_gradients_within_rounding() {
     }
     assert_eq!(hat_model::train::matmul_precision(), MatmulPrecision::Bf16);
     for arch in ["llama", "qwen2"] {
-        let model = TrainModel::from_transformer(load_hf(
-            arch,
-            LoadOptions {
-                trainable: true,
-                ..Default::default()
-            },
-        ))
-        .unwrap();
-        let f =
-            candle_core::safetensors::load(fixture(arch).join("grads.safetensors"), &Device::Cpu)
-                .unwrap();
-        let u32s = |k: &str| -> Vec<u32> {
-            f[k].to_vec1::<i64>()
-                .unwrap()
-                .into_iter()
-                .map(|x| x as u32)
-                .collect()
-        };
+        let (model, f) = grad_case(arch);
         for case in ["causal", "packed"] {
             let key = |k: &str| format!("{case}.{k}");
-            let p = Packed {
-                ids: u32s(&key("ids")),
-                positions: u32s(&key("positions")),
-                visible: Arc::new(
-                    Visible::new(u32s(&key("prefix_end")), u32s(&key("segment_start"))).unwrap(),
-                ),
-                loss_rows: u32s(&key("loss_rows")),
-                targets: u32s(&key("targets")),
-            };
+            let p = grad_packed(&f, case);
             let (sum, n) = model.loss(&p).unwrap();
             let loss = (sum / n as f64).unwrap();
             let want = f[&key("loss")].to_vec1::<f32>().unwrap()[0];
