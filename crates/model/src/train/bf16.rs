@@ -396,7 +396,10 @@ mod tests {
     #[test]
     fn products_match_the_rounded_reference_in_every_layout() {
         if !supported() {
-            eprintln!("train bf16 products not tested: the CPU lacks avx512bf16 (or avx512f/bw)");
+            // this CPU's path is f32: asking for bf16 is refused, the setting stays off
+            assert!(set_enabled(true).unwrap_err().contains("avx512bf16"));
+            assert!(!enabled());
+            eprintln!("train bf16 products not run: the CPU lacks avx512bf16 (or avx512f/bw)");
             return;
         }
         let mut seed = 7u64;
