@@ -20,6 +20,7 @@ fn bench(c: &mut Criterion) {
         shared_scene: false,
         mix: Default::default(),
         recovery: 0.0,
+        first_turns: 0,
     };
     let st = states(&dir, cfg.variants, cfg.pool, cfg.seed).unwrap();
     let mut g = c.benchmark_group("datagen");

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use hat_agent::driver::{drive, Actor, Done, Job, ModelActor};
 use hat_agent::episode::{ChatModel, EpisodeConfig};
 use hat_augment::Pool;
-use hat_harness::Harness;
+use hat_harness::{Harness, Message, Role, ToolCall};
 use hat_tasks::task::splitmix64;
 use hat_tasks::{KindMix, Split, TaskSet, WorldCache};
 use hat_teacher::oracle::OracleActor;
@@ -50,6 +50,10 @@ pub struct GenConfig {
     /// product, its telling answer, then the right call (`hat_teacher::oracle::trajectory_with`;
     /// the wrong turn is written with `weight: 0`). Ignored for a chat teacher.
     pub recovery: f64,
+    /// With `shared_scene`: this many more tasks per scene, written only up to the teacher's
+    /// first turn (its look-up or its reply): a trainer sees more first decisions of the scene
+    /// for a few dozen tokens each, since a pack holds the scene's prompt once.
+    pub first_turns: usize,
 }
 
 /// Checks a `recovery` share: a number from 0 (no detours) to 1.
@@ -157,24 +161,56 @@ pub fn generate(
     let mut worlds = WorldCache::default();
     let group = cfg.group.max(1);
     let scenes = cfg.shared_scene && group > 1;
-    let tasks = if scenes {
-        TaskSet::generate_scenes(
+    if cfg.first_turns > 0 && !scenes {
+        return Err(DataError::Usage(
+            "first-turn extras join a shared scene: pass --shared-scene and --group K > 1 \
+             with --first-turns"
+                .into(),
+        ));
+    }
+    // per task: its scene (scenes only) and whether it is a first-turn extra
+    let (tasks, scene_of): (Vec<_>, Vec<_>) = if scenes {
+        TaskSet::generate_scenes_with_extras(
             Split::Train,
             cfg.tasks,
             cfg.seed,
             &cfg.mix.rotation(),
             &mut worlds,
             group,
+            cfg.first_turns,
         )?
+        .into_iter()
+        .map(|s| (s.task, (s.scene, s.extra)))
+        .unzip()
     } else {
-        TaskSet::generate_kinds(
+        let tasks = TaskSet::generate_kinds(
             Split::Train,
             cfg.tasks,
             cfg.seed,
             &cfg.mix.rotation(),
             &mut worlds,
-        )?
+        )?;
+        let n = tasks.len();
+        (tasks, (0..n).map(|n| (n / group, false)).collect())
     };
+    // Each episode's seed: by its place among the scenes' own tasks (as before extras
+    // existed), extras numbered apart, so adding extras changes no other trajectory.
+    let mut own = 0;
+    let mut extras = 0;
+    let episode_no: Vec<u64> = scene_of
+        .iter()
+        .map(|&(_, extra)| {
+            let n = if extra {
+                extras += 1;
+                hat_tasks::suite::EXTRA_INDEX_BASE + extras - 1
+            } else {
+                own += 1;
+                own - 1
+            };
+            n as u64
+        })
+        .collect();
+
     let mut report = GenReport {
         attempted: 0,
         written: 0,
@@ -201,7 +237,8 @@ pub fn generate(
     // Which state each task runs under, and which are already in the file.
     let mut jobs_of: Vec<(usize, usize)> = Vec::with_capacity(order.len());
     for (n, &i) in order.iter().enumerate() {
-        let si = (n / group) % states.len();
+        let run = if scenes { scene_of[i].0 } else { n / group };
+        let si = run % states.len();
         if skip.contains(&(tasks[i].id.clone(), states[si].harness.hash.clone())) {
             report.skipped_existing += 1;
             continue;
@@ -215,7 +252,7 @@ pub fn generate(
             task: &tasks[i],
             harness: &states[si].harness,
             world: worlds.peek(tasks[i].world_seed).expect("built above"),
-            seed: splitmix64(cfg.seed ^ i as u64),
+            seed: splitmix64(cfg.seed ^ episode_no[i]),
         })
         .collect();
     report.attempted = jobs.len();
@@ -266,13 +303,16 @@ pub fn generate(
             .map(|c| (c.name.to_string(), Value::Bool(c.pass)))
             .collect();
         let traj = o.trajectory;
-        let mut messages = traj.messages;
+        let (mut messages, mut calls) = (traj.messages, traj.attempt.calls);
         // The scene's earlier replies are context the task supplies, scripted, not the
         // teacher's work: a trainer must not learn from them.
         for k in hat_tasks::episode::scripted_replies(task.history.len()) {
             if let Some(m) = messages.get_mut(k) {
                 m.weight = Some(0);
             }
+        }
+        if scene_of[i].1 {
+            (messages, calls) = first_turn(messages, calls);
         }
         let rec = Record {
             messages,
@@ -285,7 +325,7 @@ pub fn generate(
             task_type: task.kind.as_str().to_string(),
             split: Split::Train.as_str().to_string(),
             lang: task.lang.clone(),
-            calls: traj.attempt.calls,
+            calls,
             teacher: teacher_name.clone(),
             score: Value::Object(verdict),
         };
@@ -302,4 +342,92 @@ pub fn generate(
     report.seconds = started.elapsed().as_secs_f64();
     report.per_minute = report.attempted as f64 / report.seconds.max(1e-9) * 60.0;
     Ok(report)
+}
+
+/// A trajectory cut after the teacher's first trained turn (the first assistant message not
+/// written with weight 0), with the calls made up to and in that turn: what a first-turn extra
+/// keeps. A trajectory with no such turn is returned whole.
+fn first_turn(messages: Vec<Message>, calls: Vec<ToolCall>) -> (Vec<Message>, Vec<ToolCall>) {
+    let Some(cut) = messages
+        .iter()
+        .position(|m| m.role == Role::Assistant && m.weight != Some(0))
+    else {
+        return (messages, calls);
+    };
+    // every call gets one tool message: those before the cut and those answering it
+    let answering = messages[cut + 1..]
+        .iter()
+        .take_while(|m| m.role == Role::Tool)
+        .count();
+    let made = messages[..cut]
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .count()
+        + answering;
+    let mut messages = messages;
+    messages.truncate(cut + 1);
+    let mut calls = calls;
+    calls.truncate(made);
+    (messages, calls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(role: Role, content: &str, weight: Option<u8>) -> Message {
+        Message {
+            role,
+            content: content.into(),
+            name: None,
+            weight,
+        }
+    }
+
+    fn call(name: &str) -> ToolCall {
+        ToolCall {
+            name: name.into(),
+            arguments: Value::Object(Map::new()),
+        }
+    }
+
+    #[test]
+    fn a_first_turn_extra_ends_with_the_first_trained_turn_and_its_calls() {
+        use Role::*;
+        // a scripted earlier reply (weight 0), a detour (weight 0) with its result, then the
+        // turn that counts with two calls, their results and the reply
+        let messages = vec![
+            msg(System, "s", None),
+            msg(User, "hi", None),
+            msg(Assistant, "scripted", Some(0)),
+            msg(User, "q", None),
+            msg(Assistant, "<call a>", Some(0)),
+            msg(Tool, "ra", None),
+            msg(Assistant, "<call b><call c>", None),
+            msg(Tool, "rb", None),
+            msg(Tool, "rc", None),
+            msg(Assistant, "reply", None),
+        ];
+        let calls = vec![call("a"), call("b"), call("c")];
+        let (m, c) = first_turn(messages.clone(), calls.clone());
+        assert_eq!(m, messages[..7].to_vec());
+        assert_eq!(c, calls);
+        // a reply with no call: the whole trajectory
+        let plain = vec![
+            msg(System, "s", None),
+            msg(User, "hi", None),
+            msg(Assistant, "hey", None),
+        ];
+        assert_eq!(first_turn(plain.clone(), vec![]), (plain.clone(), vec![]));
+        // a call then a reply: the call stays, the reply and result go
+        let two = vec![
+            msg(System, "s", None),
+            msg(User, "q", None),
+            msg(Assistant, "<call a>", None),
+            msg(Tool, "ra", None),
+            msg(Assistant, "reply", None),
+        ];
+        let (m, c) = first_turn(two.clone(), vec![call("a")]);
+        assert_eq!((m, c), (two[..3].to_vec(), vec![call("a")]));
+    }
 }

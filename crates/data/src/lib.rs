@@ -31,6 +31,8 @@ pub enum DataError {
     Task(#[from] hat_tasks::TaskError),
     #[error(transparent)]
     Teacher(#[from] hat_agent::AgentError),
+    #[error("{0}")]
+    Usage(String),
     #[error("cannot serialise a record: {0}")]
     Json(#[from] serde_json::Error),
 }

@@ -22,6 +22,7 @@ fn run(tasks: usize, seed: u64, group: usize, shared_scene: bool) -> Vec<u8> {
         shared_scene,
         mix: Default::default(),
         recovery: 0.0,
+        first_turns: 0,
     };
     let st = states(&dir, cfg.variants, cfg.pool, seed).unwrap();
     let mut out = Vec::new();

@@ -214,6 +214,99 @@ fn data_gen_shared_scene_gives_each_group_one_system_prompt() {
 }
 
 #[test]
+fn data_gen_first_turns_add_cut_trajectories_to_each_scene_and_change_nothing_else() {
+    let d = tempfile::tempdir().unwrap();
+    let gen = |out: &Path, extra: &[&str]| {
+        hat()
+            .args([
+                "data",
+                "gen",
+                "--variants",
+                "2",
+                "--tasks",
+                "16",
+                "--group",
+                "8",
+            ])
+            .args(["--shared-scene", "--seed", "5", "--harness"])
+            .arg(production())
+            .args(extra)
+            .arg("--out")
+            .arg(out)
+            .assert()
+            .success()
+    };
+    let (plain, cut) = (d.path().join("plain.jsonl"), d.path().join("cut.jsonl"));
+    gen(&plain, &[]);
+    gen(&cut, &["--first-turns", "4"]).stdout(predicate::str::contains(
+        "first-turn extras: 4 more tasks per scene",
+    ));
+    let lines = |p: &Path| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(p)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let (plain, cut) = (lines(&plain), lines(&cut));
+    assert_eq!(cut.len(), 16 + 2 * 4, "two scenes of 8 and 4 extras each");
+    for (scene, rows) in cut.chunks(12).enumerate() {
+        assert_eq!(
+            &rows[..8],
+            &plain[scene * 8..scene * 8 + 8],
+            "own tasks unchanged"
+        );
+        for r in rows {
+            assert_eq!(
+                r["messages"][0], rows[0]["messages"][0],
+                "one system prompt a scene"
+            );
+            assert_eq!(r["harness_hash"], rows[0]["harness_hash"]);
+        }
+        for r in &rows[8..] {
+            let m = r["messages"].as_array().unwrap();
+            let last = m.last().unwrap();
+            assert_eq!(last["role"], "assistant", "{r}");
+            let trained = m
+                .iter()
+                .filter(|x| x["role"] == "assistant" && x["weight"] != 0)
+                .count();
+            assert_eq!(trained, 1, "only the first trained turn: {r}");
+            let calls = r["calls"].as_array().unwrap().len();
+            let in_turn = last["content"]
+                .as_str()
+                .unwrap()
+                .matches("<tool_call>")
+                .count();
+            assert_eq!(calls, in_turn, "the calls of that turn: {r}");
+        }
+    }
+    assert!(
+        cut[8..12]
+            .iter()
+            .any(|r| !r["calls"].as_array().unwrap().is_empty()),
+        "some extras stop at a look-up"
+    );
+    fails_cleanly(
+        hat()
+            .args([
+                "data",
+                "gen",
+                "--tasks",
+                "4",
+                "--group",
+                "4",
+                "--first-turns",
+                "2",
+                "--out",
+            ])
+            .arg(d.path().join("x.jsonl")),
+    )
+    .stderr(predicate::str::contains("pass --shared-scene"));
+    assert!(!d.path().join("x.jsonl").exists());
+}
+
+#[test]
 fn data_gen_recovery_writes_untrained_detours_and_stats_counts_them() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("r.jsonl");

@@ -111,6 +111,7 @@ fn data(
         shared_scene: d.shared_scene,
         mix: d.mix()?,
         recovery: d.recovery,
+        first_turns: 0,
     };
     let states = hat_data::gen::states(
         &cfg.harness_dir,

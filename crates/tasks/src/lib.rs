@@ -21,7 +21,7 @@ pub mod task;
 pub use gold::{expect, Expectations};
 pub use kind::{KindMix, TaskKind};
 pub use score::{score, Attempt, Score};
-pub use suite::{TaskSet, WorldCache};
+pub use suite::{SceneTask, TaskSet, WorldCache};
 pub use task::{Attack, Intent, Split, Task};
 
 #[derive(Debug, thiserror::Error)]

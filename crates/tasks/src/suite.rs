@@ -96,54 +96,119 @@ impl TaskSet {
         worlds: &mut WorldCache,
         per_scene: usize,
     ) -> Result<Vec<Task>, TaskError> {
+        Ok(
+            Self::generate_scenes_with_extras(split, count, seed, kinds, worlds, per_scene, 0)?
+                .into_iter()
+                .map(|s| s.task)
+                .collect(),
+        )
+    }
+
+    /// [`TaskSet::generate_scenes`], and after each scene's own tasks `extra` more in the same
+    /// scene (kinds rotating on a counter of their own, each from a seed of its own, ids
+    /// numbered from [`EXTRA_INDEX_BASE`]), so a scene's own tasks are exactly those
+    /// `generate_scenes` draws with the same arguments and the extras only add to them. `count`
+    /// counts the scenes' own tasks. Deterministic in all the arguments.
+    pub fn generate_scenes_with_extras(
+        split: Split,
+        count: usize,
+        seed: u64,
+        kinds: &[TaskKind],
+        worlds: &mut WorldCache,
+        per_scene: usize,
+        extra: usize,
+    ) -> Result<Vec<SceneTask>, TaskError> {
         if kinds.is_empty() {
             return Err(TaskError::Gold("no task kinds to draw from".into()));
         }
         let per_scene = per_scene.max(1);
         let n_worlds = count.div_ceil(TASKS_PER_WORLD).max(1) as u64;
-        let mut out = Vec::with_capacity(count);
-        let mut i = 0usize;
+        let mut out = Vec::with_capacity(count + count.div_ceil(per_scene) * extra);
+        let (mut own, mut i, mut j) = (0usize, 0usize, 0usize);
+        let limit = (count + count.div_ceil(per_scene) * extra) * 4 + 100;
         let mut attempts = 0usize;
         let mut scene_no = 0u64;
-        while out.len() < count {
+        let mut draw = |index: usize,
+                        rng_seed: u64,
+                        kind: TaskKind,
+                        world_seed: u64,
+                        catalog: &hat_world::Catalog,
+                        scene: &gen::Scene|
+         -> Result<Option<Task>, TaskError> {
+            attempts += 1;
+            if attempts > limit {
+                return Err(TaskError::Gold(
+                    "task generation keeps failing; the catalog cannot support these task kinds"
+                        .into(),
+                ));
+            }
+            let mut rng = ChaCha8Rng::seed_from_u64(rng_seed);
+            Ok(gen::generate_in(
+                kind,
+                split,
+                catalog,
+                world_seed,
+                index,
+                &mut rng,
+                Some(scene),
+            ))
+        };
+        while own < count {
             let world_seed = split.world_seed(seed, scene_no % n_worlds);
             let world = worlds.get(world_seed)?;
             let mut scene_rng =
                 ChaCha8Rng::seed_from_u64(splitmix64(seed ^ splitmix64(scene_no ^ 0x5CE7E)));
             let scene = gen::Scene::draw(world.catalog(), split, &mut scene_rng);
-            let want = per_scene.min(count - out.len());
+            let want = per_scene.min(count - own);
             let mut got = 0;
             while got < want {
-                attempts += 1;
-                if attempts > count * 4 + 100 {
-                    return Err(TaskError::Gold(
-                        "task generation keeps failing; the catalog cannot support these task \
-                         kinds"
-                            .into(),
-                    ));
-                }
+                let rng_seed = splitmix64(seed ^ splitmix64(i as u64 ^ 0xA5A5));
                 let kind = kinds[i % kinds.len()];
-                let mut rng =
-                    ChaCha8Rng::seed_from_u64(splitmix64(seed ^ splitmix64(i as u64 ^ 0xA5A5)));
-                let t = gen::generate_in(
-                    kind,
-                    split,
-                    world.catalog(),
-                    world_seed,
-                    i,
-                    &mut rng,
-                    Some(&scene),
-                );
-                if let Some(t) = t {
-                    out.push(t);
+                if let Some(task) = draw(i, rng_seed, kind, world_seed, world.catalog(), &scene)? {
+                    out.push(SceneTask {
+                        task,
+                        scene: scene_no as usize,
+                        extra: false,
+                    });
                     got += 1;
                 }
                 i += 1;
+            }
+            own += got;
+            let mut got = 0;
+            while got < extra {
+                let rng_seed = splitmix64(seed ^ splitmix64(j as u64 ^ 0xE7A5_E7A5));
+                let kind = kinds[j % kinds.len()];
+                let index = EXTRA_INDEX_BASE + j;
+                if let Some(task) =
+                    draw(index, rng_seed, kind, world_seed, world.catalog(), &scene)?
+                {
+                    out.push(SceneTask {
+                        task,
+                        scene: scene_no as usize,
+                        extra: true,
+                    });
+                    got += 1;
+                }
+                j += 1;
             }
             scene_no += 1;
         }
         Ok(out)
     }
+}
+
+/// Where the extra tasks of [`TaskSet::generate_scenes_with_extras`] start numbering their ids,
+/// above any count of a scene's own tasks.
+pub const EXTRA_INDEX_BASE: usize = 1_000_000;
+
+/// A task of [`TaskSet::generate_scenes_with_extras`]: its scene (numbered from 0 in the order
+/// drawn) and whether it is one of the scene's extras.
+#[derive(Debug, Clone)]
+pub struct SceneTask {
+    pub task: Task,
+    pub scene: usize,
+    pub extra: bool,
 }
 
 #[cfg(test)]
@@ -200,6 +265,65 @@ mod tests {
         assert!(
             TaskSet::generate_scenes(Split::Train, 10, 7, &[], &mut worlds, 4).is_err(),
             "no kinds is an error, not a panic"
+        );
+    }
+
+    #[test]
+    fn extras_join_their_scene_and_leave_its_own_tasks_unchanged() {
+        let mut worlds = WorldCache::default();
+        let own =
+            TaskSet::generate_scenes(Split::Train, 40, 9, &TaskKind::ALL, &mut worlds, 16).unwrap();
+        let all = TaskSet::generate_scenes_with_extras(
+            Split::Train,
+            40,
+            9,
+            &TaskKind::ALL,
+            &mut worlds,
+            16,
+            5,
+        )
+        .unwrap();
+        // 3 scenes (16, 16, 8 own tasks), each followed by its 5 extras
+        assert_eq!(all.len(), 40 + 3 * 5);
+        let kept: Vec<Task> = all
+            .iter()
+            .filter(|s| !s.extra)
+            .map(|s| s.task.clone())
+            .collect();
+        assert_eq!(
+            kept, own,
+            "the scenes' own tasks are generate_scenes' tasks"
+        );
+        let layout: Vec<(usize, bool)> = all.iter().map(|s| (s.scene, s.extra)).collect();
+        let mut expected = Vec::new();
+        for (scene, n) in [(0, 16), (1, 16), (2, 8)] {
+            expected.extend(std::iter::repeat_n((scene, false), n));
+            expected.extend(std::iter::repeat_n((scene, true), 5));
+        }
+        assert_eq!(layout, expected);
+        for s in &all {
+            let first = all.iter().find(|x| x.scene == s.scene).unwrap();
+            assert_eq!(
+                (s.task.world_seed, &s.task.on_stage, &s.task.recent),
+                (
+                    first.task.world_seed,
+                    &first.task.on_stage,
+                    &first.task.recent
+                ),
+                "{} is in its scene",
+                s.task.id
+            );
+        }
+        let ids: std::collections::HashSet<_> = all.iter().map(|s| &s.task.id).collect();
+        assert_eq!(ids.len(), all.len(), "task ids are unique");
+        let extra_kinds: std::collections::HashSet<_> = all
+            .iter()
+            .filter(|s| s.extra)
+            .map(|s| s.task.kind)
+            .collect();
+        assert!(
+            extra_kinds.len() >= 10,
+            "extras rotate through the kinds: {extra_kinds:?}"
         );
     }
 }

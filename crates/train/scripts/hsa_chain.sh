@@ -25,6 +25,9 @@
 #   trajectories first look up a wrong product and correct it (docs/training.md); data files
 #   and legs named with -rcP (e.g. chain-sc-rc0.4-leg4). FROM=DIR starts the first leg named
 #   from DIR instead of the previous leg's export (e.g. FROM=runs/chain-sc-leg3-hf).
+#   FIRST=N passes `--first-turns N` to the data generated while it is set (N more tasks per
+#   scene written up to the teacher's first turn; needs SCENE=1) and trains with `--pack 16+N`;
+#   data files and legs named with -ftN (docs/training.md "First-turn extras").
 #   MATMUL=bf16 trains with bf16 products (`--matmul bf16`, CPUs with AVX-512 BF16); legs
 #   named chain...-bf16-legK (the data files are the same as without it).
 set -euo pipefail
@@ -46,7 +49,13 @@ if [ -n "${RECOVERY:-}" ]; then
   [[ "$RECOVERY" =~ ^(0(\.[0-9]+)?|1(\.0+)?)$ ]] || { echo "RECOVERY='$RECOVERY' is not a share from 0 to 1 (e.g. 0.4)" >&2; exit 2; }
   rc=-rc$RECOVERY; recovery=(--recovery "$RECOVERY")
 fi
-d=$sc$rc
+ft=; first=(); pack=()
+if [ -n "${FIRST:-}" ]; then
+  [[ "$FIRST" =~ ^[1-9][0-9]*$ ]] || { echo "FIRST='$FIRST' is not a number of tasks (e.g. 16)" >&2; exit 2; }
+  [ -n "$sc" ] || { echo "FIRST=N adds first-turn tasks to shared scenes: set SCENE=1 as well" >&2; exit 2; }
+  ft=-ft$FIRST; first=(--first-turns "$FIRST"); pack=(--pack $((16 + FIRST)))
+fi
+d=$sc$rc$ft
 mm=; matmul=()
 if [ -n "${MATMUL:-}" ]; then
   [ "$MATMUL" = bf16 ] || [ "$MATMUL" = f32 ] || { echo "MATMUL='$MATMUL' is not f32 or bf16" >&2; exit 2; }
@@ -58,15 +67,15 @@ prev=default
 for leg in "$@"; do
   [[ "$leg" =~ ^[1-9][0-9]*$ ]] || { echo "leg '$leg' is not a leg number (1, 2, 3 ...)" >&2; exit 2; }
   s1=$((19 + 2 * leg)); s2=$((20 + 2 * leg)); s3=$((29 + 2 * leg))
-  out=runs/chain$sc$rc$rp$mm-leg$leg
-  [ "$leg" -gt 1 ] && prev=runs/chain$sc$rc$rp$mm-leg$((leg - 1))-hf
+  out=runs/chain$d$rp$mm-leg$leg
+  [ "$leg" -gt 1 ] && prev=runs/chain$d$rp$mm-leg$((leg - 1))-hf
   [ -n "${FROM:-}" ] && [ "$leg" = "$1" ] && prev=$FROM
   echo "leg $leg: seeds $s1/$s2/$s3 from $prev -> $out ($(date -u +%H:%M))"
   if [ ! -f "$out/model-q8_0.gguf" ]; then
     [ -f runs/chain-hsa-s$s1$d.jsonl ] || {
-      $HAT data gen --tasks 2000 --variants 120 --group 16 --seed $s1 "${weights[@]}" "${scene[@]}" "${recovery[@]}" --force --out runs/hsa-v120-s$s1$d.jsonl
-      $HAT data gen --tasks 8000 --variants 480 --group 16 --seed $s3 "${weights[@]}" "${scene[@]}" "${recovery[@]}" --force --out runs/hsa-v480-s$s3$d.jsonl
-      python3 - runs/hsa-v120-s$s1$d.jsonl runs/hsa-v480-s$s3$d.jsonl runs/chain-hsa-s$s1$d.jsonl <<'PY'
+      $HAT data gen --tasks 2000 --variants 120 --group 16 --seed $s1 "${weights[@]}" "${scene[@]}" "${recovery[@]}" "${first[@]}" --force --out runs/hsa-v120-s$s1$d.jsonl
+      $HAT data gen --tasks 8000 --variants 480 --group 16 --seed $s3 "${weights[@]}" "${scene[@]}" "${recovery[@]}" "${first[@]}" --force --out runs/hsa-v480-s$s3$d.jsonl
+      python3 - runs/hsa-v120-s$s1$d.jsonl runs/hsa-v480-s$s3$d.jsonl runs/chain-hsa-s$s1$d.jsonl $((16 + ${FIRST:-0})) <<'PY'
 import json, re, sys
 CODE = ('amber', 'cobalt', 'crimson', 'dusty', 'golden', 'hazel', 'ivory', 'jade', 'lunar',
         'misty', 'olive', 'quiet', 'rapid', 'silver', 'solar', 'swift', 'velvet', 'windy')
@@ -75,7 +84,9 @@ def meaningless(line):
     return any(re.fullmatch(r'(fn|op|api|x|svc)_[a-z2-9]{4}(_\d+)?', x)
                or (x.split('_')[0] in CODE and re.fullmatch(r'[a-z]+_[a-z]+(_\d+)?', x))
                for x in names)
-groups = lambda f: (lambda ls: [ls[i:i + 16] for i in range(0, len(ls), 16)])(open(f).readlines())
+# a group is a scene's 16 tasks and its first-turn extras (FIRST)
+G = int(sys.argv[4])
+groups = lambda f: (lambda ls: [ls[i:i + G] for i in range(0, len(ls), G)])(open(f).readlines())
 base, big = groups(sys.argv[1]), groups(sys.argv[2])
 nm = [g for g in base if meaningless(g[0])]
 keep = nm + [g for g in base if not meaningless(g[0])][:87] + [g for g in big if meaningless(g[0])][:38 - len(nm)]
@@ -83,7 +94,7 @@ open(sys.argv[3], 'w').writelines(l for g in keep for l in g)
 print(len(keep), 'groups,', len([g for g in keep if meaningless(g[0])]), 'with meaningless names')
 PY
     }
-    [ -f runs/fh-s$s2$d.jsonl ] || $HAT data gen --tasks 1000 --variants 0 --group 16 --seed $s2 "${weights[@]}" "${scene[@]}" "${recovery[@]}" --out runs/fh-s$s2$d.jsonl
+    [ -f runs/fh-s$s2$d.jsonl ] || $HAT data gen --tasks 1000 --variants 0 --group 16 --seed $s2 "${weights[@]}" "${scene[@]}" "${recovery[@]}" "${first[@]}" --out runs/fh-s$s2$d.jsonl
     extra=
     if [ -n "$rp" ]; then
       extra=,runs/replay$sc$rp-leg$leg.jsonl
@@ -92,10 +103,10 @@ PY
     fi
     resume=()
     ls "$out"/checkpoints/*/state.json >/dev/null 2>&1 && resume=(--resume)
-    $HAT train sft --data runs/chain-hsa-s$s1$d.jsonl,runs/fh-s$s2$d.jsonl$extra --model $prev --preset cpu --out $out "${steps[@]}" "${resume[@]}" "${matmul[@]}"
+    $HAT train sft --data runs/chain-hsa-s$s1$d.jsonl,runs/fh-s$s2$d.jsonl$extra --model $prev --preset cpu --out $out "${steps[@]}" "${resume[@]}" "${matmul[@]}" "${pack[@]}"
   fi
   [ -d "$out-hf" ] || $HAT train export $out --format hf --out $out-hf
-  ev=runs/eval-chain$sc$rc$rp$mm-leg$leg
+  ev=runs/eval-chain$d$rp$mm-leg$leg
   if [ ! -f $ev/lsqa/results.json ] || [ ! -f $ev/hvqa/results.json ] || [ ! -f $ev/ifeval/results.json ]; then
     again=()
     [ -d $ev ] && again=(--resume)

@@ -138,6 +138,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 shared_scene: false,
                 mix: Default::default(),
                 recovery: 0.0,
+                first_turns: 0,
             };
             let states = gen::states(&harness, variants, pool, cfg.seed)?;
             let mut rates = Vec::new();

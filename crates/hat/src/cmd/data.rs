@@ -63,6 +63,13 @@ pub struct GenArgs {
     /// the mistake (an error, another product's title) take the detour.
     #[arg(long, default_value_t = 0.0, value_parser = share, allow_negative_numbers = true)]
     recovery: f64,
+    /// With --shared-scene: N more tasks per scene, written only up to the teacher's first
+    /// turn (its look-up call or its reply, the end-of-turn token included). A training pack
+    /// holds the scene's prompt once, so each costs a few dozen tokens and doubles, at N = K,
+    /// the look-ups a step learns from (docs/training.md). Train with `--pack` at least K + N
+    /// so a scene stays one pack.
+    #[arg(long, default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1024))]
+    first_turns: usize,
     #[arg(long)]
     out: PathBuf,
     /// oracle, or openai (any OpenAI-compatible chat endpoint).
@@ -242,6 +249,12 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
     if a.shared_scene && a.group < 2 {
         bail!("--shared-scene makes each run of --group K tasks one scene: pass --group K with K > 1 (e.g. --group 16)");
     }
+    if a.first_turns > 0 && !a.shared_scene {
+        bail!("--first-turns N adds N first-turn tasks to each shared scene: pass --shared-scene (and --group K > 1) as well");
+    }
+    if a.first_turns > 0 && a.teacher != "oracle" {
+        bail!("--first-turns cuts the oracle's trajectories after their first turn; use --teacher oracle");
+    }
     if a.out.exists() && !a.resume && !a.force {
         bail!(
             "{} exists; pass --resume to continue it or --force to replace it",
@@ -284,6 +297,7 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
         shared_scene: a.shared_scene,
         mix: a.kind_weights.clone().unwrap_or_default(),
         recovery: a.recovery,
+        first_turns: a.first_turns,
     };
     let states = gen::states(&a.harness, a.variants, pool, a.seed)?;
     let skip = if a.resume {
@@ -353,6 +367,13 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
             "  shared scenes: each run of {} tasks shares the product on stage and the recent activity",
             cfg.group
         );
+        if cfg.first_turns > 0 {
+            println!(
+                "  first-turn extras: {} more tasks per scene, written up to the teacher's first turn (train with --pack {} or more)",
+                cfg.first_turns,
+                cfg.group + cfg.first_turns
+            );
+        }
     }
     for r in report.rejections.iter().take(5) {
         println!("  rejected {}", hat_harness::text::terminal_safe(r));
