@@ -8,6 +8,7 @@
 //! per-component and per-task-type breakdowns, the model's identity and
 //! decoding settings, the harness hashes and the wall time.
 
+pub mod failures;
 pub mod gate;
 pub mod run;
 pub mod suite;

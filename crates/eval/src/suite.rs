@@ -148,10 +148,15 @@ pub fn tasks_file(
     })
 }
 
+/// The augmentation seeds of hvqa's held-out harness states, in order.
+pub fn hvqa_seeds() -> Vec<u64> {
+    hat_augment::variant_seeds(splitmix64(EVAL_SEED), HVQA_VARIANTS)
+}
+
 pub fn hvqa(harness_dir: &Path, worlds: &mut WorldCache) -> Result<AgentSuite, EvalError> {
     let base = hat_augment::load_spec(harness_dir)?;
     let mut states = Vec::with_capacity(HVQA_VARIANTS);
-    for s in hat_augment::variant_seeds(splitmix64(EVAL_SEED), HVQA_VARIANTS) {
+    for s in hvqa_seeds() {
         let v = hat_augment::augment(&base, s, Pool::Heldout)?;
         states.push(Harness::compile(v.spec, Some(harness_dir.to_path_buf()))?);
     }

@@ -561,6 +561,59 @@ fn eval_runs_the_oracle_resumes_and_compares() {
     .stderr(predicate::str::contains("unknown suite"));
 }
 
+#[test]
+fn eval_failures_sorts_failed_items_into_causes() {
+    let d = tempfile::tempdir().unwrap();
+    let run = d.path().join("run");
+    let item = |kind: &str, hash: &str, pass: bool, reason: &str| {
+        serde_json::json!({"task_type": kind, "harness_hash": hash, "pass": pass, "reason": reason})
+            .to_string()
+    };
+    for (suite, hash) in [("lsqa", "sha256:prod"), ("hvqa", "sha256:elsewhere")] {
+        std::fs::create_dir_all(run.join(suite)).unwrap();
+        let lines = [
+            item("compare", hash, false, "arguments: product: `product` is \"P4\", expected \"P3\"; facts: does not state price of P3 (69.9)"),
+            item("compare", hash, false, "calls: unknown tool `x` (this harness has: a); did not call product; arguments: no valid product call"),
+            item("greet_join", hash, true, ""),
+        ];
+        std::fs::write(run.join(suite).join("items.jsonl"), lines.join("\n") + "\n").unwrap();
+    }
+    let out = hat()
+        .args(["eval", "failures"])
+        .arg(&run)
+        .arg("--harness")
+        .arg(production())
+        .assert()
+        .success();
+    let text = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    // each labelled row, once per suite, with this run's cell
+    let rows = |label: &str, cell: &str| {
+        let hits: Vec<&str> = text
+            .lines()
+            .filter(|l| l.trim_start().starts_with(label))
+            .collect();
+        assert_eq!(hits.len(), 2, "{label}: {text}");
+        assert!(
+            hits.iter().all(|l| l.trim_end().ends_with(cell)),
+            "{label}: {text}"
+        );
+    };
+    rows("failed / items", "2 / 3");
+    rows("looks up the wrong product", "1 (50%)");
+    rows("calls a tool the harness lacks", "1 (50%)");
+    rows("misses a needed call", "1 (50%)");
+    rows("reply misses a fact", "1 (50%)");
+    assert!(
+        text.contains("compare") && !text.contains("greet_join"),
+        "{text}"
+    );
+    assert!(text.contains("3 items under harness states that"), "{text}");
+    fails_cleanly(hat().args(["eval", "failures"]).arg(d.path().join("nope")))
+        .stderr(predicate::str::contains("is not a `hat eval --out` folder"));
+    fails_cleanly(hat().args(["eval", "failures"]).arg(d.path()))
+        .stderr(predicate::str::contains("no lsqa or hvqa items"));
+}
+
 /// A loopback OpenAI-compatible server that answers with canned completions.
 fn fake_endpoint(answers: Vec<&'static str>) -> String {
     use std::io::{BufRead, BufReader, Read, Write};

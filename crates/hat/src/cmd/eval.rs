@@ -36,6 +36,17 @@ pub enum EvalCmd {
         #[arg(required = true, num_args = 2..)]
         runs: Vec<PathBuf>,
     },
+    /// Why the agent suites' items failed, side by side for one or more `hat eval` runs: failed
+    /// items per cause (wrong product looked up, a tool the harness lacks, a fact missing from
+    /// the reply ...), task types below half, and hvqa's pass rate under each held-out
+    /// transformation of its harness states.
+    Failures {
+        #[arg(required = true, num_args = 1..)]
+        runs: Vec<PathBuf>,
+        /// The harness the runs were evaluated with (hvqa's states are derived from it).
+        #[arg(long, default_value = "harnesses/livestream")]
+        harness: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -106,6 +117,7 @@ pub fn run(a: EvalArgs) -> Result<()> {
             Ok(())
         }
         Some(EvalCmd::Compare { runs }) => compare(&runs),
+        Some(EvalCmd::Failures { runs, harness }) => failures(&runs, &harness),
         None => run_suites(a.run),
     }
 }
@@ -182,6 +194,148 @@ fn run_suites(r: RunArgs) -> Result<()> {
         "results in {}/<suite>/results.json and items.jsonl",
         out.display()
     );
+    Ok(())
+}
+
+fn failures(runs: &[PathBuf], harness: &std::path::Path) -> Result<()> {
+    use hat_eval::failures::{by_transformation, hvqa_transformations, read, Cause};
+    for r in runs {
+        if !r.is_dir() {
+            bail!("{} is not a `hat eval --out` folder", r.display());
+        }
+    }
+    let names: Vec<String> = runs.iter().map(|r| r.display().to_string()).collect();
+    let header = |title: &str| {
+        print!("{title:<44}");
+        for n in &names {
+            print!(" {n:>24}");
+        }
+        println!();
+    };
+    let mut transformations = None;
+    let mut any = false;
+    for suite in ["lsqa", "hvqa"] {
+        let runs_b = runs
+            .iter()
+            .map(|r| read(r, suite))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        if runs_b.iter().all(Option::is_none) {
+            continue;
+        }
+        any = true;
+        header(&format!("{suite}: failed items by cause"));
+        let cell = |b: &Option<hat_eval::failures::Breakdown>,
+                    f: &dyn Fn(&hat_eval::failures::Breakdown) -> String| {
+            b.as_ref().map_or("-".to_string(), f)
+        };
+        print!("{:<44}", "  failed / items");
+        for b in &runs_b {
+            print!(
+                " {:>24}",
+                cell(b, &|b| format!("{} / {}", b.failed, b.items))
+            );
+        }
+        println!();
+        for c in Cause::ALL {
+            if runs_b.iter().flatten().all(|b| !b.causes.contains_key(&c)) {
+                continue;
+            }
+            print!("  {:<42}", c.describe());
+            for b in &runs_b {
+                print!(
+                    " {:>24}",
+                    cell(b, &|b| {
+                        let n = b.causes.get(&c).copied().unwrap_or(0);
+                        format!("{n} ({:.0}%)", 100.0 * n as f64 / b.failed.max(1) as f64)
+                    })
+                );
+            }
+            println!();
+        }
+        let types: std::collections::BTreeSet<&String> = runs_b
+            .iter()
+            .flatten()
+            .flat_map(|b| b.by_type.keys())
+            .collect();
+        let below: Vec<&String> = types
+            .into_iter()
+            .filter(|t| {
+                runs_b
+                    .iter()
+                    .flatten()
+                    .any(|b| b.by_type.get(*t).is_some_and(|&(p, n)| 2 * p < n))
+            })
+            .collect();
+        if !below.is_empty() {
+            println!("  task types below half in some run (passed/items):");
+            for t in below {
+                print!("    {t:<40}");
+                for b in &runs_b {
+                    print!(
+                        " {:>24}",
+                        cell(b, &|b| b
+                            .by_type
+                            .get(t)
+                            .map_or("-".into(), |(p, n)| format!("{p}/{n}")))
+                    );
+                }
+                println!();
+            }
+        }
+        if suite == "hvqa" {
+            let t =
+                match &transformations {
+                    Some(t) => t,
+                    None => transformations.insert(hvqa_transformations(harness).with_context(
+                        || format!("deriving hvqa's states from {}", harness.display()),
+                    )?),
+                };
+            let per_run: Vec<_> = runs_b
+                .iter()
+                .map(|b| b.as_ref().map(|b| by_transformation(&b.by_harness, t)))
+                .collect();
+            let labels: std::collections::BTreeSet<&String> = per_run
+                .iter()
+                .flatten()
+                .flat_map(|(rows, _)| rows.keys())
+                .collect();
+            println!("  pass rate under each held-out transformation (harness states):");
+            for l in labels {
+                let states = per_run
+                    .iter()
+                    .flatten()
+                    .find_map(|(rows, _)| rows.get(l).map(|r| r.2))
+                    .unwrap_or(0);
+                print!("    {:<40}", format!("{l} ({states})"));
+                for r in &per_run {
+                    let c = r
+                        .as_ref()
+                        .and_then(|(rows, _)| rows.get(l))
+                        .map_or("-".to_string(), |&(p, n, _)| {
+                            format!("{:.0}%", 100.0 * p as f64 / n.max(1) as f64)
+                        });
+                    print!(" {c:>24}");
+                }
+                println!();
+            }
+            for (name, r) in names.iter().zip(&per_run) {
+                if let Some((_, unknown)) = r {
+                    if *unknown > 0 {
+                        println!(
+                            "  {name}: {unknown} items under harness states that {} does not give (evaluated with another harness?)",
+                            harness.display()
+                        );
+                    }
+                }
+            }
+        }
+    }
+    if !any {
+        bail!(
+            "no lsqa or hvqa items in {}: point at the folder `hat eval --out` wrote",
+            names.join(", ")
+        );
+    }
     Ok(())
 }
 

@@ -1,0 +1,351 @@
+//! Why an agent suite's items failed: each failed item's scorer reasons sorted into causes
+//! (the wrong product looked up, a tool the harness does not have, a fact missing from the
+//! reply, ...), and for hvqa the pass rate under each held-out transformation of its harness
+//! states. `hat eval failures RUN...` prints both, side by side for several runs: the evidence
+//! for what limits a model, and where the next training data should go.
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::EvalError;
+
+/// A cause of failure, read from the scorer's reasons. An item can have several.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Cause {
+    /// A tool call that does not parse in the harness's call syntax.
+    CallSyntax,
+    /// No reply to the viewers, or prompt scaffolding in it.
+    Reply,
+    /// A call to a tool name the harness does not have.
+    UnknownTool,
+    /// A call to a real tool that the task does not need (a wrong choice).
+    UnneededTool,
+    /// A needed operation never called.
+    MissingCall,
+    /// A tool called where the task needs none.
+    NeedlessCall,
+    /// The right operation with another product than the one the viewer meant.
+    WrongProduct,
+    /// Arguments that do not fit the tool's schema (missing, unexpected or mistyped names).
+    Schema,
+    /// Another argument with a wrong value (a size, a region, a budget ...).
+    WrongValue,
+    /// The reply leaves out a fact the task needs.
+    MissingFact,
+    /// A hook, length or wording constraint broken.
+    Constraint,
+    /// A reason none of the above recognise.
+    Other,
+}
+
+impl Cause {
+    pub const ALL: [Cause; 12] = [
+        Cause::WrongProduct,
+        Cause::UnknownTool,
+        Cause::UnneededTool,
+        Cause::MissingCall,
+        Cause::NeedlessCall,
+        Cause::Schema,
+        Cause::WrongValue,
+        Cause::CallSyntax,
+        Cause::MissingFact,
+        Cause::Reply,
+        Cause::Constraint,
+        Cause::Other,
+    ];
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Cause::CallSyntax => "a tool call that does not parse",
+            Cause::Reply => "no reply, or scaffolding in it",
+            Cause::UnknownTool => "calls a tool the harness lacks",
+            Cause::UnneededTool => "calls the wrong tool",
+            Cause::MissingCall => "misses a needed call",
+            Cause::NeedlessCall => "calls a tool where none is needed",
+            Cause::WrongProduct => "looks up the wrong product",
+            Cause::Schema => "arguments off the tool's schema",
+            Cause::WrongValue => "another argument wrong",
+            Cause::MissingFact => "reply misses a fact",
+            Cause::Constraint => "breaks a constraint",
+            Cause::Other => "other",
+        }
+    }
+}
+
+/// The causes in one item's joined reason (`Score::reason`: `component: detail; detail;
+/// component: detail`). Consequences of an earlier cause (`no valid stock call` after a missing
+/// or unknown call) add nothing.
+pub fn causes(reason: &str) -> Vec<Cause> {
+    const COMPONENTS: [&str; 5] = ["format", "calls", "arguments", "facts", "constraints"];
+    let mut out = Vec::new();
+    let mut component = "";
+    for seg in reason.split("; ").filter(|s| !s.trim().is_empty()) {
+        let mut detail = seg;
+        if let Some((head, rest)) = seg.split_once(": ") {
+            if COMPONENTS.contains(&head) {
+                component = head;
+                detail = rest;
+            }
+        }
+        let cause = match component {
+            "format" if detail.contains("no reply") || detail.contains("scaffolding") => {
+                Some(Cause::Reply)
+            }
+            "format" if detail.contains("calls is too many") => Some(Cause::Other),
+            "format" => Some(Cause::CallSyntax),
+            "calls" if detail.starts_with("unknown tool") => Some(Cause::UnknownTool),
+            "calls" if detail.contains("which this task does not need") => {
+                Some(Cause::UnneededTool)
+            }
+            "calls" if detail.starts_with("did not call") => Some(Cause::MissingCall),
+            "calls" if detail.starts_with("no tool is needed") => Some(Cause::NeedlessCall),
+            "arguments" if detail.starts_with("no valid ") => None,
+            "arguments" if detail.contains("`product` is ") => Some(Cause::WrongProduct),
+            "arguments"
+                if detail.contains("invalid arguments")
+                    || detail.contains("missing `")
+                    || detail.contains("unexpected argument")
+                    || detail.contains("required property") =>
+            {
+                Some(Cause::Schema)
+            }
+            "arguments" if detail.contains(" is ") && detail.contains("expected") => {
+                Some(Cause::WrongValue)
+            }
+            "facts" if detail.contains("does not state") => Some(Cause::MissingFact),
+            "constraints" => Some(Cause::Constraint),
+            _ => Some(Cause::Other),
+        };
+        if let Some(c) = cause {
+            if !out.contains(&c) {
+                out.push(c);
+            }
+        }
+    }
+    // a missing call whose reason is only a consequence still failed the item
+    if out.is_empty() && !reason.is_empty() {
+        out.push(Cause::Other);
+    }
+    out
+}
+
+/// One line of an agent suite's `items.jsonl`, the fields read here.
+#[derive(Debug, Deserialize)]
+struct Item {
+    #[serde(default)]
+    task_type: String,
+    #[serde(default)]
+    harness_hash: String,
+    pass: bool,
+    #[serde(default)]
+    reason: String,
+}
+
+/// An agent suite's failures in one run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Breakdown {
+    pub items: usize,
+    pub failed: usize,
+    /// Failed items per cause (an item counts once under each of its causes).
+    pub causes: BTreeMap<Cause, usize>,
+    /// (passed, total) per task type.
+    pub by_type: BTreeMap<String, (usize, usize)>,
+    /// (passed, total) per harness hash.
+    pub by_harness: BTreeMap<String, (usize, usize)>,
+}
+
+/// Reads `DIR/SUITE/items.jsonl` of a `hat eval` run; `None` when the run has no such suite.
+pub fn read(run: &Path, suite: &str) -> Result<Option<Breakdown>, EvalError> {
+    let path = run.join(suite).join("items.jsonl");
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(EvalError::io(&path, e)),
+    };
+    let mut b = Breakdown::default();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| EvalError::io(&path, e))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let item: Item = serde_json::from_str(&line).map_err(|e| EvalError::Parse {
+            file: path.display().to_string(),
+            line: i + 1,
+            message: format!("not an evaluated item: {e}"),
+        })?;
+        b.items += 1;
+        let pass = usize::from(item.pass);
+        for (key, map) in [
+            (item.task_type, &mut b.by_type),
+            (item.harness_hash, &mut b.by_harness),
+        ] {
+            let e = map.entry(key).or_default();
+            e.0 += pass;
+            e.1 += 1;
+        }
+        if !item.pass {
+            b.failed += 1;
+            for c in causes(&item.reason) {
+                *b.causes.entry(c).or_default() += 1;
+            }
+        }
+    }
+    Ok(Some(b))
+}
+
+/// The held-out transformations of hvqa's harness states, by state hash: `name` or
+/// `name:style` (the style, syntax or layout drawn), e.g. `rename_tools:pascal`.
+pub fn hvqa_transformations(
+    harness_dir: &Path,
+) -> Result<BTreeMap<String, Vec<String>>, EvalError> {
+    let base = hat_augment::load_spec(harness_dir)?;
+    let mut out = BTreeMap::new();
+    for s in crate::suite::hvqa_seeds() {
+        let v = hat_augment::augment(&base, s, hat_augment::Pool::Heldout)?;
+        let mut labels: Vec<String> = v
+            .manifest
+            .applied
+            .iter()
+            .filter(|a| a.heldout)
+            .map(|a| {
+                let kind = ["style", "syntax", "layout", "format"]
+                    .iter()
+                    .find_map(|k| a.detail.get(*k).and_then(|x| x.as_str()));
+                match kind {
+                    Some(k) => format!("{}:{k}", a.name),
+                    None => a.name.clone(),
+                }
+            })
+            .collect();
+        labels.sort();
+        labels.dedup();
+        out.insert(v.manifest.hash.clone(), labels);
+    }
+    Ok(out)
+}
+
+/// (passed, total, states) per held-out transformation, over the states of `by_harness` that
+/// `transformations` knows; also how many items' states it did not know (a run made with
+/// another harness directory).
+pub fn by_transformation(
+    by_harness: &BTreeMap<String, (usize, usize)>,
+    transformations: &BTreeMap<String, Vec<String>>,
+) -> (BTreeMap<String, (usize, usize, usize)>, usize) {
+    let mut out: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
+    let mut unknown = 0;
+    for (hash, &(p, t)) in by_harness {
+        match transformations.get(hash) {
+            Some(labels) => {
+                for l in labels {
+                    let e = out.entry(l.clone()).or_default();
+                    e.0 += p;
+                    e.1 += t;
+                    e.2 += 1;
+                }
+            }
+            None => unknown += t,
+        }
+    }
+    (out, unknown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hat_harness::Harness;
+    use hat_tasks::{Attempt, Split, TaskKind, TaskSet, WorldCache};
+
+    #[test]
+    fn reasons_from_eval_runs_sort_into_causes() {
+        let r = "calls: unknown tool `get_product_id` (this harness has: a, b); did not call \
+                 product; arguments: no valid product call; facts: does not state material (x)";
+        assert_eq!(
+            causes(r),
+            vec![Cause::UnknownTool, Cause::MissingCall, Cause::MissingFact]
+        );
+        let r = "arguments: product: `product` is \"P4\", expected \"P3\"; facts: does not \
+                 state price of P3 (69.9)";
+        assert_eq!(causes(r), vec![Cause::WrongProduct, Cause::MissingFact]);
+        let r = "format: turn 0: the tool call is not valid JSON (expected `,`); calls: called \
+                 `t_9701` (stock), which this task does not need";
+        assert_eq!(causes(r), vec![Cause::CallSyntax, Cause::UnneededTool]);
+        assert_eq!(
+            causes("arguments: invalid arguments for t: \"Listing\" is a required property"),
+            vec![Cause::Schema]
+        );
+        assert_eq!(causes("constraints: uses `best`"), vec![Cause::Constraint]);
+        assert_eq!(causes("something new"), vec![Cause::Other]);
+        assert!(causes("").is_empty());
+    }
+
+    /// The scorer's own words for a wrong product and an unknown tool land in their causes, so
+    /// a change of wording there fails here instead of moving items to `other`.
+    #[test]
+    fn the_scorers_reasons_are_recognised() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+        let h = Harness::load(&dir).unwrap();
+        let mut worlds = WorldCache::default();
+        let tasks =
+            TaskSet::generate_kinds(Split::Test, 1, 3, &[TaskKind::ProductFact], &mut worlds)
+                .unwrap();
+        let task = &tasks[0];
+        let world = worlds.get(task.world_seed).unwrap();
+        let exp = hat_tasks::expect(task, &h, world).unwrap();
+        let gold = match &task.intent {
+            hat_tasks::Intent::ProductFact { product, .. } => product.clone(),
+            other => panic!("{other:?}"),
+        };
+        let other = if gold == "P1" { "P2" } else { "P1" };
+        let call = |name: &str, pid: &str| hat_harness::ToolCall {
+            name: name.into(),
+            arguments: serde_json::json!({ "product_id": pid }),
+        };
+        let score = |calls| {
+            hat_tasks::score(
+                &exp,
+                &h,
+                &Attempt {
+                    calls,
+                    format_errors: vec![],
+                    reply: "Here you go!".into(),
+                },
+            )
+            .reason()
+        };
+        let wrong = score(vec![call("get_product", other)]);
+        assert!(causes(&wrong).contains(&Cause::WrongProduct), "{wrong}");
+        let unknown = score(vec![call("get_product_id", &gold)]);
+        assert!(causes(&unknown).contains(&Cause::UnknownTool), "{unknown}");
+        let unneeded = score(vec![call("check_stock", &gold)]);
+        assert!(
+            causes(&unneeded).contains(&Cause::UnneededTool),
+            "{unneeded}"
+        );
+        let schema = score(vec![hat_harness::ToolCall {
+            name: "get_product".into(),
+            arguments: serde_json::json!({ "item": gold }),
+        }]);
+        assert!(causes(&schema).contains(&Cause::Schema), "{schema}");
+        assert!(!causes(&wrong).contains(&Cause::Other), "{wrong}");
+    }
+
+    #[test]
+    fn transformations_add_up_over_states() {
+        let by_harness = BTreeMap::from([
+            ("a".to_string(), (3, 10)),
+            ("b".to_string(), (5, 10)),
+            ("zz".to_string(), (1, 4)),
+        ]);
+        let t = BTreeMap::from([
+            ("a".to_string(), vec!["x".to_string(), "y".to_string()]),
+            ("b".to_string(), vec!["y".to_string()]),
+        ]);
+        let (rows, unknown) = by_transformation(&by_harness, &t);
+        assert_eq!(rows["x"], (3, 10, 1));
+        assert_eq!(rows["y"], (8, 20, 2));
+        assert_eq!(unknown, 4);
+    }
+}
