@@ -269,7 +269,7 @@ pub type Vocab = (&'static str, &'static [Words], &'static [Words]);
 
 /// Naming styles for tool names.
 /// `snake` (`stock_lookup`), `camel` (`stockLookup`), `screaming`
-/// (`STOCK_LOOKUP`), and two that say nothing about what the tool does:
+/// (`STOCK_LOOKUP`), `ada` (`Stock_Lookup`), and two that say nothing about what the tool does:
 /// `codename` (`amber_otter`, words of [`CODENAME_WORDS`]) and `serial`
 /// (`fn_q7xk`); held-out: `pascal` (`StockLookup`), `kebab`
 /// (`inventory-query`), `opaque` (`t_4821`).
@@ -277,9 +277,12 @@ pub type Vocab = (&'static str, &'static [Words], &'static [Words]);
 /// The two meaningless training styles exist because a model that only ever
 /// saw names made of a few synonyms per operation learns those synonyms and,
 /// given a held-out `t_4821`, writes `get_final_price` instead of reading the
-/// tool list: a name that carries no meaning can only be copied.
+/// tool list: a name that carries no meaning can only be copied. `ada` is
+/// there because models trained on the others wrote `catalogEntry` for a
+/// held-out `CatalogEntry`: no training name began with a capital letter
+/// followed by lower case (docs/results.md, "Why held-out harnesses fail").
 pub const TOOL_NAME_STYLES: Split<&str> = Split::new(
-    &["snake", "camel", "screaming", "codename", "serial"],
+    &["snake", "camel", "screaming", "ada", "codename", "serial"],
     &["pascal", "kebab", "opaque"],
 );
 
@@ -439,9 +442,10 @@ pub const TOOL_NAME_VOCAB: &[Vocab] = &[
     ),
 ];
 
-/// Naming styles for parameters: `snake`, `camel`, `screaming`; held-out `pascal`, `flat` (`pricecap`).
+/// Naming styles for parameters: `snake`, `camel`, `screaming`, `ada` (`Price_Cap`); held-out
+/// `pascal`, `flat` (`pricecap`).
 pub const PARAM_NAME_STYLES: Split<&str> =
-    Split::new(&["snake", "camel", "screaming"], &["pascal", "flat"]);
+    Split::new(&["snake", "camel", "screaming", "ada"], &["pascal", "flat"]);
 
 /// Word vocabularies per canonical argument (or parameter name) for parameter names.
 pub const PARAM_NAME_VOCAB: &[Vocab] = &[

@@ -117,6 +117,11 @@ pub(crate) fn style_name<S: AsRef<str>>(words: &[S], style: &str, rng: &mut ChaC
             .map(|(i, x)| if i == 0 { x.to_string() } else { capitalize(x) })
             .collect(),
         "pascal" => w.iter().map(|x| capitalize(x)).collect(),
+        "ada" => w
+            .iter()
+            .map(|x| capitalize(x))
+            .collect::<Vec<_>>()
+            .join("_"),
         "kebab" => w.join("-"),
         "flat" => w.concat(),
         "screaming" => w
@@ -243,6 +248,7 @@ mod tests {
         assert_eq!(style_name(&w, "snake", &mut rng), "stock_lookup");
         assert_eq!(style_name(&w, "camel", &mut rng), "stockLookup");
         assert_eq!(style_name(&w, "pascal", &mut rng), "StockLookup");
+        assert_eq!(style_name(&w, "ada", &mut rng), "Stock_Lookup");
         assert_eq!(style_name(&w, "kebab", &mut rng), "stock-lookup");
         assert_eq!(style_name(&w, "flat", &mut rng), "stocklookup");
         let o = style_name(&w, "opaque", &mut rng);
