@@ -168,9 +168,9 @@ pub fn generate(
                 .into(),
         ));
     }
-    // per task: its scene (scenes only) and whether it is a first-turn extra
-    let (tasks, scene_of): (Vec<_>, Vec<_>) = if scenes {
-        TaskSet::generate_scenes_with_extras(
+    // per task: whether it is a first-turn extra, and its scene (scenes only)
+    let (tasks, extra, scene_no): (Vec<_>, Vec<bool>, Vec<usize>) = if scenes {
+        let drawn = TaskSet::generate_scenes_with_extras(
             Split::Train,
             cfg.tasks,
             cfg.seed,
@@ -178,10 +178,10 @@ pub fn generate(
             &mut worlds,
             group,
             cfg.first_turns,
-        )?
-        .into_iter()
-        .map(|s| (s.task, (s.scene, s.extra)))
-        .unzip()
+        )?;
+        let extra = drawn.iter().map(|s| s.extra).collect();
+        let scene_no = drawn.iter().map(|s| s.scene).collect();
+        (drawn.into_iter().map(|s| s.task).collect(), extra, scene_no)
     } else {
         let tasks = TaskSet::generate_kinds(
             Split::Train,
@@ -191,23 +191,17 @@ pub fn generate(
             &mut worlds,
         )?;
         let n = tasks.len();
-        (tasks, (0..n).map(|n| (n / group, false)).collect())
+        (tasks, vec![false; n], Vec::new())
     };
     // Each episode's seed: by its place among the scenes' own tasks (as before extras
     // existed), extras numbered apart, so adding extras changes no other trajectory.
-    let mut own = 0;
-    let mut extras = 0;
-    let episode_no: Vec<u64> = scene_of
+    let mut next = [0u64, hat_tasks::suite::EXTRA_INDEX_BASE as u64];
+    let episode_no: Vec<u64> = extra
         .iter()
-        .map(|&(_, extra)| {
-            let n = if extra {
-                extras += 1;
-                hat_tasks::suite::EXTRA_INDEX_BASE + extras - 1
-            } else {
-                own += 1;
-                own - 1
-            };
-            n as u64
+        .map(|&x| {
+            let n = &mut next[usize::from(x)];
+            *n += 1;
+            *n - 1
         })
         .collect();
 
@@ -237,7 +231,7 @@ pub fn generate(
     // Which state each task runs under, and which are already in the file.
     let mut jobs_of: Vec<(usize, usize)> = Vec::with_capacity(order.len());
     for (n, &i) in order.iter().enumerate() {
-        let run = if scenes { scene_of[i].0 } else { n / group };
+        let run = if scenes { scene_no[i] } else { n / group };
         let si = run % states.len();
         if skip.contains(&(tasks[i].id.clone(), states[si].harness.hash.clone())) {
             report.skipped_existing += 1;
@@ -311,7 +305,7 @@ pub fn generate(
                 m.weight = Some(0);
             }
         }
-        if scene_of[i].1 {
+        if extra[i] {
             (messages, calls) = first_turn(messages, calls);
         }
         let rec = Record {

@@ -5,10 +5,7 @@
 //! for what limits a model, and where the next training data should go.
 
 use std::collections::BTreeMap;
-use std::io::BufRead;
 use std::path::Path;
-
-use serde::Deserialize;
 
 use crate::EvalError;
 
@@ -132,18 +129,6 @@ pub fn causes(reason: &str) -> Vec<Cause> {
     out
 }
 
-/// One line of an agent suite's `items.jsonl`, the fields read here.
-#[derive(Debug, Deserialize)]
-struct Item {
-    #[serde(default)]
-    task_type: String,
-    #[serde(default)]
-    harness_hash: String,
-    pass: bool,
-    #[serde(default)]
-    reason: String,
-}
-
 /// An agent suite's failures in one run.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Breakdown {
@@ -157,38 +142,28 @@ pub struct Breakdown {
     pub by_harness: BTreeMap<String, (usize, usize)>,
 }
 
-/// Reads `DIR/SUITE/items.jsonl` of a `hat eval` run; `None` when the run has no such suite.
+/// Reads `DIR/SUITE/items.jsonl` of a `hat eval` run (each item once, as `results.json` counts
+/// them); `None` when the run has no such suite.
 pub fn read(run: &Path, suite: &str) -> Result<Option<Breakdown>, EvalError> {
     let path = run.join(suite).join("items.jsonl");
-    let file = match std::fs::File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(EvalError::io(&path, e)),
-    };
+    if !path.is_file() {
+        return Ok(None);
+    }
     let mut b = Breakdown::default();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| EvalError::io(&path, e))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let item: Item = serde_json::from_str(&line).map_err(|e| EvalError::Parse {
-            file: path.display().to_string(),
-            line: i + 1,
-            message: format!("not an evaluated item: {e}"),
-        })?;
+    for item in crate::run::read_items(&path)? {
+        let pass = item["pass"].as_bool().unwrap_or(false);
         b.items += 1;
-        let pass = usize::from(item.pass);
         for (key, map) in [
-            (item.task_type, &mut b.by_type),
-            (item.harness_hash, &mut b.by_harness),
+            (item["task_type"].as_str(), &mut b.by_type),
+            (item["harness_hash"].as_str(), &mut b.by_harness),
         ] {
-            let e = map.entry(key).or_default();
-            e.0 += pass;
+            let e = map.entry(key.unwrap_or("?").to_string()).or_default();
+            e.0 += usize::from(pass);
             e.1 += 1;
         }
-        if !item.pass {
+        if !pass {
             b.failed += 1;
-            for c in causes(&item.reason) {
+            for c in causes(item["reason"].as_str().unwrap_or("")) {
                 *b.causes.entry(c).or_default() += 1;
             }
         }

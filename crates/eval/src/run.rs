@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::OpenOptions;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -90,17 +90,18 @@ pub struct SuiteSummary {
     pub detail: Value,
 }
 
-fn read_ids(path: &Path) -> Result<HashSet<String>, EvalError> {
-    let mut ids = HashSet::new();
-    let Ok(f) = std::fs::File::open(path) else {
-        return Ok(ids);
-    };
-    for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
-        let line = line.map_err(|e| EvalError::io(path, e))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        // a byte-order mark from an editor is not part of the JSON
+/// The items of an `items.jsonl` in order, each once: an item written twice (a run killed
+/// between its write and the next) counts once. A byte-order mark from an editor is not part of
+/// the JSON. Blank lines are skipped; a line that is not JSON is an error naming it.
+pub(crate) fn read_items(path: &Path) -> Result<Vec<Value>, EvalError> {
+    let text = std::fs::read_to_string(path).map_err(|e| EvalError::io(path, e))?;
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut items = Vec::new();
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
         let v: Value = serde_json::from_str(line.trim_start_matches('\u{feff}')).map_err(|e| {
             EvalError::Parse {
                 file: path.display().to_string(),
@@ -109,10 +110,23 @@ fn read_ids(path: &Path) -> Result<HashSet<String>, EvalError> {
             }
         })?;
         if let Some(id) = v["id"].as_str() {
-            ids.insert(id.to_string());
+            if !seen.insert(id.to_string()) {
+                continue;
+            }
         }
+        items.push(v);
     }
-    Ok(ids)
+    Ok(items)
+}
+
+fn read_ids(path: &Path) -> Result<HashSet<String>, EvalError> {
+    if !path.exists() {
+        return Ok(HashSet::new());
+    }
+    Ok(read_items(path)?
+        .iter()
+        .filter_map(|v| v["id"].as_str().map(str::to_string))
+        .collect())
 }
 
 /// Cuts an unfinished last line (see [`jsonl::repair_tail`]) before a resume reads the file.
@@ -337,8 +351,6 @@ fn summarise_agent(
     hashes: &[&str],
     wall: f64,
 ) -> Result<SuiteSummary, EvalError> {
-    let path = dir.join("items.jsonl");
-    let text = std::fs::read_to_string(&path).map_err(|e| EvalError::io(&path, e))?;
     let mut overall = Tally::default();
     let mut comps: BTreeMap<String, Tally> = BTreeMap::new();
     let mut by_type: BTreeMap<String, Tally> = BTreeMap::new();
@@ -346,25 +358,7 @@ fn summarise_agent(
     // before later kinds were added.
     let mut launch = Tally::default();
     let mut item_seconds = 0.0;
-    // an item written twice (a run killed between its write and the next) counts once
-    let mut seen: HashSet<String> = HashSet::new();
-    for (i, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
-        let v: Value = serde_json::from_str(line.trim_start_matches('\u{feff}')).map_err(|e| {
-            EvalError::Parse {
-                file: path.display().to_string(),
-                line: i + 1,
-                message: e.to_string(),
-            }
-        })?;
-        if let Some(id) = v["id"].as_str() {
-            if !seen.insert(id.to_string()) {
-                continue;
-            }
-        }
+    for v in read_items(&dir.join("items.jsonl"))? {
         let ok = v["pass"].as_bool().unwrap_or(false);
         overall.add(ok);
         if v["task_type"]

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{fails_cleanly, hat, production};
+use common::{fails_cleanly, hat, jsonl, production};
 use predicates::prelude::*;
 
 fn config(dir: &std::path::Path, model: &std::path::Path, extra: &str) -> std::path::PathBuf {
@@ -56,11 +56,7 @@ fn ab_run_reports_each_metric_per_arm_and_keeps_earlier_results() {
         .success()
         .stdout(predicate::str::contains("| GMV per viewer | oracle |"))
         .stdout(predicate::str::contains("always-valid"));
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(out.join("viewers.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = jsonl(&out.join("viewers.jsonl"));
     assert_eq!(lines.len(), 24);
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();

@@ -565,16 +565,18 @@ fn eval_runs_the_oracle_resumes_and_compares() {
 fn eval_failures_sorts_failed_items_into_causes() {
     let d = tempfile::tempdir().unwrap();
     let run = d.path().join("run");
-    let item = |kind: &str, hash: &str, pass: bool, reason: &str| {
-        serde_json::json!({"task_type": kind, "harness_hash": hash, "pass": pass, "reason": reason})
+    let item = |id: &str, kind: &str, hash: &str, pass: bool, reason: &str| {
+        serde_json::json!({"id": id, "task_type": kind, "harness_hash": hash, "pass": pass, "reason": reason})
             .to_string()
     };
     for (suite, hash) in [("lsqa", "sha256:prod"), ("hvqa", "sha256:elsewhere")] {
         std::fs::create_dir_all(run.join(suite)).unwrap();
         let lines = [
-            item("compare", hash, false, "arguments: product: `product` is \"P4\", expected \"P3\"; facts: does not state price of P3 (69.9)"),
-            item("compare", hash, false, "calls: unknown tool `x` (this harness has: a); did not call product; arguments: no valid product call"),
-            item("greet_join", hash, true, ""),
+            item("a", "compare", hash, false, "arguments: product: `product` is \"P4\", expected \"P3\"; facts: does not state price of P3 (69.9)"),
+            item("b", "compare", hash, false, "calls: unknown tool `x` (this harness has: a); did not call product; arguments: no valid product call"),
+            item("c", "greet_join", hash, true, ""),
+            // written twice by a killed run: counted once, as results.json counts it
+            item("c", "greet_join", hash, true, ""),
         ];
         std::fs::write(run.join(suite).join("items.jsonl"), lines.join("\n") + "\n").unwrap();
     }

@@ -109,11 +109,9 @@ fn data_gen_writes_chat_jsonl_and_stats_reads_it() {
 
 /// The string at JSON `pointer` in every line of a JSONL file.
 fn jsonl_strings(path: &Path, pointer: &str) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+    jsonl(path)
+        .iter()
+        .map(|v| {
             v.pointer(pointer)
                 .and_then(|x| x.as_str())
                 .unwrap()
@@ -241,14 +239,7 @@ fn data_gen_first_turns_add_cut_trajectories_to_each_scene_and_change_nothing_el
     gen(&cut, &["--first-turns", "4"]).stdout(predicate::str::contains(
         "first-turn extras: 4 more tasks per scene",
     ));
-    let lines = |p: &Path| -> Vec<serde_json::Value> {
-        std::fs::read_to_string(p)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    };
-    let (plain, cut) = (lines(&plain), lines(&cut));
+    let (plain, cut) = (jsonl(&plain), jsonl(&cut));
     assert_eq!(cut.len(), 16 + 2 * 4, "two scenes of 8 and 4 extras each");
     for (scene, rows) in cut.chunks(12).enumerate() {
         assert_eq!(

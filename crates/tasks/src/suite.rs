@@ -123,74 +123,60 @@ impl TaskSet {
         }
         let per_scene = per_scene.max(1);
         let n_worlds = count.div_ceil(TASKS_PER_WORLD).max(1) as u64;
-        let mut out = Vec::with_capacity(count + count.div_ceil(per_scene) * extra);
-        let (mut own, mut i, mut j) = (0usize, 0usize, 0usize);
-        let limit = (count + count.div_ceil(per_scene) * extra) * 4 + 100;
-        let mut attempts = 0usize;
-        let mut scene_no = 0u64;
-        let mut draw = |index: usize,
-                        rng_seed: u64,
-                        kind: TaskKind,
-                        world_seed: u64,
-                        catalog: &hat_world::Catalog,
-                        scene: &gen::Scene|
-         -> Result<Option<Task>, TaskError> {
-            attempts += 1;
-            if attempts > limit {
-                return Err(TaskError::Gold(
-                    "task generation keeps failing; the catalog cannot support these task kinds"
-                        .into(),
-                ));
-            }
-            let mut rng = ChaCha8Rng::seed_from_u64(rng_seed);
-            Ok(gen::generate_in(
-                kind,
-                split,
-                catalog,
-                world_seed,
-                index,
-                &mut rng,
-                Some(scene),
-            ))
-        };
+        let total = count + count.div_ceil(per_scene) * extra;
+        let mut out = Vec::with_capacity(total);
+        // A scene's own tasks and its extras each draw from a stream of their own: a counter
+        // that rotates the kinds and seeds each draw (salt), and where the ids start.
+        const STREAMS: [(u64, usize, bool); 2] =
+            [(0xA5A5, 0, false), (0xE7A5_E7A5, EXTRA_INDEX_BASE, true)];
+        let mut drawn = [0usize; 2];
+        let (mut own, mut attempts, mut scene_no) = (0usize, 0usize, 0u64);
         while own < count {
             let world_seed = split.world_seed(seed, scene_no % n_worlds);
             let world = worlds.get(world_seed)?;
             let mut scene_rng =
                 ChaCha8Rng::seed_from_u64(splitmix64(seed ^ splitmix64(scene_no ^ 0x5CE7E)));
             let scene = gen::Scene::draw(world.catalog(), split, &mut scene_rng);
-            let want = per_scene.min(count - own);
-            let mut got = 0;
-            while got < want {
-                let rng_seed = splitmix64(seed ^ splitmix64(i as u64 ^ 0xA5A5));
-                let kind = kinds[i % kinds.len()];
-                if let Some(task) = draw(i, rng_seed, kind, world_seed, world.catalog(), &scene)? {
-                    out.push(SceneTask {
-                        task,
-                        scene: scene_no as usize,
-                        extra: false,
-                    });
-                    got += 1;
+            for (stream, &(salt, first_id, is_extra)) in STREAMS.iter().enumerate() {
+                let want = if is_extra {
+                    extra
+                } else {
+                    per_scene.min(count - own)
+                };
+                let mut got = 0;
+                while got < want {
+                    attempts += 1;
+                    if attempts > total * 4 + 100 {
+                        return Err(TaskError::Gold(
+                            "task generation keeps failing; the catalog cannot support these \
+                             task kinds"
+                                .into(),
+                        ));
+                    }
+                    let n = drawn[stream];
+                    drawn[stream] += 1;
+                    let mut rng =
+                        ChaCha8Rng::seed_from_u64(splitmix64(seed ^ splitmix64(n as u64 ^ salt)));
+                    if let Some(task) = gen::generate_in(
+                        kinds[n % kinds.len()],
+                        split,
+                        world.catalog(),
+                        world_seed,
+                        first_id + n,
+                        &mut rng,
+                        Some(&scene),
+                    ) {
+                        out.push(SceneTask {
+                            task,
+                            scene: scene_no as usize,
+                            extra: is_extra,
+                        });
+                        got += 1;
+                    }
                 }
-                i += 1;
-            }
-            own += got;
-            let mut got = 0;
-            while got < extra {
-                let rng_seed = splitmix64(seed ^ splitmix64(j as u64 ^ 0xE7A5_E7A5));
-                let kind = kinds[j % kinds.len()];
-                let index = EXTRA_INDEX_BASE + j;
-                if let Some(task) =
-                    draw(index, rng_seed, kind, world_seed, world.catalog(), &scene)?
-                {
-                    out.push(SceneTask {
-                        task,
-                        scene: scene_no as usize,
-                        extra: true,
-                    });
-                    got += 1;
+                if !is_extra {
+                    own += got;
                 }
-                j += 1;
             }
             scene_no += 1;
         }

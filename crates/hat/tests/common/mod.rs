@@ -41,3 +41,12 @@ pub fn fails_cleanly(cmd: &mut Command) -> assert_cmd::assert::Assert {
         .code(1)
         .stderr(predicate::str::contains("panicked").not())
 }
+
+/// Every line of a JSONL file, parsed.
+pub fn jsonl(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
