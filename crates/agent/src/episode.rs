@@ -13,6 +13,7 @@ use hat_tasks::episode::{prompt, Scene, StoreBackend};
 use hat_tasks::task::{event_kind, event_vars};
 use hat_tasks::Attempt;
 use hat_world::World;
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -78,11 +79,19 @@ impl From<String> for Completion {
 }
 
 /// What a model turn may hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum TurnRule {
     /// A tool call or a reply.
     #[default]
     Any,
+    /// A tool call or a reply, where a call names one of `names` (the harness's tools):
+    /// [`EpisodeConfig::tool_names`]. `slots` are the texts that open a call's name slot in
+    /// the harness's syntax (`CallSyntax::name_slots`); a model that can constrain its
+    /// decoding writes only these names there, others answer as they would anyway.
+    Named {
+        slots: &'static [&'static str],
+        names: Arc<[String]>,
+    },
     /// A reply to the viewers, no tool call: an episode's last turn under
     /// [`EpisodeConfig::final_reply`]. `opener` is the text a call begins with in the
     /// harness's syntax; a model that can constrain its decoding keeps its answer from
@@ -211,6 +220,10 @@ pub struct EpisodeConfig {
     /// published rows were measured without it (and whose RL log-probabilities are those of
     /// the unconstrained model).
     pub final_reply: bool,
+    /// A call may name only the harness's tools ([`TurnRule::Named`]): a host never calls
+    /// a tool it lacks. On for serving; off by default for evaluation, data generation and
+    /// RL rollouts (the published rows were measured without it).
+    pub tool_names: bool,
 }
 
 impl Default for EpisodeConfig {
@@ -219,6 +232,7 @@ impl Default for EpisodeConfig {
             max_turns: hat_harness::hooks::DEFAULT_MODEL_TURNS,
             keep_changes: false,
             final_reply: false,
+            tool_names: false,
         }
     }
 }
@@ -240,6 +254,8 @@ pub struct Episode<'a> {
     retries: usize,
     open: bool,
     done: bool,
+    /// The harness's tool names, under [`EpisodeConfig::tool_names`].
+    tool_names: Option<Arc<[String]>>,
 }
 
 impl<'a> Episode<'a> {
@@ -265,6 +281,9 @@ impl<'a> Episode<'a> {
             retries: 0,
             open: false,
             done: false,
+            tool_names: cfg
+                .tool_names
+                .then(|| harness.tools.iter().map(|t| t.name.clone()).collect()),
         };
         let event = serde_json::to_value(scene.event).unwrap_or_default();
         let outcome = harness.on_event(event_kind(scene.event), &event, &ep.vars, &mut ep.log);
@@ -297,6 +316,11 @@ impl<'a> Episode<'a> {
             TurnRule::ReplyOnly {
                 opener: self.harness.syntax.opener(),
             }
+        } else if let Some(names) = &self.tool_names {
+            TurnRule::Named {
+                slots: self.harness.syntax.name_slots(),
+                names: names.clone(),
+            }
         } else {
             TurnRule::Any
         }
@@ -318,7 +342,7 @@ impl<'a> Episode<'a> {
             return Ok(());
         }
         let completion = out.into();
-        let reply_only = self.rule() != TurnRule::Any;
+        let reply_only = matches!(self.rule(), TurnRule::ReplyOnly { .. });
         let mut parsed = self.harness.syntax.parse(&completion.text);
         // a reply-only turn cannot run a call: what it says besides one is its reply
         if let (true, Ok(p)) = (reply_only, &mut parsed) {

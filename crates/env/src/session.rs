@@ -82,6 +82,7 @@ pub(crate) fn run(
         keep_changes: false,
         // an external trainer learns from what the model chose unconstrained
         final_reply: false,
+        tool_names: false,
     };
     let mut ep = match Episode::start(t.scene(), h, &world, cfg) {
         Ok(e) => e,

@@ -212,11 +212,15 @@ pub fn run_agent(
             dir.display()
         )));
     }
-    // Nor may it mix episodes run two ways (turn budget, final-reply rule).
-    let episode = json!({
+    // Nor may it mix episodes run two ways (turn budget, final-reply rule, tool names
+    // constrained; the last only named when on, so runs from before it resume).
+    let mut episode = json!({
         "max_turns": cfg.episode.max_turns,
         "final_reply": cfg.episode.final_reply,
     });
+    if cfg.episode.tool_names {
+        episode["tool_names"] = json!(true);
+    }
     let episode_path = dir.join("episode.json");
     if !done.is_empty() {
         // runs from before this file was written ran the defaults
@@ -230,7 +234,7 @@ pub fn run_agent(
         if before != episode {
             return Err(EvalError::Usage(format!(
                 "{} holds items whose episodes ran with {before}, not {episode}; resume with \
-                 the --max-turns and --final-reply it was started with, or choose another --out",
+                 the --max-turns, --final-reply and --tool-names it was started with, or choose another --out",
                 dir.display()
             )));
         }

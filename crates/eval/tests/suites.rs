@@ -97,6 +97,15 @@ fn runs_resume_and_refuse_to_overwrite() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("--final-reply") && e.contains("lsqa"), "{e}");
+    let mut named = cfg(d.path(), Some(30), true);
+    named.episode.tool_names = true;
+    let e = run_agent(Suite::Lsqa, &named, &mut Backend::Oracle, &mut |_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--tool-names") && e.contains("\"tool_names\":true"),
+        "{e}"
+    );
     let after = std::fs::read_to_string(d.path().join("lsqa/items.jsonl")).unwrap();
     assert_eq!(after.lines().count(), 25);
 }

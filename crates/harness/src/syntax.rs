@@ -92,6 +92,23 @@ impl CallSyntax {
         }
     }
 
+    /// The texts that open a call's name slot, for tool names constrained at decode time
+    /// (`hat_model::NameSlots`): a space stands for any whitespace or none, a leading `^` for
+    /// the start of a line.
+    pub fn name_slots(self) -> &'static [&'static str] {
+        match self {
+            CallSyntax::JsonTags => &[r#"<tool_call> {"name": ""#],
+            CallSyntax::JsonBlock => &[r#"```tool {"tool": ""#],
+            CallSyntax::Function => &["^CALL "],
+            CallSyntax::XmlInvoke => &[r#"<invoke name=""#],
+            CallSyntax::Bracket => &["[[ "],
+            CallSyntax::ToolUse => &["<tool_use> <name> "],
+            CallSyntax::React => &["^Action: "],
+            CallSyntax::FunctionTag => &["<function= "],
+            CallSyntax::CallAttr => &[r#"<call tool=""#],
+        }
+    }
+
     /// Writes one call in this syntax.
     pub fn format(self, call: &ToolCall) -> String {
         let args = if call.arguments.is_object() {

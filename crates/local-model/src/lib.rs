@@ -14,6 +14,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use hat_agent::episode::{ChatModel, Completion, TurnId, TurnRule};
@@ -21,8 +22,8 @@ use hat_agent::AgentError;
 use hat_harness::{Message, Role};
 use hat_model::chat_template::ChatInput;
 use hat_model::{
-    ContinuousBatch, Engine, GenerateOutput, GenerateRequest, LoadOptions, RowId, SamplingParams,
-    WeightFormat,
+    ContinuousBatch, Engine, GenerateOutput, GenerateRequest, LoadOptions, NameSlots, RowId,
+    SamplingParams, WeightFormat,
 };
 use hat_teacher::openai::wire_messages;
 
@@ -220,13 +221,19 @@ impl LocalModel {
         rule: TurnRule,
     ) -> Result<GenerateRequest, AgentError> {
         let mut req = self.sampled(messages)?;
-        if let TurnRule::ReplyOnly { opener } = rule {
-            let engine = &self.engine;
-            req.suppress_at_start = self
-                .openings
-                .entry(opener)
-                .or_insert_with(|| engine.tokens_opening(opener))
-                .clone();
+        match rule {
+            TurnRule::ReplyOnly { opener } => {
+                let engine = &self.engine;
+                req.suppress_at_start = self
+                    .openings
+                    .entry(opener)
+                    .or_insert_with(|| engine.tokens_opening(opener))
+                    .clone();
+            }
+            TurnRule::Named { slots, names } => {
+                req.tool_names = NameSlots::new(slots, &names).map(Arc::new);
+            }
+            TurnRule::Any => {}
         }
         Ok(req)
     }
@@ -361,7 +368,7 @@ impl ChatModel for LocalModel {
         let t0 = Instant::now();
         let mut reqs = Vec::with_capacity(chats.len());
         for (i, m) in chats.iter().enumerate() {
-            reqs.push(self.turn(m, rules.get(i).copied().unwrap_or_default())?);
+            reqs.push(self.turn(m, rules.get(i).cloned().unwrap_or_default())?);
         }
         let outs = self.engine.generate_batch(&reqs).map_err(model_err)?;
         let seconds = t0.elapsed().as_secs_f64() / outs.len().max(1) as f64;

@@ -2,12 +2,13 @@
 //! strings, per-token log-probabilities, streaming callback, and batched decoding.
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use candle_core::Tensor;
 
 use crate::chat_template::{ChatInput, ChatTemplate};
+use crate::constrain::NameSlots;
 use crate::error::{Error, Result};
 use crate::loader::{load, Loaded, ModelInfo};
 use crate::model::{Cache, LoadOptions, Transformer};
@@ -15,6 +16,10 @@ use crate::prefix_cache::PrefixCache;
 use crate::sampling::{logprob, Sampler, SamplingParams};
 use crate::speculate::Drafter;
 use crate::tokenizer::Tokenizer;
+
+/// Draws of one token [`Engine`] makes under a tool-name constraint before it checks the
+/// whole vocabulary.
+const NAMED_REDRAWS: usize = 8;
 
 /// Prompt tokens processed per forward call during prefill.
 pub const PREFILL_CHUNK: usize = 512;
@@ -41,6 +46,10 @@ pub struct GenerateRequest {
     /// call ([`Engine::tokens_opening`]). Log-probabilities stay those of the unconstrained
     /// model.
     pub suppress_at_start: Vec<u32>,
+    /// Tool names constrained at decode time: a token that would put a name the harness
+    /// lacks into a call's name slot is not sampled (the sampler draws again without it).
+    /// Log-probabilities stay those of the unconstrained model.
+    pub tool_names: Option<Arc<NameSlots>>,
 }
 
 impl GenerateRequest {
@@ -55,6 +64,7 @@ impl GenerateRequest {
             cache_prefix_len: None,
             cache_whole_prompt: false,
             suppress_at_start: Vec::new(),
+            tool_names: None,
         }
     }
 }
@@ -374,16 +384,20 @@ impl Engine {
     ) -> u32 {
         let held =
             !req.suppress_at_start.is_empty() && row.bytes.iter().all(u8::is_ascii_whitespace);
-        let tok = if held {
+        let mut masked = held.then(|| {
             let mut masked = logits.to_vec();
             for &t in &req.suppress_at_start {
                 if let Some(x) = masked.get_mut(t as usize) {
                     *x = f32::NEG_INFINITY;
                 }
             }
-            row.sampler.sample(&masked, &row.seen)
-        } else {
-            row.sampler.sample(logits, &row.seen)
+            masked
+        });
+        let tok = match &req.tool_names {
+            Some(names) => self.sample_named(names, row, logits, &mut masked),
+            None => row
+                .sampler
+                .sample(masked.as_deref().unwrap_or(logits), &row.seen),
         };
         let lp = logprob(logits, tok);
         row.seen.push(tok);
@@ -447,6 +461,46 @@ impl Engine {
         }
         row.emitted = safe;
         tok
+    }
+
+    /// Samples a token that [`NameSlots::admits`] after the row's text: the sampler draws,
+    /// and a refused token is masked and the sampler draws again. After
+    /// [`NAMED_REDRAWS`] refusals every token the check refuses is masked at once; when it
+    /// refuses them all (it cannot, as long as single bytes are tokens), the last draw
+    /// stands.
+    fn sample_named(
+        &self,
+        names: &NameSlots,
+        row: &mut RowState,
+        logits: &[f32],
+        masked: &mut Option<Vec<f32>>,
+    ) -> u32 {
+        let text = |t: u32| self.tokenizer.decode_bytes(&[t], true);
+        for _ in 0..NAMED_REDRAWS {
+            let t = row
+                .sampler
+                .sample(masked.as_deref().unwrap_or(logits), &row.seen);
+            if names.admits(&row.bytes, &text(t)) {
+                return t;
+            }
+            masked.get_or_insert_with(|| logits.to_vec())[t as usize] = f32::NEG_INFINITY;
+        }
+        let m = masked.get_or_insert_with(|| logits.to_vec());
+        let mut any = false;
+        for (t, x) in m.iter_mut().enumerate() {
+            if *x != f32::NEG_INFINITY {
+                if names.admits(&row.bytes, &text(t as u32)) {
+                    any = true;
+                } else {
+                    *x = f32::NEG_INFINITY;
+                }
+            }
+        }
+        if any {
+            row.sampler.sample(m, &row.seen)
+        } else {
+            row.sampler.sample(logits, &row.seen)
+        }
     }
 
     /// Draft tokens that fit after the pending token: within the context and the tokens the

@@ -7,6 +7,7 @@ pub mod attention;
 pub mod bench;
 pub mod chat_template;
 pub mod config;
+pub mod constrain;
 pub mod continuous;
 pub mod cpu;
 pub mod error;
@@ -31,6 +32,7 @@ pub mod train;
 pub mod weights;
 
 pub use config::{Architecture, ModelConfig, RopeLayout};
+pub use constrain::NameSlots;
 pub use continuous::{ContinuousBatch, RowId};
 pub use error::{Error, Result};
 pub use generate::{Engine, FinishReason, GenerateOutput, GenerateRequest, TokenEvent};

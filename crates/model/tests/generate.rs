@@ -556,3 +556,53 @@ fn speculative_decoding_gives_the_answers_of_plain_decoding() {
         );
     }
 }
+
+/// Tool names constrained at decode time: after the opener the answer holds a known name,
+/// alone and in a batch, and an answer that never opens a slot is the free one. (The
+/// fixture's tokens are `t0 `, `t1 `, ...: the opener is the first answer token's text, the
+/// names are two tokens' texts.)
+#[test]
+fn a_name_slot_holds_only_known_names() {
+    let eng = eng();
+    let e = expected("llama");
+    let free = GenerateRequest::new(e.ids[..6].to_vec(), 12);
+    let plain = eng.generate(&free, None).unwrap();
+    let text_of = |t: &[u32]| String::from_utf8(eng.tokenizer.decode_bytes(t, true)).unwrap();
+    let opener = text_of(&plain.tokens[..1]);
+    let names: Vec<String> = [7u32, 8, 9]
+        .into_iter()
+        .filter(|&t| t != plain.tokens[1])
+        .take(2)
+        .map(|t| text_of(&[t]).trim().to_string())
+        .collect();
+    let slots = hat_model::NameSlots::new(&[opener.as_str()], &names).unwrap();
+    let named = GenerateRequest {
+        tool_names: Some(std::sync::Arc::new(slots.clone())),
+        ..free.clone()
+    };
+    let out = eng.generate(&named, None).unwrap();
+    let text = eng.tokenizer.decode_bytes(&out.tokens, true);
+    assert!((0..text.len()).all(|i| slots.admits(&text[..i], &text[i..i + 1])));
+    // the same first token, then a name instead of the free answer's second token
+    assert_eq!(out.tokens[0], plain.tokens[0]);
+    assert!(
+        names.contains(&text_of(&out.tokens[1..2]).trim().to_string()),
+        "{names:?} {:?} {:?}",
+        text_of(&plain.tokens),
+        String::from_utf8_lossy(&text)
+    );
+    // log-probabilities of the unconstrained model
+    assert_eq!(out.logprobs[0], plain.logprobs[0]);
+    assert!(out.logprobs[1] < plain.logprobs[1]);
+    let other = GenerateRequest::new(e.ids[1..9].to_vec(), 6);
+    let batch = eng.generate_batch(&[named, other.clone()]).unwrap();
+    assert_eq!(batch[0].tokens, out.tokens);
+    assert_eq!(batch[1].tokens, eng.generate(&other, None).unwrap().tokens);
+    // a slot the answer never opens changes nothing
+    let unseen = hat_model::NameSlots::new(&["\u{1}never"], &["qq"]).unwrap();
+    let far = GenerateRequest {
+        tool_names: Some(std::sync::Arc::new(unseen)),
+        ..free.clone()
+    };
+    assert_eq!(eng.generate(&far, None).unwrap().tokens, plain.tokens);
+}

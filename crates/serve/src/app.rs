@@ -33,6 +33,9 @@ pub struct ServeConfig {
     /// A reply's last allowed turn must answer the viewer, not call a tool (see
     /// `hat_agent::episode::EpisodeConfig::final_reply`).
     pub final_reply: bool,
+    /// A call may name only the active harness's tools, constrained at decode time (see
+    /// `hat_agent::episode::EpisodeConfig::tool_names`).
+    pub tool_names: bool,
     /// `Authorization: Bearer <key>` required on `/v1/*` when set.
     pub api_key: Option<String>,
     /// A request waiting on the model longer than this fails with 504.
@@ -68,6 +71,7 @@ impl Default for ServeConfig {
             max_tokens: 256,
             max_turns: 5,
             final_reply: true,
+            tool_names: true,
             api_key: None,
             request_timeout: Duration::from_secs(120),
             watch: None,
@@ -289,6 +293,7 @@ impl Server {
                     max_turns: cfg.max_turns,
                     keep_changes: true,
                     final_reply: cfg.final_reply,
+                    tool_names: cfg.tool_names,
                 },
                 max_tokens: cfg.max_tokens,
             },

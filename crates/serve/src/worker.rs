@@ -326,7 +326,7 @@ impl Worker {
                 continue;
             }
             let prompts: Vec<&[Message]> = idx.iter().filter_map(|&k| chats[k].1).collect();
-            let rules: Vec<TurnRule> = idx.iter().map(|&k| chats[k].2).collect();
+            let rules: Vec<TurnRule> = idx.iter().map(|&k| chats[k].2.clone()).collect();
             let model = if m == 0 {
                 &mut self.model
             } else {

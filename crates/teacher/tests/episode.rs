@@ -467,11 +467,11 @@ impl ChatModel for Looper {
         Ok(chats
             .iter()
             .zip(rules)
-            .map(|(_, &r)| {
-                self.rules.push(r);
+            .map(|(_, r)| {
+                self.rules.push(r.clone());
                 let text = match r {
                     TurnRule::ReplyOnly { opener } if self.obeys => {
-                        assert_eq!(opener, "<tool_call>");
+                        assert_eq!(*opener, "<tool_call>");
                         self.reply.clone()
                     }
                     _ => self.call.clone(),
@@ -518,7 +518,10 @@ fn the_last_turn_must_reply_when_the_episode_says_so() {
     let traj = run(&t.scene(), &h, w, &mut m, cfg(true)).unwrap();
     assert_eq!(traj.attempt.reply, "It is made of cotton!");
     assert_eq!(traj.attempt.calls.len(), 2);
-    assert_eq!(m.rules, vec![TurnRule::Any, TurnRule::Any, reply_only]);
+    assert_eq!(
+        m.rules,
+        vec![TurnRule::Any, TurnRule::Any, reply_only.clone()]
+    );
     assert!(!traj
         .attempt
         .format_errors
@@ -538,8 +541,28 @@ fn the_last_turn_must_reply_when_the_episode_says_so() {
     ahead.feed(call.to_string()).unwrap();
     assert_eq!(ahead.rule(), TurnRule::Any);
     ahead.feed(call.to_string()).unwrap();
-    assert_eq!(ahead.rule(), reply_only);
+    assert_eq!(ahead.rule(), reply_only.clone());
     let trajs = run_batch(vec![ahead], &mut m).unwrap();
     assert_eq!(trajs[0].attempt.reply, "It is made of cotton!");
-    assert_eq!(m.rules, vec![reply_only]);
+    assert_eq!(m.rules, vec![reply_only.clone()]);
+
+    // tool names constrained: every turn but a reply-only one names the harness's tools in
+    // its syntax's slots, and the calls run as before
+    let named = TurnRule::Named {
+        slots: h.syntax.name_slots(),
+        names: h.tools.iter().map(|t| t.name.clone()).collect(),
+    };
+    let TurnRule::Named { names, .. } = &named else {
+        unreachable!()
+    };
+    assert!(names.iter().any(|n| n == "get_product"));
+    let mut m = looper(true, call.into());
+    let both = EpisodeConfig {
+        tool_names: true,
+        ..cfg(true)
+    };
+    let traj = run(&t.scene(), &h, w, &mut m, both).unwrap();
+    assert_eq!(traj.attempt.reply, "It is made of cotton!");
+    assert_eq!(traj.attempt.calls.len(), 2);
+    assert_eq!(m.rules, vec![named.clone(), named, reply_only]);
 }

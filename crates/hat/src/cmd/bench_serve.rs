@@ -53,6 +53,9 @@ pub struct ServeBenchArgs {
     /// Let the last allowed turn call a tool too (as `hat serve --no-final-reply`).
     #[arg(long)]
     no_final_reply: bool,
+    /// Let a call name any tool (as `hat serve --free-tool-names`).
+    #[arg(long)]
+    free_tool_names: bool,
     /// Streams decoded together.
     #[arg(long, default_value_t = 8)]
     max_batch: usize,
@@ -85,6 +88,7 @@ fn cfg(a: &ServeBenchArgs, data: &std::path::Path, name: &str) -> ServeConfig {
         max_tokens: a.max_tokens,
         max_turns: a.max_turns,
         final_reply: !a.no_final_reply,
+        tool_names: !a.free_tool_names,
         model_name: name.into(),
         // the bench measures latency, not triage: nothing goes stale during a run
         triage: hat_serve::triage::TriageConfig {

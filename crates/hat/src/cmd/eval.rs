@@ -88,6 +88,10 @@ pub struct RunArgs {
     /// runs it (the published rows were measured without it).
     #[arg(long)]
     final_reply: bool,
+    /// A call may name only the harness's tools, constrained at decode time, as `hat serve`
+    /// runs it (the published rows were measured without it; report it as a row of its own).
+    #[arg(long)]
+    tool_names: bool,
     /// Model turns an agent episode may take at most (tool rounds and retries included).
     #[arg(long, default_value_t = hat_harness::hooks::DEFAULT_MODEL_TURNS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=32))]
     max_turns: usize,
@@ -144,6 +148,7 @@ fn run_suites(r: RunArgs) -> Result<()> {
         ifeval_input: r.ifeval_input.clone(),
         episode: EpisodeConfig {
             final_reply: r.final_reply,
+            tool_names: r.tool_names,
             max_turns: r.max_turns,
             ..EpisodeConfig::default()
         },

@@ -36,6 +36,9 @@ pub struct RunArgs {
     /// in `hat serve`).
     #[arg(long)]
     no_final_reply: bool,
+    /// Let a call name any tool (as `hat serve --free-tool-names`).
+    #[arg(long)]
+    free_tool_names: bool,
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
@@ -60,6 +63,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let t0 = Instant::now();
     let cfg = EpisodeConfig {
         final_reply: !a.no_final_reply,
+        tool_names: !a.free_tool_names,
         ..EpisodeConfig::default()
     };
     let traj = episode::run(&scene, &h, &world, model.as_mut(), cfg)?;

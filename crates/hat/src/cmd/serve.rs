@@ -62,6 +62,11 @@ pub struct ServeArgs {
     /// nothing (by default the last turn must answer the viewer).
     #[arg(long)]
     no_final_reply: bool,
+    /// Let a call name any tool (by default the engine writes only the harness's tool names
+    /// where a call names its tool, so the host never calls a tool it lacks; a remote
+    /// `openai:` model is not constrained).
+    #[arg(long)]
+    free_tool_names: bool,
     /// The name `/v1/models` lists (default: the model's file name).
     #[arg(long)]
     served_name: Option<String>,
@@ -161,6 +166,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         max_tokens: a.model.max_tokens,
         max_turns: a.max_turns,
         final_reply: !a.no_final_reply,
+        tool_names: !a.free_tool_names,
         api_key,
         request_timeout: Duration::from_secs(a.model.request_timeout_s.max(60)),
         watch: (!a.no_watch).then(|| a.harness.clone()),

@@ -131,6 +131,7 @@ impl Env {
             keep_changes: false,
             // the trained log-probabilities are the unconstrained model's
             final_reply: false,
+            tool_names: false,
         };
         let mut jobs = Vec::with_capacity(n * g);
         for (d, draw) in draws.iter().enumerate() {

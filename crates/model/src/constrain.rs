@@ -1,0 +1,260 @@
+//! Tool names constrained at decode time: once an answer opens a call's name slot (the text a
+//! harness's call syntax puts before a tool's name), only the harness's tool names may follow.
+//!
+//! A compact model that reads an unfamiliar harness often calls a tool by a name it does not
+//! have (`catalogEntry` for `CatalogEntry`, `get_product` for `fetch_item`); the call then
+//! fails and the viewer waits a turn longer. Hosted APIs rule this out with strict function
+//! calling and serving engines with grammar-guided decoding; this is the same idea for the
+//! name alone, which needs no grammar: a byte-level check of the text an answer would have
+//! with one more token. [`crate::Engine`] samples as usual and resamples when the token it
+//! drew breaks the check, so an answer the model writes with a known name is unchanged and
+//! its log-probabilities stay those of the unconstrained model.
+
+/// Where tool names stand in an answer, and which names exist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameSlots {
+    patterns: Vec<Pattern>,
+    names: Vec<Vec<u8>>,
+    /// Bytes a name may hold (ASCII letters, digits, `_`, `-`, `.`, anything beyond ASCII,
+    /// and whatever the names hold): a name runs up to the first byte not among them, so
+    /// `get_stock2` is a name of its own, not `get_stock` and more.
+    name_byte: [bool; 256],
+    /// Bytes of the text before a token that a check reads: enough for the longest opener
+    /// (its optional whitespace up to [`MAX_GAP`] bytes a gap) and the longest name.
+    window: usize,
+}
+
+/// Whitespace a pattern's gap spans at most in [`NameSlots::admits`]'s window (a slot opened
+/// further apart than that is not seen, and its name is not constrained).
+pub const MAX_GAP: usize = 8;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Pattern {
+    /// Only at the start of a line (spaces or tabs before it aside).
+    line_start: bool,
+    /// Literal pieces, each pair separated by optional whitespace.
+    pieces: Vec<Vec<u8>>,
+}
+
+impl NameSlots {
+    /// `patterns` are the texts that open a name slot, written with a space wherever any
+    /// whitespace, or none, may stand, and a leading `^` when the opener starts a line (e.g.
+    /// `<tool_call> {"name": "` or `^CALL `). `names` are the tools that exist. `None` when
+    /// there is nothing to constrain (no pattern, or no name).
+    pub fn new<S: AsRef<str>>(patterns: &[&str], names: &[S]) -> Option<NameSlots> {
+        let names: Vec<Vec<u8>> = names
+            .iter()
+            .map(|n| n.as_ref().as_bytes().to_vec())
+            .filter(|n| !n.is_empty())
+            .collect();
+        let patterns: Vec<Pattern> = patterns
+            .iter()
+            .map(|p| {
+                let (line_start, p) = match p.strip_prefix('^') {
+                    Some(rest) => (true, rest),
+                    None => (false, *p),
+                };
+                Pattern {
+                    line_start,
+                    pieces: p.split(' ').map(|s| s.as_bytes().to_vec()).collect(),
+                }
+            })
+            .filter(|p| p.pieces.iter().any(|x| !x.is_empty()))
+            .collect();
+        if names.is_empty() || patterns.is_empty() {
+            return None;
+        }
+        let mut name_byte = [false; 256];
+        for (b, x) in name_byte.iter_mut().enumerate() {
+            let b = b as u8;
+            *x = b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.') || b >= 0x80;
+        }
+        for n in &names {
+            for &b in n {
+                name_byte[b as usize] = true;
+            }
+        }
+        let longest_name = names.iter().map(Vec::len).max().unwrap_or(0);
+        let longest_opener = patterns
+            .iter()
+            .map(|p| p.pieces.iter().map(|x| x.len() + MAX_GAP).sum::<usize>())
+            .max()
+            .unwrap_or(0);
+        Some(NameSlots {
+            patterns,
+            names,
+            name_byte,
+            window: longest_opener + longest_name + 1,
+        })
+    }
+
+    /// The tool names.
+    pub fn names(&self) -> impl Iterator<Item = &[u8]> {
+        self.names.iter().map(Vec::as_slice)
+    }
+
+    /// Whether `before` (an answer so far, which this admitted) followed by `token` still
+    /// names only known tools: every name slot the token reaches holds a known name once
+    /// something other than a name byte follows it, or a start of one at the end.
+    pub fn admits(&self, before: &[u8], token: &[u8]) -> bool {
+        let mut start = before.len().saturating_sub(self.window);
+        // A window cut inside a UTF-8 character would make no difference to the byte
+        // matching, but the line-start test needs to know whether it sees the text's start.
+        let whole = start == 0;
+        if !whole {
+            while start < before.len() && (before[start] & 0xC0) == 0x80 {
+                start += 1;
+            }
+        }
+        let mut buf = Vec::with_capacity(before.len() - start + token.len());
+        buf.extend_from_slice(&before[start..]);
+        buf.extend_from_slice(token);
+        let old = before.len() - start;
+        for p in &self.patterns {
+            for i in 0..buf.len() {
+                if p.line_start && !starts_line(&buf, i, whole) {
+                    continue;
+                }
+                let Some(slot) = p.match_at(&buf, i) else {
+                    continue;
+                };
+                let end = slot
+                    + buf[slot..]
+                        .iter()
+                        .position(|&b| !self.name_byte[b as usize])
+                        .unwrap_or(buf.len() - slot);
+                // judged when `before` was: the name ended inside it
+                if end < old {
+                    continue;
+                }
+                let run = &buf[slot..end];
+                let ok = if end == buf.len() {
+                    self.names.iter().any(|n| n.starts_with(run))
+                } else {
+                    self.names.iter().any(|n| n.as_slice() == run)
+                };
+                if !ok {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
+
+impl Pattern {
+    /// Where the name slot starts when the pattern matches at `i`.
+    fn match_at(&self, buf: &[u8], i: usize) -> Option<usize> {
+        let mut at = i;
+        for (k, piece) in self.pieces.iter().enumerate() {
+            if k > 0 {
+                while at < buf.len() && buf[at].is_ascii_whitespace() {
+                    at += 1;
+                }
+            }
+            if !buf[at..].starts_with(piece) {
+                return None;
+            }
+            at += piece.len();
+        }
+        Some(at)
+    }
+}
+
+/// Whether `i` is the start of a line, spaces and tabs aside (`whole`: `buf` starts where the
+/// text does).
+fn starts_line(buf: &[u8], i: usize, whole: bool) -> bool {
+    let mut j = i;
+    while j > 0 && matches!(buf[j - 1], b' ' | b'\t') {
+        j -= 1;
+    }
+    if j == 0 {
+        whole
+    } else {
+        buf[j - 1] == b'\n'
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JSON: &[&str] = &[r#"<tool_call> {"name": ""#];
+
+    fn slots(patterns: &[&str]) -> NameSlots {
+        NameSlots::new(patterns, &["get_product", "get_stock", "pin"]).unwrap()
+    }
+
+    /// Feeds `text` byte by byte; the index of the first byte refused.
+    fn first_refused(s: &NameSlots, text: &str) -> Option<usize> {
+        let b = text.as_bytes();
+        (0..b.len()).find(|&i| !s.admits(&b[..i], &b[i..i + 1]))
+    }
+
+    #[test]
+    fn a_known_name_passes_and_an_unknown_one_is_refused_where_it_leaves_the_names() {
+        let s = slots(JSON);
+        let ok = r#"<tool_call>{"name": "get_stock", "arguments": {"name": "Hoodie"}}</tool_call>"#;
+        assert_eq!(first_refused(&s, ok), None);
+        let bad = r#"<tool_call>{"name": "get_item", "arguments": {}}</tool_call>"#;
+        assert_eq!(first_refused(&s, bad), Some(bad.find("item").unwrap()));
+        // a start of a name followed by its closer is no name
+        let cut = r#"<tool_call>{"name":"get"}"#;
+        assert_eq!(first_refused(&s, cut), Some(cut.len() - 2));
+        // a known name that begins a longer one may end there
+        assert_eq!(first_refused(&s, r#"<tool_call>{"name":"pin"}"#), None);
+        // and a known name continued is another name
+        let longer = r#"<tool_call>{"name":"get_stock2"}"#;
+        assert_eq!(first_refused(&s, longer), Some(longer.find('2').unwrap()));
+    }
+
+    #[test]
+    fn a_token_may_carry_the_opener_and_the_name_at_once() {
+        let s = slots(JSON);
+        let before = b"<tool_call>{\"name";
+        assert!(s.admits(before, b"\": \"get_stock\","));
+        assert!(!s.admits(before, b"\": \"getStock\","));
+        assert!(s.admits(before, b"\": \"get_"));
+        // the slot is judged, not the rest of the answer
+        assert!(s.admits(b"", b"hello, the get_item tool"));
+    }
+
+    #[test]
+    fn anchored_patterns_only_open_a_slot_at_the_start_of_a_line() {
+        let s = slots(&["^CALL "]);
+        assert_eq!(first_refused(&s, "CALL get_stock(product_id=\"P1\")"), None);
+        assert_eq!(first_refused(&s, "  \nCALL pin(x=1)"), None);
+        assert_eq!(first_refused(&s, "CALL fetch(x=1)"), Some(5));
+        // prose that says CALL mid-line is left alone
+        assert_eq!(first_refused(&s, "please CALL us(1)"), None);
+    }
+
+    #[test]
+    fn gaps_take_any_whitespace_or_none() {
+        let s = slots(JSON);
+        assert_eq!(
+            first_refused(&s, "<tool_call>\n{\"name\":\"nope\"}"),
+            Some(21)
+        );
+        assert_eq!(
+            first_refused(&s, "<tool_call>\n{ \"name\" : \"pin\"}"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_long_answer_is_checked_in_a_window_that_still_sees_the_slot() {
+        let s = slots(JSON);
+        let mut text = "x".repeat(5000);
+        text.push_str(r#"<tool_call>{"name": "get_stoc"#);
+        assert!(s.admits(text.as_bytes(), b"k\""));
+        assert!(!s.admits(text.as_bytes(), b"x\""));
+    }
+
+    #[test]
+    fn nothing_to_constrain_is_none() {
+        assert!(NameSlots::new(JSON, &[] as &[&str]).is_none());
+        assert!(NameSlots::new(&[], &["a"]).is_none());
+        assert!(NameSlots::new(&[""], &["a"]).is_none());
+    }
+}
