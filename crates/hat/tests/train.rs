@@ -164,7 +164,7 @@ fn train_sft_with_lora_saves_adapters_and_exports_a_merged_model() {
     };
     std::fs::write(&data, (0..6).map(|i| rec(i) + "\n").collect::<String>()).unwrap();
     let run = d.path().join("run");
-    let sft = |rank: &str| {
+    let sft_to = |rank: &str, out: &std::path::Path| {
         let mut c = hat();
         c.args(["train", "sft", "--preset", "smoke", "--lora-rank", rank])
             .arg("--data")
@@ -172,9 +172,10 @@ fn train_sft_with_lora_saves_adapters_and_exports_a_merged_model() {
             .arg("--model")
             .arg(&model)
             .arg("--out")
-            .arg(&run);
+            .arg(out);
         c
     };
+    let sft = |rank: &str| sft_to(rank, &run);
     sft("4").assert().success();
     let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
     assert!(
@@ -182,6 +183,19 @@ fn train_sft_with_lora_saves_adapters_and_exports_a_merged_model() {
         "{config}"
     );
     fails_cleanly(sft("8").arg("--resume")).stderr(predicate::str::contains("--lora-*"));
+    fails_cleanly(sft("4").arg("--resume").args(["--call-weight", "3"]))
+        .stderr(predicate::str::contains("--call-weight"));
+    // a call weight is saved with the run; a weight of 0 would learn no call
+    let weighted = d.path().join("weighted");
+    sft_to("4", &weighted)
+        .args(["--call-weight", "3"])
+        .assert()
+        .success();
+    let saved = std::fs::read_to_string(weighted.join("config.toml")).unwrap();
+    assert!(saved.contains("call_weight = 3.0"), "{saved}");
+    fails_cleanly(sft_to("4", &d.path().join("zero")).args(["--call-weight", "0"])).stderr(
+        predicate::str::contains("call_weight must be a number above 0"),
+    );
     // the smoke preset's 3 steps are done: a resume may extend them, not cut them
     fails_cleanly(sft("4").arg("--resume").args(["--max-steps", "1"]))
         .stderr(predicate::str::contains("at step 3, past --max-steps 1"));

@@ -170,5 +170,6 @@ pub fn grad_packed(
         ),
         loss_rows: u32s("loss_rows"),
         targets: u32s("targets"),
+        weights: Vec::new(),
     }
 }

@@ -30,6 +30,8 @@
 #   data files and legs named with -ftN (docs/training.md "First-turn extras").
 #   MATMUL=bf16 trains with bf16 products (`--matmul bf16`, CPUs with AVX-512 BF16); legs
 #   named chain...-bf16-legK (the data files are the same as without it).
+#   CALLW=K counts the loss of tool-calling turns K times (`--call-weight K`); legs named
+#   chain...-cwK-legK (the data files are the same as without it).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 HAT=${HAT:-target/release/hat}
@@ -61,6 +63,12 @@ if [ -n "${MATMUL:-}" ]; then
   [ "$MATMUL" = bf16 ] || [ "$MATMUL" = f32 ] || { echo "MATMUL='$MATMUL' is not f32 or bf16" >&2; exit 2; }
   matmul=(--matmul "$MATMUL"); [ "$MATMUL" = bf16 ] && mm=-bf16
 fi
+cw=; callw=()
+if [ -n "${CALLW:-}" ]; then
+  [[ "$CALLW" =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "CALLW='$CALLW' is not a loss weight (e.g. 3)" >&2; exit 2; }
+  cw=-cw$CALLW; callw=(--call-weight "$CALLW")
+fi
+mm=$mm$cw
 [ -x "$HAT" ] || { echo "no hat binary at $HAT: cargo build --release -p hat, or set HAT" >&2; exit 2; }
 [ $# -gt 0 ] || { echo "usage: crates/train/scripts/hsa_chain.sh LEG... (e.g. 1 2 3)" >&2; exit 2; }
 prev=default
@@ -103,7 +111,7 @@ PY
     fi
     resume=()
     ls "$out"/checkpoints/*/state.json >/dev/null 2>&1 && resume=(--resume)
-    $HAT train sft --data runs/chain-hsa-s$s1$d.jsonl,runs/fh-s$s2$d.jsonl$extra --model $prev --preset cpu --out $out "${steps[@]}" "${resume[@]}" "${matmul[@]}" "${pack[@]}"
+    $HAT train sft --data runs/chain-hsa-s$s1$d.jsonl,runs/fh-s$s2$d.jsonl$extra --model $prev --preset cpu --out $out "${steps[@]}" "${resume[@]}" "${matmul[@]}" "${pack[@]}" "${callw[@]}"
   fi
   [ -d "$out-hf" ] || $HAT train export $out --format hf --out $out-hf
   ev=runs/eval-chain$d$rp$mm-leg$leg

@@ -101,7 +101,7 @@ fn step(model: &TrainModel, opt: &mut AdamW, seqs: &[&Packed]) -> Result<()> {
     let total: usize = seqs.iter().map(|s| s.targets.len()).sum();
     let mut grads = crate::stage::zero_gradients(vars.len());
     for s in seqs {
-        crate::sft::accumulate(model, s, total, &mut grads)?;
+        crate::sft::accumulate(model, s, total as f64, &mut grads)?;
     }
     // a tiny learning rate: the bench measures, it should not wander off
     opt.step(vars, &mut grads, 1e-9)?;

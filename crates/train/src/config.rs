@@ -94,6 +94,8 @@ pub struct Overrides {
     pub lora: Option<LoraConfig>,
     /// Precision of the dense products.
     pub matmul: Option<Matmul>,
+    /// Loss weight of tool-calling assistant turns.
+    pub call_weight: Option<f32>,
 }
 
 /// Supervised fine-tuning run.
@@ -128,6 +130,15 @@ pub struct SftConfig {
     pub lora: Option<LoraConfig>,
     /// Precision of the dense products (`f32` or `bf16`).
     pub matmul: Matmul,
+    /// How many times the loss of an assistant turn that calls a tool counts (1: like any
+    /// other turn; `Encoder::with_call_weight`). Each step's loss is the weighted mean over
+    /// its tokens; validation stays unweighted, so runs with different weights compare.
+    #[serde(skip_serializing_if = "is_one")]
+    pub call_weight: f32,
+}
+
+fn is_one(x: &f32) -> bool {
+    *x == 1.0
 }
 
 impl Default for SftConfig {
@@ -149,6 +160,7 @@ impl Default for SftConfig {
             pack: PackConfig::default(),
             lora: None,
             matmul: Matmul::F32,
+            call_weight: 1.0,
         }
     }
 }
@@ -244,6 +256,9 @@ impl SftConfig {
         if let Some(m) = o.matmul {
             self.matmul = m;
         }
+        if let Some(w) = o.call_weight {
+            self.call_weight = w;
+        }
     }
 
     /// Applies command-line values to a saved run that is being resumed. Repeating the run's
@@ -293,6 +308,9 @@ impl SftConfig {
                 x.to_string(),
             )?;
         }
+        if let Some(x) = o.call_weight.filter(|x| *x != self.call_weight) {
+            differs("call-weight", self.call_weight.to_string(), x.to_string())?;
+        }
         if let Some(l) = o.lora.as_ref().filter(|l| Some(*l) != self.lora.as_ref()) {
             differs("lora-*", format!("{:?}", self.lora), format!("{l:?}"))?;
         }
@@ -329,6 +347,9 @@ impl SftConfig {
         }
         if !(0.0..1.0).contains(&self.val_fraction) {
             return bad("val_fraction must be in [0, 1)");
+        }
+        if !(self.call_weight > 0.0 && self.call_weight <= 100.0) {
+            return bad("call_weight must be a number above 0 and at most 100 (1: unweighted)");
         }
         if !(self.optim.lr > 0.0 && self.optim.lr.is_finite()) {
             return bad("optim.lr must be a positive number");
@@ -400,6 +421,13 @@ mod tests {
             ),
             (
                 Overrides {
+                    call_weight: Some(3.0),
+                    ..Default::default()
+                },
+                "--call-weight",
+            ),
+            (
+                Overrides {
                     max_steps: Some(0),
                     ..Default::default()
                 },
@@ -432,5 +460,22 @@ mod tests {
             toml::from_str(&saved().to_toml().replace("matmul = \"f32\"\n", "")).unwrap();
         assert_eq!(old.matmul, Matmul::F32);
         assert!("fp8".parse::<Matmul>().unwrap_err().contains("f32 or bf16"));
+    }
+
+    #[test]
+    fn a_call_weight_is_saved_only_when_set_and_must_be_positive() {
+        let c = saved();
+        assert!(!c.to_toml().contains("call_weight"), "{}", c.to_toml());
+        let mut w = saved();
+        w.apply(&Overrides {
+            call_weight: Some(3.0),
+            ..Default::default()
+        });
+        let text = w.to_toml();
+        assert!(text.contains("call_weight = 3.0"), "{text}");
+        assert_eq!(toml::from_str::<SftConfig>(&text).unwrap(), w);
+        w.call_weight = 0.0;
+        let e = w.validate().unwrap_err().to_string();
+        assert!(e.contains("call_weight"), "{e}");
     }
 }

@@ -93,6 +93,7 @@ pub fn pack_group_tagged(
     a.resize(p, 0);
     b.resize(p, 0);
     let mut scored: Vec<(u32, u32, usize, usize)> = Vec::new();
+    let weighted = samples.iter().any(|s| !s.weight.is_empty());
     for (k, s) in samples.iter().enumerate() {
         let offset = ids.len();
         let row = |i: usize| if i < p { i } else { offset + i - p };
@@ -114,6 +115,14 @@ pub fn pack_group_tagged(
         visible: Arc::new(Visible::new(a, b)?),
         loss_rows: scored.iter().map(|&(r, ..)| r).collect(),
         targets: scored.iter().map(|&(_, t, ..)| t).collect(),
+        weights: if weighted {
+            scored
+                .iter()
+                .map(|&(.., k, i)| samples[k].weight.get(i).copied().unwrap_or(1.0))
+                .collect()
+        } else {
+            Vec::new()
+        },
     };
     Ok((packed, scored.iter().map(|&(.., k, i)| (k, i)).collect()))
 }
@@ -255,6 +264,7 @@ mod tests {
             id: "t".into(),
             tokens: tokens.to_vec(),
             mask: mask.to_vec(),
+            weight: Vec::new(),
         }
     }
 

@@ -116,7 +116,11 @@ pub fn prepare(cfg: &SftConfig, enc: &Encoder, max_positions: usize) -> Result<P
     let mut pc = cfg.pack;
     pc.max_tokens = limit;
     let train = pack(&tr, &pc)?;
-    let val = pack(&va, &pc)?;
+    let mut val = pack(&va, &pc)?;
+    // validation loss stays the plain mean, comparable across call weights
+    for p in &mut val {
+        p.seq.weights.clear();
+    }
     Ok(Prepared {
         packed_tokens: train.iter().map(|p| p.seq.len()).sum(),
         unpacked_tokens: train.iter().map(|p| p.unpacked_tokens).sum(),
@@ -141,13 +145,13 @@ pub fn evaluate(model: &TrainModel, packs: &[Pack]) -> Result<(f64, usize)> {
     Ok((sum, n))
 }
 
-/// Adds the gradient of `seq`'s summed loss divided by `step_loss_tokens` into `grads` (one
-/// vector per variable) and returns the summed loss; a non-finite loss is returned without a
-/// backward pass.
+/// Adds the gradient of `seq`'s summed (weighted) loss divided by `step_weight` (the step's
+/// loss tokens, each counted with its weight) into `grads` (one vector per variable) and
+/// returns the summed loss; a non-finite loss is returned without a backward pass.
 pub fn accumulate(
     model: &TrainModel,
     seq: &hat_model::train::Packed,
-    step_loss_tokens: usize,
+    step_weight: f64,
     grads: &mut [Vec<f32>],
 ) -> Result<f32> {
     let (nll, _) = model.loss(seq)?;
@@ -155,8 +159,17 @@ pub fn accumulate(
     if !value.is_finite() {
         return Ok(value);
     }
-    add_gradients(model, &(nll / step_loss_tokens.max(1) as f64)?, grads)?;
+    add_gradients(model, &(nll / step_weight.max(1.0))?, grads)?;
     Ok(value)
+}
+
+/// The loss tokens of `seq`, each counted with its weight.
+fn weight_of(seq: &hat_model::train::Packed) -> f64 {
+    if seq.weights.is_empty() {
+        seq.targets.len() as f64
+    } else {
+        seq.weights.iter().map(|&w| w as f64).sum()
+    }
 }
 
 /// Order of the packs in an epoch.
@@ -210,8 +223,9 @@ impl Stage for SftStage<'_> {
         }
         let mut loss_sum = 0f64;
         let mut tokens = 0usize;
+        let step_weight: f64 = chosen.iter().map(|p| weight_of(&p.seq)).sum();
         for p in &chosen {
-            let value = accumulate(model, &p.seq, step_loss_tokens, grads)?;
+            let value = accumulate(model, &p.seq, step_weight, grads)?;
             if !value.is_finite() {
                 return Err(TrainError::Diverged {
                     step: state.step,
@@ -222,7 +236,7 @@ impl Stage for SftStage<'_> {
             tokens += p.seq.len();
         }
         Ok(StepWork {
-            loss: loss_sum / step_loss_tokens as f64,
+            loss: loss_sum / step_weight.max(1.0),
             tokens,
             loss_tokens: step_loss_tokens,
             extra: Default::default(),
@@ -249,7 +263,8 @@ pub fn run(
     std::fs::create_dir_all(out).map_err(io(out.display()))?;
     let loaded = TrainModel::load_maybe_lora(&cfg.model, cfg.lora.as_ref())?;
     let model = loaded.model;
-    let enc = Encoder::new(loaded.tokenizer, loaded.chat_template.as_deref())?;
+    let enc = Encoder::new(loaded.tokenizer, loaded.chat_template.as_deref())?
+        .with_call_weight(cfg.call_weight);
     let data = prepare(cfg, &enc, model.max_positions())?;
     on(Event::Prepared(&data));
     if data.train.is_empty() {

@@ -22,13 +22,16 @@ use hat_model::Tokenizer;
 use crate::error::{io, Result, TrainError};
 
 /// A tokenised trajectory.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     /// Where it came from (`file:line task_id`), for error messages.
     pub id: String,
     pub tokens: Vec<u32>,
     /// `mask[i]`: token `i` is one the model learns to produce.
     pub mask: Vec<bool>,
+    /// `weight[i]`: how many times token `i`'s loss counts (empty: once each;
+    /// [`Encoder::with_call_weight`]).
+    pub weight: Vec<f32>,
 }
 
 impl Sample {
@@ -42,6 +45,8 @@ impl Sample {
 pub struct Encoder {
     tok: Tokenizer,
     template: ChatTemplate,
+    /// Loss weight of an assistant turn that calls a tool (1: as any other turn).
+    call_weight: f32,
 }
 
 impl Encoder {
@@ -53,7 +58,20 @@ impl Encoder {
             )
         })?;
         let template = ChatTemplate::for_tokenizer(src, &tok)?;
-        Ok(Self { tok, template })
+        Ok(Self {
+            tok,
+            template,
+            call_weight: 1.0,
+        })
+    }
+
+    /// Counts the loss of an assistant turn that calls a tool (one a tool result follows)
+    /// `w` times: the decisions a live host is scored on (which tool, which product) are a
+    /// few tokens of such a turn, while a reply's many tokens of phrasing carry most of a
+    /// plain SFT gradient. Validation stays unweighted.
+    pub fn with_call_weight(mut self, w: f32) -> Self {
+        self.call_weight = w;
+        self
     }
 
     /// The tokenizer.
@@ -80,6 +98,7 @@ impl Encoder {
     pub fn encode(&self, id: &str, messages: &[Message]) -> Result<Sample> {
         let tokens = self.tokens(messages, false)?;
         let mut mask = vec![false; tokens.len()];
+        let mut weight = Vec::new();
         let eog = self.tok.eog_tokens();
         for (k, m) in messages.iter().enumerate() {
             // Untrained assistant turns (`weight: 0`) are context; their spans are still
@@ -98,8 +117,16 @@ impl Encoder {
             if !m.trained() {
                 continue;
             }
+            let calls = messages.get(k + 1).is_some_and(|n| n.role == Role::Tool);
+            let c = if calls { self.call_weight } else { 1.0 };
+            if c != 1.0 && weight.is_empty() {
+                weight = vec![1.0; tokens.len()];
+            }
             for i in before.len()..after.len() {
                 mask[i] = true;
+                if let Some(x) = weight.get_mut(i) {
+                    *x = c;
+                }
                 if eog.contains(&tokens[i]) {
                     break;
                 }
@@ -109,6 +136,7 @@ impl Encoder {
             id: id.to_string(),
             tokens,
             mask,
+            weight,
         })
     }
 }

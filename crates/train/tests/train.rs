@@ -29,7 +29,13 @@ fn assert_packed_equals_one_by_one(model: &TrainModel, packed: &Packed, samples:
     let mut n = 0;
     let mut gs: HashMap<String, Vec<f32>> = HashMap::new();
     for s in samples {
-        let seq = Packed::causal(s.tokens.clone(), &s.mask).unwrap();
+        let mut seq = Packed::causal(s.tokens.clone(), &s.mask).unwrap();
+        if !s.weight.is_empty() {
+            seq.weights = (1..s.tokens.len())
+                .filter(|&i| s.mask[i])
+                .map(|i| s.weight[i])
+                .collect();
+        }
         let (l, k) = model.loss(&seq).unwrap();
         sum += l.to_scalar::<f32>().unwrap();
         n += k;
@@ -77,6 +83,7 @@ fn packed_loss_and_gradients_equal_one_by_one() {
                 id: format!("s{k}"),
                 tokens,
                 mask,
+                weight: Vec::new(),
             }
         })
         .collect();
@@ -102,6 +109,7 @@ fn short_loners_packed_together_equal_one_by_one() {
                 id: format!("r{k}"),
                 tokens,
                 mask,
+                weight: Vec::new(),
             }
         })
         .collect();
@@ -116,6 +124,41 @@ fn short_loners_packed_together_equal_one_by_one() {
     let refs: Vec<&Sample> = packs[0].members.iter().map(|&i| &samples[i]).collect();
     assert_eq!(refs.len(), 3);
     assert_packed_equals_one_by_one(&model, &packs[0].seq, &refs);
+}
+
+/// Per-token loss weights survive packing: the packed weighted loss and gradients are the
+/// weighted ones of the samples computed one by one, and a pack mixing weighted and plain
+/// samples counts the plain ones once.
+#[test]
+fn weighted_packed_loss_equals_weighted_one_by_one() {
+    let (_d, model) = tiny_train_model();
+    let vocab = model.config().vocab_size;
+    let prefix: Vec<u32> = (0..30).map(|i| (i * 7 + 3) as u32 % vocab as u32).collect();
+    let samples: Vec<Sample> = (0..3)
+        .map(|k| {
+            let mut tokens = prefix.clone();
+            tokens.extend((0..20).map(|i| ((i * 11 + k * 17 + 1) as u32) % vocab as u32));
+            let mask: Vec<bool> = (0..tokens.len()).map(|i| i >= 32).collect();
+            let weight = if k == 1 {
+                Vec::new()
+            } else {
+                (0..tokens.len())
+                    .map(|i| if i < 40 { 3.0 } else { 1.0 })
+                    .collect()
+            };
+            Sample {
+                id: format!("w{k}"),
+                tokens,
+                mask,
+                weight,
+            }
+        })
+        .collect();
+    let refs: Vec<&Sample> = samples.iter().collect();
+    let packed = pack_group(&refs, prefix.len()).unwrap();
+    assert_eq!(packed.weights.len(), packed.targets.len());
+    assert_eq!(packed.weights.iter().filter(|&&w| w == 3.0).count(), 2 * 8);
+    assert_packed_equals_one_by_one(&model, &packed, &refs);
 }
 
 fn msgs(turns: &[(Role, &str)]) -> Vec<Message> {
@@ -167,6 +210,35 @@ fn the_mask_covers_assistant_tokens_and_their_end_of_turn_only() {
             learned_text(&enc, &s),
             "hello there<|im_end|>it is 42<|im_end|>"
         );
+    }
+}
+
+#[test]
+fn a_call_weight_counts_the_turns_a_tool_result_follows() {
+    let conv = msgs(&[
+        (Role::User, "hi"),
+        (Role::Assistant, "call"),
+        (Role::Tool, "42"),
+        (Role::Assistant, "it is 42"),
+    ]);
+    for template in [SMOLLM2_TEMPLATE, QWEN2_STYLE] {
+        let plain = encoder(template).encode("c", &conv).unwrap();
+        assert!(plain.weight.is_empty());
+        let enc = encoder(template).with_call_weight(3.0);
+        let s = enc.encode("c", &conv).unwrap();
+        assert_eq!(
+            (s.tokens.clone(), s.mask.clone()),
+            (plain.tokens, plain.mask)
+        );
+        let text = |w: f32| {
+            let ids: Vec<u32> = (0..s.tokens.len())
+                .filter(|&i| s.mask[i] && s.weight[i] == w)
+                .map(|i| s.tokens[i])
+                .collect();
+            enc.tokenizer().decode(&ids, false)
+        };
+        assert_eq!(text(3.0), "call<|im_end|>");
+        assert_eq!(text(1.0), "it is 42<|im_end|>");
     }
 }
 

@@ -89,6 +89,12 @@ pub struct SftArgs {
     /// resuming (e.g. `--matmul f32` to continue a bf16 run on a CPU without BF16).
     #[arg(long)]
     matmul: Option<hat_train::config::Matmul>,
+    /// Count the loss of each assistant turn that calls a tool this many times (default 1:
+    /// like any other turn). The decisions a host is scored on (which tool, which product)
+    /// are a few tokens of those turns; a reply's phrasing carries most of a plain step's
+    /// gradient. Validation loss stays unweighted.
+    #[arg(long)]
+    call_weight: Option<f32>,
 }
 
 /// LoRA flags, for every stage that trains weights.
@@ -147,6 +153,7 @@ fn resolve(a: &SftArgs) -> Result<(SftConfig, bool)> {
         pack: a.pack,
         lora: a.lora.config(a.run.seed),
         matmul: a.matmul,
+        call_weight: a.call_weight,
     };
     let saved = a.run.out.join("config.toml");
     if a.run.resume && saved.exists() {

@@ -1,5 +1,6 @@
-//! The output layer and its loss as one op: `sum_i -log softmax(x_i W^T)[target_i]` over the
-//! loss rows, without ever holding the `(rows, vocab)` logits.
+//! The output layer and its loss as one op: `sum_i -c_i log softmax(x_i W^T)[target_i]` over
+//! the loss rows (`c_i` a per-row weight, 1 unless given), without ever holding the
+//! `(rows, vocab)` logits.
 //!
 //! Built from tensor ops, the 49,152-wide output layer of a 512-token step keeps the logits,
 //! the log-softmax and their gradients alive (four `(rows, vocab)` tensors, ~400 MB) and walks
@@ -44,6 +45,7 @@ fn run(
     x: &[f32],
     w: &[f32],
     targets: &[u32],
+    weights: &[f32],
     (rows, d, vocab): (usize, usize, usize),
     grad: Grad,
 ) -> (f64, Option<Grads>) {
@@ -72,17 +74,23 @@ fn run(
         loss += lc
             .par_chunks_mut(vocab)
             .zip(tc.par_iter())
-            .map(|(l, &t)| {
+            .enumerate()
+            .map(|(i, (l, &t))| {
+                let c = weights.get(r0 + i).copied().unwrap_or(1.0);
                 let lt = l[t as usize];
                 if !grad {
-                    return (crate::simd::log_sum_exp(l) - lt) as f64;
+                    return c as f64 * (crate::simd::log_sum_exp(l) - lt) as f64;
                 }
                 let max = l.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let sum = crate::simd::softmax_unnormalised(l);
                 let inv = 1.0 / sum;
                 l.iter_mut().for_each(|v| *v *= inv);
                 l[t as usize] -= 1.0;
-                (sum.ln() + max - lt) as f64
+                // the row's gradient (P - Y) carries its weight into both GEMMs below
+                if c != 1.0 {
+                    l.iter_mut().for_each(|v| *v *= c);
+                }
+                c as f64 * (sum.ln() + max - lt) as f64
             })
             .sum::<f64>();
         if grad {
@@ -116,6 +124,8 @@ fn run(
 
 struct HeadNll {
     targets: Arc<[u32]>,
+    /// Per-row loss weights (empty: 1 each).
+    weights: Arc<[f32]>,
     /// The gradients the forward also computes (a backward will follow).
     grad: Grad,
     /// The gradients the forward computed, taken by the backward.
@@ -150,7 +160,7 @@ impl CustomOp2 for HeadNll {
         let dims = dims(l1, l2, self.targets.len())?;
         let what = "output-layer loss";
         let (x, w) = (contiguous(s1, l1, what)?, contiguous(s2, l2, what)?);
-        let (loss, grads) = run(x, w, &self.targets, dims, self.grad);
+        let (loss, grads) = run(x, w, &self.targets, &self.weights, dims, self.grad);
         *self.grads.lock().unwrap_or_else(|e| e.into_inner()) = grads;
         Ok((CpuStorage::F32(vec![loss as f32]), Shape::from(())))
     }
@@ -171,7 +181,16 @@ impl CustomOp2 for HeadNll {
                 let dims = dims(x.layout(), w.layout(), self.targets.len())?;
                 let flat = |t: &Tensor| t.flatten_all()?.to_vec1::<f32>();
                 let (xv, wv) = (flat(x)?, flat(w)?);
-                match run(&xv, &wv, &self.targets, dims, Grad::RowsAndWeight).1 {
+                match run(
+                    &xv,
+                    &wv,
+                    &self.targets,
+                    &self.weights,
+                    dims,
+                    Grad::RowsAndWeight,
+                )
+                .1
+                {
                     Some(grads) => grads,
                     None => candle_core::bail!("output-layer loss: no gradient computed"),
                 }
@@ -193,19 +212,34 @@ impl CustomOp2 for HeadNll {
 }
 
 /// The summed negative log-likelihood of `targets` under the logits `x w^T`, for `x (rows, d)`
-/// and the output layer's weight `w (vocab, d)` (f32 on the CPU): a scalar, differentiable in
-/// both. With `backward`, the forward also computes the gradients (the backward only scales
-/// them; `w`'s only when it is a trained variable); without, it computes the loss alone and a
-/// backward, if one comes, recomputes.
-pub fn output_nll(x: &Tensor, w: &Tensor, targets: &[u32], backward: bool) -> Result<Tensor> {
+/// and the output layer's weight `w (vocab, d)` (f32 on the CPU), each row's term times its
+/// entry of `weights` (empty: 1 each): a scalar, differentiable in both. With `backward`, the
+/// forward also computes the gradients (the backward only scales them; `w`'s only when it is a
+/// trained variable); without, it computes the loss alone and a backward, if one comes,
+/// recomputes.
+pub fn output_nll(
+    x: &Tensor,
+    w: &Tensor,
+    targets: &[u32],
+    weights: &[f32],
+    backward: bool,
+) -> Result<Tensor> {
     let vocab = w.dim(0)?;
     if let Some(&t) = targets.iter().find(|&&t| t as usize >= vocab) {
         return Err(Error::InvalidArgument(format!(
             "target token {t} is outside the vocabulary of {vocab}"
         )));
     }
+    if !weights.is_empty() && weights.len() != targets.len() {
+        return Err(Error::InvalidArgument(format!(
+            "{} loss weights for {} targets",
+            weights.len(),
+            targets.len()
+        )));
+    }
     let op = HeadNll {
         targets: targets.into(),
+        weights: weights.into(),
         grad: match (backward, w.is_variable()) {
             (false, _) => Grad::None,
             (true, false) => Grad::Rows,
@@ -244,7 +278,7 @@ mod tests {
         let want = reference(x.as_tensor(), w.as_tensor(), &targets);
         let gw = want.backward().unwrap();
         for backward in [true, false] {
-            let got = output_nll(x.as_tensor(), w.as_tensor(), &targets, backward).unwrap();
+            let got = output_nll(x.as_tensor(), w.as_tensor(), &targets, &[], backward).unwrap();
             let (a, b) = (
                 got.to_scalar::<f32>().unwrap(),
                 want.to_scalar::<f32>().unwrap(),
@@ -260,10 +294,47 @@ mod tests {
         }
     }
 
+    /// Per-row weights: the loss and both gradients are the weighted sum of the rows' terms.
+    #[test]
+    fn weighted_rows_match_the_weighted_unfused_graph() {
+        let (x, w, targets) = inputs(CHUNK + 9, 12, 97);
+        let weights: Vec<f32> = (0..targets.len()).map(|i| [1.0, 3.0, 0.5][i % 3]).collect();
+        let logits = x.as_tensor().matmul(&w.as_tensor().t().unwrap()).unwrap();
+        let lsm = candle_nn::ops::log_softmax(&logits, D::Minus1).unwrap();
+        let t = Tensor::from_slice(&targets, (targets.len(), 1), &Device::Cpu).unwrap();
+        let c = Tensor::from_slice(&weights, (weights.len(), 1), &Device::Cpu).unwrap();
+        let want = (lsm.gather(&t, 1).unwrap() * c)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .neg()
+            .unwrap();
+        let gw = want.backward().unwrap();
+        for backward in [true, false] {
+            let got =
+                output_nll(x.as_tensor(), w.as_tensor(), &targets, &weights, backward).unwrap();
+            let (a, b) = (
+                got.to_scalar::<f32>().unwrap(),
+                want.to_scalar::<f32>().unwrap(),
+            );
+            assert!((a - b).abs() / b.abs() < 1e-5, "loss {a} vs {b}");
+            let g = got.backward().unwrap();
+            for v in [&x, &w] {
+                let err = max_rel(
+                    g.get(v.as_tensor()).unwrap(),
+                    gw.get(v.as_tensor()).unwrap(),
+                );
+                assert!(err < 1e-5, "gradient off by {err} (backward {backward})");
+            }
+        }
+        let e = output_nll(x.as_tensor(), w.as_tensor(), &targets, &[1.0], true).unwrap_err();
+        assert!(e.to_string().contains("loss weights"), "{e}");
+    }
+
     #[test]
     fn a_target_outside_the_vocabulary_is_an_error() {
         let (x, w, _) = inputs(2, 4, 10);
-        let e = output_nll(x.as_tensor(), w.as_tensor(), &[1, 10], true).unwrap_err();
+        let e = output_nll(x.as_tensor(), w.as_tensor(), &[1, 10], &[], true).unwrap_err();
         assert!(e.to_string().contains("outside the vocabulary"), "{e}");
     }
 
@@ -271,12 +342,12 @@ mod tests {
     fn gradient_matches_finite_differences() {
         let (x, w, targets) = inputs(5, 6, 17);
         let f = |xv: &Tensor| {
-            output_nll(xv, w.as_tensor(), &targets, false)
+            output_nll(xv, w.as_tensor(), &targets, &[], false)
                 .unwrap()
                 .to_scalar::<f32>()
                 .unwrap() as f64
         };
-        let loss = output_nll(x.as_tensor(), w.as_tensor(), &targets, true).unwrap();
+        let loss = output_nll(x.as_tensor(), w.as_tensor(), &targets, &[], true).unwrap();
         let g = loss.backward().unwrap();
         let dx = g.get(x.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
         let base = x.as_tensor().to_vec2::<f32>().unwrap();

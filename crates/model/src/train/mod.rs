@@ -80,6 +80,9 @@ pub struct Packed {
     pub loss_rows: Vec<u32>,
     /// The token each loss row should predict.
     pub targets: Vec<u32>,
+    /// Each loss row's weight in the summed loss (empty: 1 each; e.g. a tool-call turn's
+    /// tokens counted several times).
+    pub weights: Vec<f32>,
 }
 
 impl Packed {
@@ -108,6 +111,7 @@ impl Packed {
             ids,
             loss_rows,
             targets,
+            weights: Vec::new(),
         })
     }
 
@@ -129,6 +133,13 @@ impl Packed {
                 "training sequence of {n} tokens has {} positions and visibility for {}",
                 self.positions.len(),
                 self.visible.len()
+            )));
+        }
+        if !self.weights.is_empty() && self.weights.len() != self.targets.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} loss weights for {} targets",
+                self.weights.len(),
+                self.targets.len()
             )));
         }
         if self.loss_rows.len() != self.targets.len() {
@@ -417,7 +428,7 @@ impl TrainModel {
         Ok(())
     }
 
-    /// Summed negative log-likelihood of the targets of `p` (a scalar tensor to call
+    /// Summed negative log-likelihood of the targets of `p`, each times its weight (a scalar tensor to call
     /// `backward` on), and the number of scored tokens. The output layer and the loss run as
     /// one op ([`head::output_nll`]) that computes their gradients on the way, so call this
     /// when a backward follows, and [`Self::loss_value`] when it does not.
@@ -438,11 +449,18 @@ impl TrainModel {
             return Ok((Tensor::zeros((), DType::F32, m.device())?, 0));
         };
         let nll = match m.lm_head.dense_weight() {
-            Some(w) => head::output_nll(&x, w, &p.targets, backward)?,
+            Some(w) => head::output_nll(&x, w, &p.targets, &p.weights, backward)?,
             _ => {
                 let lsm = candle_nn::ops::log_softmax(&m.lm_head.forward(&x)?, D::Minus1)?;
                 let tgt = Tensor::from_slice(&p.targets, (p.targets.len(), 1), m.device())?;
-                lsm.gather(&tgt, 1)?.sum_all()?.neg()?
+                let lp = lsm.gather(&tgt, 1)?;
+                let lp = if p.weights.is_empty() {
+                    lp
+                } else {
+                    let c = Tensor::from_slice(&p.weights, (p.weights.len(), 1), m.device())?;
+                    lp.mul(&c)?
+                };
+                lp.sum_all()?.neg()?
             }
         };
         Ok((nll, p.targets.len()))

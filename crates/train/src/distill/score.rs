@@ -39,7 +39,12 @@ impl Answer {
         tokens.extend_from_slice(sampled);
         let mask = (0..tokens.len()).map(|i| i >= p).collect();
         Ok(Self {
-            sample: Sample { id, tokens, mask },
+            sample: Sample {
+                id,
+                tokens,
+                mask,
+                weight: Vec::new(),
+            },
             prompt_len: p,
             logprobs: logprobs.to_vec(),
         })

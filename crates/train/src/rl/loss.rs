@@ -60,6 +60,7 @@ impl Weighted {
                 id,
                 tokens: Vec::new(),
                 mask: Vec::new(),
+                weight: Vec::new(),
             },
             advantage,
             behaviour: Vec::new(),
