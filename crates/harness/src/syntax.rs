@@ -92,19 +92,23 @@ impl CallSyntax {
         }
     }
 
-    /// The texts that open a call's name slot, for tool names constrained at decode time
-    /// (`hat_model::NameSlots`): a space stands for any whitespace or none, a leading `^` for
-    /// the start of a line.
+    /// The texts that open a call's name slot as this syntax's parser reads them, for tool
+    /// names constrained at decode time (`hat_model::NameSlots`): a space stands for any
+    /// whitespace or none, `*` for spaces or tabs or none, `+` for one or more, a leading `^`
+    /// for the start of a line.
     pub fn name_slots(self) -> &'static [&'static str] {
         match self {
-            CallSyntax::JsonTags => &[r#"<tool_call> {"name": ""#],
-            CallSyntax::JsonBlock => &[r#"```tool {"tool": ""#],
-            CallSyntax::Function => &["^CALL "],
+            CallSyntax::JsonTags => &[r#"<tool_call> { "name" : ""#],
+            CallSyntax::JsonBlock => &[r#"```tool { "tool" : ""#],
+            // `CALL ` then the name, on a line of its own
+            CallSyntax::Function => &["^CALL+"],
             CallSyntax::XmlInvoke => &[r#"<invoke name=""#],
-            CallSyntax::Bracket => &["[[ "],
+            // the name right after `[[`
+            CallSyntax::Bracket => &["[["],
             CallSyntax::ToolUse => &["<tool_use> <name> "],
-            CallSyntax::React => &["^Action: "],
-            CallSyntax::FunctionTag => &["<function= "],
+            CallSyntax::React => &["^Action:*"],
+            // the name right after `=`
+            CallSyntax::FunctionTag => &["<function="],
             CallSyntax::CallAttr => &[r#"<call tool=""#],
         }
     }

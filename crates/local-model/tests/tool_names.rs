@@ -24,10 +24,10 @@ fn every_syntax_admits_its_calls_to_known_tools_and_refuses_others_inside_the_na
     for syntax in CallSyntax::ALL {
         let slots = NameSlots::new(syntax.name_slots(), &NAMES).unwrap();
         for name in NAMES {
-            // an argument called `name` is not a name slot
+            // an argument called `name` is not a name slot, nor a nested array one
             let call = ToolCall {
                 name: name.into(),
-                arguments: json!({"name": "Hoodie", "tool": "x", "qty": 2}),
+                arguments: json!({"name": "Hoodie", "tool": "x", "qty": 2, "grid": [[1, 2]]}),
             };
             let text = format!("Sure!\n{}", syntax.format(&call));
             assert_eq!(first_refused(&slots, &text), None, "{syntax:?}: {text}");

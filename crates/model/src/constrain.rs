@@ -32,15 +32,55 @@ pub const MAX_GAP: usize = 8;
 struct Pattern {
     /// Only at the start of a line (spaces or tabs before it aside).
     line_start: bool,
-    /// Literal pieces, each pair separated by optional whitespace.
-    pieces: Vec<Vec<u8>>,
+    /// Literal pieces, each after the gap it names (the first after [`Gap::None`]).
+    pieces: Vec<(Gap, Vec<u8>)>,
+}
+
+/// What may stand between two literal pieces of a pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gap {
+    /// Nothing.
+    None,
+    /// Any whitespace, newlines included, or none (` ` in a pattern).
+    Any,
+    /// Spaces or tabs, or none (`*`).
+    Blanks,
+    /// One or more spaces or tabs (`+`).
+    SomeBlanks,
+}
+
+impl Pattern {
+    fn parse(p: &str) -> Pattern {
+        let (line_start, p) = match p.strip_prefix('^') {
+            Some(rest) => (true, rest),
+            None => (false, p),
+        };
+        let mut pieces = Vec::new();
+        let (mut gap, mut lit) = (Gap::None, Vec::new());
+        for b in p.bytes() {
+            let next = match b {
+                b' ' => Gap::Any,
+                b'*' => Gap::Blanks,
+                b'+' => Gap::SomeBlanks,
+                _ => {
+                    lit.push(b);
+                    continue;
+                }
+            };
+            pieces.push((gap, std::mem::take(&mut lit)));
+            gap = next;
+        }
+        pieces.push((gap, lit));
+        Pattern { line_start, pieces }
+    }
 }
 
 impl NameSlots {
-    /// `patterns` are the texts that open a name slot, written with a space wherever any
-    /// whitespace, or none, may stand, and a leading `^` when the opener starts a line (e.g.
-    /// `<tool_call> {"name": "` or `^CALL `). `names` are the tools that exist. `None` when
-    /// there is nothing to constrain (no pattern, or no name).
+    /// `patterns` are the texts that open a name slot: literal text where a space stands for
+    /// any whitespace or none, `*` for spaces or tabs or none, `+` for one or more spaces or
+    /// tabs, and a leading `^` when the opener starts a line (e.g. `<tool_call> { "name" : "`
+    /// or `^CALL+`). `names` are the tools that exist. `None` when there is nothing to
+    /// constrain (no pattern, or no name).
     pub fn new<S: AsRef<str>>(patterns: &[&str], names: &[S]) -> Option<NameSlots> {
         let names: Vec<Vec<u8>> = names
             .iter()
@@ -49,17 +89,8 @@ impl NameSlots {
             .collect();
         let patterns: Vec<Pattern> = patterns
             .iter()
-            .map(|p| {
-                let (line_start, p) = match p.strip_prefix('^') {
-                    Some(rest) => (true, rest),
-                    None => (false, *p),
-                };
-                Pattern {
-                    line_start,
-                    pieces: p.split(' ').map(|s| s.as_bytes().to_vec()).collect(),
-                }
-            })
-            .filter(|p| p.pieces.iter().any(|x| !x.is_empty()))
+            .map(|p| Pattern::parse(p))
+            .filter(|p| p.pieces.iter().any(|(_, x)| !x.is_empty()))
             .collect();
         if names.is_empty() || patterns.is_empty() {
             return None;
@@ -77,7 +108,12 @@ impl NameSlots {
         let longest_name = names.iter().map(Vec::len).max().unwrap_or(0);
         let longest_opener = patterns
             .iter()
-            .map(|p| p.pieces.iter().map(|x| x.len() + MAX_GAP).sum::<usize>())
+            .map(|p| {
+                p.pieces
+                    .iter()
+                    .map(|(_, x)| x.len() + MAX_GAP)
+                    .sum::<usize>()
+            })
             .max()
             .unwrap_or(0);
         Some(NameSlots {
@@ -115,6 +151,16 @@ impl NameSlots {
                 if p.line_start && !starts_line(&buf, i, whole) {
                     continue;
                 }
+                // an opener right after JSON punctuation is data inside a call's arguments
+                // (`[[1, 2]]` in a bracket call's JSON), not a call
+                if buf[..i]
+                    .iter()
+                    .rev()
+                    .find(|b| !b.is_ascii_whitespace())
+                    .is_some_and(|b| matches!(b, b':' | b',' | b'[' | b'{'))
+                {
+                    continue;
+                }
                 let Some(slot) = p.match_at(&buf, i) else {
                     continue;
                 };
@@ -146,10 +192,27 @@ impl Pattern {
     /// Where the name slot starts when the pattern matches at `i`.
     fn match_at(&self, buf: &[u8], i: usize) -> Option<usize> {
         let mut at = i;
-        for (k, piece) in self.pieces.iter().enumerate() {
-            if k > 0 {
-                while at < buf.len() && buf[at].is_ascii_whitespace() {
-                    at += 1;
+        for (gap, piece) in &self.pieces {
+            let skip = |at: &mut usize, blank: fn(&u8) -> bool| {
+                let from = *at;
+                while *at < buf.len() && blank(&buf[*at]) {
+                    *at += 1;
+                }
+                *at - from
+            };
+            let blank = |b: &u8| matches!(b, b' ' | b'\t');
+            match gap {
+                Gap::None => {}
+                Gap::Any => {
+                    skip(&mut at, u8::is_ascii_whitespace);
+                }
+                Gap::Blanks => {
+                    skip(&mut at, blank);
+                }
+                Gap::SomeBlanks => {
+                    if skip(&mut at, blank) == 0 {
+                        return None;
+                    }
                 }
             }
             if !buf[at..].starts_with(piece) {
@@ -179,7 +242,7 @@ fn starts_line(buf: &[u8], i: usize, whole: bool) -> bool {
 mod tests {
     use super::*;
 
-    const JSON: &[&str] = &[r#"<tool_call> {"name": ""#];
+    const JSON: &[&str] = &[r#"<tool_call> { "name" : ""#];
 
     fn slots(patterns: &[&str]) -> NameSlots {
         NameSlots::new(patterns, &["get_product", "get_stock", "pin"]).unwrap()
@@ -221,12 +284,26 @@ mod tests {
 
     #[test]
     fn anchored_patterns_only_open_a_slot_at_the_start_of_a_line() {
-        let s = slots(&["^CALL "]);
+        let s = slots(&["^CALL+"]);
         assert_eq!(first_refused(&s, "CALL get_stock(product_id=\"P1\")"), None);
         assert_eq!(first_refused(&s, "  \nCALL pin(x=1)"), None);
         assert_eq!(first_refused(&s, "CALL fetch(x=1)"), Some(5));
-        // prose that says CALL mid-line is left alone
+        // prose that says CALL mid-line is left alone, and so is a word that starts with it
+        // or a CALL with no name on its line (the parser reads both as text)
         assert_eq!(first_refused(&s, "please CALL us(1)"), None);
+        assert_eq!(first_refused(&s, "CALLBACK soon\nCALLS"), None);
+        assert_eq!(first_refused(&s, "CALL\nThanks!"), None);
+        assert_eq!(first_refused(&s, "CALL \t pin(x=1)"), None);
+    }
+
+    #[test]
+    fn an_opener_inside_a_calls_json_is_data() {
+        let s = slots(&["[["]);
+        assert_eq!(
+            first_refused(&s, r#"[[get_stock {"m": [[1, 2]], "n": [ [[3]]]}]]"#),
+            None
+        );
+        assert_eq!(first_refused(&s, "[[fetch {}]]"), Some(2));
     }
 
     #[test]
@@ -239,6 +316,11 @@ mod tests {
         assert_eq!(
             first_refused(&s, "<tool_call>\n{ \"name\" : \"pin\"}"),
             None
+        );
+        let spaced = "<tool_call>{ \"name\" : \"nope\"}";
+        assert_eq!(
+            first_refused(&s, spaced),
+            Some(spaced.find("nope").unwrap())
         );
     }
 

@@ -464,10 +464,11 @@ impl Engine {
     }
 
     /// Samples a token that [`NameSlots::admits`] after the row's text: the sampler draws,
-    /// and a refused token is masked and the sampler draws again. After
-    /// [`NAMED_REDRAWS`] refusals every token the check refuses is masked at once; when it
-    /// refuses them all (it cannot, as long as single bytes are tokens), the last draw
-    /// stands.
+    /// and a refused token is masked and the sampler draws again. A token without text (the
+    /// end of the answer, a control token) is checked as a byte that ends a name, so an
+    /// answer cannot stop halfway through one. After [`NAMED_REDRAWS`] refusals every token
+    /// the check refuses is masked at once; when it refuses them all (it cannot, as long as
+    /// single bytes are tokens), the sampler draws from the unconstrained logits.
     fn sample_named(
         &self,
         names: &NameSlots,
@@ -475,7 +476,14 @@ impl Engine {
         logits: &[f32],
         masked: &mut Option<Vec<f32>>,
     ) -> u32 {
-        let text = |t: u32| self.tokenizer.decode_bytes(&[t], true);
+        let text = |t: u32| {
+            let b = self.tokenizer.decode_bytes(&[t], true);
+            if b.is_empty() {
+                vec![0]
+            } else {
+                b
+            }
+        };
         for _ in 0..NAMED_REDRAWS {
             let t = row
                 .sampler

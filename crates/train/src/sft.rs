@@ -159,7 +159,9 @@ pub fn accumulate(
     if !value.is_finite() {
         return Ok(value);
     }
-    add_gradients(model, &(nll / step_weight.max(1.0))?, grads)?;
+    // a step of plain tokens divides by their count, as it always did
+    let norm = if step_weight > 0.0 { step_weight } else { 1.0 };
+    add_gradients(model, &(nll / norm)?, grads)?;
     Ok(value)
 }
 
@@ -236,7 +238,7 @@ impl Stage for SftStage<'_> {
             tokens += p.seq.len();
         }
         Ok(StepWork {
-            loss: loss_sum / step_weight.max(1.0),
+            loss: loss_sum / if step_weight > 0.0 { step_weight } else { 1.0 },
             tokens,
             loss_tokens: step_loss_tokens,
             extra: Default::default(),
