@@ -7,6 +7,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use hat_harness::CallSyntax;
+
 use crate::EvalError;
 
 /// A cause of failure, read from the scorer's reasons. An item can have several.
@@ -22,6 +24,10 @@ pub enum Cause {
     UnneededTool,
     /// A needed operation never called.
     MissingCall,
+    /// Tool-call markup left in the reply: a call in another syntax than the harness's, or
+    /// one its parser did not take (`<function=x>` under a `CALL x(...)` harness). Such an
+    /// item is not also counted as a missing call: the model tried to call.
+    ForeignSyntax,
     /// A tool called where the task needs none.
     NeedlessCall,
     /// The right operation with another product than the one the viewer meant.
@@ -39,11 +45,12 @@ pub enum Cause {
 }
 
 impl Cause {
-    pub const ALL: [Cause; 12] = [
+    pub const ALL: [Cause; 13] = [
         Cause::WrongProduct,
         Cause::UnknownTool,
         Cause::UnneededTool,
         Cause::MissingCall,
+        Cause::ForeignSyntax,
         Cause::NeedlessCall,
         Cause::Schema,
         Cause::WrongValue,
@@ -61,6 +68,7 @@ impl Cause {
             Cause::UnknownTool => "calls a tool the harness lacks",
             Cause::UnneededTool => "calls the wrong tool",
             Cause::MissingCall => "misses a needed call",
+            Cause::ForeignSyntax => "a call the harness cannot read",
             Cause::NeedlessCall => "calls a tool where none is needed",
             Cause::WrongProduct => "looks up the wrong product",
             Cause::Schema => "arguments off the tool's schema",
@@ -88,6 +96,7 @@ pub fn causes(reason: &str) -> Vec<Cause> {
             }
         }
         let cause = match component {
+            "format" if call_markup(detail) => Some(Cause::ForeignSyntax),
             "format" if detail.contains("no reply") || detail.contains("scaffolding") => {
                 Some(Cause::Reply)
             }
@@ -122,11 +131,24 @@ pub fn causes(reason: &str) -> Vec<Cause> {
             }
         }
     }
+    if out.contains(&Cause::ForeignSyntax) {
+        out.retain(|&c| c != Cause::MissingCall);
+    }
     // a missing call whose reason is only a consequence still failed the item
     if out.is_empty() && !reason.is_empty() {
         out.push(Cause::Other);
     }
     out
+}
+
+/// Whether a format detail is the scorer's "the reply contains prompt scaffolding `M`" with
+/// `M` a call syntax's marker (`hat_tasks::scaffolding_in`): call markup in the reply.
+fn call_markup(detail: &str) -> bool {
+    let Some(rest) = detail.strip_prefix("the reply contains prompt scaffolding `") else {
+        return false;
+    };
+    let marker = rest.strip_suffix('`').unwrap_or(rest);
+    marker == "</tool_call>" || CallSyntax::ALL.iter().any(|c| c.marker() == marker)
 }
 
 /// An agent suite's failures in one run.
@@ -252,6 +274,12 @@ mod tests {
             vec![Cause::Schema]
         );
         assert_eq!(causes("constraints: uses `best`"), vec![Cause::Constraint]);
+        let r = "format: the reply contains prompt scaffolding `<function=`; calls: did not \
+                 call search; arguments: no valid search call";
+        assert_eq!(causes(r), vec![Cause::ForeignSyntax]);
+        let r = "format: the reply contains prompt scaffolding `[comment]`; calls: did not \
+                 call search";
+        assert_eq!(causes(r), vec![Cause::Reply, Cause::MissingCall]);
         assert_eq!(causes("something new"), vec![Cause::Other]);
         assert!(causes("").is_empty());
     }
@@ -278,18 +306,23 @@ mod tests {
             name: name.into(),
             arguments: serde_json::json!({ "product_id": pid }),
         };
-        let score = |calls| {
+        let score_reply = |calls, reply: &str| {
             hat_tasks::score(
                 &exp,
                 &h,
                 &Attempt {
                     calls,
                     format_errors: vec![],
-                    reply: "Here you go!".into(),
+                    reply: reply.into(),
                 },
             )
             .reason()
         };
+        let score = |calls| score_reply(calls, "Here you go!");
+        let foreign = score_reply(vec![], r#"<invoke name="get_product">{}</invoke>"#);
+        let c = causes(&foreign);
+        assert!(c.contains(&Cause::ForeignSyntax), "{foreign}");
+        assert!(!c.contains(&Cause::MissingCall), "{foreign}");
         let wrong = score(vec![call("get_product", other)]);
         assert!(causes(&wrong).contains(&Cause::WrongProduct), "{wrong}");
         let unknown = score(vec![call("get_product_id", &gold)]);
