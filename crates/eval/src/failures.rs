@@ -162,6 +162,10 @@ pub struct Breakdown {
     pub by_type: BTreeMap<String, (usize, usize)>,
     /// (passed, total) per harness hash.
     pub by_harness: BTreeMap<String, (usize, usize)>,
+    /// (passed, total) of the items whose viewer names a product by its link number (`#3`,
+    /// `no.3`, `link 3`, `3号` ...), and of the rest: the product list maps links to ids, a
+    /// look-up a small model gets wrong far more often than a title.
+    pub by_link: [(usize, usize); 2],
 }
 
 /// Reads `DIR/SUITE/items.jsonl` of a `hat eval` run (each item once, as `results.json` counts
@@ -183,6 +187,9 @@ pub fn read(run: &Path, suite: &str) -> Result<Option<Breakdown>, EvalError> {
             e.0 += usize::from(pass);
             e.1 += 1;
         }
+        let link = usize::from(!names_a_link(item["input"].as_str().unwrap_or("")));
+        b.by_link[link].0 += usize::from(pass);
+        b.by_link[link].1 += 1;
         if !pass {
             b.failed += 1;
             for c in causes(item["reason"].as_str().unwrap_or("")) {
@@ -191,6 +198,31 @@ pub fn read(run: &Path, suite: &str) -> Result<Option<Breakdown>, EvalError> {
         }
     }
     Ok(Some(b))
+}
+
+/// Whether a task's input names a product by link number: a digit right after `#`, `no.`,
+/// `link`, `lnk`, `item`, `number` (a space between allowed) or `链接` / `第`, or right before
+/// `号` or an ordinal's `th link`.
+pub fn names_a_link(input: &str) -> bool {
+    let lower = input.to_lowercase();
+    let b = lower.as_bytes();
+    let digit_at = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+    (0..b.len()).any(|i| {
+        let rest = &b[i..];
+        let after = |w: &str| {
+            rest.starts_with(w.as_bytes())
+                && (digit_at(i + w.len())
+                    || (b.get(i + w.len()) == Some(&b' ') && digit_at(i + w.len() + 1)))
+        };
+        ["#", "no.", "link", "lnk", "item", "number", "链接", "第"]
+            .iter()
+            .any(|w| after(w))
+            || (digit_at(i) && b[i + 1..].starts_with("号".as_bytes()))
+            || (digit_at(i)
+                && ["st link", "nd link", "rd link", "th link"]
+                    .iter()
+                    .any(|o| b[i + 1..].starts_with(o.as_bytes())))
+    })
 }
 
 /// The held-out transformations of hvqa's harness states, by state hash: `name` or
@@ -338,6 +370,31 @@ mod tests {
         }]);
         assert!(causes(&schema).contains(&Cause::Schema), "{schema}");
         assert!(!causes(&wrong).contains(&Cause::Other), "{wrong}");
+    }
+
+    #[test]
+    fn link_numbers_are_told_from_titles() {
+        for yes in [
+            "[comment] tata: wat material is no.5",
+            "#9 beats no.7 or meh",
+            "how much link 3",
+            "the 3rd link v the hoodie",
+            "lnk 4 price",
+            "3号多少钱",
+            "链接3还有吗",
+            "Link 12?",
+        ] {
+            assert!(names_a_link(yes), "{yes}");
+        }
+        for no in [
+            "how much is the hoodie",
+            "can u calc Swift Running Shoes x2 for me",
+            "3 dailyfit hoodie how much??",
+            "is there a linked coupon",
+            "",
+        ] {
+            assert!(!names_a_link(no), "{no}");
+        }
     }
 
     #[test]

@@ -605,6 +605,7 @@ fn eval_failures_sorts_failed_items_into_causes() {
     rows("calls a tool the harness lacks", "1 (50%)");
     rows("misses a needed call", "1 (50%)");
     rows("reply misses a fact", "1 (50%)");
+    rows("the other items", "1/3 (33%)");
     assert!(
         text.contains("compare") && !text.contains("greet_join"),
         "{text}"

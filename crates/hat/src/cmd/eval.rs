@@ -38,8 +38,9 @@ pub enum EvalCmd {
     },
     /// Why the agent suites' items failed, side by side for one or more `hat eval` runs: failed
     /// items per cause (wrong product looked up, a tool the harness lacks, a fact missing from
-    /// the reply ...), task types below half, and hvqa's pass rate under each held-out
-    /// transformation of its harness states.
+    /// the reply ...), the pass rate of items that name a product by link number against the
+    /// rest, task types below half, and hvqa's pass rate under each held-out transformation of
+    /// its harness states.
     Failures {
         #[arg(required = true, num_args = 1..)]
         runs: Vec<PathBuf>,
@@ -252,6 +253,22 @@ fn failures(runs: &[PathBuf], harness: &std::path::Path) -> Result<()> {
                     cell(b, &|b| {
                         let n = b.causes.get(&c).copied().unwrap_or(0);
                         format!("{n} ({:.0}%)", 100.0 * n as f64 / b.failed.max(1) as f64)
+                    })
+                );
+            }
+            println!();
+        }
+        for (i, label) in ["  names a product by link number", "  the other items"]
+            .into_iter()
+            .enumerate()
+        {
+            print!("{label:<44}");
+            for b in &runs_b {
+                print!(
+                    " {:>24}",
+                    cell(b, &|b| {
+                        let (p, n) = b.by_link[i];
+                        format!("{p}/{n} ({:.0}%)", 100.0 * p as f64 / n.max(1) as f64)
                     })
                 );
             }
