@@ -158,17 +158,17 @@ fn refer(p: &Product, cat: &Catalog, split: Split, zh: bool, rng: &mut ChaCha8Rn
     if zh {
         return match (split, rng.gen_range(0..3)) {
             (_, 0) => p.title_zh.clone(),
-            (Split::Train, 1) => pick(rng, &link_forms_zh(p.link)).clone(),
+            (Split::Train, 1) => format!("{}号链接", p.link),
             (Split::Test, 1) => format!("{}号", p.link),
             _ => p.title.clone(),
         };
     }
     let forms: Vec<String> = match split {
-        // half by name, half by link number in one of several forms, none of them the test
-        // split's (`#3`, `no.3`, `3号`): a viewer's number is the link's, whichever way it is
-        // written, and the model has to look it up in the product list to find the id
-        Split::Train if rng.gen_bool(0.5) => link_forms(p.link),
-        Split::Train => vec![p.title.clone(), p.title.to_lowercase()],
+        Split::Train => vec![
+            p.title.clone(),
+            p.title.to_lowercase(),
+            format!("link {}", p.link),
+        ],
         Split::Test => {
             let mut v = vec![
                 format!("#{}", p.link),
@@ -182,34 +182,6 @@ fn refer(p: &Product, cat: &Catalog, split: Split, zh: bool, rng: &mut ChaCha8Rn
         }
     };
     pick(rng, &forms).clone()
-}
-
-/// The training split's ways of naming a product by its link number (English).
-fn link_forms(link: u32) -> Vec<String> {
-    let th = match (link % 10, link % 100) {
-        (_, 11..=13) => "th",
-        (1, _) => "st",
-        (2, _) => "nd",
-        (3, _) => "rd",
-        _ => "th",
-    };
-    vec![
-        format!("link {link}"),
-        format!("link{link}"),
-        format!("item {link}"),
-        format!("number {link}"),
-        format!("the {link}{th} link"),
-        format!("lnk {link}"),
-    ]
-}
-
-/// The training split's ways of naming a product by its link number (Chinese).
-fn link_forms_zh(link: u32) -> Vec<String> {
-    vec![
-        format!("{link}号链接"),
-        format!("链接{link}"),
-        format!("第{link}个链接"),
-    ]
 }
 
 fn attr_phrase(attr: &str, zh: bool) -> String {

@@ -202,63 +202,6 @@ mod tests {
     use super::*;
     use crate::task::Intent;
 
-    /// Viewers in the training split name products by link number in several forms, but
-    /// never in the test split's (`#3`, `no.3`, `3号`), which stay held out.
-    #[test]
-    fn link_references_of_the_training_split_keep_the_test_forms_out() {
-        let kinds = [
-            TaskKind::ProductFact,
-            TaskKind::Compare,
-            TaskKind::FinalPrice,
-        ];
-        let comments = |split| {
-            TaskSet::generate_kinds(split, 600, 3, &kinds, &mut WorldCache::default())
-                .unwrap()
-                .into_iter()
-                .filter_map(|t| match t.event {
-                    hat_world::Event::Comment { text, .. } => Some(text),
-                    _ => None,
-                })
-                .collect::<Vec<_>>()
-        };
-        let test_form = |c: &str| {
-            let b = c.as_bytes();
-            let digit_at = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
-            (0..b.len()).any(|i| {
-                let rest = &b[i..];
-                (rest.starts_with(b"#") && digit_at(i + 1))
-                    || (rest.starts_with(b"no.") && digit_at(i + 3))
-                    || (digit_at(i)
-                        && b[i + 1..].starts_with("号".as_bytes())
-                        && !b[i + 1..].starts_with("号链接".as_bytes()))
-            })
-        };
-        let train = comments(Split::Train);
-        assert!(
-            train.iter().all(|c| !test_form(c)),
-            "{:?}",
-            train.iter().find(|c| test_form(c))
-        );
-        let by_link = |c: &&String| {
-            ["link", "item ", "number ", "lnk ", "链接"]
-                .iter()
-                .any(|f| c.contains(f))
-        };
-        let n = train.iter().filter(by_link).count();
-        assert!(
-            n * 4 > train.len(),
-            "{n} of {} comments name a link",
-            train.len()
-        );
-        for form in ["item ", "number ", "lnk ", "th link", "link "] {
-            assert!(
-                train.iter().any(|c| c.contains(form)),
-                "no {form:?} in the comments"
-            );
-        }
-        assert!(comments(Split::Test).iter().any(|c| test_form(c)));
-    }
-
     #[test]
     fn scenes_share_world_stage_and_recent_and_nothing_else() {
         let mut worlds = WorldCache::default();
