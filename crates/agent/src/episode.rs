@@ -8,7 +8,7 @@
 //! tools, bad arguments, endless tool rounds) is bounded and recorded,
 //! never a crash.
 
-use hat_harness::{Harness, HookDecision, Message, ReplyReview};
+use hat_harness::{CallGrammar, Harness, HookDecision, Message, ReplyReview};
 use hat_tasks::episode::{prompt, Scene, StoreBackend};
 use hat_tasks::task::{event_kind, event_vars};
 use hat_tasks::Attempt;
@@ -92,6 +92,11 @@ pub enum TurnRule {
         slots: &'static [&'static str],
         names: Arc<[String]>,
     },
+    /// A tool call or a reply, where every call is one the harness reads: its syntax, one of
+    /// its tools, arguments that fit the tool's schema ([`EpisodeConfig::call_grammar`]). A
+    /// model that can constrain its decoding holds its calls to the grammar; others answer
+    /// as they would anyway.
+    Calls(Arc<CallGrammar>),
     /// A reply to the viewers, no tool call: an episode's last turn under
     /// [`EpisodeConfig::final_reply`]. `opener` is the text a call begins with in the
     /// harness's syntax; a model that can constrain its decoding keeps its answer from
@@ -224,6 +229,10 @@ pub struct EpisodeConfig {
     /// a tool it lacks. On for serving; off by default for evaluation, data generation and
     /// RL rollouts (the published rows were measured without it).
     pub tool_names: bool,
+    /// Every call must be one the harness reads, arguments included ([`TurnRule::Calls`],
+    /// `hat_harness::CallGrammar`); takes the place of [`EpisodeConfig::tool_names`]. Off by
+    /// default.
+    pub call_grammar: bool,
 }
 
 impl Default for EpisodeConfig {
@@ -233,6 +242,7 @@ impl Default for EpisodeConfig {
             keep_changes: false,
             final_reply: false,
             tool_names: false,
+            call_grammar: false,
         }
     }
 }
@@ -256,6 +266,8 @@ pub struct Episode<'a> {
     done: bool,
     /// The harness's tool names, under [`EpisodeConfig::tool_names`].
     tool_names: Option<Arc<[String]>>,
+    /// The harness's calls, under [`EpisodeConfig::call_grammar`].
+    grammar: Option<Arc<CallGrammar>>,
 }
 
 impl<'a> Episode<'a> {
@@ -284,6 +296,9 @@ impl<'a> Episode<'a> {
             tool_names: cfg
                 .tool_names
                 .then(|| harness.tools.iter().map(|t| t.name.clone()).collect()),
+            grammar: cfg
+                .call_grammar
+                .then(|| Arc::new(CallGrammar::for_harness(harness))),
         };
         let event = serde_json::to_value(scene.event).unwrap_or_default();
         let outcome = harness.on_event(event_kind(scene.event), &event, &ep.vars, &mut ep.log);
@@ -316,6 +331,8 @@ impl<'a> Episode<'a> {
             TurnRule::ReplyOnly {
                 opener: self.harness.syntax.opener(),
             }
+        } else if let Some(g) = &self.grammar {
+            TurnRule::Calls(g.clone())
         } else if let Some(names) = &self.tool_names {
             TurnRule::Named {
                 slots: self.harness.syntax.name_slots(),

@@ -83,6 +83,7 @@ pub(crate) fn run(
         // an external trainer learns from what the model chose unconstrained
         final_reply: false,
         tool_names: false,
+        call_grammar: false,
     };
     let mut ep = match Episode::start(t.scene(), h, &world, cfg) {
         Ok(e) => e,

@@ -221,6 +221,9 @@ pub fn run_agent(
     if cfg.episode.tool_names {
         episode["tool_names"] = json!(true);
     }
+    if cfg.episode.call_grammar {
+        episode["call_grammar"] = json!(true);
+    }
     let episode_path = dir.join("episode.json");
     if !done.is_empty() {
         // runs from before this file was written ran the defaults

@@ -9,6 +9,7 @@
 //! It knows nothing about the store: dispatch goes through [`Backend`].
 
 pub mod binding;
+pub mod call_grammar;
 pub mod chat;
 pub mod command;
 pub mod files;
@@ -24,6 +25,7 @@ pub mod syntax;
 pub mod text;
 
 pub use binding::Target;
+pub use call_grammar::CallGrammar;
 pub use chat::{Message, Role};
 pub use harness::{content_hash, Backend, Dispatched, Harness, ReplyConstraints};
 pub use hooks::{EventKind, HookDecision, ReplyReview};

@@ -19,11 +19,11 @@ use std::time::Instant;
 
 use hat_agent::episode::{ChatModel, Completion, TurnId, TurnRule};
 use hat_agent::AgentError;
-use hat_harness::{Message, Role};
+use hat_harness::{CallGrammar, Message, Role};
 use hat_model::chat_template::ChatInput;
 use hat_model::{
     ContinuousBatch, Engine, GenerateOutput, GenerateRequest, LoadOptions, NameSlots, RowId,
-    SamplingParams, WeightFormat,
+    SamplingParams, TextCheck, WeightFormat,
 };
 use hat_teacher::openai::wire_messages;
 
@@ -231,11 +231,23 @@ impl LocalModel {
                     .clone();
             }
             TurnRule::Named { slots, names } => {
-                req.tool_names = NameSlots::new(slots, &names).map(Arc::new);
+                req.check =
+                    NameSlots::new(slots, &names).map(|n| Arc::new(n) as Arc<dyn TextCheck>);
             }
+            TurnRule::Calls(grammar) => req.check = Some(Arc::new(Calls(grammar))),
             TurnRule::Any => {}
         }
         Ok(req)
+    }
+}
+
+/// A harness's call grammar as the engine's decode-time check.
+#[derive(Debug)]
+struct Calls(Arc<CallGrammar>);
+
+impl TextCheck for Calls {
+    fn admits(&self, before: &[u8], token: &[u8]) -> bool {
+        self.0.admits(before, token)
     }
 }
 
@@ -404,5 +416,41 @@ fn completion(prompt_ids: Vec<u32>, o: GenerateOutput, seconds: f64) -> Completi
         seconds,
         prefill_seconds: o.prefill_secs,
         decode_seconds: o.decode_secs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hat_harness::CallSyntax;
+    use serde_json::json;
+
+    #[test]
+    fn each_constrained_turn_hands_the_engine_its_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = hat_train::fixture::tiny_model(&dir.path().join("m"), 1, "qwen2").unwrap();
+        let mut m =
+            LocalModel::load(&path, WeightFormat::F32, SamplingParams::default(), 12).unwrap();
+        let chat = [Message::user("in M?")];
+        let schema = json!({"type": "object", "properties": {"sku": {"type": "string"}},
+                            "required": ["sku"]});
+        let grammar = CallGrammar::new(CallSyntax::Bracket, [("get_stock", &schema)]);
+        let req = m.turn(&chat, TurnRule::Calls(Arc::new(grammar))).unwrap();
+        let check = req.check.expect("a Calls turn is checked");
+        assert!(check.admits(b"[[get_stock ", b"{\"sku\""));
+        assert!(!check.admits(b"[[get_stock ", b"{\"id\""));
+        assert!(!check.admits(b"[[", b"nope"));
+        let named = TurnRule::Named {
+            slots: CallSyntax::Bracket.name_slots(),
+            names: Arc::from(vec!["get_stock".to_string()]),
+        };
+        let check = m
+            .turn(&chat, named)
+            .unwrap()
+            .check
+            .expect("a Named turn is checked");
+        assert!(check.admits(b"[[", b"get_stock {\"id\""));
+        assert!(!check.admits(b"[[", b"nope"));
+        assert!(m.turn(&chat, TurnRule::Any).unwrap().check.is_none());
     }
 }

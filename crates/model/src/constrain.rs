@@ -10,6 +10,22 @@
 //! drew breaks the check, so an answer the model writes with a known name is unchanged and
 //! its log-probabilities stay those of the unconstrained model.
 
+/// A check on the text an answer would have with one more token, applied at decode time
+/// ([`crate::GenerateRequest::check`]): [`NameSlots`] here, a harness's whole-call grammar
+/// elsewhere.
+pub trait TextCheck: Send + Sync + std::fmt::Debug {
+    /// Whether `before` (the answer so far, which this admitted) may be followed by `token`
+    /// (its bytes; a NUL byte stands for a token without text, such as the end of the
+    /// answer).
+    fn admits(&self, before: &[u8], token: &[u8]) -> bool;
+}
+
+impl TextCheck for NameSlots {
+    fn admits(&self, before: &[u8], token: &[u8]) -> bool {
+        NameSlots::admits(self, before, token)
+    }
+}
+
 /// Where tool names stand in an answer, and which names exist.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NameSlots {

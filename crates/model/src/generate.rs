@@ -8,7 +8,7 @@ use std::time::Instant;
 use candle_core::Tensor;
 
 use crate::chat_template::{ChatInput, ChatTemplate};
-use crate::constrain::NameSlots;
+use crate::constrain::TextCheck;
 use crate::error::{Error, Result};
 use crate::loader::{load, Loaded, ModelInfo};
 use crate::model::{Cache, LoadOptions, Transformer};
@@ -19,7 +19,7 @@ use crate::tokenizer::Tokenizer;
 
 /// Draws of one token [`Engine`] makes under a tool-name constraint before it checks the
 /// whole vocabulary.
-const NAMED_REDRAWS: usize = 8;
+const CHECK_REDRAWS: usize = 8;
 
 /// Prompt tokens processed per forward call during prefill.
 pub const PREFILL_CHUNK: usize = 512;
@@ -46,10 +46,10 @@ pub struct GenerateRequest {
     /// call ([`Engine::tokens_opening`]). Log-probabilities stay those of the unconstrained
     /// model.
     pub suppress_at_start: Vec<u32>,
-    /// Tool names constrained at decode time: a token that would put a name the harness
-    /// lacks into a call's name slot is not sampled (the sampler draws again without it).
+    /// A check on the answer's text at decode time (tool names, or whole tool calls): a
+    /// token the check refuses is not sampled (the sampler draws again without it).
     /// Log-probabilities stay those of the unconstrained model.
-    pub tool_names: Option<Arc<NameSlots>>,
+    pub check: Option<Arc<dyn TextCheck>>,
 }
 
 impl GenerateRequest {
@@ -64,7 +64,7 @@ impl GenerateRequest {
             cache_prefix_len: None,
             cache_whole_prompt: false,
             suppress_at_start: Vec::new(),
-            tool_names: None,
+            check: None,
         }
     }
 }
@@ -393,8 +393,8 @@ impl Engine {
             }
             masked
         });
-        let tok = match &req.tool_names {
-            Some(names) => self.sample_named(names, row, logits, &mut masked),
+        let tok = match &req.check {
+            Some(check) => self.sample_checked(check.as_ref(), row, logits, &mut masked),
             None => row
                 .sampler
                 .sample(masked.as_deref().unwrap_or(logits), &row.seen),
@@ -463,15 +463,15 @@ impl Engine {
         tok
     }
 
-    /// Samples a token that [`NameSlots::admits`] after the row's text: the sampler draws,
-    /// and a refused token is masked and the sampler draws again. A token without text (the
-    /// end of the answer, a control token) is checked as a byte that ends a name, so an
-    /// answer cannot stop halfway through one. After [`NAMED_REDRAWS`] refusals every token
+    /// Samples a token that the request's check admits after the row's text: the sampler
+    /// draws, and a refused token is masked and the sampler draws again. A token without text
+    /// (the end of the answer, a control token) is checked as a NUL byte, so an answer cannot
+    /// stop halfway through a name or a call. After [`CHECK_REDRAWS`] refusals every token
     /// the check refuses is masked at once; when it refuses them all (it cannot, as long as
     /// single bytes are tokens), the sampler draws from the unconstrained logits.
-    fn sample_named(
+    fn sample_checked(
         &self,
-        names: &NameSlots,
+        check: &dyn TextCheck,
         row: &mut RowState,
         logits: &[f32],
         masked: &mut Option<Vec<f32>>,
@@ -484,11 +484,11 @@ impl Engine {
                 b
             }
         };
-        for _ in 0..NAMED_REDRAWS {
+        for _ in 0..CHECK_REDRAWS {
             let t = row
                 .sampler
                 .sample(masked.as_deref().unwrap_or(logits), &row.seen);
-            if names.admits(&row.bytes, &text(t)) {
+            if check.admits(&row.bytes, &text(t)) {
                 return t;
             }
             masked.get_or_insert_with(|| logits.to_vec())[t as usize] = f32::NEG_INFINITY;
@@ -497,7 +497,7 @@ impl Engine {
         let mut any = false;
         for (t, x) in m.iter_mut().enumerate() {
             if *x != f32::NEG_INFINITY {
-                if names.admits(&row.bytes, &text(t as u32)) {
+                if check.admits(&row.bytes, &text(t as u32)) {
                     any = true;
                 } else {
                     *x = f32::NEG_INFINITY;

@@ -32,7 +32,7 @@ pub mod train;
 pub mod weights;
 
 pub use config::{Architecture, ModelConfig, RopeLayout};
-pub use constrain::NameSlots;
+pub use constrain::{NameSlots, TextCheck};
 pub use continuous::{ContinuousBatch, RowId};
 pub use error::{Error, Result};
 pub use generate::{Engine, FinishReason, GenerateOutput, GenerateRequest, TokenEvent};

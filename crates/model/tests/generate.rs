@@ -577,7 +577,7 @@ fn a_name_slot_holds_only_known_names() {
         .collect();
     let slots = hat_model::NameSlots::new(&[opener.as_str()], &names).unwrap();
     let named = GenerateRequest {
-        tool_names: Some(std::sync::Arc::new(slots.clone())),
+        check: Some(std::sync::Arc::new(slots.clone())),
         ..free.clone()
     };
     let out = eng.generate(&named, None).unwrap();
@@ -601,7 +601,7 @@ fn a_name_slot_holds_only_known_names() {
     // a slot the answer never opens changes nothing
     let unseen = hat_model::NameSlots::new(&["\u{1}never"], &["qq"]).unwrap();
     let far = GenerateRequest {
-        tool_names: Some(std::sync::Arc::new(unseen)),
+        check: Some(std::sync::Arc::new(unseen)),
         ..free.clone()
     };
     assert_eq!(eng.generate(&far, None).unwrap().tokens, plain.tokens);

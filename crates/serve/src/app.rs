@@ -36,6 +36,9 @@ pub struct ServeConfig {
     /// A call may name only the active harness's tools, constrained at decode time (see
     /// `hat_agent::episode::EpisodeConfig::tool_names`).
     pub tool_names: bool,
+    /// Every call must be one the active harness reads, arguments included, constrained at
+    /// decode time (see `hat_agent::episode::EpisodeConfig::call_grammar`).
+    pub call_grammar: bool,
     /// `Authorization: Bearer <key>` required on `/v1/*` when set.
     pub api_key: Option<String>,
     /// A request waiting on the model longer than this fails with 504.
@@ -72,6 +75,7 @@ impl Default for ServeConfig {
             max_turns: 5,
             final_reply: true,
             tool_names: true,
+            call_grammar: false,
             api_key: None,
             request_timeout: Duration::from_secs(120),
             watch: None,
@@ -294,6 +298,7 @@ impl Server {
                     keep_changes: true,
                     final_reply: cfg.final_reply,
                     tool_names: cfg.tool_names,
+                    call_grammar: cfg.call_grammar,
                 },
                 max_tokens: cfg.max_tokens,
             },

@@ -564,5 +564,19 @@ fn the_last_turn_must_reply_when_the_episode_says_so() {
     let traj = run(&t.scene(), &h, w, &mut m, both).unwrap();
     assert_eq!(traj.attempt.reply, "It is made of cotton!");
     assert_eq!(traj.attempt.calls.len(), 2);
-    assert_eq!(m.rules, vec![named.clone(), named, reply_only]);
+    assert_eq!(m.rules, vec![named.clone(), named, reply_only.clone()]);
+
+    // whole calls constrained: the harness's grammar takes the place of the names
+    let calls = TurnRule::Calls(std::sync::Arc::new(hat_harness::CallGrammar::for_harness(
+        &h,
+    )));
+    let mut m = looper(true, call.into());
+    let grammar = EpisodeConfig {
+        tool_names: true,
+        call_grammar: true,
+        ..cfg(true)
+    };
+    let traj = run(&t.scene(), &h, w, &mut m, grammar).unwrap();
+    assert_eq!(traj.attempt.calls.len(), 2);
+    assert_eq!(m.rules, vec![calls.clone(), calls, reply_only]);
 }

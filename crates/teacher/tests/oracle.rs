@@ -203,3 +203,74 @@ fn recovery_detours_pass_and_are_untrained() {
         assert!(kinds.contains(k), "no detour on {k}: {kinds:?}");
     }
 }
+
+/// The whole-call grammar (`hat_harness::CallGrammar`, decode-time constraint) refuses
+/// nothing the oracle writes: every call of every gold trajectory, under the production
+/// harness and every augmented state, training and held-out, passes it byte by byte, and the
+/// answer may end where the oracle's does.
+#[test]
+fn the_call_grammar_admits_every_oracle_turn() {
+    use hat_harness::{CallGrammar, Role};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+    let base = hat_augment::load_spec(&dir).unwrap();
+    let mut worlds = WorldCache::default();
+    let tasks = TaskSet::generate(Split::Test, TaskKind::ALL.len() * 2, 9, &mut worlds).unwrap();
+    let mut states = vec![production()];
+    for pool in hat_augment::Pool::ALL {
+        for seed in 0..40u64 {
+            let v = hat_augment::augment(&base, seed, pool).unwrap();
+            states.push(Harness::compile(v.spec, Some(dir.clone())).unwrap());
+        }
+    }
+    let (mut turns, mut calls, mut failures) = (0, 0, Vec::new());
+    for (i, h) in states.iter().enumerate() {
+        let g = CallGrammar::for_harness(h);
+        for t in tasks.iter().skip(i % 3).step_by(3) {
+            let w = worlds.get(t.world_seed).unwrap();
+            let exp = expect(t, h, w).unwrap();
+            let traj = oracle::trajectory(t, h, w, &exp, &mut ChaCha8Rng::seed_from_u64(i as u64))
+                .unwrap();
+            for m in traj.messages.iter().filter(|m| m.role == Role::Assistant) {
+                turns += 1;
+                // the grammar is engaged: the first call's name, continued, is refused
+                if let Some(c) = h.syntax.parse(&m.content).unwrap().calls.first() {
+                    calls += 1;
+                    let at = m.content.find(c.name.as_str()).unwrap() + c.name.len();
+                    if g.admits(m.content[..at].as_bytes(), b"Zq") {
+                        failures.push(format!(
+                            "{}: not engaged in {:?}",
+                            h.syntax.as_str(),
+                            m.content
+                        ));
+                    }
+                }
+                let mut b = m.content.as_bytes().to_vec();
+                b.push(0);
+                if let Some(k) = (0..b.len()).find(|&k| !g.admits(&b[..k], &b[k..k + 1])) {
+                    failures.push(format!(
+                        "{} ({}) {}: refused at byte {k} of {:?}",
+                        h.syntax.as_str(),
+                        h.hash,
+                        t.id,
+                        m.content
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        turns > 1000 && calls > 500,
+        "{turns} turns, {calls} with calls, checked"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {turns} turns refused:\n{}",
+        failures.len(),
+        failures
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

@@ -93,6 +93,11 @@ pub struct RunArgs {
     /// runs it (the published rows were measured without it; report it as a row of its own).
     #[arg(long)]
     tool_names: bool,
+    /// Every call must be one the harness reads (its syntax, one of its tools, arguments that
+    /// fit the tool's schema), constrained at decode time (`hat_harness::CallGrammar`);
+    /// implies `--tool-names`. A serving setting: report it as a row of its own.
+    #[arg(long)]
+    call_grammar: bool,
     /// Model turns an agent episode may take at most (tool rounds and retries included).
     #[arg(long, default_value_t = hat_harness::hooks::DEFAULT_MODEL_TURNS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=32))]
     max_turns: usize,
@@ -150,6 +155,7 @@ fn run_suites(r: RunArgs) -> Result<()> {
         episode: EpisodeConfig {
             final_reply: r.final_reply,
             tool_names: r.tool_names,
+            call_grammar: r.call_grammar,
             max_turns: r.max_turns,
             ..EpisodeConfig::default()
         },

@@ -39,6 +39,10 @@ pub struct RunArgs {
     /// Let a call name any tool (as `hat serve --free-tool-names`).
     #[arg(long)]
     free_tool_names: bool,
+    /// Hold every call to one the harness reads, arguments included (as `hat serve
+    /// --call-grammar`).
+    #[arg(long)]
+    call_grammar: bool,
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
@@ -64,6 +68,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let cfg = EpisodeConfig {
         final_reply: !a.no_final_reply,
         tool_names: !a.free_tool_names,
+        call_grammar: a.call_grammar,
         ..EpisodeConfig::default()
     };
     let traj = episode::run(&scene, &h, &world, model.as_mut(), cfg)?;

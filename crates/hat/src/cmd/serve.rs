@@ -67,6 +67,11 @@ pub struct ServeArgs {
     /// `openai:` model is not constrained).
     #[arg(long)]
     free_tool_names: bool,
+    /// Hold every call to one the active harness reads, arguments included: its syntax, one
+    /// of its tools, keys, types and enum values of the tool's schema, constrained at decode
+    /// time (`hat_harness::CallGrammar`; a remote `openai:` model is not constrained).
+    #[arg(long)]
+    call_grammar: bool,
     /// The name `/v1/models` lists (default: the model's file name).
     #[arg(long)]
     served_name: Option<String>,
@@ -167,6 +172,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         max_turns: a.max_turns,
         final_reply: !a.no_final_reply,
         tool_names: !a.free_tool_names,
+        call_grammar: a.call_grammar,
         api_key,
         request_timeout: Duration::from_secs(a.model.request_timeout_s.max(60)),
         watch: (!a.no_watch).then(|| a.harness.clone()),

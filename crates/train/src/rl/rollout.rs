@@ -132,6 +132,7 @@ impl Env {
             // the trained log-probabilities are the unconstrained model's
             final_reply: false,
             tool_names: false,
+            call_grammar: false,
         };
         let mut jobs = Vec::with_capacity(n * g);
         for (d, draw) in draws.iter().enumerate() {

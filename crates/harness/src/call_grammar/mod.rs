@@ -1,0 +1,513 @@
+//! Whole tool calls constrained at decode time: once an answer opens a call in its harness's
+//! syntax, the rest of the call must be one the harness reads and the tool accepts.
+//!
+//! A compact model reading a held-out harness state writes the production harness's habits
+//! into it: `product_id` where the schema says `sku`, `snacks` where the enum says `sna`,
+//! JSON merged into an opening tag (`<invoke name="x","product_id":"P4"}`), a call left
+//! without a required key, or markup of another syntax that no parser of this harness
+//! reads. Hosted APIs rule this out with strict function calling and serving engines with
+//! grammar-guided decoding (llguidance, XGrammar); [`CallGrammar`] is that for the ten call
+//! syntaxes of this runtime, as a byte-level check of the text an answer would have with
+//! one more token, so the engine can sample as usual and draw again when a token breaks it
+//! (the answer keeps the model's own tokens wherever the model writes a valid call).
+//!
+//! What it holds a call to: the syntax's literal text (whitespace where the parser allows
+//! it), a tool name the harness has, and arguments that fit the tool's schema as far as
+//! [`json`] models it (keys, required keys, types, enum values); text outside calls is free,
+//! except that it may not contain another syntax's call markup.
+
+mod json;
+
+use serde_json::Value;
+
+use self::json::{Matched, ObjectShape, Reader, Shape, Stop};
+use crate::{CallSyntax, Harness};
+
+/// One piece of a call's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// This text.
+    Lit(&'static str),
+    /// Any whitespace, newlines included, or none.
+    Ws,
+    /// Spaces or tabs, or none.
+    Blanks,
+    /// One or more spaces or tabs.
+    SomeBlanks,
+    /// One of the harness's tool names.
+    Name,
+    /// The named tool's arguments as a JSON object; `optional`: the parser reads no object
+    /// as no arguments, which is allowed when the tool requires none.
+    Args { optional: bool },
+    /// The arguments as `(key=value, ...)`.
+    Keywords,
+    /// Spaces or tabs, then the end of the line or of the answer.
+    LineEnd,
+}
+
+use Step::*;
+
+/// How a call is written in one syntax: each its parser reads, in the form
+/// [`CallSyntax::format`] writes (the name first, then the arguments).
+fn template(syntax: CallSyntax) -> &'static [Step] {
+    match syntax {
+        CallSyntax::JsonTags => &[
+            Lit("<tool_call>"),
+            Ws,
+            Lit("{"),
+            Ws,
+            Lit("\"name\""),
+            Ws,
+            Lit(":"),
+            Ws,
+            Lit("\""),
+            Name,
+            Lit("\""),
+            Ws,
+            Lit(","),
+            Ws,
+            Lit("\"arguments\""),
+            Ws,
+            Lit(":"),
+            Ws,
+            Args { optional: false },
+            Ws,
+            Lit("}"),
+            Ws,
+            Lit("</tool_call>"),
+        ],
+        CallSyntax::JsonBlock => &[
+            Lit("```tool"),
+            Ws,
+            Lit("{"),
+            Ws,
+            Lit("\"tool\""),
+            Ws,
+            Lit(":"),
+            Ws,
+            Lit("\""),
+            Name,
+            Lit("\""),
+            Ws,
+            Lit(","),
+            Ws,
+            Lit("\"args\""),
+            Ws,
+            Lit(":"),
+            Ws,
+            Args { optional: false },
+            Ws,
+            Lit("}"),
+            Ws,
+            Lit("```"),
+        ],
+        CallSyntax::Function => &[Lit("CALL "), Blanks, Name, Blanks, Keywords, LineEnd],
+        CallSyntax::XmlInvoke => &[
+            Lit("<invoke"),
+            SomeBlanks,
+            Lit("name=\""),
+            Name,
+            Lit("\""),
+            Blanks,
+            Lit(">"),
+            Ws,
+            Args { optional: true },
+            Ws,
+            Lit("</invoke>"),
+        ],
+        CallSyntax::Bracket => &[Lit("[["), Name, Ws, Args { optional: true }, Ws, Lit("]]")],
+        CallSyntax::ToolUse => &[
+            Lit("<tool_use>"),
+            Ws,
+            Lit("<name>"),
+            Ws,
+            Name,
+            Ws,
+            Lit("</name>"),
+            Ws,
+            Lit("<input>"),
+            Ws,
+            Args { optional: true },
+            Ws,
+            Lit("</input>"),
+            Ws,
+            Lit("</tool_use>"),
+        ],
+        CallSyntax::React => &[
+            Lit("Action:"),
+            Blanks,
+            Name,
+            Blanks,
+            Lit("\n"),
+            Ws,
+            Lit("Action Input:"),
+            Blanks,
+            Args { optional: true },
+            LineEnd,
+        ],
+        CallSyntax::FunctionTag => &[
+            Lit("<function="),
+            Name,
+            Blanks,
+            Lit(">"),
+            Ws,
+            Args { optional: true },
+            Ws,
+            Lit("</function>"),
+        ],
+        CallSyntax::CallAttr => &[
+            Lit("<call"),
+            SomeBlanks,
+            Lit("tool=\""),
+            Name,
+            Lit("\""),
+            Blanks,
+            Lit(">"),
+            Ws,
+            Args { optional: true },
+            Ws,
+            Lit("</call>"),
+        ],
+    }
+}
+
+/// The calls a harness reads, as a check on an answer's text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallGrammar {
+    syntax: CallSyntax,
+    steps: &'static [Step],
+    /// The text a call starts with (the template's first literal).
+    opener: &'static [u8],
+    /// The call starts a line (spaces or tabs before it aside).
+    line_start: bool,
+    /// The opener is a tag name (`<invoke`): a name byte right after it makes another word.
+    tag: bool,
+    /// Tool names with the shape of their arguments.
+    tools: Vec<(Vec<u8>, ObjectShape)>,
+    /// Call markup of the other syntaxes, which no parser of this harness reads.
+    foreign: Vec<&'static [u8]>,
+}
+
+impl CallGrammar {
+    /// Calls in `syntax` to `tools` (name and arguments schema, the tool's `inputSchema`).
+    pub fn new<'a>(
+        syntax: CallSyntax,
+        tools: impl IntoIterator<Item = (&'a str, &'a Value)>,
+    ) -> CallGrammar {
+        let steps = template(syntax);
+        let opener = match steps[0] {
+            Lit(s) => s.as_bytes(),
+            _ => unreachable!("every template starts with its opener"),
+        };
+        let mut foreign: Vec<&'static [u8]> = CallSyntax::ALL
+            .iter()
+            .filter(|&&s| s != syntax)
+            .map(|s| s.marker().as_bytes())
+            .collect();
+        if syntax != CallSyntax::JsonTags {
+            foreign.push(b"</tool_call>");
+        }
+        CallGrammar {
+            syntax,
+            steps,
+            opener,
+            line_start: matches!(syntax, CallSyntax::Function | CallSyntax::React),
+            tag: matches!(syntax, CallSyntax::XmlInvoke | CallSyntax::CallAttr),
+            tools: tools
+                .into_iter()
+                .map(|(n, s)| (n.as_bytes().to_vec(), Shape::arguments(s)))
+                .collect(),
+            foreign,
+        }
+    }
+
+    /// The calls `harness` reads: its syntax, its tools.
+    pub fn for_harness(harness: &Harness) -> CallGrammar {
+        CallGrammar::new(
+            harness.syntax,
+            harness.tools.iter().map(|t| (t.name.as_str(), &t.schema)),
+        )
+    }
+
+    pub fn syntax(&self) -> CallSyntax {
+        self.syntax
+    }
+
+    /// Whether `before` (an answer so far, which this admitted) followed by `token` (its
+    /// bytes; a NUL byte stands for the end of the answer) can still be read as text and
+    /// calls the harness takes: every call the token reaches is, so far, a call to one of
+    /// the tools with arguments that fit its schema, and no other syntax's markup appears.
+    pub fn admits(&self, before: &[u8], token: &[u8]) -> bool {
+        let mut buf = Vec::with_capacity(before.len() + token.len());
+        buf.extend_from_slice(before);
+        buf.extend_from_slice(token);
+        let old = before.len();
+        for m in &self.foreign {
+            let from = (old + 1).saturating_sub(m.len());
+            if find(&buf[from..], m).is_some() {
+                return false;
+            }
+        }
+        let r = Reader { b: &buf };
+        let mut from = 0;
+        while let Some(at) = self.next_call(&buf, from) {
+            match self.call(&r, at) {
+                Ok(end) => from = end,
+                Err(Stop::More) => return true,
+                Err(Stop::At(p)) if p >= old => return false,
+                // broken before this token (written without the check): not judged again
+                Err(Stop::At(_)) => from = at + 1,
+            }
+        }
+        true
+    }
+
+    /// Where the next call starts at or after `from`.
+    fn next_call(&self, b: &[u8], mut from: usize) -> Option<usize> {
+        while let Some(p) = find(&b[from..], self.opener).map(|p| p + from) {
+            let line_ok = !self.line_start || starts_line(b, p);
+            let tag_ok = !self.tag || b.get(p + self.opener.len()).is_none_or(|&c| !name_byte(c));
+            if line_ok && tag_ok {
+                return Some(p);
+            }
+            from = p + 1;
+        }
+        None
+    }
+
+    /// The call whose opener is at `at`: where it ends, or why it stopped.
+    fn call(&self, r: &Reader, at: usize) -> Matched {
+        let b = r.b;
+        let mut i = at;
+        let mut args: Option<&ObjectShape> = None;
+        for step in self.steps {
+            i = match *step {
+                Lit(s) => r.lit(i, s.as_bytes())?,
+                Ws => r.ws(i),
+                Blanks => blanks(b, i),
+                SomeBlanks => {
+                    let j = blanks(b, i);
+                    if j == i {
+                        return Err(if i < b.len() { Stop::At(i) } else { Stop::More });
+                    }
+                    j
+                }
+                Name => {
+                    let (j, k) = self.name(b, i)?;
+                    args = Some(&self.tools[k].1);
+                    j
+                }
+                Args { optional } => {
+                    let o = args.expect("the name comes before the arguments");
+                    match b.get(i) {
+                        None => return Err(Stop::More),
+                        Some(b'{') => r.object(i, o, 0)?,
+                        Some(_) if optional && !o.any_required() => i,
+                        Some(_) => return Err(Stop::At(i)),
+                    }
+                }
+                Keywords => {
+                    let o = args.expect("the name comes before the arguments");
+                    match b.get(i) {
+                        None => return Err(Stop::More),
+                        Some(b'(') => r.keywords(i, o)?,
+                        Some(_) => return Err(Stop::At(i)),
+                    }
+                }
+                LineEnd => {
+                    let j = blanks(b, i);
+                    match b.get(j) {
+                        None => return Err(Stop::More),
+                        Some(b'\n' | b'\r' | 0) => j,
+                        Some(_) => return Err(Stop::At(j)),
+                    }
+                }
+            };
+        }
+        Ok(i)
+    }
+
+    /// A tool name at `i`: where it ends and which tool it is. While it is being written it
+    /// must begin a tool's name; once a byte that cannot be in a name follows, it must be one.
+    fn name(&self, b: &[u8], i: usize) -> Result<(usize, usize), Stop> {
+        let end = b[i..].iter().position(|&c| !name_byte(c)).map(|n| i + n);
+        let run = &b[i..end.unwrap_or(b.len())];
+        if let Some(n) =
+            (0..run.len()).find(|&n| !self.tools.iter().any(|(t, _)| t.starts_with(&run[..=n])))
+        {
+            return Err(Stop::At(i + n));
+        }
+        let end = end.ok_or(Stop::More)?;
+        match self.tools.iter().position(|(t, _)| t.as_slice() == run) {
+            Some(k) => Ok((end, k)),
+            None => Err(Stop::At(end)),
+        }
+    }
+}
+
+/// Bytes of a tool name as the parsers read one.
+fn name_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-')
+}
+
+fn blanks(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && matches!(b[i], b' ' | b'\t') {
+        i += 1;
+    }
+    i
+}
+
+/// Whether `i` starts a line, spaces and tabs before it aside.
+fn starts_line(b: &[u8], i: usize) -> bool {
+    let mut j = i;
+    while j > 0 && matches!(b[j - 1], b' ' | b'\t') {
+        j -= 1;
+    }
+    j == 0 || b[j - 1] == b'\n'
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || hay.len() < needle.len() {
+        return None;
+    }
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ToolCall;
+    use serde_json::json;
+
+    fn schemas() -> Vec<(&'static str, Value)> {
+        vec![
+            (
+                "t_3876",
+                json!({"type": "object", "properties": {
+                    "sku": {"type": "string"}, "size": {"type": "string"}},
+                    "required": ["sku"]}),
+            ),
+            (
+                "match_goods",
+                json!({"type": "object", "properties": {
+                    "category": {"type": "string", "enum": ["app", "sna"]},
+                    "max_price": {"type": "number"}}}),
+            ),
+            ("list_coupons", json!({"type": "object", "properties": {}})),
+        ]
+    }
+
+    fn grammar(syntax: CallSyntax) -> CallGrammar {
+        let s = schemas();
+        CallGrammar::new(syntax, s.iter().map(|(n, v)| (*n, v)))
+    }
+
+    /// Feeds `text` one byte at a time, then the end of the answer; the index of the first
+    /// byte refused (`text.len()` for the end).
+    fn first_refused(g: &CallGrammar, text: &str) -> Option<usize> {
+        let mut b = text.as_bytes().to_vec();
+        b.push(0);
+        (0..b.len()).find(|&i| !g.admits(&b[..i], &b[i..i + 1]))
+    }
+
+    fn calls() -> Vec<ToolCall> {
+        vec![
+            ToolCall {
+                name: "t_3876".into(),
+                arguments: json!({"sku": "P3", "size": "M"}),
+            },
+            ToolCall {
+                name: "match_goods".into(),
+                arguments: json!({"category": "sna", "max_price": 50.5}),
+            },
+            ToolCall {
+                name: "list_coupons".into(),
+                arguments: json!({}),
+            },
+        ]
+    }
+
+    #[test]
+    fn every_call_each_syntax_writes_passes_and_parses() {
+        for s in CallSyntax::ALL {
+            let g = grammar(s);
+            let text = format!("Let me check.\n{}", s.format_all(&calls()));
+            assert_eq!(first_refused(&g, &text), None, "{}: {text}", s.as_str());
+            assert_eq!(s.parse(&text).unwrap().calls, calls(), "{}", s.as_str());
+            // a reply after the calls is free text
+            let text = format!("{text}\nHere you go!");
+            assert_eq!(first_refused(&g, &text), None, "{}", s.as_str());
+        }
+    }
+
+    #[test]
+    fn the_production_key_under_a_renamed_schema_is_refused() {
+        let g = grammar(CallSyntax::JsonTags);
+        let t = r#"<tool_call>{"name": "t_3876", "arguments": {"product_id": "P3"}}</tool_call>"#;
+        assert_eq!(first_refused(&g, t), Some(t.find("product_id").unwrap()));
+        let t = r#"<tool_call>{"name": "t_3876", "arguments": {"size": "M"}}</tool_call>"#;
+        assert_eq!(first_refused(&g, t), Some(t.find("}}").unwrap()));
+        let t = r#"<tool_call>{"name": "match_goods", "arguments": {"category": "snacks"}}</tool_call>"#;
+        assert_eq!(first_refused(&g, t), Some(t.find("cks").unwrap()));
+        let t = r#"<tool_call>{"name": "get_product", "arguments": {}}</tool_call>"#;
+        assert_eq!(first_refused(&g, t), Some(t.find("get").unwrap()));
+    }
+
+    #[test]
+    fn json_merged_into_an_opening_tag_is_refused() {
+        let g = grammar(CallSyntax::XmlInvoke);
+        let t = r#"<invoke name="t_3876","sku":"P4"}</invoke>"#;
+        assert_eq!(first_refused(&g, t), Some(t.find(',').unwrap()));
+        // a word that begins with the tag is not a call
+        assert_eq!(first_refused(&g, "<invoker> is fine"), None);
+    }
+
+    #[test]
+    fn keyword_calls_start_a_line_and_end_it() {
+        let g = grammar(CallSyntax::Function);
+        assert_eq!(first_refused(&g, "CALL t_3876(sku=\"P3\")\nThanks!"), None);
+        let t = "CALL t_3876(product_id=\"P3\")";
+        assert_eq!(first_refused(&g, t), Some(t.find("product").unwrap()));
+        let t = "CALL t_3876(sku=\"P3\") now";
+        assert_eq!(first_refused(&g, t), Some(t.find("now").unwrap()));
+        // mid-line it is prose (the parser reads it as text)
+        assert_eq!(first_refused(&g, "Please CALL us(1)."), None);
+    }
+
+    #[test]
+    fn another_syntaxs_markup_is_refused_anywhere() {
+        let g = grammar(CallSyntax::Function);
+        let t = "<function=t_3876>{\"sku\": \"P3\"}</function>";
+        assert_eq!(first_refused(&g, t), Some("<function".len()));
+        let t = "ok</tool_call>";
+        assert_eq!(first_refused(&g, t), Some(t.len() - 1));
+        let g = grammar(CallSyntax::JsonTags);
+        assert_eq!(first_refused(&g, "done</tool_call> bye"), None);
+    }
+
+    #[test]
+    fn an_answer_may_not_end_inside_a_call() {
+        let g = grammar(CallSyntax::Bracket);
+        let t = "[[t_3876 {\"sku\": \"P3\"}";
+        assert_eq!(first_refused(&g, t), Some(t.len()));
+        // a tool that requires nothing may be called without an object
+        assert_eq!(first_refused(&g, "[[list_coupons]]"), None);
+        let t = "[[t_3876]]";
+        assert_eq!(first_refused(&g, t), Some(t.find("]]").unwrap()));
+    }
+
+    #[test]
+    fn a_token_may_carry_a_whole_call() {
+        let g = grammar(CallSyntax::JsonTags);
+        assert!(g.admits(
+            b"Sure! ",
+            br#"<tool_call>{"name":"t_3876","arguments":{"sku":"P1"}}</tool_call>"#
+        ));
+        assert!(!g.admits(
+            b"<tool_call>{\"name\":\"t_38",
+            b"76\",\"arguments\":{\"id\""
+        ));
+        // a call broken before the check began is not judged again
+        assert!(g.admits(b"<tool_call>{\"name\":\"nope\"}</tool_call>\n", b"Hi"));
+    }
+}
