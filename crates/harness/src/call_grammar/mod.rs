@@ -496,6 +496,68 @@ mod tests {
         assert_eq!(first_refused(&g, t), Some(t.find("]]").unwrap()));
     }
 
+    const PIECES: &[&str] = &[
+        "<tool_call>",
+        "{",
+        "}",
+        "\"name\"",
+        ":",
+        " ",
+        "\n",
+        ",",
+        "\"t_3876\"",
+        "\"arguments\"",
+        "\"sku\"",
+        "\"size\"",
+        "\"P1\"",
+        "\"category\"",
+        "\"sna\"",
+        "12",
+        "-",
+        ".5",
+        "</tool_call>",
+        "[[",
+        "]]",
+        "CALL ",
+        "(",
+        ")",
+        "=",
+        "hi",
+        "\"",
+        "\\",
+        "<invoke",
+        "Action:",
+        "\u{0}",
+        "é",
+    ];
+
+    proptest::proptest! {
+        /// A token is admitted exactly when each of its bytes would be, one at a time: the
+        /// check is the same whatever the tokenizer's pieces, and no input makes it panic.
+        #[test]
+        fn a_token_is_judged_as_its_bytes_are(
+            picks in proptest::collection::vec(0..PIECES.len(), 0..40),
+            split in 0usize..1000,
+            syntax in 0..CallSyntax::ALL.len(),
+            call in 0usize..4,
+            cut in 0usize..1000,
+        ) {
+            let syntax = CallSyntax::ALL[syntax];
+            let g = grammar(syntax);
+            // a valid call (or none) cut anywhere, then random pieces
+            let mut text = calls().get(call).map_or(Vec::new(), |c| syntax.format(c).into_bytes());
+            text.truncate(cut % (text.len() + 1));
+            text.extend(picks.iter().flat_map(|&i| PIECES[i].bytes()));
+            let k = (0..text.len()).find(|&i| !g.admits(&text[..i], &text[i..i + 1]));
+            let end = k.unwrap_or(text.len());
+            let s = split % (end + 1);
+            proptest::prop_assert!(g.admits(&text[..s], &text[s..end]));
+            if let Some(k) = k {
+                proptest::prop_assert!(!g.admits(&text[..s], &text[s..=k]));
+            }
+        }
+    }
+
     #[test]
     fn a_token_may_carry_a_whole_call() {
         let g = grammar(CallSyntax::JsonTags);
