@@ -75,7 +75,7 @@ impl Default for ServeConfig {
             max_turns: 5,
             final_reply: true,
             tool_names: true,
-            call_grammar: false,
+            call_grammar: true,
             api_key: None,
             request_timeout: Duration::from_secs(120),
             watch: None,

@@ -53,13 +53,13 @@ pub struct ServeBenchArgs {
     /// Let the last allowed turn call a tool too (as `hat serve --no-final-reply`).
     #[arg(long)]
     no_final_reply: bool,
-    /// Let a call name any tool (as `hat serve --free-tool-names`).
+    /// Let a call be written freely (as `hat serve --free-tool-names`).
     #[arg(long)]
     free_tool_names: bool,
-    /// Hold every call to one the harness reads, arguments included (as `hat serve
-    /// --call-grammar`).
-    #[arg(long)]
-    call_grammar: bool,
+    /// Constrain only the tool's name, not the rest of the call (as `hat serve
+    /// --no-call-grammar`).
+    #[arg(long, conflicts_with = "free_tool_names")]
+    no_call_grammar: bool,
     /// Streams decoded together.
     #[arg(long, default_value_t = 8)]
     max_batch: usize,
@@ -93,7 +93,7 @@ fn cfg(a: &ServeBenchArgs, data: &std::path::Path, name: &str) -> ServeConfig {
         max_turns: a.max_turns,
         final_reply: !a.no_final_reply,
         tool_names: !a.free_tool_names,
-        call_grammar: a.call_grammar,
+        call_grammar: !a.free_tool_names && !a.no_call_grammar,
         model_name: name.into(),
         // the bench measures latency, not triage: nothing goes stale during a run
         triage: hat_serve::triage::TriageConfig {

@@ -36,13 +36,13 @@ pub struct RunArgs {
     /// in `hat serve`).
     #[arg(long)]
     no_final_reply: bool,
-    /// Let a call name any tool (as `hat serve --free-tool-names`).
+    /// Let a call be written freely (as `hat serve --free-tool-names`).
     #[arg(long)]
     free_tool_names: bool,
-    /// Hold every call to one the harness reads, arguments included (as `hat serve
-    /// --call-grammar`).
-    #[arg(long)]
-    call_grammar: bool,
+    /// Constrain only the tool's name, not the rest of the call (as `hat serve
+    /// --no-call-grammar`).
+    #[arg(long, conflicts_with = "free_tool_names")]
+    no_call_grammar: bool,
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
@@ -68,7 +68,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let cfg = EpisodeConfig {
         final_reply: !a.no_final_reply,
         tool_names: !a.free_tool_names,
-        call_grammar: a.call_grammar,
+        call_grammar: !a.free_tool_names && !a.no_call_grammar,
         ..EpisodeConfig::default()
     };
     let traj = episode::run(&scene, &h, &world, model.as_mut(), cfg)?;

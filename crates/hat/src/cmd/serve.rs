@@ -62,16 +62,16 @@ pub struct ServeArgs {
     /// nothing (by default the last turn must answer the viewer).
     #[arg(long)]
     no_final_reply: bool,
-    /// Let a call name any tool (by default the engine writes only the harness's tool names
-    /// where a call names its tool, so the host never calls a tool it lacks; a remote
-    /// `openai:` model is not constrained).
+    /// Let a call be written freely (by default the engine holds every call to one the
+    /// active harness reads: its syntax, one of its tools, arguments that fit the tool's
+    /// schema, so the host never calls a tool it lacks or with keys it does not take; a
+    /// remote `openai:` model is not constrained).
     #[arg(long)]
     free_tool_names: bool,
-    /// Hold every call to one the active harness reads, arguments included: its syntax, one
-    /// of its tools, keys, types and enum values of the tool's schema, constrained at decode
-    /// time (`hat_harness::CallGrammar`; a remote `openai:` model is not constrained).
-    #[arg(long)]
-    call_grammar: bool,
+    /// Constrain only the tool's name, not the rest of the call (the default before the
+    /// call grammar).
+    #[arg(long, conflicts_with = "free_tool_names")]
+    no_call_grammar: bool,
     /// The name `/v1/models` lists (default: the model's file name).
     #[arg(long)]
     served_name: Option<String>,
@@ -172,7 +172,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         max_turns: a.max_turns,
         final_reply: !a.no_final_reply,
         tool_names: !a.free_tool_names,
-        call_grammar: a.call_grammar,
+        call_grammar: !a.free_tool_names && !a.no_call_grammar,
         api_key,
         request_timeout: Duration::from_secs(a.model.request_timeout_s.max(60)),
         watch: (!a.no_watch).then(|| a.harness.clone()),
