@@ -14,8 +14,7 @@
 //! What it holds a call to: the syntax's literal text (whitespace where the parser allows
 //! it), a tool name the harness has, and arguments that fit the tool's schema as far as
 //! [`json`] models it (keys, required keys, types, enum values); text outside calls is free,
-//! except that it may not contain another syntax's call markup, nor, under a syntax whose calls
-//! are not tags, open a line with `<`.
+//! except that it may not contain another syntax's call markup.
 
 mod json;
 
@@ -249,14 +248,6 @@ impl CallGrammar {
                 return false;
             }
         }
-        // Under a syntax whose calls are not tags, a line that opens with `<` is a call in
-        // a tag syntax (`<function=...>` under `CALL`), refused where it starts: once the `<`
-        // is written, every way on is markup the harness cannot read.
-        if self.opener[0] != b'<'
-            && (old..buf.len()).any(|p| buf[p] == b'<' && starts_line(&buf, p))
-        {
-            return false;
-        }
         let r = Reader { b: &buf };
         let mut from = 0;
         while let Some(at) = self.next_call(&buf, from) {
@@ -486,27 +477,12 @@ mod tests {
     #[test]
     fn another_syntaxs_markup_is_refused_anywhere() {
         let g = grammar(CallSyntax::Function);
-        let t = "Sure: <function=t_3876>{\"sku\": \"P3\"}</function>";
-        assert_eq!(first_refused(&g, t), Some("Sure: <function".len()));
+        let t = "<function=t_3876>{\"sku\": \"P3\"}</function>";
+        assert_eq!(first_refused(&g, t), Some("<function".len()));
         let t = "ok</tool_call>";
         assert_eq!(first_refused(&g, t), Some(t.len() - 1));
         let g = grammar(CallSyntax::JsonTags);
         assert_eq!(first_refused(&g, "done</tool_call> bye"), None);
-    }
-
-    #[test]
-    fn a_line_may_not_open_with_a_tag_where_calls_are_not_tags() {
-        let g = grammar(CallSyntax::Function);
-        assert_eq!(first_refused(&g, "<function=t_3876>{}</function>"), Some(0));
-        assert_eq!(
-            first_refused(&g, "Checking!\n  <invoke name=\"x\">"),
-            Some(12)
-        );
-        // mid-line it is text, and tag syntaxes open their calls with it
-        assert_eq!(first_refused(&g, "I <3 it"), None);
-        let g = grammar(CallSyntax::XmlInvoke);
-        let t = "<invoke name=\"t_3876\">{\"sku\": \"P1\"}</invoke>";
-        assert_eq!(first_refused(&g, t), None);
     }
 
     #[test]
