@@ -17,6 +17,10 @@ use serde_json::Value;
 /// any tool schema; past it a schema is "any value" and deeper text is refused.
 const MAX_DEPTH: usize = 32;
 
+/// Shapes built from one schema at most: a recursive schema (a tree whose nodes `$ref` the
+/// root) would otherwise unfold into exponentially many; past it a part is "any value".
+const MAX_SHAPES: usize = 4096;
+
 /// What a JSON value must look like.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Shape {
@@ -59,23 +63,25 @@ impl ObjectShape {
 impl Shape {
     /// The shape of a tool's arguments: always an object.
     pub(crate) fn arguments(schema: &Value) -> ObjectShape {
-        match shape(schema, schema, 0) {
+        let mut budget = MAX_SHAPES;
+        match shape(schema, schema, 0, &mut budget) {
             Shape::Object(o) => o,
             _ => ObjectShape::open(),
         }
     }
 }
 
-fn shape(schema: &Value, root: &Value, depth: usize) -> Shape {
+fn shape(schema: &Value, root: &Value, depth: usize, budget: &mut usize) -> Shape {
     let Some(s) = schema.as_object() else {
         return Shape::Any;
     };
-    if depth > MAX_DEPTH {
+    if depth > MAX_DEPTH || *budget == 0 {
         return Shape::Any;
     }
+    *budget -= 1;
     if let Some(r) = s.get("$ref").and_then(Value::as_str) {
         return match r.strip_prefix('#').and_then(|p| root.pointer(p)) {
-            Some(target) => shape(target, root, depth + 1),
+            Some(target) => shape(target, root, depth + 1, budget),
             None => Shape::Any,
         };
     }
@@ -85,13 +91,13 @@ fn shape(schema: &Value, root: &Value, depth: usize) -> Shape {
     if let Some(Value::Array(values)) = s.get("enum") {
         return strings(values);
     }
-    let object = || {
+    let mut object = || {
         let props: Vec<(Vec<u8>, Shape)> = s
             .get("properties")
             .and_then(Value::as_object)
             .into_iter()
             .flatten()
-            .map(|(k, v)| (escaped(k), shape(v, root, depth + 1)))
+            .map(|(k, v)| (escaped(k), shape(v, root, depth + 1, budget)))
             .collect();
         let required: Vec<bool> = s
             .get("required")
@@ -120,7 +126,7 @@ fn shape(schema: &Value, root: &Value, depth: usize) -> Shape {
         Some("object") => object(),
         Some("array") => Shape::Array(Box::new(
             s.get("items")
-                .map_or(Shape::Any, |i| shape(i, root, depth + 1)),
+                .map_or(Shape::Any, |i| shape(i, root, depth + 1, budget)),
         )),
         Some("string") => Shape::Str(None),
         Some("integer") => Shape::Number { integer: true },
@@ -593,6 +599,19 @@ mod tests {
             .keywords(0, &o),
             Ok(10)
         );
+    }
+
+    #[test]
+    fn a_recursive_schema_is_built_within_a_budget() {
+        // a tree: every node refers back to the root three times; unfolded 32 deep it would
+        // be 3^16 shapes
+        let o = Shape::arguments(&json!({
+            "type": "object",
+            "properties": {"left": {"$ref": "#"}, "right": {"$ref": "#"}, "up": {"$ref": "#"},
+                           "v": {"type": "integer"}}
+        }));
+        assert!(complete(&o, r#"{"v":1,"left":{"right":{"v":2}}}"#));
+        assert_eq!(first_refused(&o, r#"{"left":{"x":1}}"#), Some(10));
     }
 
     #[test]
