@@ -58,6 +58,25 @@ impl ObjectShape {
     pub(crate) fn any_required(&self) -> bool {
         self.required.iter().any(|&r| r)
     }
+
+    /// The declared keys not yet `used`.
+    fn free_keys<'a>(&'a self, used: &'a [bool]) -> impl Iterator<Item = &'a [u8]> {
+        self.props
+            .iter()
+            .zip(used)
+            .filter(|(_, &u)| !u)
+            .map(|((name, _), _)| name.as_slice())
+    }
+}
+
+/// Where `text` stops being the start of any of `candidates`: the index of its first byte that
+/// no candidate has there, `None` when one of them begins with all of it.
+pub(crate) fn leaves<'a>(text: &[u8], candidates: impl Iterator<Item = &'a [u8]>) -> Option<usize> {
+    let longest = candidates
+        .map(|c| c.iter().zip(text).take_while(|(a, b)| a == b).count())
+        .max()
+        .unwrap_or(0);
+    (longest < text.len()).then_some(longest)
 }
 
 impl Shape {
@@ -282,12 +301,7 @@ impl Reader<'_> {
         };
         let content = &self.b[start..done.map_or(self.b.len(), |e| e - 1)];
         if !o.open {
-            if let Some(n) = (0..content.len()).find(|&n| {
-                !o.props
-                    .iter()
-                    .zip(used)
-                    .any(|((name, _), &u)| !u && name.starts_with(&content[..=n]))
-            }) {
+            if let Some(n) = leaves(content, o.free_keys(used)) {
                 return Err(Stop::At(start + n));
             }
         }
@@ -331,9 +345,7 @@ impl Reader<'_> {
         };
         if let Some(vs) = values {
             let content = &self.b[start..end.unwrap_or(self.b.len())];
-            if let Some(n) =
-                (0..content.len()).find(|&n| !vs.iter().any(|v| v.starts_with(&content[..=n])))
-            {
+            if let Some(n) = leaves(content, vs.iter().map(Vec::as_slice)) {
                 return Err(Stop::At(start + n));
             }
             if let Some(e) = end {
@@ -425,12 +437,7 @@ impl Reader<'_> {
             }
             let key = &self.b[start..j];
             if !o.open {
-                if let Some(n) = (0..key.len()).find(|&n| {
-                    !o.props
-                        .iter()
-                        .zip(&used)
-                        .any(|((name, _), &u)| !u && name.starts_with(&key[..=n]))
-                }) {
+                if let Some(n) = leaves(key, o.free_keys(&used)) {
                     return Err(Stop::At(start + n));
                 }
             }

@@ -47,16 +47,16 @@ enum Step {
 
 use Step::*;
 
-/// How a call is written in one syntax: each its parser reads, in the form
-/// [`CallSyntax::format`] writes (the name first, then the arguments).
-fn template(syntax: CallSyntax) -> &'static [Step] {
-    match syntax {
-        CallSyntax::JsonTags => &[
-            Lit("<tool_call>"),
+/// A JSON object between an opener and a closer whose `name_key` holds the tool's name and
+/// `args_key` its arguments (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`).
+macro_rules! json_object_call {
+    ($open:literal, $name_key:literal, $args_key:literal, $close:literal) => {
+        &[
+            Lit($open),
             Ws,
             Lit("{"),
             Ws,
-            Lit("\"name\""),
+            Lit($name_key),
             Ws,
             Lit(":"),
             Ws,
@@ -66,7 +66,7 @@ fn template(syntax: CallSyntax) -> &'static [Step] {
             Ws,
             Lit(","),
             Ws,
-            Lit("\"arguments\""),
+            Lit($args_key),
             Ws,
             Lit(":"),
             Ws,
@@ -74,38 +74,19 @@ fn template(syntax: CallSyntax) -> &'static [Step] {
             Ws,
             Lit("}"),
             Ws,
-            Lit("</tool_call>"),
-        ],
-        CallSyntax::JsonBlock => &[
-            Lit("```tool"),
-            Ws,
-            Lit("{"),
-            Ws,
-            Lit("\"tool\""),
-            Ws,
-            Lit(":"),
-            Ws,
-            Lit("\""),
-            Name,
-            Lit("\""),
-            Ws,
-            Lit(","),
-            Ws,
-            Lit("\"args\""),
-            Ws,
-            Lit(":"),
-            Ws,
-            Args { optional: false },
-            Ws,
-            Lit("}"),
-            Ws,
-            Lit("```"),
-        ],
-        CallSyntax::Function => &[Lit("CALL "), Blanks, Name, Blanks, Keywords, LineEnd],
-        CallSyntax::XmlInvoke => &[
-            Lit("<invoke"),
+            Lit($close),
+        ]
+    };
+}
+
+/// An element whose opening tag names the tool in an attribute and whose body holds the
+/// arguments (`<invoke name="...">{...}</invoke>`).
+macro_rules! attribute_call {
+    ($tag:literal, $attr:literal, $close:literal) => {
+        &[
+            Lit($tag),
             SomeBlanks,
-            Lit("name=\""),
+            Lit($attr),
             Name,
             Lit("\""),
             Blanks,
@@ -113,8 +94,21 @@ fn template(syntax: CallSyntax) -> &'static [Step] {
             Ws,
             Args { optional: true },
             Ws,
-            Lit("</invoke>"),
-        ],
+            Lit($close),
+        ]
+    };
+}
+
+/// How a call is written in one syntax: each its parser reads, in the form
+/// [`CallSyntax::format`] writes (the name first, then the arguments).
+fn template(syntax: CallSyntax) -> &'static [Step] {
+    match syntax {
+        CallSyntax::JsonTags => {
+            json_object_call!("<tool_call>", "\"name\"", "\"arguments\"", "</tool_call>")
+        }
+        CallSyntax::JsonBlock => json_object_call!("```tool", "\"tool\"", "\"args\"", "```"),
+        CallSyntax::Function => &[Lit("CALL "), Blanks, Name, Blanks, Keywords, LineEnd],
+        CallSyntax::XmlInvoke => attribute_call!("<invoke", "name=\"", "</invoke>"),
         CallSyntax::Bracket => &[Lit("[["), Name, Ws, Args { optional: true }, Ws, Lit("]]")],
         CallSyntax::ToolUse => &[
             Lit("<tool_use>"),
@@ -155,19 +149,7 @@ fn template(syntax: CallSyntax) -> &'static [Step] {
             Ws,
             Lit("</function>"),
         ],
-        CallSyntax::CallAttr => &[
-            Lit("<call"),
-            SomeBlanks,
-            Lit("tool=\""),
-            Name,
-            Lit("\""),
-            Blanks,
-            Lit(">"),
-            Ws,
-            Args { optional: true },
-            Ws,
-            Lit("</call>"),
-        ],
+        CallSyntax::CallAttr => attribute_call!("<call", "tool=\"", "</call>"),
     }
 }
 
@@ -332,9 +314,7 @@ impl CallGrammar {
     fn name(&self, b: &[u8], i: usize) -> Result<(usize, usize), Stop> {
         let end = b[i..].iter().position(|&c| !name_byte(c)).map(|n| i + n);
         let run = &b[i..end.unwrap_or(b.len())];
-        if let Some(n) =
-            (0..run.len()).find(|&n| !self.tools.iter().any(|(t, _)| t.starts_with(&run[..=n])))
-        {
+        if let Some(n) = json::leaves(run, self.tools.iter().map(|(t, _)| t.as_slice())) {
             return Err(Stop::At(i + n));
         }
         let end = end.ok_or(Stop::More)?;
