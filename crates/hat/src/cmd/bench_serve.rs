@@ -53,13 +53,9 @@ pub struct ServeBenchArgs {
     /// Let the last allowed turn call a tool too (as `hat serve --no-final-reply`).
     #[arg(long)]
     no_final_reply: bool,
-    /// Let a call be written freely (as `hat serve --free-tool-names`).
-    #[arg(long)]
-    free_tool_names: bool,
-    /// Constrain only the tool's name, not the rest of the call (as `hat serve
-    /// --no-call-grammar`).
-    #[arg(long, conflicts_with = "free_tool_names")]
-    no_call_grammar: bool,
+    /// How calls are held to the harness (as in `hat serve`).
+    #[command(flatten)]
+    calls: crate::cmd::serve::CallArgs,
     /// Streams decoded together.
     #[arg(long, default_value_t = 8)]
     max_batch: usize,
@@ -92,8 +88,8 @@ fn cfg(a: &ServeBenchArgs, data: &std::path::Path, name: &str) -> ServeConfig {
         max_tokens: a.max_tokens,
         max_turns: a.max_turns,
         final_reply: !a.no_final_reply,
-        tool_names: !a.free_tool_names,
-        call_grammar: !a.free_tool_names && !a.no_call_grammar,
+        tool_names: a.calls.tool_names(),
+        call_grammar: a.calls.call_grammar(),
         model_name: name.into(),
         // the bench measures latency, not triage: nothing goes stale during a run
         triage: hat_serve::triage::TriageConfig {

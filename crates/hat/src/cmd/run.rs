@@ -36,13 +36,9 @@ pub struct RunArgs {
     /// in `hat serve`).
     #[arg(long)]
     no_final_reply: bool,
-    /// Let a call be written freely (as `hat serve --free-tool-names`).
-    #[arg(long)]
-    free_tool_names: bool,
-    /// Constrain only the tool's name, not the rest of the call (as `hat serve
-    /// --no-call-grammar`).
-    #[arg(long, conflicts_with = "free_tool_names")]
-    no_call_grammar: bool,
+    /// How calls are held to the harness (as in `hat serve`).
+    #[command(flatten)]
+    calls: crate::cmd::serve::CallArgs,
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
@@ -67,8 +63,8 @@ pub fn run(a: RunArgs) -> Result<()> {
     let t0 = Instant::now();
     let cfg = EpisodeConfig {
         final_reply: !a.no_final_reply,
-        tool_names: !a.free_tool_names,
-        call_grammar: !a.free_tool_names && !a.no_call_grammar,
+        tool_names: a.calls.tool_names(),
+        call_grammar: a.calls.call_grammar(),
         ..EpisodeConfig::default()
     };
     let traj = episode::run(&scene, &h, &world, model.as_mut(), cfg)?;

@@ -62,16 +62,8 @@ pub struct ServeArgs {
     /// nothing (by default the last turn must answer the viewer).
     #[arg(long)]
     no_final_reply: bool,
-    /// Let a call be written freely (by default the engine holds every call to one the
-    /// active harness reads: its syntax, one of its tools, arguments that fit the tool's
-    /// schema, so the host never calls a tool it lacks or with keys it does not take; a
-    /// remote `openai:` model is not constrained).
-    #[arg(long)]
-    free_tool_names: bool,
-    /// Constrain only the tool's name, not the rest of the call (the default before the
-    /// call grammar).
-    #[arg(long, conflicts_with = "free_tool_names")]
-    no_call_grammar: bool,
+    #[command(flatten)]
+    calls: CallArgs,
     /// The name `/v1/models` lists (default: the model's file name).
     #[arg(long)]
     served_name: Option<String>,
@@ -116,6 +108,34 @@ impl hat_serve::harnesses::SwapGate for EvalGate {
             Ok(r) => Err(r.to_string()),
             Err(e) => Err(format!("the gate could not run: {e}")),
         }
+    }
+}
+
+/// How the engine holds a reply's tool calls to the harness, for `hat serve`, `hat run` and
+/// `hat bench serve`.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct CallArgs {
+    /// Let a call be written freely (by default the engine holds every call to one the
+    /// active harness reads: its syntax, one of its tools, arguments that fit the tool's
+    /// schema, so the host never calls a tool it lacks or with keys it does not take; a
+    /// remote `openai:` model is not constrained).
+    #[arg(long)]
+    free_tool_names: bool,
+    /// Constrain only the tool's name, not the rest of the call (the default before the
+    /// call grammar).
+    #[arg(long, conflicts_with = "free_tool_names")]
+    no_call_grammar: bool,
+}
+
+impl CallArgs {
+    /// `EpisodeConfig::tool_names`.
+    pub fn tool_names(self) -> bool {
+        !self.free_tool_names
+    }
+
+    /// `EpisodeConfig::call_grammar`.
+    pub fn call_grammar(self) -> bool {
+        !self.free_tool_names && !self.no_call_grammar
     }
 }
 
@@ -171,8 +191,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         max_tokens: a.model.max_tokens,
         max_turns: a.max_turns,
         final_reply: !a.no_final_reply,
-        tool_names: !a.free_tool_names,
-        call_grammar: !a.free_tool_names && !a.no_call_grammar,
+        tool_names: a.calls.tool_names(),
+        call_grammar: a.calls.call_grammar(),
         api_key,
         request_timeout: Duration::from_secs(a.model.request_timeout_s.max(60)),
         watch: (!a.no_watch).then(|| a.harness.clone()),
