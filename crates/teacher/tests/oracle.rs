@@ -14,6 +14,24 @@ fn production() -> Harness {
         .expect("production harness loads")
 }
 
+/// Every augmented state of both pools for seeds `0..seeds`, with its pool and seed.
+fn augmented(seeds: u64) -> Vec<(hat_augment::Pool, u64, Harness)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+    let base = hat_augment::load_spec(&dir).unwrap();
+    let mut out = Vec::new();
+    for pool in hat_augment::Pool::ALL {
+        for seed in 0..seeds {
+            let v = hat_augment::augment(&base, seed, pool).unwrap();
+            out.push((
+                pool,
+                seed,
+                Harness::compile(v.spec, Some(dir.clone())).unwrap(),
+            ));
+        }
+    }
+    out
+}
+
 fn check_all(h: &Harness, split: Split, count: usize, seed: u64) {
     let mut worlds = WorldCache::default();
     let tasks = TaskSet::generate(split, count, seed, &mut worlds).unwrap();
@@ -54,30 +72,24 @@ fn oracle_passes_every_task_type_on_both_splits() {
 /// trajectory passes under every augmented state, training and held-out.
 #[test]
 fn oracle_passes_under_every_augmented_variant() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
-    let base = hat_augment::load_spec(&dir).unwrap();
     let mut worlds = WorldCache::default();
     let tasks = TaskSet::generate(Split::Train, TaskKind::ALL.len() * 3, 5, &mut worlds).unwrap();
     let mut failures = Vec::new();
-    for pool in hat_augment::Pool::ALL {
-        for seed in 0..40u64 {
-            let v = hat_augment::augment(&base, seed, pool).unwrap();
-            let h = Harness::compile(v.spec, Some(dir.clone())).unwrap();
-            for t in &tasks {
-                let w = worlds.get(t.world_seed).unwrap();
-                let exp = expect(t, &h, w).unwrap();
-                let traj = oracle::trajectory(t, &h, w, &exp, &mut ChaCha8Rng::seed_from_u64(seed))
-                    .unwrap();
-                let s = score(&exp, &h, &traj.attempt);
-                if !s.pass {
-                    failures.push(format!(
-                        "{pool} seed {seed} {} [{}]: {} || {}",
-                        t.id,
-                        t.kind,
-                        s.reason(),
-                        traj.attempt.reply
-                    ));
-                }
+    for (pool, seed, h) in augmented(40) {
+        for t in &tasks {
+            let w = worlds.get(t.world_seed).unwrap();
+            let exp = expect(t, &h, w).unwrap();
+            let traj =
+                oracle::trajectory(t, &h, w, &exp, &mut ChaCha8Rng::seed_from_u64(seed)).unwrap();
+            let s = score(&exp, &h, &traj.attempt);
+            if !s.pass {
+                failures.push(format!(
+                    "{pool} seed {seed} {} [{}]: {} || {}",
+                    t.id,
+                    t.kind,
+                    s.reason(),
+                    traj.attempt.reply
+                ));
             }
         }
     }
@@ -211,17 +223,10 @@ fn recovery_detours_pass_and_are_untrained() {
 #[test]
 fn the_call_grammar_admits_every_oracle_turn() {
     use hat_harness::{CallGrammar, Role};
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
-    let base = hat_augment::load_spec(&dir).unwrap();
     let mut worlds = WorldCache::default();
     let tasks = TaskSet::generate(Split::Test, TaskKind::ALL.len() * 2, 9, &mut worlds).unwrap();
     let mut states = vec![production()];
-    for pool in hat_augment::Pool::ALL {
-        for seed in 0..40u64 {
-            let v = hat_augment::augment(&base, seed, pool).unwrap();
-            states.push(Harness::compile(v.spec, Some(dir.clone())).unwrap());
-        }
-    }
+    states.extend(augmented(40).into_iter().map(|(_, _, h)| h));
     let (mut turns, mut calls, mut failures) = (0, 0, Vec::new());
     for (i, h) in states.iter().enumerate() {
         let g = CallGrammar::for_harness(h);
