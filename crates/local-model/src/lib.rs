@@ -249,6 +249,10 @@ impl TextCheck for Calls {
     fn admits(&self, before: &[u8], token: &[u8]) -> bool {
         self.0.admits(before, token)
     }
+
+    fn complete(&self, answer: &[u8]) -> bool {
+        self.0.complete(answer)
+    }
 }
 
 impl ChatModel for LocalModel {
@@ -401,8 +405,10 @@ fn completion(prompt_ids: Vec<u32>, o: GenerateOutput, seconds: f64) -> Completi
         accepted = o.accepted_tokens,
         prefill_s = o.prefill_secs,
         decode_s = o.decode_secs,
+        finish = ?o.finish,
         "request"
     );
+    tracing::trace!(text = %o.text, "answer");
     Completion {
         text: o.text,
         tokens: o.tokens,

@@ -18,6 +18,14 @@ pub trait TextCheck: Send + Sync + std::fmt::Debug {
     /// (its bytes; a NUL byte stands for a token without text, such as the end of the
     /// answer).
     fn admits(&self, before: &[u8], token: &[u8]) -> bool;
+
+    /// Whether `answer` (the answer so far, which this admitted) is complete: nothing the
+    /// model could add would reach its reader (a reply at its harness's length limit, which
+    /// the runtime cuts there anyway). The engine then ends the answer
+    /// ([`crate::FinishReason::Complete`]) instead of decoding tokens that are thrown away.
+    fn complete(&self, _answer: &[u8]) -> bool {
+        false
+    }
 }
 
 impl TextCheck for NameSlots {

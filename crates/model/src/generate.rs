@@ -80,6 +80,8 @@ pub enum FinishReason {
     Length,
     /// The streaming callback asked to stop.
     Cancelled,
+    /// The request's check found the answer complete ([`TextCheck::complete`]).
+    Complete,
 }
 
 /// A streamed token.
@@ -440,6 +442,13 @@ impl Engine {
         }
         if row.finish.is_none() && is_stop {
             row.finish = Some(FinishReason::StopToken(tok));
+            safe = valid_len;
+        }
+        if row.finish.is_none()
+            && !is_stop
+            && req.check.as_ref().is_some_and(|c| c.complete(&row.bytes))
+        {
+            row.finish = Some(FinishReason::Complete);
             safe = valid_len;
         }
         if row.finish.is_none() && row.tokens.len() >= req.max_new_tokens {

@@ -606,3 +606,76 @@ fn a_name_slot_holds_only_known_names() {
     };
     assert_eq!(eng.generate(&far, None).unwrap().tokens, plain.tokens);
 }
+
+/// A check that finds an answer complete once it holds `bytes` bytes and admits every token.
+#[derive(Debug)]
+struct CompleteAt {
+    bytes: usize,
+}
+
+impl hat_model::TextCheck for CompleteAt {
+    fn admits(&self, _before: &[u8], _token: &[u8]) -> bool {
+        true
+    }
+
+    fn complete(&self, answer: &[u8]) -> bool {
+        answer.len() >= self.bytes
+    }
+}
+
+/// A check that finds the answer complete ends it at the token that completed it, with the
+/// free answer's tokens up to there: alone, streamed, in a batch and in a continuous batch.
+#[test]
+fn an_answer_the_check_finds_complete_ends_there() {
+    let eng = eng();
+    let e = expected("llama");
+    let free = GenerateRequest::new(e.ids[..6].to_vec(), 12);
+    let plain = eng.generate(&free, None).unwrap();
+    assert_eq!(plain.finish, FinishReason::Length);
+    // the fixture's tokens decode to `t{i} `: complete within the fourth token
+    let upto: usize = (0..4)
+        .map(|k| {
+            eng.tokenizer
+                .decode_bytes(&plain.tokens[k..k + 1], true)
+                .len()
+        })
+        .sum();
+    let req = GenerateRequest {
+        check: Some(std::sync::Arc::new(CompleteAt { bytes: upto - 1 })),
+        ..free.clone()
+    };
+    let mut streamed = String::new();
+    let mut cb = |ev: &hat_model::TokenEvent| {
+        streamed.push_str(ev.text_delta);
+        true
+    };
+    let out = eng.generate(&req, Some(&mut cb)).unwrap();
+    assert_eq!(out.finish, FinishReason::Complete);
+    assert_eq!(out.tokens, plain.tokens[..4]);
+    assert_eq!(streamed, out.text);
+    let other = GenerateRequest::new(e.ids[1..9].to_vec(), 6);
+    let batch = eng.generate_batch(&[req.clone(), other.clone()]).unwrap();
+    assert_eq!(
+        (&batch[0].tokens, &batch[0].finish),
+        (&out.tokens, &out.finish)
+    );
+    assert_eq!(batch[1].tokens, eng.generate(&other, None).unwrap().tokens);
+    let mut cont = hat_model::ContinuousBatch::new();
+    cont.add(&eng, other).unwrap();
+    let id = cont.add(&eng, req).unwrap();
+    let mut ended = None;
+    for _ in 0..50 {
+        if let Some((_, o)) = cont.step(&eng).unwrap().into_iter().find(|(r, _)| *r == id) {
+            ended = Some(o);
+            break;
+        }
+    }
+    let ended = ended.expect("the completed row left the continuous batch");
+    assert_eq!((ended.tokens, ended.finish), (out.tokens, out.finish));
+    // a check that never finds it complete changes nothing
+    let never = GenerateRequest {
+        check: Some(std::sync::Arc::new(CompleteAt { bytes: usize::MAX })),
+        ..free
+    };
+    assert_eq!(eng.generate(&never, None).unwrap().tokens, plain.tokens);
+}

@@ -219,7 +219,8 @@ fn recovery_detours_pass_and_are_untrained() {
 /// The whole-call grammar (`hat_harness::CallGrammar`, decode-time constraint) refuses
 /// nothing the oracle writes: every call of every gold trajectory, under the production
 /// harness and every augmented state, training and held-out, passes it byte by byte, and the
-/// answer may end where the oracle's does.
+/// answer may end where the oracle's does, and not before (the reply limit that the grammar
+/// carries never ends one of its answers early).
 #[test]
 fn the_call_grammar_admits_every_oracle_turn() {
     use hat_harness::{CallGrammar, Role};
@@ -249,7 +250,22 @@ fn the_call_grammar_admits_every_oracle_turn() {
                         ));
                     }
                 }
-                let mut b = m.content.as_bytes().to_vec();
+                // the reply limit never ends one early: no strict prefix is complete (it
+                // holds fewer characters, and a call opened later is not in it yet; the
+                // check only grows with the text until a call opens, so the longest prefix
+                // stands for all of them)
+                let body = m.content.as_bytes();
+                let cut = m.content.char_indices().last().map_or(0, |(i, _)| i);
+                if !body.is_empty() && g.complete(&body[..cut]) {
+                    failures.push(format!(
+                        "{} ({}) {}: complete before its end: {:?}",
+                        h.syntax.as_str(),
+                        h.hash,
+                        t.id,
+                        m.content
+                    ));
+                }
+                let mut b = body.to_vec();
                 b.push(0);
                 if let Some(k) = (0..b.len()).find(|&k| !g.admits(&b[..k], &b[k..k + 1])) {
                     failures.push(format!(

@@ -168,6 +168,9 @@ pub struct CallGrammar {
     tools: Vec<(Vec<u8>, ObjectShape)>,
     /// Call markup of the other syntaxes, which no parser of this harness reads.
     foreign: Vec<&'static [u8]>,
+    /// The harness's reply limit (`[reply] max_chars`): a reply that reaches it is complete,
+    /// since the runtime cuts every reply there.
+    reply_chars: Option<usize>,
 }
 
 impl CallGrammar {
@@ -200,15 +203,47 @@ impl CallGrammar {
                 .map(|(n, s)| (n.as_bytes().to_vec(), Shape::arguments(s)))
                 .collect(),
             foreign,
+            reply_chars: None,
         }
     }
 
-    /// The calls `harness` reads: its syntax, its tools.
+    /// The calls `harness` reads (its syntax, its tools), and its reply limit.
     pub fn for_harness(harness: &Harness) -> CallGrammar {
         CallGrammar::new(
             harness.syntax,
             harness.tools.iter().map(|t| (t.name.as_str(), &t.schema)),
         )
+        .with_reply_limit(harness.spec.manifest.reply.max_chars)
+    }
+
+    /// Answers that hold no call are complete at `chars` characters ([`Self::complete`]).
+    pub fn with_reply_limit(mut self, chars: usize) -> CallGrammar {
+        self.reply_chars = Some(chars);
+        self
+    }
+
+    /// Whether `answer` (one this admitted) is a reply at the reply limit: it opens no call
+    /// and holds at least the limit's number of characters after its leading whitespace.
+    /// The runtime cuts every reply to the limit, so nothing a model adds to it reaches a
+    /// viewer, and a decoder may stop there instead of writing text that is thrown away
+    /// (a base model rambles to its token limit). A reply's hooks then review what a
+    /// viewer can see: a forbidden word past the limit no longer costs a retry.
+    pub fn complete(&self, answer: &[u8]) -> bool {
+        let Some(limit) = self.reply_chars else {
+            return false;
+        };
+        let text = match std::str::from_utf8(answer) {
+            Ok(s) => s,
+            Err(e) => std::str::from_utf8(&answer[..e.valid_up_to()]).unwrap_or(""),
+        };
+        // cheap bound first: a char is at least one byte
+        text.len() >= limit
+            && text
+                .trim_start()
+                .chars()
+                .nth(limit.saturating_sub(1))
+                .is_some()
+            && self.next_call(answer, 0).is_none()
     }
 
     pub fn syntax(&self) -> CallSyntax {
@@ -380,6 +415,45 @@ mod tests {
     fn grammar(syntax: CallSyntax) -> CallGrammar {
         let s = schemas();
         CallGrammar::new(syntax, s.iter().map(|(n, v)| (*n, v)))
+    }
+
+    /// A reply is complete at the limit's number of characters (after leading whitespace;
+    /// characters, not bytes), an answer that opens a call never is, and a grammar without
+    /// a limit never finds an answer complete.
+    #[test]
+    fn a_reply_at_the_limit_is_complete() {
+        for syntax in CallSyntax::ALL {
+            let g = grammar(syntax).with_reply_limit(12);
+            assert!(!grammar(syntax).complete("x".repeat(500).as_bytes()));
+            assert!(!g.complete(b"  Hello there"), "{syntax:?}");
+            assert!(g.complete(b"  Hello there!"), "{syntax:?}");
+            assert!(
+                !g.complete("价格是九十九元，现在下".as_bytes()),
+                "{syntax:?}"
+            );
+            assert!(
+                g.complete("价格是九十九元，现在下单".as_bytes()),
+                "{syntax:?}"
+            );
+            // a character cut in the middle is not counted yet
+            let cut = "价格是九十九元，现在下单".as_bytes();
+            assert!(!g.complete(&cut[..cut.len() - 1]), "{syntax:?}");
+            let call = syntax.format(&calls()[0]);
+            let long = format!(
+                "{} and a long preamble before it\n{call}",
+                "words ".repeat(9)
+            );
+            assert!(!g.complete(long.as_bytes()), "{syntax:?}: {long}");
+            let tail = format!("{call}\n{}", "x".repeat(40));
+            assert!(!g.complete(tail.as_bytes()), "{syntax:?}: {tail}");
+        }
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+        let h = Harness::load(&dir).unwrap();
+        let g = CallGrammar::for_harness(&h);
+        let limit = h.spec.manifest.reply.max_chars;
+        assert!(!g.complete("a".repeat(limit - 1).as_bytes()));
+        assert!(g.complete("a".repeat(limit).as_bytes()));
     }
 
     /// Feeds `text` one byte at a time, then the end of the answer; the index of the first
