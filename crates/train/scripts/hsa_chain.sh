@@ -32,6 +32,8 @@
 #   named chain...-bf16-legK (the data files are the same as without it).
 #   CALLW=K counts the loss of tool-calling turns K times (`--call-weight K`); legs named
 #   chain...-cwK-legK (the data files are the same as without it).
+#   NO_EVAL=1 skips a leg's evaluation (a leg the next one starts from; evaluate it later by
+#   running the same command without it).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 HAT=${HAT:-target/release/hat}
@@ -115,7 +117,9 @@ PY
   fi
   [ -d "$out-hf" ] || $HAT train export $out --format hf --out $out-hf
   ev=runs/eval-chain$d$rp$mm-leg$leg
-  if [ ! -f $ev/lsqa/results.json ] || [ ! -f $ev/hvqa/results.json ] || [ ! -f $ev/ifeval/results.json ]; then
+  if [ -n "${NO_EVAL:-}" ]; then
+    echo "leg $leg: evaluation skipped (NO_EVAL)"
+  elif [ ! -f $ev/lsqa/results.json ] || [ ! -f $ev/hvqa/results.json ] || [ ! -f $ev/ifeval/results.json ]; then
     again=()
     [ -d $ev ] && again=(--resume)
     $HAT eval --model $out/model-q8_0.gguf --format original --threads 2 \
