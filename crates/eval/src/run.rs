@@ -223,6 +223,9 @@ pub fn run_agent(
     }
     if cfg.episode.call_grammar {
         episode["call_grammar"] = json!(true);
+        // since e597e70 the grammar also ends a reply at the harness's reply limit: items
+        // scored before that must not be mixed with items scored after it
+        episode["replies_end_at_limit"] = json!(true);
     }
     let episode_path = dir.join("episode.json");
     if !done.is_empty() {
@@ -237,7 +240,8 @@ pub fn run_agent(
         if before != episode {
             return Err(EvalError::Usage(format!(
                 "{} holds items whose episodes ran with {before}, not {episode}; resume with \
-                 the --max-turns, --final-reply and --tool-names it was started with, or choose another --out",
+                 the --max-turns, --final-reply, --tool-names and --call-grammar it was started \
+                 with (and the `hat` it was started with), or choose another --out",
                 dir.display()
             )));
         }

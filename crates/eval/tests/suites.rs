@@ -110,6 +110,38 @@ fn runs_resume_and_refuse_to_overwrite() {
     assert_eq!(after.lines().count(), 25);
 }
 
+/// A run with the call grammar records that its replies end at the reply limit, so items
+/// scored before the grammar did that (their `episode.json` says only `call_grammar`) are
+/// not mixed with items scored after.
+#[test]
+fn a_call_grammar_run_from_before_the_reply_limit_is_not_resumed() {
+    let d = tempfile::tempdir().unwrap();
+    let mut first = cfg(d.path(), Some(6), false);
+    first.episode.call_grammar = true;
+    run_agent(Suite::Lsqa, &first, &mut Backend::Oracle, &mut |_, _| {}).unwrap();
+    let path = d.path().join("lsqa/episode.json");
+    let mut episode: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(episode["replies_end_at_limit"], true);
+    let mut again = cfg(d.path(), Some(8), true);
+    again.episode.call_grammar = true;
+    run_agent(Suite::Lsqa, &again, &mut Backend::Oracle, &mut |_, _| {}).unwrap();
+    // as written before: the grammar, no limit
+    episode
+        .as_object_mut()
+        .unwrap()
+        .remove("replies_end_at_limit");
+    std::fs::write(&path, episode.to_string()).unwrap();
+    again.limit = Some(10);
+    let e = run_agent(Suite::Lsqa, &again, &mut Backend::Oracle, &mut |_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("replies_end_at_limit") && e.contains("--call-grammar"),
+        "{e}"
+    );
+}
+
 /// A run killed mid-write (or stopped by a full disk) leaves half a line: the resume cuts it
 /// and redoes that item; a damaged line in the middle is still an error naming the line.
 #[test]
