@@ -6,8 +6,10 @@
 #   leg 2  + 16 first-turn extras a scene, 60 steps, bf16 products          -> runs/chain-sc-ft16-bf16-leg2
 #   leg 3  the same on fresh data, 100 steps                                -> runs/chain-sc-ft16-bf16-leg3
 #   leg 4  the same on fresh data, 100 steps                                -> runs/chain-sc-ft16-bf16-leg4
-# Only leg 4 is evaluated (lsqa, hvqa, IFEval; `runs/eval-chain-sc-ft16-bf16-leg4`); evaluate
-# an earlier leg with its `hsa_chain.sh` line below without NO_EVAL. Rerunning the command
+# Only leg 4 is evaluated (lsqa, hvqa, IFEval; `runs/eval-chain-sc-ft16-bf16-leg4`, or
+# `...-ft16-leg4` with MATMUL=f32); evaluate an earlier leg with its `hsa_chain.sh` line below
+# without NO_EVAL and with this script's KIND_WEIGHTS and SCENE=1 (without them the leg's name
+# differs and a new leg is trained). Rerunning the command
 # resumes: a finished leg is skipped, a leg with checkpoints resumes, so it can be spread over
 # several sessions while `runs/` survives.
 # Cost on 2 Zen 5 cores with AVX-512 BF16: ~1.3 h (leg 1, f32) + ~0.75 + 0.9 + 0.9 h of
@@ -22,6 +24,9 @@ chain=crates/train/scripts/hsa_chain.sh
 export KIND_WEIGHTS=compare=3,recommend_budget=3,product_fact=3,final_price=3,variant_stock=3,cue_pin=2,nonexistent_product=2,after_sales=2,followup=2,chinese=2,prompt_injection=2,cue_flash_sale=2
 export SCENE=1
 mm=${MATMUL:-bf16}
+[ "$mm" = bf16 ] || [ "$mm" = f32 ] || { echo "MATMUL='$mm' is not f32 or bf16" >&2; exit 2; }
+# every leg's recipe in full: nothing set in the caller's environment leaks into a leg
+unset STEPS FIRST FROM REPLAY RECOVERY CALLW NO_EVAL
 NO_EVAL=1 MATMUL= "$chain" 1
 NO_EVAL=1 MATMUL=$mm FIRST=16 STEPS=60 FROM=runs/chain-sc-leg1-hf "$chain" 2
 NO_EVAL=1 MATMUL=$mm FIRST=16 STEPS=100 "$chain" 3

@@ -21,6 +21,7 @@ mod json;
 use serde_json::Value;
 
 use self::json::{Matched, ObjectShape, Reader, Shape, Stop};
+use crate::hooks::Action;
 use crate::{CallSyntax, Harness};
 
 /// One piece of a call's text.
@@ -207,43 +208,71 @@ impl CallGrammar {
         }
     }
 
-    /// The calls `harness` reads (its syntax, its tools), and its reply limit.
+    /// The calls `harness` reads (its syntax, its tools), and its reply limit, unless a
+    /// reply check judges the whole draft: one that requires a phrase or a sign-off passes a
+    /// draft that writes them last, past the limit (the runtime's cut keeps them), and would
+    /// fail the same draft stopped at the limit.
     pub fn for_harness(harness: &Harness) -> CallGrammar {
-        CallGrammar::new(
+        let g = CallGrammar::new(
             harness.syntax,
             harness.tools.iter().map(|t| (t.name.as_str(), &t.schema)),
-        )
-        .with_reply_limit(harness.spec.manifest.reply.max_chars)
+        );
+        let whole_draft = harness.hooks.iter().any(|h| {
+            matches!(&h.action, Action::Check { rule, .. }
+                if rule.ends_with.is_some() || !rule.require.is_empty())
+        });
+        if whole_draft {
+            g
+        } else {
+            g.with_reply_limit(harness.spec.manifest.reply.max_chars)
+        }
     }
 
-    /// Answers that hold no call are complete at `chars` characters ([`Self::complete`]).
+    /// Answers that hold no call are complete past `chars` characters ([`Self::complete`]).
     pub fn with_reply_limit(mut self, chars: usize) -> CallGrammar {
         self.reply_chars = Some(chars);
         self
     }
 
-    /// Whether `answer` (one this admitted) is a reply at the reply limit: it opens no call
-    /// and holds at least the limit's number of characters after its leading whitespace.
-    /// The runtime cuts every reply to the limit, so nothing a model adds to it reaches a
-    /// viewer, and a decoder may stop there instead of writing text that is thrown away
-    /// (a base model rambles to its token limit). A reply's hooks then review what a
-    /// viewer can see: a forbidden word past the limit no longer costs a retry.
+    /// Whether `answer` (one this admitted) is a reply past the reply limit: it opens no
+    /// call, holds more than the limit's number of characters (trimmed), and its last word
+    /// has ended (it ends in whitespace or punctuation). The runtime cuts every reply to
+    /// the limit, at a word boundary within its first `limit` characters, so nothing a model
+    /// adds after that reaches a viewer, and a decoder may stop there instead of writing
+    /// text that is thrown away (a base model rambles to its token limit). A reply's hooks
+    /// then review what a viewer can see, in whole words: a forbidden word past the limit no
+    /// longer costs a retry.
     pub fn complete(&self, answer: &[u8]) -> bool {
         let Some(limit) = self.reply_chars else {
             return false;
         };
+        // cheap bound first: a character is at least one byte
+        if answer.len() <= limit {
+            return false;
+        }
         let text = match std::str::from_utf8(answer) {
             Ok(s) => s,
             Err(e) => std::str::from_utf8(&answer[..e.valid_up_to()]).unwrap_or(""),
         };
-        // cheap bound first: a char is at least one byte
-        text.len() >= limit
-            && text
-                .trim_start()
-                .chars()
-                .nth(limit.saturating_sub(1))
-                .is_some()
-            && self.next_call(answer, 0).is_none()
+        let ended = text.chars().next_back().is_some_and(|c| {
+            c.is_whitespace()
+                || matches!(
+                    c,
+                    '.' | ','
+                        | '!'
+                        | '?'
+                        | ';'
+                        | ':'
+                        | '，'
+                        | '。'
+                        | '！'
+                        | '？'
+                        | '；'
+                        | '：'
+                        | '、'
+                )
+        });
+        ended && text.trim().chars().nth(limit).is_some() && self.next_call(answer, 0).is_none()
     }
 
     pub fn syntax(&self) -> CallSyntax {
@@ -417,43 +446,68 @@ mod tests {
         CallGrammar::new(syntax, s.iter().map(|(n, v)| (*n, v)))
     }
 
-    /// A reply is complete at the limit's number of characters (after leading whitespace;
-    /// characters, not bytes), an answer that opens a call never is, and a grammar without
-    /// a limit never finds an answer complete.
+    /// A reply is complete once it holds more than the limit's characters (trimmed;
+    /// characters, not bytes) and its last word has ended; an answer that opens a call never
+    /// is, nor is any answer under a grammar without a limit, or under a harness whose reply
+    /// check needs a sign-off.
     #[test]
-    fn a_reply_at_the_limit_is_complete() {
+    fn a_reply_past_the_limit_is_complete_once_its_word_ends() {
         for syntax in CallSyntax::ALL {
             let g = grammar(syntax).with_reply_limit(12);
-            assert!(!grammar(syntax).complete("x".repeat(500).as_bytes()));
-            assert!(!g.complete(b"  Hello there"), "{syntax:?}");
-            assert!(g.complete(b"  Hello there!"), "{syntax:?}");
-            assert!(
-                !g.complete("价格是九十九元，现在下".as_bytes()),
-                "{syntax:?}"
-            );
-            assert!(
-                g.complete("价格是九十九元，现在下单".as_bytes()),
-                "{syntax:?}"
-            );
-            // a character cut in the middle is not counted yet
-            let cut = "价格是九十九元，现在下单".as_bytes();
+            assert!(!grammar(syntax).complete(format!("{} ", "x".repeat(500)).as_bytes()));
+            for (text, complete) in [
+                ("  Hello there!", false),     // 12 characters: not past the limit
+                ("  Hello there! \n", false),  // trailing whitespace does not count
+                ("  Hello there, Amy", false), // past it, inside a word
+                ("  Hello there, Amy ", true),
+                ("  Hello there, Amy.", true),
+                ("价格是九十九元，现在下单吧", false),
+                ("价格是九十九元，现在下单吧。", true),
+            ] {
+                assert_eq!(
+                    g.complete(text.as_bytes()),
+                    complete,
+                    "{syntax:?}: {text:?}"
+                );
+            }
+            // a character cut in the middle is not there yet
+            let cut = "价格是九十九元，现在下单吧。".as_bytes();
             assert!(!g.complete(&cut[..cut.len() - 1]), "{syntax:?}");
             let call = syntax.format(&calls()[0]);
             let long = format!(
-                "{} and a long preamble before it\n{call}",
+                "{} and a long preamble before it\n{call}\n",
                 "words ".repeat(9)
             );
             assert!(!g.complete(long.as_bytes()), "{syntax:?}: {long}");
-            let tail = format!("{call}\n{}", "x".repeat(40));
+            let tail = format!("{call}\n{} ", "x".repeat(40));
             assert!(!g.complete(tail.as_bytes()), "{syntax:?}: {tail}");
         }
         let dir =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
-        let h = Harness::load(&dir).unwrap();
-        let g = CallGrammar::for_harness(&h);
+        let mut h = Harness::load(&dir).unwrap();
         let limit = h.spec.manifest.reply.max_chars;
-        assert!(!g.complete("a".repeat(limit - 1).as_bytes()));
-        assert!(g.complete("a".repeat(limit).as_bytes()));
+        let g = CallGrammar::for_harness(&h);
+        assert!(!g.complete(format!("{}.", "a".repeat(limit - 1)).as_bytes()));
+        assert!(g.complete(format!("{} .", "a".repeat(limit)).as_bytes()));
+        h.hooks.push(crate::hooks::Hook {
+            id: "sign-off".into(),
+            event: crate::EventKind::BeforeReply,
+            match_op: None,
+            match_tool: None,
+            describe: None,
+            action: Action::Check {
+                rule: crate::hooks::CheckRule {
+                    forbid: vec![],
+                    require: vec![],
+                    ends_with: Some("See you soon!".into()),
+                    max_chars: None,
+                },
+                on_fail: crate::hooks::OnFail::Retry,
+                fallback: None,
+            },
+        });
+        let signed = CallGrammar::for_harness(&h);
+        assert!(!signed.complete(format!("{} .", "a".repeat(limit * 2)).as_bytes()));
     }
 
     /// Feeds `text` one byte at a time, then the end of the answer; the index of the first
