@@ -100,8 +100,13 @@ pub enum TurnRule {
     /// A reply to the viewers, no tool call: an episode's last turn under
     /// [`EpisodeConfig::final_reply`]. `opener` is the text a call begins with in the
     /// harness's syntax; a model that can constrain its decoding keeps its answer from
-    /// opening with it (and from being empty).
-    ReplyOnly { opener: &'static str },
+    /// opening with it (and from being empty). `grammar` is the harness's call grammar under
+    /// [`EpisodeConfig::call_grammar`]: the reply keeps to it as every other turn does, and
+    /// ends where [`CallGrammar::complete`] finds it past the harness's reply limit.
+    ReplyOnly {
+        opener: &'static str,
+        grammar: Option<Arc<CallGrammar>>,
+    },
 }
 
 /// A turn's handle in a model's running batch ([`ChatModel::begin_turn`]).
@@ -330,6 +335,7 @@ impl<'a> Episode<'a> {
         if self.cfg.final_reply && !self.done && self.turns + 1 >= self.cfg.max_turns {
             TurnRule::ReplyOnly {
                 opener: self.harness.syntax.opener(),
+                grammar: self.grammar.clone(),
             }
         } else if let Some(g) = &self.grammar {
             TurnRule::Calls(g.clone())

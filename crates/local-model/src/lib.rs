@@ -222,13 +222,14 @@ impl LocalModel {
     ) -> Result<GenerateRequest, AgentError> {
         let mut req = self.sampled(messages)?;
         match rule {
-            TurnRule::ReplyOnly { opener } => {
+            TurnRule::ReplyOnly { opener, grammar } => {
                 let engine = &self.engine;
                 req.suppress_at_start = self
                     .openings
                     .entry(opener)
                     .or_insert_with(|| engine.tokens_opening(opener))
                     .clone();
+                req.check = grammar.map(|g| Arc::new(Calls(g)) as Arc<dyn TextCheck>);
             }
             TurnRule::Named { slots, names } => {
                 req.check =
@@ -458,5 +459,30 @@ mod tests {
         assert!(check.admits(b"[[", b"get_stock {\"id\""));
         assert!(!check.admits(b"[[", b"nope"));
         assert!(m.turn(&chat, TurnRule::Any).unwrap().check.is_none());
+    }
+
+    #[test]
+    fn a_reply_only_turn_under_the_grammar_ends_at_the_reply_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = hat_train::fixture::tiny_model(&dir.path().join("m"), 1, "qwen2").unwrap();
+        let mut m =
+            LocalModel::load(&path, WeightFormat::F32, SamplingParams::default(), 12).unwrap();
+        let chat = [Message::user("in M?")];
+        let schema = json!({"type": "object"});
+        let grammar =
+            CallGrammar::new(CallSyntax::Bracket, [("get_stock", &schema)]).with_reply_limit(10);
+        let rule = |grammar| TurnRule::ReplyOnly {
+            opener: "[[",
+            grammar,
+        };
+        let req = m.turn(&chat, rule(Some(Arc::new(grammar)))).unwrap();
+        assert!(!req.suppress_at_start.is_empty(), "the opener is kept out");
+        let check = req.check.expect("the grammar checks the reply");
+        assert!(check.complete(b"Yes, size M is in stock. "));
+        assert!(!check.complete(b"Yes, in M "));
+        assert!(!check.admits(b"Sure ", b"<tool_call>"), "foreign markup");
+        let req = m.turn(&chat, rule(None)).unwrap();
+        assert!(!req.suppress_at_start.is_empty());
+        assert!(req.check.is_none(), "no grammar, no limit");
     }
 }

@@ -303,6 +303,7 @@ mod tests {
             TurnRule::Any,
             TurnRule::ReplyOnly {
                 opener: "<tool_call>",
+                grammar: None,
             },
         ];
         let out = t.generate_turns(&[&chat, &chat], &rules).unwrap();

@@ -470,7 +470,7 @@ impl ChatModel for Looper {
             .map(|(_, r)| {
                 self.rules.push(r.clone());
                 let text = match r {
-                    TurnRule::ReplyOnly { opener } if self.obeys => {
+                    TurnRule::ReplyOnly { opener, .. } if self.obeys => {
                         assert_eq!(*opener, "<tool_call>");
                         self.reply.clone()
                     }
@@ -498,6 +498,7 @@ fn the_last_turn_must_reply_when_the_episode_says_so() {
     };
     let reply_only = TurnRule::ReplyOnly {
         opener: "<tool_call>",
+        grammar: None,
     };
     let looper = |obeys: bool, call: String| Looper {
         call,
@@ -578,5 +579,14 @@ fn the_last_turn_must_reply_when_the_episode_says_so() {
     };
     let traj = run(&t.scene(), &h, w, &mut m, grammar).unwrap();
     assert_eq!(traj.attempt.calls.len(), 2);
-    assert_eq!(m.rules, vec![calls.clone(), calls, reply_only]);
+    // the reply-only turn keeps to the grammar too, which carries the reply limit
+    let TurnRule::Calls(g) = &calls else {
+        unreachable!()
+    };
+    let last = TurnRule::ReplyOnly {
+        opener: "<tool_call>",
+        grammar: Some(g.clone()),
+    };
+    assert!(g.complete(format!("{} ", "word ".repeat(100)).as_bytes()));
+    assert_eq!(m.rules, vec![calls.clone(), calls, last]);
 }
