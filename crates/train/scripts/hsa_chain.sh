@@ -32,7 +32,7 @@
 #   named chain...-bf16-legK (the data files are the same as without it).
 #   CALLW=K counts the loss of tool-calling turns K times (`--call-weight K`); legs named
 #   chain...-cwK-legK (the data files are the same as without it).
-#   NO_EVAL=1 skips a leg's evaluation (a leg the next one starts from; evaluate it later by
+#   NO_EVAL=1 (any value but 0) skips a leg's evaluation (a leg the next one starts from; evaluate it later by
 #   running the same command without it).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -117,7 +117,7 @@ PY
   fi
   [ -d "$out-hf" ] || $HAT train export $out --format hf --out $out-hf
   ev=runs/eval-chain$d$rp$mm-leg$leg
-  if [ -n "${NO_EVAL:-}" ]; then
+  if [ "${NO_EVAL:-0}" != 0 ]; then
     echo "leg $leg: evaluation skipped (NO_EVAL)"
   elif [ ! -f $ev/lsqa/results.json ] || [ ! -f $ev/hvqa/results.json ] || [ ! -f $ev/ifeval/results.json ]; then
     again=()
