@@ -85,7 +85,7 @@ pub enum TurnRule {
     #[default]
     Any,
     /// A tool call or a reply, where a call names one of `names` (the harness's tools):
-    /// [`EpisodeConfig::tool_names`]. `slots` are the texts that open a call's name slot in
+    /// [`CallCheck::ToolNames`]. `slots` are the texts that open a call's name slot in
     /// the harness's syntax (`CallSyntax::name_slots`); a model that can constrain its
     /// decoding writes only these names there, others answer as they would anyway.
     Named {
@@ -93,7 +93,7 @@ pub enum TurnRule {
         names: Arc<[String]>,
     },
     /// A tool call or a reply, where every call is one the harness reads: its syntax, one of
-    /// its tools, arguments that fit the tool's schema ([`EpisodeConfig::call_grammar`]). A
+    /// its tools, arguments that fit the tool's schema ([`CallCheck::Grammar`]). A
     /// model that can constrain its decoding holds its calls to the grammar; others answer
     /// as they would anyway.
     Calls(Arc<CallGrammar>),
@@ -101,7 +101,7 @@ pub enum TurnRule {
     /// [`EpisodeConfig::final_reply`]. `opener` is the text a call begins with in the
     /// harness's syntax; a model that can constrain its decoding keeps its answer from
     /// opening with it (and from being empty). `grammar` is the harness's call grammar under
-    /// [`EpisodeConfig::call_grammar`]: the reply keeps to it as every other turn does, and
+    /// [`CallCheck::Grammar`]: the reply keeps to it as every other turn does, and
     /// ends where [`CallGrammar::complete`] finds it past the harness's reply limit.
     ReplyOnly {
         opener: &'static str,
@@ -230,14 +230,27 @@ pub struct EpisodeConfig {
     /// published rows were measured without it (and whose RL log-probabilities are those of
     /// the unconstrained model).
     pub final_reply: bool,
-    /// A call may name only the harness's tools ([`TurnRule::Named`]): a host never calls
-    /// a tool it lacks. On for serving; off by default for evaluation, data generation and
-    /// RL rollouts (the published rows were measured without it).
-    pub tool_names: bool,
-    /// Every call must be one the harness reads, arguments included ([`TurnRule::Calls`],
-    /// `hat_harness::CallGrammar`); takes the place of [`EpisodeConfig::tool_names`]. Off by
-    /// default.
-    pub call_grammar: bool,
+    /// How the model's calls are held to the harness at decode time: [`CallCheck::Grammar`]
+    /// for serving; [`CallCheck::Free`] by default for evaluation, data generation and RL
+    /// rollouts (the published rows were measured without a check, and RL's
+    /// log-probabilities are those of the unconstrained model).
+    pub calls: CallCheck,
+}
+
+/// How a model's tool calls are held to the harness at decode time ([`EpisodeConfig::calls`]).
+/// A model that cannot constrain its decoding (a remote endpoint, a script) answers as it
+/// would anyway under every one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CallCheck {
+    /// Calls are written freely ([`TurnRule::Any`]).
+    #[default]
+    Free,
+    /// A call may name only the harness's tools ([`TurnRule::Named`]): a host never calls a
+    /// tool it lacks.
+    ToolNames,
+    /// Every call is one the harness reads, arguments included, and a reply ends at the
+    /// harness's reply limit ([`TurnRule::Calls`], `hat_harness::CallGrammar`).
+    Grammar,
 }
 
 impl Default for EpisodeConfig {
@@ -246,8 +259,7 @@ impl Default for EpisodeConfig {
             max_turns: hat_harness::hooks::DEFAULT_MODEL_TURNS,
             keep_changes: false,
             final_reply: false,
-            tool_names: false,
-            call_grammar: false,
+            calls: CallCheck::Free,
         }
     }
 }
@@ -269,9 +281,9 @@ pub struct Episode<'a> {
     retries: usize,
     open: bool,
     done: bool,
-    /// The harness's tool names, under [`EpisodeConfig::tool_names`].
+    /// The harness's tool names, under [`CallCheck::ToolNames`].
     tool_names: Option<Arc<[String]>>,
-    /// The harness's calls, under [`EpisodeConfig::call_grammar`].
+    /// The harness's calls, under [`CallCheck::Grammar`].
     grammar: Option<Arc<CallGrammar>>,
 }
 
@@ -298,11 +310,9 @@ impl<'a> Episode<'a> {
             retries: 0,
             open: false,
             done: false,
-            tool_names: cfg
-                .tool_names
+            tool_names: (cfg.calls == CallCheck::ToolNames)
                 .then(|| harness.tools.iter().map(|t| t.name.clone()).collect()),
-            grammar: cfg
-                .call_grammar
+            grammar: (cfg.calls == CallCheck::Grammar)
                 .then(|| Arc::new(CallGrammar::for_harness(harness))),
         };
         let event = serde_json::to_value(scene.event).unwrap_or_default();

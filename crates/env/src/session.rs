@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
-use hat_agent::episode::{Episode, EpisodeConfig};
+use hat_agent::episode::{CallCheck, Episode, EpisodeConfig};
 use hat_harness::Message;
 use hat_tasks::{expect, score, Task};
 use hat_world::World;
@@ -82,8 +82,7 @@ pub(crate) fn run(
         keep_changes: false,
         // an external trainer learns from what the model chose unconstrained
         final_reply: false,
-        tool_names: false,
-        call_grammar: false,
+        calls: CallCheck::Free,
     };
     let mut ep = match Episode::start(t.scene(), h, &world, cfg) {
         Ok(e) => e,

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use hat_agent::driver::{drive, Actor, Done, Job, ModelActor};
-use hat_agent::episode::{ChatModel, EpisodeConfig};
+use hat_agent::episode::{CallCheck, ChatModel, EpisodeConfig};
 use hat_agent::jsonl;
 use hat_harness::Message;
 use hat_tasks::{TaskKind, WorldCache};
@@ -218,10 +218,10 @@ pub fn run_agent(
         "max_turns": cfg.episode.max_turns,
         "final_reply": cfg.episode.final_reply,
     });
-    if cfg.episode.tool_names {
+    if cfg.episode.calls == CallCheck::ToolNames {
         episode["tool_names"] = json!(true);
     }
-    if cfg.episode.call_grammar {
+    if cfg.episode.calls == CallCheck::Grammar {
         episode["call_grammar"] = json!(true);
         // since e597e70 the grammar also ends a reply at the harness's reply limit: items
         // scored before that must not be mixed with items scored after it

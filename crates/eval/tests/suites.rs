@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use hat_agent::episode::EpisodeConfig;
+use hat_agent::episode::{CallCheck, EpisodeConfig};
 use hat_eval::{run_agent, Backend, EvalConfig, Suite};
 use hat_tasks::{Split, TaskKind, WorldCache};
 
@@ -98,7 +98,7 @@ fn runs_resume_and_refuse_to_overwrite() {
         .to_string();
     assert!(e.contains("--final-reply") && e.contains("lsqa"), "{e}");
     let mut named = cfg(d.path(), Some(30), true);
-    named.episode.tool_names = true;
+    named.episode.calls = CallCheck::ToolNames;
     let e = run_agent(Suite::Lsqa, &named, &mut Backend::Oracle, &mut |_, _| {})
         .unwrap_err()
         .to_string();
@@ -117,14 +117,14 @@ fn runs_resume_and_refuse_to_overwrite() {
 fn a_call_grammar_run_from_before_the_reply_limit_is_not_resumed() {
     let d = tempfile::tempdir().unwrap();
     let mut first = cfg(d.path(), Some(6), false);
-    first.episode.call_grammar = true;
+    first.episode.calls = CallCheck::Grammar;
     run_agent(Suite::Lsqa, &first, &mut Backend::Oracle, &mut |_, _| {}).unwrap();
     let path = d.path().join("lsqa/episode.json");
     let mut episode: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     assert_eq!(episode["replies_end_at_limit"], true);
     let mut again = cfg(d.path(), Some(8), true);
-    again.episode.call_grammar = true;
+    again.episode.calls = CallCheck::Grammar;
     run_agent(Suite::Lsqa, &again, &mut Backend::Oracle, &mut |_, _| {}).unwrap();
     // as written before: the grammar, no limit
     episode

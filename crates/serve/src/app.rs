@@ -8,7 +8,7 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use hat_agent::episode::{ChatModel, EpisodeConfig};
+use hat_agent::episode::{CallCheck, ChatModel, EpisodeConfig};
 use hat_world::World;
 
 use crate::error::{Result, ServeError};
@@ -33,12 +33,9 @@ pub struct ServeConfig {
     /// A reply's last allowed turn must answer the viewer, not call a tool (see
     /// `hat_agent::episode::EpisodeConfig::final_reply`).
     pub final_reply: bool,
-    /// A call may name only the active harness's tools, constrained at decode time (see
-    /// `hat_agent::episode::EpisodeConfig::tool_names`).
-    pub tool_names: bool,
-    /// Every call must be one the active harness reads, arguments included, constrained at
-    /// decode time (see `hat_agent::episode::EpisodeConfig::call_grammar`).
-    pub call_grammar: bool,
+    /// How calls are held to the active harness at decode time (see
+    /// `hat_agent::episode::CallCheck`).
+    pub calls: CallCheck,
     /// `Authorization: Bearer <key>` required on `/v1/*` when set.
     pub api_key: Option<String>,
     /// A request waiting on the model longer than this fails with 504.
@@ -74,8 +71,7 @@ impl Default for ServeConfig {
             max_tokens: 256,
             max_turns: 5,
             final_reply: true,
-            tool_names: true,
-            call_grammar: true,
+            calls: CallCheck::Grammar,
             api_key: None,
             request_timeout: Duration::from_secs(120),
             watch: None,
@@ -297,8 +293,7 @@ impl Server {
                     max_turns: cfg.max_turns,
                     keep_changes: true,
                     final_reply: cfg.final_reply,
-                    tool_names: cfg.tool_names,
-                    call_grammar: cfg.call_grammar,
+                    calls: cfg.calls,
                 },
                 max_tokens: cfg.max_tokens,
             },

@@ -559,7 +559,7 @@ fn the_last_turn_must_reply_when_the_episode_says_so() {
     assert!(names.iter().any(|n| n == "get_product"));
     let mut m = looper(true, call.into());
     let both = EpisodeConfig {
-        tool_names: true,
+        calls: hat_agent::episode::CallCheck::ToolNames,
         ..cfg(true)
     };
     let traj = run(&t.scene(), &h, w, &mut m, both).unwrap();
@@ -573,8 +573,7 @@ fn the_last_turn_must_reply_when_the_episode_says_so() {
     )));
     let mut m = looper(true, call.into());
     let grammar = EpisodeConfig {
-        tool_names: true,
-        call_grammar: true,
+        calls: hat_agent::episode::CallCheck::Grammar,
         ..cfg(true)
     };
     let traj = run(&t.scene(), &h, w, &mut m, grammar).unwrap();

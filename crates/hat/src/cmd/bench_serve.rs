@@ -88,8 +88,7 @@ fn cfg(a: &ServeBenchArgs, data: &std::path::Path, name: &str) -> ServeConfig {
         max_tokens: a.max_tokens,
         max_turns: a.max_turns,
         final_reply: !a.no_final_reply,
-        tool_names: a.calls.tool_names(),
-        call_grammar: a.calls.call_grammar(),
+        calls: a.calls.check(),
         model_name: name.into(),
         // the bench measures latency, not triage: nothing goes stale during a run
         triage: hat_serve::triage::TriageConfig {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 
-use hat_agent::episode::EpisodeConfig;
+use hat_agent::episode::{CallCheck, EpisodeConfig};
 use hat_eval::{Backend, EvalConfig, Suite};
 
 use crate::cmd::backend::{chat_model, ModelArgs};
@@ -94,8 +94,8 @@ pub struct RunArgs {
     #[arg(long)]
     tool_names: bool,
     /// Every call must be one the harness reads (its syntax, one of its tools, arguments that
-    /// fit the tool's schema), constrained at decode time (`hat_harness::CallGrammar`);
-    /// implies `--tool-names`. A serving setting: report it as a row of its own.
+    /// fit the tool's schema), constrained at decode time (`hat_harness::CallGrammar`), and a
+    /// reply ends at the harness's reply limit; takes the place of `--tool-names`. A serving setting: report it as a row of its own.
     #[arg(long)]
     call_grammar: bool,
     /// Model turns an agent episode may take at most (tool rounds and retries included).
@@ -154,8 +154,13 @@ fn run_suites(r: RunArgs) -> Result<()> {
         ifeval_input: r.ifeval_input.clone(),
         episode: EpisodeConfig {
             final_reply: r.final_reply,
-            tool_names: r.tool_names,
-            call_grammar: r.call_grammar,
+            calls: if r.call_grammar {
+                CallCheck::Grammar
+            } else if r.tool_names {
+                CallCheck::ToolNames
+            } else {
+                CallCheck::Free
+            },
             max_turns: r.max_turns,
             ..EpisodeConfig::default()
         },

@@ -63,8 +63,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let t0 = Instant::now();
     let cfg = EpisodeConfig {
         final_reply: !a.no_final_reply,
-        tool_names: a.calls.tool_names(),
-        call_grammar: a.calls.call_grammar(),
+        calls: a.calls.check(),
         ..EpisodeConfig::default()
     };
     let traj = episode::run(&scene, &h, &world, model.as_mut(), cfg)?;

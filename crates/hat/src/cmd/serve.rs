@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
+use hat_agent::episode::CallCheck;
 use hat_serve::{ServeConfig, Server};
 
 use crate::cmd::backend::{chat_model, ModelArgs};
@@ -128,14 +129,15 @@ pub struct CallArgs {
 }
 
 impl CallArgs {
-    /// `EpisodeConfig::tool_names`.
-    pub fn tool_names(self) -> bool {
-        !self.free_tool_names
-    }
-
-    /// `EpisodeConfig::call_grammar`.
-    pub fn call_grammar(self) -> bool {
-        !self.free_tool_names && !self.no_call_grammar
+    /// `EpisodeConfig::calls`.
+    pub fn check(self) -> CallCheck {
+        if self.free_tool_names {
+            CallCheck::Free
+        } else if self.no_call_grammar {
+            CallCheck::ToolNames
+        } else {
+            CallCheck::Grammar
+        }
     }
 }
 
@@ -191,8 +193,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         max_tokens: a.model.max_tokens,
         max_turns: a.max_turns,
         final_reply: !a.no_final_reply,
-        tool_names: a.calls.tool_names(),
-        call_grammar: a.calls.call_grammar(),
+        calls: a.calls.check(),
         api_key,
         request_timeout: Duration::from_secs(a.model.request_timeout_s.max(60)),
         watch: (!a.no_watch).then(|| a.harness.clone()),
@@ -280,5 +281,33 @@ pub(crate) async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => {},
         _ = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        calls: CallArgs,
+    }
+
+    #[test]
+    fn the_call_flags_pick_the_check() {
+        let check = |args: &[&str]| {
+            Cli::try_parse_from([&["hat"], args].concat())
+                .map(|c| c.calls.check())
+                .map_err(|e| e.kind())
+        };
+        assert_eq!(check(&[]), Ok(CallCheck::Grammar));
+        assert_eq!(check(&["--no-call-grammar"]), Ok(CallCheck::ToolNames));
+        assert_eq!(check(&["--free-tool-names"]), Ok(CallCheck::Free));
+        assert_eq!(
+            check(&["--free-tool-names", "--no-call-grammar"]),
+            Err(clap::error::ErrorKind::ArgumentConflict)
+        );
     }
 }

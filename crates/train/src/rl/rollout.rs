@@ -8,7 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use hat_agent::driver::{drive, Done, Job, ModelActor};
-use hat_agent::episode::{ChatModel, EpisodeConfig};
+use hat_agent::episode::{CallCheck, ChatModel, EpisodeConfig};
 use hat_data::gen::State;
 use hat_tasks::{expect, Split, Task, TaskError, TaskSet, WorldCache};
 
@@ -131,8 +131,7 @@ impl Env {
             keep_changes: false,
             // the trained log-probabilities are the unconstrained model's
             final_reply: false,
-            tool_names: false,
-            call_grammar: false,
+            calls: CallCheck::Free,
         };
         let mut jobs = Vec::with_capacity(n * g);
         for (d, draw) in draws.iter().enumerate() {
