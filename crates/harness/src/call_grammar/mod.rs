@@ -161,7 +161,7 @@ pub struct CallGrammar {
     steps: &'static [Step],
     /// The text a call starts with (the template's first literal).
     opener: &'static [u8],
-    /// The call starts a line (spaces or tabs before it aside).
+    /// The call starts a line (whitespace before it aside).
     line_start: bool,
     /// The opener is a tag name (`<invoke`): a name byte right after it makes another word.
     tag: bool,
@@ -401,13 +401,14 @@ fn blanks(b: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// Whether `i` starts a line, spaces and tabs before it aside.
+/// Whether `i` starts a line, whitespace before it aside: the keyword syntaxes' parsers read a
+/// line trimmed (`str::trim`), so any Unicode whitespace may indent a call (U+3000 included).
 fn starts_line(b: &[u8], i: usize) -> bool {
-    let mut j = i;
-    while j > 0 && matches!(b[j - 1], b' ' | b'\t') {
-        j -= 1;
-    }
-    j == 0 || b[j - 1] == b'\n'
+    let start = b[..i]
+        .iter()
+        .rposition(|&c| c == b'\n')
+        .map_or(0, |p| p + 1);
+    std::str::from_utf8(&b[start..i]).is_ok_and(|s| s.chars().all(char::is_whitespace))
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -580,6 +581,19 @@ mod tests {
         assert_eq!(first_refused(&g, t), Some(t.find("now").unwrap()));
         // mid-line it is prose (the parser reads it as text)
         assert_eq!(first_refused(&g, "Please CALL us(1)."), None);
+        // indented by any whitespace the parser trims, it is a call
+        for indent in [" \t", "\u{3000}", "\u{a0}", "\r"] {
+            let t = format!("ok\n{indent}CALL t_3876(product_id=\"P3\")");
+            assert!(CallSyntax::Function.parse(&t).unwrap().calls.len() == 1);
+            assert_eq!(
+                first_refused(&g, &t),
+                Some(t.find("product").unwrap()),
+                "{indent:?}"
+            );
+        }
+        let g = grammar(CallSyntax::React);
+        let t = "\u{3000}Action: t_3876\nAction Input: {\"product_id\": \"P3\"}";
+        assert_eq!(first_refused(&g, t), Some(t.find("product").unwrap()));
     }
 
     #[test]
