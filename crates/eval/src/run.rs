@@ -226,17 +226,27 @@ pub fn run_agent(
         // since e597e70 the grammar also ends a reply at the harness's reply limit: items
         // scored before that must not be mixed with items scored after it
         episode["replies_end_at_limit"] = json!(true);
+        if cfg.episode.final_reply {
+            // since f08f941 the last, reply-only turn keeps to the grammar (and its limit) too
+            episode["final_turn_checked"] = json!(true);
+        }
     }
     let episode_path = dir.join("episode.json");
     if !done.is_empty() {
         // runs from before this file was written ran the defaults
-        let before = match std::fs::read(&episode_path) {
+        let mut before = match std::fs::read(&episode_path) {
             Ok(b) => serde_json::from_slice(&b).unwrap_or(Value::Null),
             Err(_) => json!({
                 "max_turns": EpisodeConfig::default().max_turns,
                 "final_reply": false,
             }),
         };
+        // `--tool-names --call-grammar` ran the grammar alone and wrote both keys
+        if before["call_grammar"] == json!(true) {
+            if let Some(o) = before.as_object_mut() {
+                o.remove("tool_names");
+            }
+        }
         if before != episode {
             return Err(EvalError::Usage(format!(
                 "{} holds items whose episodes ran with {before}, not {episode}; resume with \

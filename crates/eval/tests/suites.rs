@@ -142,6 +142,39 @@ fn a_call_grammar_run_from_before_the_reply_limit_is_not_resumed() {
     );
 }
 
+/// `--tool-names --call-grammar` ran the grammar alone but wrote both keys: such a folder
+/// resumes under the grammar. A `--final-reply` grammar run from before the last turn kept to
+/// the grammar (no `final_turn_checked`) does not.
+#[test]
+fn call_grammar_folders_resume_as_they_ran() {
+    let d = tempfile::tempdir().unwrap();
+    let mut first = cfg(d.path(), Some(4), false);
+    first.episode.calls = CallCheck::Grammar;
+    first.episode.final_reply = true;
+    run_agent(Suite::Lsqa, &first, &mut Backend::Oracle, &mut |_, _| {}).unwrap();
+    let path = d.path().join("lsqa/episode.json");
+    let mut episode: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(episode["final_turn_checked"], true);
+    episode["tool_names"] = serde_json::json!(true);
+    std::fs::write(&path, episode.to_string()).unwrap();
+    let mut again = cfg(d.path(), Some(6), true);
+    again.episode = first.episode;
+    run_agent(Suite::Lsqa, &again, &mut Backend::Oracle, &mut |_, _| {}).unwrap();
+    let mut episode: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    episode
+        .as_object_mut()
+        .unwrap()
+        .remove("final_turn_checked");
+    std::fs::write(&path, episode.to_string()).unwrap();
+    again.limit = Some(8);
+    let e = run_agent(Suite::Lsqa, &again, &mut Backend::Oracle, &mut |_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("final_turn_checked"), "{e}");
+}
+
 /// A run killed mid-write (or stopped by a full disk) leaves half a line: the resume cuts it
 /// and redoes that item; a damaged line in the middle is still an error naming the line.
 #[test]

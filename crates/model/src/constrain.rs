@@ -248,18 +248,36 @@ impl Pattern {
     }
 }
 
-/// Whether `i` is the start of a line, spaces and tabs aside (`whole`: `buf` starts where the
-/// text does).
+/// Whether `i` is the start of a line, whitespace aside (`whole`: `buf` starts where the
+/// text does). Any Unicode whitespace counts, as the keyword syntaxes' parsers trim a line
+/// (`str::trim`): a call indented by U+3000 is a call.
 fn starts_line(buf: &[u8], i: usize, whole: bool) -> bool {
     let mut j = i;
-    while j > 0 && matches!(buf[j - 1], b' ' | b'\t') {
-        j -= 1;
+    while j > 0 {
+        let c = buf[j - 1];
+        if c == b'\n' {
+            return true;
+        }
+        j = if c.is_ascii() {
+            if !(c as char).is_whitespace() {
+                return false;
+            }
+            j - 1
+        } else {
+            // the first byte of the multi-byte character that ends at `j`
+            let Some(k) = (j.saturating_sub(4)..j)
+                .rev()
+                .find(|&k| buf[k] & 0xC0 != 0x80)
+            else {
+                return false;
+            };
+            match std::str::from_utf8(&buf[k..j]) {
+                Ok(s) if s.chars().all(char::is_whitespace) => k,
+                _ => return false,
+            }
+        };
     }
-    if j == 0 {
-        whole
-    } else {
-        buf[j - 1] == b'\n'
-    }
+    whole
 }
 
 #[cfg(test)]
@@ -312,6 +330,12 @@ mod tests {
         assert_eq!(first_refused(&s, "CALL get_stock(product_id=\"P1\")"), None);
         assert_eq!(first_refused(&s, "  \nCALL pin(x=1)"), None);
         assert_eq!(first_refused(&s, "CALL fetch(x=1)"), Some(5));
+        // indented by whitespace the parser trims, it is a call all the same
+        for indent in ["\u{3000}", "\u{a0}", "\r", " \u{b}"] {
+            let t = format!("ok\n{indent}CALL fetch(x=1)");
+            assert_eq!(first_refused(&s, &t), t.find("fetch"), "{indent:?}");
+        }
+        assert_eq!(first_refused(&s, "ok\u{e9}CALL fetch(x=1)"), None);
         // prose that says CALL mid-line is left alone, and so is a word that starts with it
         // or a CALL with no name on its line (the parser reads both as text)
         assert_eq!(first_refused(&s, "please CALL us(1)"), None);

@@ -384,8 +384,7 @@ impl Engine {
         logits: &[f32],
         on_token: Option<&mut (dyn FnMut(&TokenEvent) -> bool + 'f)>,
     ) -> u32 {
-        let held =
-            !req.suppress_at_start.is_empty() && row.bytes.iter().all(u8::is_ascii_whitespace);
+        let held = !req.suppress_at_start.is_empty() && is_blank(&row.bytes);
         let mut masked = held.then(|| {
             let mut masked = logits.to_vec();
             for &t in &req.suppress_at_start {
@@ -396,7 +395,10 @@ impl Engine {
             masked
         });
         let tok = match &req.check {
-            Some(check) => self.sample_checked(check.as_ref(), row, logits, &mut masked),
+            Some(check) => {
+                let suppress = held.then_some(req.suppress_at_start.as_slice());
+                self.sample_checked(check.as_ref(), row, logits, &mut masked, suppress)
+            }
             None => row
                 .sampler
                 .sample(masked.as_deref().unwrap_or(logits), &row.seen),
@@ -477,13 +479,15 @@ impl Engine {
     /// (the end of the answer, a control token) is checked as a NUL byte, so an answer cannot
     /// stop halfway through a name or a call. After [`CHECK_REDRAWS`] refusals every token
     /// the check refuses is masked at once; when it refuses them all (it cannot, as long as
-    /// single bytes are tokens), the sampler draws from the unconstrained logits.
+    /// single bytes are tokens), the sampler draws from the unconstrained logits, less the
+    /// tokens `suppress` holds back (an answer that may not open with a call).
     fn sample_checked(
         &self,
         check: &dyn TextCheck,
         row: &mut RowState,
         logits: &[f32],
         masked: &mut Option<Vec<f32>>,
+        suppress: Option<&[u32]>,
     ) -> u32 {
         let text = |t: u32| {
             let b = self.tokenizer.decode_bytes(&[t], true);
@@ -514,10 +518,15 @@ impl Engine {
             }
         }
         if any {
-            row.sampler.sample(m, &row.seen)
-        } else {
-            row.sampler.sample(logits, &row.seen)
+            return row.sampler.sample(m, &row.seen);
         }
+        m.copy_from_slice(logits);
+        for &t in suppress.unwrap_or_default() {
+            if let Some(x) = m.get_mut(t as usize) {
+                *x = f32::NEG_INFINITY;
+            }
+        }
+        row.sampler.sample(m, &row.seen)
     }
 
     /// Draft tokens that fit after the pending token: within the context and the tokens the
@@ -766,5 +775,56 @@ impl Engine {
                 ..Self::finish_row(row, r.prompt.len(), c, prefill, decode)
             })
             .collect())
+    }
+}
+
+/// Whether an answer so far says nothing yet: whitespace only, any Unicode whitespace (the
+/// parsers trim an answer with `str::trim`), a character still cut at the end counting as
+/// blank until it is whole. Stops at the first character that is not blank.
+fn is_blank(bytes: &[u8]) -> bool {
+    let mut i = 0;
+    while let Some(&c) = bytes.get(i) {
+        let n = match c {
+            0x00..=0x7F => {
+                if !(c as char).is_whitespace() {
+                    return false;
+                }
+                i += 1;
+                continue;
+            }
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => return false,
+        };
+        let Some(ch) = bytes.get(i..i + n) else {
+            return true;
+        };
+        match std::str::from_utf8(ch) {
+            Ok(s) if s.chars().all(char::is_whitespace) => i += n,
+            _ => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_blank;
+
+    #[test]
+    fn an_answer_is_blank_while_it_holds_whitespace_only() {
+        for t in ["", " \n\t", "\r\u{b}\u{c}", "\u{3000}", " \u{a0}\u{2028}"] {
+            assert!(is_blank(t.as_bytes()), "{t:?}");
+            assert_eq!(is_blank(t.as_bytes()), t.trim().is_empty());
+        }
+        for t in ["x", " CALL", "\u{3000}<", "é", "\u{3000}好"] {
+            assert!(!is_blank(t.as_bytes()), "{t:?}");
+        }
+        // a character cut at the end is blank until it is whole
+        let ideo = "\u{3000}".as_bytes();
+        assert!(is_blank(&ideo[..2]));
+        assert!(!is_blank(&[b' ', 0x80]), "a stray continuation byte");
+        assert!(!is_blank(&[0xE3, 0x80, b'x']), "an invalid sequence");
     }
 }

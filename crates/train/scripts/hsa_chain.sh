@@ -32,7 +32,7 @@
 #   named chain...-bf16-legK (the data files are the same as without it).
 #   CALLW=K counts the loss of tool-calling turns K times (`--call-weight K`); legs named
 #   chain...-cwK-legK (the data files are the same as without it).
-#   NO_EVAL=1 (any value but 0) skips a leg's evaluation (a leg the next one starts from; evaluate it later by
+#   NO_EVAL=1 (any value but 0 or empty) skips a leg's evaluation (a leg the next one starts from; evaluate it later by
 #   running the same command without it).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."

@@ -89,13 +89,15 @@ pub struct RunArgs {
     /// runs it (the published rows were measured without it).
     #[arg(long)]
     final_reply: bool,
-    /// A call may name only the harness's tools, constrained at decode time, as `hat serve`
-    /// runs it (the published rows were measured without it; report it as a row of its own).
+    /// A call may name only the harness's tools, constrained at decode time, as `hat serve
+    /// --no-call-grammar` runs it (the published rows were measured without it; report it as
+    /// a row of its own).
     #[arg(long)]
     tool_names: bool,
     /// Every call must be one the harness reads (its syntax, one of its tools, arguments that
     /// fit the tool's schema), constrained at decode time (`hat_harness::CallGrammar`), and a
-    /// reply ends at the harness's reply limit; takes the place of `--tool-names`. A serving setting: report it as a row of its own.
+    /// reply ends at the harness's reply limit, as `hat serve` runs it; takes the place of
+    /// `--tool-names`. A serving setting: report it as a row of its own.
     #[arg(long)]
     call_grammar: bool,
     /// Model turns an agent episode may take at most (tool rounds and retries included).
