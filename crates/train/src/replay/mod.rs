@@ -247,28 +247,29 @@ pub fn generate(
         let mut last_drop = vec![Drop::Unfinished; range.len()];
         for try_no in 0..cfg.samples {
             let open: Vec<usize> = (0..range.len()).filter(|&k| kept[k].is_none()).collect();
-            for batch in open.chunks(cfg.batch) {
-                let reqs: Vec<GenerateRequest> = batch
-                    .iter()
-                    .map(|&k| {
-                        let i = range.start + k;
-                        let mut r = GenerateRequest::new(ids[k].clone(), cfg.max_new_tokens);
-                        r.sampling = SamplingParams {
-                            temperature: if try_no == 0 { 0.0 } else { cfg.temperature },
-                            seed: cfg.seed
-                                ^ ((i * cfg.samples + try_no) as u64).wrapping_mul(0x9E37),
-                            ..SamplingParams::default()
-                        };
-                        r
-                    })
-                    .collect();
-                for (&k, out) in batch.iter().zip(engine.generate_batch(&reqs)?) {
-                    stats.generated_tokens += out.tokens.len();
-                    match reject(&prompts[range.start + k], &out) {
-                        None => kept[k] = Some((out.text, try_no)),
-                        // counted under the weightiest reason of its tries (see `Drop`)
-                        Some(d) => last_drop[k] = last_drop[k].max(d),
-                    }
+            let reqs: Vec<GenerateRequest> = open
+                .iter()
+                .map(|&k| {
+                    let i = range.start + k;
+                    let mut r = GenerateRequest::new(ids[k].clone(), cfg.max_new_tokens);
+                    r.sampling = SamplingParams {
+                        temperature: if try_no == 0 { 0.0 } else { cfg.temperature },
+                        seed: cfg.seed ^ ((i * cfg.samples + try_no) as u64).wrapping_mul(0x9E37),
+                        ..SamplingParams::default()
+                    };
+                    r
+                })
+                .collect();
+            // answers run from a few tokens to the limit: a row that ends takes the next prompt
+            for (&k, out) in open
+                .iter()
+                .zip(engine.generate_continuous(&reqs, cfg.batch)?)
+            {
+                stats.generated_tokens += out.tokens.len();
+                match reject(&prompts[range.start + k], &out) {
+                    None => kept[k] = Some((out.text, try_no)),
+                    // counted under the weightiest reason of its tries (see `Drop`)
+                    Some(d) => last_drop[k] = last_drop[k].max(d),
                 }
             }
         }
