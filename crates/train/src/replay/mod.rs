@@ -13,7 +13,9 @@
 use hat_data::Record;
 use hat_harness::Message;
 use hat_model::chat_template::ChatInput;
-use hat_model::{Engine, FinishReason, GenerateOutput, GenerateRequest, SamplingParams};
+use std::sync::Arc;
+
+use hat_model::{Engine, FinishReason, GenerateOutput, GenerateRequest, SamplingParams, TextCheck};
 use serde_json::json;
 
 use crate::distill::prompts::{self, Prompt};
@@ -144,6 +146,10 @@ const CHUNK_BATCHES: usize = 4;
 
 /// Why one answer is not kept, or `None` when it is.
 fn reject(p: &Prompt, out: &GenerateOutput) -> Option<Drop> {
+    if out.finish == FinishReason::Complete {
+        // stopped by `StopLoops`: it said a sentence for the third time
+        return Some(Drop::Repetitive);
+    }
     if !matches!(
         out.finish,
         FinishReason::StopToken(_) | FinishReason::StopString(_)
@@ -156,6 +162,27 @@ fn reject(p: &Prompt, out: &GenerateOutput) -> Option<Drop> {
         return Some(Drop::FailedCheck);
     }
     quality::repetition(text).map(|_| Drop::Repetitive)
+}
+
+/// Ends an answer once it repeats a sentence a third time ([`quality::sentence_loop`]): the
+/// answer is dropped whatever follows (as unfinished, failing its check, or repetitive), so the
+/// tokens up to the limit are not worth decoding. A looping answer of the base model otherwise
+/// runs to `--max-tokens`.
+#[derive(Debug)]
+struct StopLoops;
+
+impl TextCheck for StopLoops {
+    fn admits(&self, _before: &[u8], _token: &[u8]) -> bool {
+        true
+    }
+
+    fn complete(&self, answer: &[u8]) -> bool {
+        let text = match std::str::from_utf8(answer) {
+            Ok(s) => s,
+            Err(e) => std::str::from_utf8(&answer[..e.valid_up_to()]).unwrap_or(""),
+        };
+        quality::sentence_loop(text)
+    }
 }
 
 /// Why a prompt's tries were dropped, in the order that counts: a prompt is counted under the
@@ -231,6 +258,7 @@ pub fn generate(
         ..from
     };
     let chunk_len = cfg.batch.saturating_mul(CHUNK_BATCHES);
+    let stop_loops: Arc<dyn TextCheck> = Arc::new(StopLoops);
     while stats.settled < prompts.len() {
         let range = stats.settled..(stats.settled + chunk_len).min(prompts.len());
         let mut ids = Vec::with_capacity(range.len());
@@ -252,6 +280,7 @@ pub fn generate(
                 .map(|&k| {
                     let i = range.start + k;
                     let mut r = GenerateRequest::new(ids[k].clone(), cfg.max_new_tokens);
+                    r.check = Some(stop_loops.clone());
                     r.sampling = SamplingParams {
                         temperature: if try_no == 0 { 0.0 } else { cfg.temperature },
                         seed: cfg.seed ^ ((i * cfg.samples + try_no) as u64).wrapping_mul(0x9E37),

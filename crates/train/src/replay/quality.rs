@@ -61,18 +61,29 @@ pub fn repetition(text: &str) -> Option<Repetition> {
             return Some(Repetition::Trigrams);
         }
     }
+    sentence_loop(text).then_some(Repetition::Sentence)
+}
+
+/// Whether `text` says a sentence of more than [`SENTENCE_CHARS`] characters
+/// [`SENTENCE_REPEATS`] times. Only whole sentences (ended by `.`, `!`, `?` or a line break)
+/// count, so once a prefix of an answer trips it, the whole answer does: a decoder may stop
+/// such an answer there, since [`repetition`] drops it whatever follows.
+pub fn sentence_loop(text: &str) -> bool {
     let mut sentences: HashMap<&str, usize> = HashMap::new();
     for s in text.split_inclusive(['.', '!', '?', '\n']) {
+        if !s.ends_with(['.', '!', '?', '\n']) {
+            break;
+        }
         let s = s.trim();
         if s.chars().count() > SENTENCE_CHARS {
             let n = sentences.entry(s).or_default();
             *n += 1;
             if *n >= SENTENCE_REPEATS {
-                return Some(Repetition::Sentence);
+                return true;
             }
         }
     }
-    None
+    false
 }
 
 #[cfg(test)]
@@ -101,6 +112,22 @@ mod tests {
         let bullets =
             "- Pack a warm jacket\n- Bring water\n- Check the weather\n- Tell a friend your route";
         assert_eq!(repetition(bullets), None);
+        // a loop in a prefix is a loop in the whole answer, and a sentence still being written
+        // does not count yet
+        for cut in 0..=looped.len() {
+            if let Some(prefix) = looped.get(..cut) {
+                if sentence_loop(prefix) {
+                    assert!(repetition(&format!("{prefix} And more.")).is_some());
+                }
+            }
+        }
+        let third = looped.rfind("The article").unwrap();
+        assert!(!sentence_loop(&looped[..looped.len() - 2]));
+        assert!(!sentence_loop(&format!(
+            "{}The article is written in a clear and concise manner",
+            &looped[..third]
+        )));
+        assert!(sentence_loop(&looped));
         // too short for any signal to mean anything
         assert_eq!(repetition("Yes. Yes. Yes."), None);
         assert_eq!(repetition(""), None);
