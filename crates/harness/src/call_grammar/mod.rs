@@ -404,33 +404,18 @@ fn blanks(b: &[u8], mut i: usize) -> usize {
 /// Whether `i` starts a line, whitespace before it aside: the keyword syntaxes' parsers read a
 /// line trimmed (`str::trim`), so any Unicode whitespace may indent a call (U+3000 included).
 fn starts_line(b: &[u8], i: usize) -> bool {
-    // backwards, a character at a time: a mid-line opener is refused at its first neighbour
-    let mut j = i;
-    while j > 0 {
-        let c = b[j - 1];
-        if c == b'\n' {
-            return true;
-        }
-        j = if c.is_ascii() {
-            if !(c as char).is_whitespace() {
-                return false;
-            }
-            j - 1
-        } else {
-            // the first byte of the multi-byte character that ends at `j`
-            let Some(k) = (j.saturating_sub(4)..j)
-                .rev()
-                .find(|&k| b[k] & 0xC0 != 0x80)
-            else {
-                return false;
-            };
-            match std::str::from_utf8(&b[k..j]) {
-                Ok(s) if s.chars().all(char::is_whitespace) => k,
-                _ => return false,
-            }
-        };
+    // mid-line, the common case, is told by the byte before the opener
+    if b[..i]
+        .last()
+        .is_some_and(|&c| c.is_ascii() && !(c as char).is_whitespace())
+    {
+        return false;
     }
-    true
+    let start = b[..i]
+        .iter()
+        .rposition(|&c| c == b'\n')
+        .map_or(0, |p| p + 1);
+    std::str::from_utf8(&b[start..i]).is_ok_and(|s| s.chars().all(char::is_whitespace))
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
