@@ -392,16 +392,17 @@ ifeval_max_tokens = 8
 fn data_replay_accounts_for_every_prompt_and_resumes() {
     let d = tempfile::tempdir().unwrap();
     let fixture = hat_train::fixture::tiny_model(&d.path().join("m"), 1, "qwen2").unwrap();
-    let run = |out: &std::path::Path| {
+    let run_wide = |out: &std::path::Path, batch: &str| {
         let mut c = hat();
         c.args(["data", "replay", "--prompts", "12", "--samples", "2"])
-            .args(["--max-tokens", "64", "--batch", "1", "--threads", "1"])
+            .args(["--max-tokens", "64", "--batch", batch, "--threads", "1"])
             .arg("--model")
             .arg(&fixture)
             .arg("--out")
             .arg(out);
         c
     };
+    let run = |out: &std::path::Path| run_wide(out, "1");
     let out = d.path().join("replay.jsonl");
     let done = run(&out).assert().success();
     let said = String::from_utf8(done.get_output().stdout.clone()).unwrap();
@@ -435,6 +436,10 @@ fn data_replay_accounts_for_every_prompt_and_resumes() {
         .collect();
     assert!(!d.path().join("replay.jsonl.partial").exists());
     assert!(!d.path().join("replay.jsonl.partial.state").exists());
+    // several prompts and tries decoding together (continuously) keep the same answers
+    let wide = d.path().join("wide.jsonl");
+    run_wide(&wide, "3").assert().success();
+    assert_eq!(std::fs::read_to_string(&wide).unwrap(), text);
     fails_cleanly(&mut run(&out)).stderr(predicate::str::contains("--force"));
     run(&out)
         .arg("--resume")
