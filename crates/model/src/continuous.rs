@@ -27,6 +27,39 @@ use crate::speculate::Drafter;
 /// A request's handle in a [`ContinuousBatch`].
 pub type RowId = u64;
 
+impl Engine {
+    /// Answers every request of `reqs`, at most `width` decoding at once, the next request
+    /// joining as soon as a row ends ([`ContinuousBatch`]); the outputs come back in the order
+    /// of `reqs`. The same answers as [`Engine::generate_batch`] over chunks of `width`, up to
+    /// float rounding, without the chunk's short answers waiting for its longest: offline
+    /// sampling (replay data, distillation rollouts) whose answers run from a few tokens to
+    /// the limit keeps `width` rows busy.
+    pub fn generate_continuous(
+        &self,
+        reqs: &[GenerateRequest],
+        width: usize,
+    ) -> Result<Vec<GenerateOutput>> {
+        let width = width.max(1);
+        let mut outs: Vec<Option<GenerateOutput>> = (0..reqs.len()).map(|_| None).collect();
+        let mut slot = std::collections::HashMap::with_capacity(width);
+        let mut batch = ContinuousBatch::new();
+        let (mut next, mut done) = (0, 0);
+        while done < reqs.len() {
+            while batch.running() < width && next < reqs.len() {
+                slot.insert(batch.add(self, reqs[next].clone())?, next);
+                next += 1;
+            }
+            for (id, out) in batch.step(self)? {
+                if let Some(i) = slot.remove(&id) {
+                    outs[i] = Some(out);
+                    done += 1;
+                }
+            }
+        }
+        Ok(outs.into_iter().flatten().collect())
+    }
+}
+
 struct Row {
     id: RowId,
     req: GenerateRequest,

@@ -121,6 +121,28 @@ fn the_answers_do_not_depend_on_when_requests_join() {
     }
 }
 
+/// `generate_continuous` hands back every request's answer, in order, as decoded alone,
+/// whatever the width.
+#[test]
+fn many_requests_decode_continuously_in_their_order() {
+    let e = expected("llama");
+    let reqs = requests(&e.ids);
+    let eng = llama_engine("q8_0");
+    let alone: Vec<GenerateOutput> = reqs
+        .iter()
+        .map(|r| eng.generate(r, None).unwrap())
+        .collect();
+    for width in [1, 2, 3, 16] {
+        let outs = eng.generate_continuous(&reqs, width).unwrap();
+        assert_eq!(outs.len(), reqs.len());
+        for (i, (a, c)) in alone.iter().zip(&outs).enumerate() {
+            assert_eq!(a.tokens, c.tokens, "width {width}, request {i}");
+            assert_eq!(c.prompt_tokens, reqs[i].prompt.len());
+        }
+    }
+    assert!(eng.generate_continuous(&[], 4).unwrap().is_empty());
+}
+
 #[test]
 fn a_request_that_cannot_run_is_refused_and_changes_nothing() {
     let e = expected("llama");

@@ -10,16 +10,12 @@
 //! excluded); an unconstrained prompt keeps its first answer that ends on its own. An answer that
 //! repeats itself (`quality`) is never kept, whatever its check says.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
-
 use hat_data::Record;
 use hat_harness::Message;
 use hat_model::chat_template::ChatInput;
-use hat_model::{
-    ContinuousBatch, Engine, FinishReason, GenerateOutput, GenerateRequest, SamplingParams,
-    TextCheck,
-};
+use std::sync::Arc;
+
+use hat_model::{Engine, FinishReason, GenerateOutput, GenerateRequest, SamplingParams, TextCheck};
 use serde_json::json;
 
 use crate::distill::prompts::{self, Prompt};
@@ -277,44 +273,32 @@ pub fn generate(
         // per prompt of the chunk: the kept answer, or why its last try failed
         let mut kept: Vec<Option<(String, usize)>> = vec![None; range.len()];
         let mut last_drop = vec![Drop::Unfinished; range.len()];
-        let request = |k: usize, try_no: usize| {
-            let i = range.start + k;
-            let mut r = GenerateRequest::new(ids[k].clone(), cfg.max_new_tokens);
-            r.check = Some(stop_loops.clone());
-            r.sampling = SamplingParams {
-                temperature: if try_no == 0 { 0.0 } else { cfg.temperature },
-                seed: cfg.seed ^ ((i * cfg.samples + try_no) as u64).wrapping_mul(0x9E37),
-                ..SamplingParams::default()
-            };
-            r
-        };
-        // Every prompt's first try, then each failed try's next one as soon as it failed: the
-        // batch stays `cfg.batch` rows wide until the chunk's last tries (answers run from a
-        // few tokens to the limit), instead of draining once per round of tries.
-        let mut waiting: VecDeque<(usize, usize)> = (0..range.len()).map(|k| (k, 0)).collect();
-        let mut running = HashMap::with_capacity(cfg.batch);
-        let mut batch = ContinuousBatch::new();
-        while !waiting.is_empty() || !running.is_empty() {
-            while batch.running() < cfg.batch {
-                let Some((k, try_no)) = waiting.pop_front() else {
-                    break;
-                };
-                running.insert(batch.add(engine, request(k, try_no))?, (k, try_no));
-            }
-            for (id, out) in batch.step(engine)? {
-                let Some((k, try_no)) = running.remove(&id) else {
-                    continue;
-                };
+        for try_no in 0..cfg.samples {
+            let open: Vec<usize> = (0..range.len()).filter(|&k| kept[k].is_none()).collect();
+            let reqs: Vec<GenerateRequest> = open
+                .iter()
+                .map(|&k| {
+                    let i = range.start + k;
+                    let mut r = GenerateRequest::new(ids[k].clone(), cfg.max_new_tokens);
+                    r.check = Some(stop_loops.clone());
+                    r.sampling = SamplingParams {
+                        temperature: if try_no == 0 { 0.0 } else { cfg.temperature },
+                        seed: cfg.seed ^ ((i * cfg.samples + try_no) as u64).wrapping_mul(0x9E37),
+                        ..SamplingParams::default()
+                    };
+                    r
+                })
+                .collect();
+            // answers run from a few tokens to the limit: a row that ends takes the next prompt
+            for (&k, out) in open
+                .iter()
+                .zip(engine.generate_continuous(&reqs, cfg.batch)?)
+            {
                 stats.generated_tokens += out.tokens.len();
                 match reject(&prompts[range.start + k], &out) {
                     None => kept[k] = Some((out.text, try_no)),
                     // counted under the weightiest reason of its tries (see `Drop`)
-                    Some(d) => {
-                        last_drop[k] = last_drop[k].max(d);
-                        if try_no + 1 < cfg.samples {
-                            waiting.push_back((k, try_no + 1));
-                        }
-                    }
+                    Some(d) => last_drop[k] = last_drop[k].max(d),
                 }
             }
         }
