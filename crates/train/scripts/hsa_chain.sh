@@ -15,8 +15,8 @@
 #   KIND_WEIGHTS=compare=3,variant_stock=3,... passes `--kind-weights` to the data generated
 #   while it is set (a leg whose data files exist keeps them; docs/results.md "A third leg
 #   with the failing task kinds drawn more often"). STEPS=N trains N one-pack steps a leg
-#   instead of the preset's 120 (`--max-steps`). SCENE=1 draws a leg's data with
-#   `--shared-scene` (each group of 16 is one scene: identical system prompts, so a pack holds
+#   instead of the preset's 120 (`--max-steps`). SCENE=1 (any value but 0 or empty) draws a
+#   leg's data with `--shared-scene` (each group of 16 is one scene: identical system prompts, so a pack holds
 #   the whole group; files named *-sc.jsonl; docs/results.md "Shared scenes").
 #   REPLAY=N mixes into each leg's SFT data `hat data replay` answers of the base model to N
 #   general prompts (seed 40+k; the base model's, not the previous leg's: its general answers
@@ -42,7 +42,7 @@ weights=()
 steps=()
 [ -n "${STEPS:-}" ] && steps=(--max-steps "$STEPS")
 scene=(); sc=
-[ -n "${SCENE:-}" ] && { scene=(--shared-scene); sc=-sc; }
+[ "${SCENE:-0}" != 0 ] && { scene=(--shared-scene); sc=-sc; }
 rp=
 if [ -n "${REPLAY:-}" ]; then
   [[ "$REPLAY" =~ ^[1-9][0-9]*$ ]] || { echo "REPLAY='$REPLAY' is not a number of prompts (e.g. 600)" >&2; exit 2; }
