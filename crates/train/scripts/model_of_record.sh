@@ -17,7 +17,11 @@
 # bf16 products need AVX-512 BF16: on other CPUs set MATMUL=f32 (slower, not the published
 # recipe). The training data drawn today differs from the published legs' (commit 57e8b28
 # added link-number forms to the training split), so expect the scores near, not at, theirs.
-# Usage: [HAT=path/to/hat] [MATMUL=f32] crates/train/scripts/model_of_record.sh
+# WITH_REPLAY=N is the untried IFEval lever of issue 10: every leg also trains on the base
+# model's checked answers to N general prompts (`hat data replay`, drawn per leg with seed
+# 40 + leg; ~15-25 min a leg on two cores since 2e900e0), legs and evaluation named with -rpN
+# (runs/chain-sc-rpN-leg1, ..., runs/eval-chain-sc-ft16-rpN-bf16-leg4); not a published recipe.
+# Usage: [HAT=path/to/hat] [MATMUL=f32] [WITH_REPLAY=600] crates/train/scripts/model_of_record.sh
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 chain=crates/train/scripts/hsa_chain.sh
@@ -25,10 +29,15 @@ export KIND_WEIGHTS=compare=3,recommend_budget=3,product_fact=3,final_price=3,va
 export SCENE=1
 mm=${MATMUL:-bf16}
 [ "$mm" = bf16 ] || [ "$mm" = f32 ] || { echo "MATMUL='$mm' is not f32 or bf16" >&2; exit 2; }
+rp=${WITH_REPLAY:-}
+[ -z "$rp" ] || [[ "$rp" =~ ^[1-9][0-9]*$ ]] || { echo "WITH_REPLAY='$rp' is not a number of prompts (e.g. 600)" >&2; exit 2; }
 # every leg's recipe in full: nothing set in the caller's environment leaks into a leg
 unset STEPS FIRST FROM REPLAY RECOVERY CALLW NO_EVAL
-NO_EVAL=1 MATMUL= "$chain" 1
-NO_EVAL=1 MATMUL=$mm FIRST=16 STEPS=60 FROM=runs/chain-sc-leg1-hf "$chain" 2
-NO_EVAL=1 MATMUL=$mm FIRST=16 STEPS=100 "$chain" 3
-MATMUL=$mm FIRST=16 STEPS=100 "$chain" 4
-echo "model of record: runs/chain-sc-ft16-bf16-leg4/model-q8_0.gguf (with MATMUL=f32: runs/chain-sc-ft16-leg4)"
+tag=; replay=()
+[ -n "$rp" ] && { tag=-rp$rp; replay=(REPLAY=$rp); }
+NO_EVAL=1 MATMUL= env "${replay[@]}" "$chain" 1
+NO_EVAL=1 MATMUL=$mm FIRST=16 STEPS=60 FROM=runs/chain-sc$tag-leg1-hf env "${replay[@]}" "$chain" 2
+NO_EVAL=1 MATMUL=$mm FIRST=16 STEPS=100 env "${replay[@]}" "$chain" 3
+MATMUL=$mm FIRST=16 STEPS=100 env "${replay[@]}" "$chain" 4
+m=-bf16; [ "$mm" = f32 ] && m=
+echo "model of record: runs/chain-sc-ft16$tag$m-leg4/model-q8_0.gguf"
