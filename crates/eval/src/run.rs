@@ -258,11 +258,16 @@ pub fn run_agent(
     }
     std::fs::write(&episode_path, episode.to_string())
         .map_err(|e| EvalError::io(&episode_path, e))?;
-    let todo: Vec<(usize, &suite::AgentItem)> = items
+    let mut todo: Vec<(usize, &suite::AgentItem)> = items
         .iter()
         .enumerate()
         .filter(|(_, it)| !done.contains(&id_of(it)))
         .collect();
+    // Items of one harness state run one after another: their system prompts share the
+    // harness's part, which the model's prefix cache then computes once a state. hvqa lists
+    // its items round-robin over 20 states, more than that cache holds, so in list order
+    // every item prefilled its whole prompt. An item's seed stays its place in the list.
+    todo.sort_by_key(|(_, it)| it.state);
     let mut finished = total - todo.len();
     progress(finished, total);
     if let Backend::Chat { model, .. } = backend {

@@ -432,3 +432,28 @@ fn later_kinds_append_items_and_never_change_published_ones() {
         "one injection item under each held-out state"
     );
 }
+
+/// hvqa lists its items round-robin over its states; a run takes each state's items one after
+/// another (so the model's prefix cache computes a state's prompt once), and scores them all.
+#[test]
+fn hvqa_items_run_grouped_by_harness_state() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = cfg(d.path(), Some(45), false);
+    c.batch = 1;
+    let s = run_agent(Suite::Hvqa, &c, &mut Backend::Oracle, &mut |_, _| {}).unwrap();
+    assert_eq!(s.headline, 100.0, "the oracle passes every item");
+    let text = std::fs::read_to_string(d.path().join("hvqa/items.jsonl")).unwrap();
+    let hashes: Vec<String> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["harness_hash"].to_string())
+        .collect();
+    assert_eq!(hashes.len(), 45);
+    let runs = 1 + hashes.windows(2).filter(|w| w[0] != w[1]).count();
+    let states: BTreeSet<&String> = hashes.iter().collect();
+    assert_eq!(states.len(), 20, "45 items cover every state");
+    assert_eq!(
+        runs,
+        states.len(),
+        "each state's items in one run: {hashes:?}"
+    );
+}
