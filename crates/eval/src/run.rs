@@ -264,9 +264,10 @@ pub fn run_agent(
         .filter(|(_, it)| !done.contains(&id_of(it)))
         .collect();
     // Items of one harness state run one after another: their system prompts share the
-    // harness's part, which the model's prefix cache then computes once a state. hvqa lists
-    // its items round-robin over 20 states, more than that cache holds, so in list order
-    // every item prefilled its whole prompt. An item's seed stays its place in the list.
+    // harness's part, which then stays in the model's prefix cache while they run. hvqa lists
+    // its items round-robin over 20 states, more than that cache holds at once, so in list
+    // order a state's part was often evicted before its next item came. An item's seed stays
+    // its place in the list.
     todo.sort_by_key(|(_, it)| it.state);
     let mut finished = total - todo.len();
     progress(finished, total);
