@@ -281,10 +281,9 @@ pub struct Episode<'a> {
     retries: usize,
     open: bool,
     done: bool,
-    /// The harness's tool names, under [`CallCheck::ToolNames`].
-    tool_names: Option<Arc<[String]>>,
-    /// The harness's calls, under [`CallCheck::Grammar`].
-    grammar: Option<Arc<CallGrammar>>,
+    /// What every turn but a reply-only one may hold ([`EpisodeConfig::calls`] for this
+    /// harness), built once.
+    calls: TurnRule,
 }
 
 impl<'a> Episode<'a> {
@@ -310,10 +309,14 @@ impl<'a> Episode<'a> {
             retries: 0,
             open: false,
             done: false,
-            tool_names: (cfg.calls == CallCheck::ToolNames)
-                .then(|| harness.tools.iter().map(|t| t.name.clone()).collect()),
-            grammar: (cfg.calls == CallCheck::Grammar)
-                .then(|| Arc::new(CallGrammar::for_harness(harness))),
+            calls: match cfg.calls {
+                CallCheck::Free => TurnRule::Any,
+                CallCheck::ToolNames => TurnRule::Named {
+                    slots: harness.syntax.name_slots(),
+                    names: harness.tools.iter().map(|t| t.name.clone()).collect(),
+                },
+                CallCheck::Grammar => TurnRule::Calls(Arc::new(CallGrammar::for_harness(harness))),
+            },
         };
         let event = serde_json::to_value(scene.event).unwrap_or_default();
         let outcome = harness.on_event(event_kind(scene.event), &event, &ep.vars, &mut ep.log);
@@ -345,17 +348,13 @@ impl<'a> Episode<'a> {
         if self.cfg.final_reply && !self.done && self.turns + 1 >= self.cfg.max_turns {
             TurnRule::ReplyOnly {
                 opener: self.harness.syntax.opener(),
-                grammar: self.grammar.clone(),
-            }
-        } else if let Some(g) = &self.grammar {
-            TurnRule::Calls(g.clone())
-        } else if let Some(names) = &self.tool_names {
-            TurnRule::Named {
-                slots: self.harness.syntax.name_slots(),
-                names: names.clone(),
+                grammar: match &self.calls {
+                    TurnRule::Calls(g) => Some(g.clone()),
+                    _ => None,
+                },
             }
         } else {
-            TurnRule::Any
+            self.calls.clone()
         }
     }
 
