@@ -28,6 +28,15 @@ pub trait TextCheck: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// The text of an answer so far: its bytes up to a character still cut at the end (or the
+/// first invalid byte), which a [`TextCheck`] judges once it is whole.
+pub fn text_so_far(answer: &[u8]) -> &str {
+    match std::str::from_utf8(answer) {
+        Ok(s) => s,
+        Err(e) => std::str::from_utf8(&answer[..e.valid_up_to()]).unwrap_or_default(),
+    }
+}
+
 impl TextCheck for NameSlots {
     fn admits(&self, before: &[u8], token: &[u8]) -> bool {
         NameSlots::admits(self, before, token)

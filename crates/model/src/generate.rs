@@ -412,11 +412,8 @@ impl Engine {
             row.bytes.extend(self.tokenizer.decode_bytes(&[tok], true));
         }
         // stop strings
-        let valid_len = match std::str::from_utf8(&row.bytes) {
-            Ok(s) => s.len(),
-            Err(e) => e.valid_up_to(),
-        };
-        let text = std::str::from_utf8(&row.bytes[..valid_len]).unwrap_or("");
+        let text = crate::constrain::text_so_far(&row.bytes);
+        let valid_len = text.len();
         let mut safe = valid_len;
         for s in &req.stop_strings {
             if s.is_empty() {

@@ -10,11 +10,12 @@
 //! excluded); an unconstrained prompt keeps its first answer that ends on its own. An answer that
 //! repeats itself (`quality`) is never kept, whatever its check says.
 
+use std::sync::Arc;
+
 use hat_data::Record;
 use hat_harness::Message;
 use hat_model::chat_template::ChatInput;
-use std::sync::Arc;
-
+use hat_model::constrain::text_so_far;
 use hat_model::{Engine, FinishReason, GenerateOutput, GenerateRequest, SamplingParams, TextCheck};
 use serde_json::json;
 
@@ -177,11 +178,7 @@ impl TextCheck for StopLoops {
     }
 
     fn complete(&self, answer: &[u8]) -> bool {
-        let text = match std::str::from_utf8(answer) {
-            Ok(s) => s,
-            Err(e) => std::str::from_utf8(&answer[..e.valid_up_to()]).unwrap_or(""),
-        };
-        quality::sentence_loop(text)
+        quality::sentence_loop(text_so_far(answer))
     }
 }
 
