@@ -36,18 +36,22 @@ impl Engine {
     /// the limit keeps `width` rows busy.
     pub fn generate_continuous(
         &self,
-        reqs: &[GenerateRequest],
+        reqs: Vec<GenerateRequest>,
         width: usize,
     ) -> Result<Vec<GenerateOutput>> {
         let width = width.max(1);
-        let mut outs: Vec<Option<GenerateOutput>> = (0..reqs.len()).map(|_| None).collect();
+        let total = reqs.len();
+        let mut outs: Vec<Option<GenerateOutput>> = (0..total).map(|_| None).collect();
         let mut slot = std::collections::HashMap::with_capacity(width);
         let mut batch = ContinuousBatch::new();
-        let (mut next, mut done) = (0, 0);
-        while done < reqs.len() {
-            while batch.running() < width && next < reqs.len() {
-                slot.insert(batch.add(self, reqs[next].clone())?, next);
-                next += 1;
+        let mut waiting = reqs.into_iter().enumerate();
+        let mut done = 0;
+        while done < total {
+            while batch.running() < width {
+                let Some((i, req)) = waiting.next() else {
+                    break;
+                };
+                slot.insert(batch.add(self, req)?, i);
             }
             for (id, out) in batch.step(self)? {
                 if let Some(i) = slot.remove(&id) {

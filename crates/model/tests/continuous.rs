@@ -133,14 +133,14 @@ fn many_requests_decode_continuously_in_their_order() {
         .map(|r| eng.generate(r, None).unwrap())
         .collect();
     for width in [1, 2, 3, 16] {
-        let outs = eng.generate_continuous(&reqs, width).unwrap();
+        let outs = eng.generate_continuous(reqs.clone(), width).unwrap();
         assert_eq!(outs.len(), reqs.len());
         for (i, (a, c)) in alone.iter().zip(&outs).enumerate() {
             assert_eq!(a.tokens, c.tokens, "width {width}, request {i}");
             assert_eq!(c.prompt_tokens, reqs[i].prompt.len());
         }
     }
-    assert!(eng.generate_continuous(&[], 4).unwrap().is_empty());
+    assert!(eng.generate_continuous(Vec::new(), 4).unwrap().is_empty());
 }
 
 #[test]

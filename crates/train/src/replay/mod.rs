@@ -289,7 +289,7 @@ pub fn generate(
             // answers run from a few tokens to the limit: a row that ends takes the next prompt
             for (&k, out) in open
                 .iter()
-                .zip(engine.generate_continuous(&reqs, cfg.batch)?)
+                .zip(engine.generate_continuous(reqs, cfg.batch)?)
             {
                 stats.generated_tokens += out.tokens.len();
                 match reject(&prompts[range.start + k], &out) {
