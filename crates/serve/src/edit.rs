@@ -136,8 +136,7 @@ pub fn write_text_files(
     if dest.is_dir() {
         return Ok((dest, source, false));
     }
-    let tmp = root.join(format!(".edit-{}-{}", &digest[..16], std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
+    let tmp = crate::harnesses::unique_tmp(root, ".edit", &digest[..16]);
     let written = (|| -> std::io::Result<()> {
         for (rel, text) in files {
             let out = tmp.join(rel);
@@ -157,9 +156,17 @@ pub fn write_text_files(
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(ServeError::internal("writing the edited harness", e));
     }
-    std::fs::rename(&tmp, &dest).map_err(|e| {
+    // never over an existing folder: a concurrent save of the same files may have put it there
+    let moved = std::fs::rename(&tmp, &dest);
+    if moved.is_err() {
         let _ = std::fs::remove_dir_all(&tmp);
-        ServeError::internal(format!("moving the edit to {}", dest.display()), e)
-    })?;
-    Ok((dest, source, true))
+    }
+    match moved {
+        Ok(()) => Ok((dest, source, true)),
+        Err(_) if dest.is_dir() => Ok((dest, source, false)),
+        Err(e) => Err(ServeError::internal(
+            format!("moving the edit to {}", dest.display()),
+            e,
+        )),
+    }
 }

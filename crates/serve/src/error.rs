@@ -25,6 +25,9 @@ pub enum ServeError {
     Conflict(String),
     #[error("{0}")]
     TooLarge(String),
+    /// A body of a type the route does not take (a cross-site form post, say).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     #[error("missing or wrong bearer token: send `Authorization: Bearer <key>`")]
     Unauthorized,
     /// A queue is full; the client should retry later.
@@ -67,6 +70,7 @@ impl ServeError {
             ServeError::NotFound(_) => StatusCode::NOT_FOUND,
             ServeError::Conflict(_) => StatusCode::CONFLICT,
             ServeError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ServeError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ServeError::Unauthorized => StatusCode::UNAUTHORIZED,
             ServeError::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
             ServeError::InvalidHarness(_) | ServeError::GateFailed(_) => {
@@ -85,6 +89,7 @@ impl ServeError {
             ServeError::NotFound(_) => "not_found",
             ServeError::Conflict(_) => "conflict",
             ServeError::TooLarge(_) => "payload_too_large",
+            ServeError::UnsupportedMediaType(_) => "unsupported_media_type",
             ServeError::Unauthorized => "authentication_error",
             ServeError::Overloaded(_) => "rate_limit_error",
             ServeError::InvalidHarness(_) => "invalid_harness",

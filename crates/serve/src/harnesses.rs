@@ -350,6 +350,22 @@ impl Harnesses {
         Ok(v)
     }
 
+    /// Whether a version of the history runs from `dir` (its folder, or the harness's root):
+    /// such a folder must never be removed.
+    pub fn uses_dir(&self, dir: &Path) -> bool {
+        let want = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let same = |p: &Path| p == dir || std::fs::canonicalize(p).is_ok_and(|c| c == want);
+        self.read()
+            .versions
+            .iter()
+            .any(|v| same(&v.dir) || v.harness.root.as_deref().is_some_and(same))
+    }
+
+    /// Whether a version with this exact hash is in the history.
+    pub fn knows(&self, hash: &str) -> bool {
+        self.read().versions.iter().any(|v| v.hash() == hash)
+    }
+
     /// A version of the history by hash (or a unique prefix of at least 8 characters).
     pub fn find(&self, hash: &str) -> Result<Arc<Version>> {
         let s = self.read();
@@ -409,12 +425,24 @@ fn archive_err(message: impl Into<String>) -> ServeError {
     ServeError::bad("archive", message)
 }
 
+/// A name for a temporary folder no other request of this process uses at the same time
+/// (two uploads of one archive, or two saves of one edit, must not share one).
+pub(crate) fn unique_tmp(root: &Path, prefix: &str, digest: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    root.join(format!("{prefix}-{digest}-{}-{n}", std::process::id()))
+}
+
 /// Unpacks an uploaded zip archive of a harness folder into `<root>/<sha256>/` and returns
-/// that folder. Paths that leave the folder, links, and archives past the limits are
-/// refused; the archive may hold the harness at its top or inside one folder. Executable bits
-/// are kept only when `trusted` (the server requires an API key, so only its operators
-/// upload); otherwise every file is written 0644.
-pub fn unpack_zip(bytes: &[u8], root: &Path, trusted: bool) -> Result<(PathBuf, String)> {
+/// that folder, its source, and whether this call created it. Paths that leave the folder,
+/// links, and archives past the limits are refused; the archive may hold the harness at its
+/// top or inside one folder. Executable bits are kept only when `trusted` (the server
+/// requires an API key, so only its operators upload); otherwise every file is written 0644.
+///
+/// The same archive uploaded before reuses its folder as it is (`false`): a live version
+/// may be running from it, so it is never removed or rewritten, and a caller must remove
+/// only a folder it created.
+pub fn unpack_zip(bytes: &[u8], root: &Path, trusted: bool) -> Result<(PathBuf, String, bool)> {
     if bytes.len() > MAX_ARCHIVE_BYTES {
         return Err(archive_err(format!(
             "{} bytes; archives are limited to {MAX_ARCHIVE_BYTES}",
@@ -423,6 +451,10 @@ pub fn unpack_zip(bytes: &[u8], root: &Path, trusted: bool) -> Result<(PathBuf, 
     }
     let digest = hex::encode(Sha256::digest(bytes));
     let dest = root.join(&digest[..16]);
+    let source = format!("upload:{}", &digest[..16]);
+    if dest.is_dir() {
+        return Ok((dest, source, false));
+    }
     let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes))
         .map_err(|e| archive_err(format!("not a zip archive: {e}")))?;
     if zip.is_empty() {
@@ -434,8 +466,7 @@ pub fn unpack_zip(bytes: &[u8], root: &Path, trusted: bool) -> Result<(PathBuf, 
             zip.len()
         )));
     }
-    let tmp = root.join(format!(".unpack-{}-{}", &digest[..16], std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
+    let tmp = unique_tmp(root, ".unpack", &digest[..16]);
     let result = (|| {
         let mut total = 0u64;
         for i in 0..zip.len() {
@@ -510,11 +541,18 @@ pub fn unpack_zip(bytes: &[u8], root: &Path, trusted: bool) -> Result<(PathBuf, 
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&dest);
-    std::fs::rename(&top, &dest)
-        .map_err(|e| ServeError::internal(format!("moving the upload to {}", dest.display()), e))?;
+    // never over an existing folder: a concurrent upload of the same archive may have put it
+    // there, and a version may already run from it
+    let moved = std::fs::rename(&top, &dest);
     let _ = std::fs::remove_dir_all(&tmp);
-    Ok((dest, format!("upload:{}", &digest[..16])))
+    match moved {
+        Ok(()) => Ok((dest, source, true)),
+        Err(_) if dest.is_dir() => Ok((dest, source, false)),
+        Err(e) => Err(ServeError::internal(
+            format!("moving the upload to {}", dest.display()),
+            e,
+        )),
+    }
 }
 
 /// A cheap fingerprint of a folder (names, sizes, modification times) for the file watch.
@@ -607,9 +645,35 @@ mod tests {
     fn an_archive_of_the_folder_unpacks_to_its_contents() {
         let dir = tempfile::tempdir().unwrap();
         let z = zip_of(&[("h/harness.toml", b"a"), ("h/tools/x.json", b"{}")]);
-        let (out, source) = unpack_zip(&z, dir.path(), false).unwrap();
+        let (out, source, created) = unpack_zip(&z, dir.path(), false).unwrap();
+        assert!(created);
         assert!(out.join("harness.toml").is_file());
         assert!(out.join("tools/x.json").is_file());
         assert!(source.starts_with("upload:"));
+    }
+
+    /// Review finding: unpacking an archive uploaded before removed its folder and unpacked
+    /// it again, under a version that may be running from it. The folder is reused as it is.
+    #[test]
+    fn an_archive_uploaded_again_reuses_its_folder_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let z = zip_of(&[("harness.toml", b"a")]);
+        let (first, _, created) = unpack_zip(&z, dir.path(), false).unwrap();
+        assert!(created);
+        // stands in for a live version's folder: it must not be removed or rewritten
+        std::fs::write(first.join("marker"), "live").unwrap();
+        let (again, _, created) = unpack_zip(&z, dir.path(), false).unwrap();
+        assert_eq!(again, first);
+        assert!(!created, "the second upload did not create the folder");
+        assert_eq!(
+            std::fs::read_to_string(first.join("marker")).unwrap(),
+            "live"
+        );
+        // no temporary folder is left behind
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
     }
 }

@@ -1276,3 +1276,220 @@ fn a_reply_that_runs_out_of_turns_still_answers_the_viewer() {
         r.stop();
     }
 }
+
+/// A gate an operator switches: refuses every harness while `refuse` is set.
+struct Switch(std::sync::Arc<std::sync::atomic::AtomicBool>);
+impl hat_serve::harnesses::SwapGate for Switch {
+    fn check(&self, _new: &std::path::Path, _active: &std::path::Path) -> Result<String, String> {
+        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            Err("gate FAILED: switched off".into())
+        } else {
+            Ok("gate passed".into())
+        }
+    }
+}
+
+/// The production harness's files with the persona renamed, as the console sends an edit.
+fn edited_files(r: &Running, name: &str) -> serde_json::Map<String, Value> {
+    let (code, v) = get(&r.url("/v1/harness/files"));
+    assert_eq!(code, 200, "{v}");
+    let mut files = v["files"].as_object().unwrap().clone();
+    let toml = files["harness.toml"]
+        .as_str()
+        .unwrap()
+        .replace("name = \"Mia\"", &format!("name = \"{name}\""));
+    files.insert("harness.toml".into(), json!(toml));
+    files
+}
+
+/// The folder under the data folder a version of the history runs from (an edit's).
+fn edit_dir(data: &std::path::Path, r: &Running, hash: &str) -> std::path::PathBuf {
+    let (_, h) = get(&r.url("/v1/harness"));
+    let v = h["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["hash"] == hash)
+        .unwrap_or_else(|| panic!("{hash} in {h}"))
+        .clone();
+    let digest = v["source"].as_str().unwrap().strip_prefix("edit:").unwrap();
+    data.join("harnesses").join(format!("edit-{digest}"))
+}
+
+/// Review finding: an edit reuses the folder of a version with the same files, and a check
+/// with the gate (or a save the gate refused) then removed that folder under the live
+/// version.
+#[test]
+fn a_check_or_a_refused_save_never_removes_a_live_versions_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let refuse = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut cfg = config(dir.path());
+    cfg.gate = Some(hat_serve::harnesses::Gate(std::sync::Arc::new(Switch(
+        refuse.clone(),
+    ))));
+    let r = start(cfg, Duration::ZERO);
+    let first = get(&r.url("/v1/harness")).1["active"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let files = edited_files(&r, "Ann");
+    let (code, v) = json(
+        "POST",
+        &r.url("/v1/harness/files"),
+        &json!({"files": files}),
+    );
+    assert_eq!(code, 200, "{v}");
+    let edited = v["active"].as_str().unwrap().to_string();
+    let folder = edit_dir(dir.path(), &r, &edited);
+    assert!(folder.join("harness.toml").is_file());
+
+    // the same files checked with the gate: the active version keeps its folder
+    let (code, v) = json(
+        "POST",
+        &r.url("/v1/harness/check"),
+        &json!({"files": files, "gate": true}),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["gate"]["passed"], true, "{v}");
+    assert!(
+        folder.join("harness.toml").is_file(),
+        "the live folder is gone"
+    );
+    let (code, v) = get(&r.url("/v1/harness/files"));
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["hash"], edited.as_str());
+
+    // a version of the history saved again and refused by the gate keeps its folder too
+    let (code, _) = json(
+        "POST",
+        &r.url("/v1/harness/rollback"),
+        &json!({"hash": first}),
+    );
+    assert_eq!(code, 200);
+    refuse.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (code, v) = json(
+        "POST",
+        &r.url("/v1/harness/files"),
+        &json!({"files": files}),
+    );
+    assert_eq!(code, 422, "{v}");
+    assert_eq!(v["error"]["type"], "gate_failed");
+    assert!(folder.join("harness.toml").is_file(), "the folder is gone");
+    let (code, v) = get(&r.url(&format!("/v1/harness/files?hash={edited}")));
+    assert_eq!(code, 200, "{v}");
+    let (code, v) = json(
+        "POST",
+        &r.url("/v1/harness/rollback"),
+        &json!({"hash": edited}),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(ask_on(&r, "hello")["harness"], edited.as_str());
+    r.stop();
+}
+
+/// A reply on a fresh stream of its own.
+fn ask_on(r: &Running, text: &str) -> Value {
+    let id = format!("t{}", rand_id());
+    create(r, &id);
+    ask(r, &id, text)
+}
+
+fn rand_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::SeqCst)
+}
+
+/// Review finding: without an API key, `{"path": "<data_dir>/harnesses/<upload>"}` could
+/// activate an uploaded harness's command hook while the upload's own request still checked
+/// it; folders clients write are held to the uploads' rule. And a cross-site form or
+/// `text/plain` post could drive the API: every POST must declare a JSON body (or the
+/// route's archive or store type).
+#[test]
+fn client_written_folders_keep_the_upload_rule_and_posts_must_declare_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(config(dir.path()), Duration::ZERO);
+    let first = get(&r.url("/v1/harness")).1["active"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // an upload being checked: unpacked under <data_dir>/harnesses, with a command hook
+    let upload = dir.path().join("harnesses").join("0123456789abcdef");
+    copy_dir(&renamed_harness(dir.path(), "Zoe"), &upload);
+    let (code, v) = json("POST", &r.url("/v1/harness"), &json!({"path": upload}));
+    assert_eq!(code, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot run command hooks"),
+        "{v}"
+    );
+    assert_eq!(get(&r.url("/v1/harness")).1["active"], first.as_str());
+    // a version the history holds (it was checked when it went in) may be named by its folder
+    let files = edited_files(&r, "Ann");
+    let (code, v) = json(
+        "POST",
+        &r.url("/v1/harness/files"),
+        &json!({"files": files}),
+    );
+    assert_eq!(code, 200, "{v}");
+    let edited = v["active"].as_str().unwrap().to_string();
+    let (code, _) = json(
+        "POST",
+        &r.url("/v1/harness/rollback"),
+        &json!({"hash": first}),
+    );
+    assert_eq!(code, 200);
+    let folder = edit_dir(dir.path(), &r, &edited);
+    let (code, v) = json("POST", &r.url("/v1/harness"), &json!({"path": folder}));
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["active"], edited.as_str());
+
+    create(&r, "x");
+    let event = br#"{"type": "comment", "viewer": "v", "text": "hi"}"#;
+    for (path, ctype) in [
+        ("/v1/streams/x/events", Some("text/plain")),
+        (
+            "/v1/streams/x/events",
+            Some("application/x-www-form-urlencoded"),
+        ),
+        ("/v1/streams/x/events", None),
+        ("/v1/harness/rollback", Some("text/plain;charset=UTF-8")),
+        ("/v1/harness", Some("multipart/form-data; boundary=x")),
+        ("/v1/experiments/none/stop", None),
+    ] {
+        let (code, text) = match ctype {
+            Some(t) => call("POST", &r.url(path), Some((t, event.as_slice()))),
+            None if path.ends_with("/stop") => call("POST", &r.url(path), None),
+            None => {
+                // a body without a declared type (a fetch of a Blob)
+                let agent = ureq::AgentBuilder::new().build();
+                match agent.post(&r.url(path)).send_bytes(event) {
+                    Ok(resp) => (resp.status(), resp.into_string().unwrap()),
+                    Err(ureq::Error::Status(c, resp)) => (c, resp.into_string().unwrap()),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        };
+        assert_eq!(code, 415, "{path} {ctype:?}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("application/json"),
+            "{v}"
+        );
+    }
+    let (_, s) = get(&r.url("/v1/streams/x"));
+    assert_eq!(s["counters"]["received"], 0, "{s}");
+    // a JSON body with a charset parameter is fine
+    let (code, text) = call(
+        "POST",
+        &r.url("/v1/streams/x/events"),
+        Some(("application/json; charset=utf-8", event.as_slice())),
+    );
+    assert_eq!(code, 202, "{text}");
+    r.stop();
+}

@@ -17,7 +17,7 @@ use crate::api::{body, parse};
 use crate::app::App;
 use crate::edit::{read_text_files, write_text_files};
 use crate::error::{Result, ServeError};
-use crate::harnesses::{fingerprint, load_dir, unpack_zip, Version};
+use crate::harnesses::{fingerprint, load_dir, unpack_zip, Harnesses, Version};
 
 pub async fn show(State(app): State<Arc<App>>) -> Json<Value> {
     let (versions, rejected) = app.harnesses.list();
@@ -133,9 +133,10 @@ pub async fn upload(
     let root = app.cfg.data_dir.join("harnesses");
     let trusted = app.cfg.api_key.is_some();
     let (loaded, source) = if zip {
+        let history = app.harnesses.clone();
         let (loaded, source) =
             tokio::task::spawn_blocking(move || match unpack_zip(&b, &root, trusted) {
-                Ok((dir, source)) => {
+                Ok((dir, source, created)) => {
                     let loaded = load_dir(&dir, source.clone()).and_then(|v| {
                         if trusted {
                             Ok(v)
@@ -145,7 +146,7 @@ pub async fn upload(
                     });
                     if loaded.is_err() {
                         // a refused upload leaves nothing behind on the server's disk
-                        let _ = std::fs::remove_dir_all(&dir);
+                        remove_unless_live(&history, &dir, created);
                     }
                     (loaded, source)
                 }
@@ -178,16 +179,41 @@ pub async fn upload(
                 ),
             ));
         };
-        let r = PathRequest { path };
-        let source = r.path.display().to_string();
+        // Uploads and edits are written under <data_dir>/harnesses before they are checked:
+        // without an API key, such a folder is held to the uploads' rule (a version the
+        // history already holds was checked when it went in), so a concurrent `{"path"}`
+        // cannot activate an upload's command hook while its own request still checks it.
+        let written_by_clients = !trusted
+            && root
+                .canonicalize()
+                .is_ok_and(|uploads| path.starts_with(uploads));
+        let source = path.display().to_string();
         let s = source.clone();
-        let loaded = tokio::task::spawn_blocking(move || load_dir(&r.path, s))
-            .await
-            .map_err(|e| ServeError::internal("loading the harness", e))?;
+        let history = app.harnesses.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            load_dir(&path, s).and_then(|v| {
+                if written_by_clients && !history.knows(v.hash()) {
+                    no_commands_in_uploads(v)
+                } else {
+                    Ok(v)
+                }
+            })
+        })
+        .await
+        .map_err(|e| ServeError::internal("loading the harness", e))?;
         (loaded, source)
     };
     let loaded = gated(&app, loaded).await;
     activate(&app, loaded, &source)
+}
+
+/// Removes a harness folder this request wrote (`created`), unless a version in the
+/// history runs from it: another request may have written the same files and activated
+/// them meanwhile. A folder this request found already there is never removed.
+fn remove_unless_live(history: &Harnesses, dir: &std::path::Path, created: bool) {
+    if created && !history.uses_dir(dir) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 #[derive(Deserialize)]
@@ -302,16 +328,18 @@ struct EditRequest {
 }
 
 /// Writes an edit under the data folder and loads it (the same checks as `hat harness
-/// check`); `keep` leaves the folder for activation, otherwise it is removed.
+/// check`); `keep` leaves the folder for activation, otherwise it is removed. Returns the
+/// version and whether this call created its folder (see [`remove_unless_live`]).
 ///
 /// Without an API key an edit may keep the command hooks the active version has, never add
 /// or change one: every command hook's argv must be one of the active version's, the files
 /// those argvs name must be byte-identical, and executable bits come from the active
 /// version's identical files, not from the request.
-async fn load_edit(app: &App, r: &EditRequest, keep: bool) -> Result<Version> {
+async fn load_edit(app: &App, r: &EditRequest, keep: bool) -> Result<(Version, bool)> {
     let root = app.cfg.data_dir.join("harnesses");
     let trusted = app.cfg.api_key.is_some();
     let active = app.harnesses.active();
+    let history = app.harnesses.clone();
     let (files, requested_exec) = (r.files.clone(), r.executable.clone());
     tokio::task::spawn_blocking(move || {
         let before = match &active.harness.root {
@@ -337,10 +365,10 @@ async fn load_edit(app: &App, r: &EditRequest, keep: bool) -> Result<Version> {
             }
         });
         // a folder written before may be a live version's: only a new one is removed
-        if created && (loaded.is_err() || !keep) {
-            let _ = std::fs::remove_dir_all(&dir);
+        if loaded.is_err() || !keep {
+            remove_unless_live(&history, &dir, created);
         }
-        loaded
+        loaded.map(|v| (v, created))
     })
     .await
     .map_err(|e| ServeError::internal("loading the harness", e))?
@@ -394,15 +422,14 @@ pub async fn check(
 ) -> Result<Json<Value>> {
     let r: EditRequest = parse(&body(b)?)?;
     let keep = r.gate && app.cfg.gate.is_some();
-    let v = load_edit(&app, &r, keep).await?;
+    let (v, created) = load_edit(&app, &r, keep).await?;
     let hash = v.hash().to_string();
     let summary = v.harness.summary();
     let gate = if keep {
-        let root = v.harness.root.clone();
+        let dir = v.dir.clone();
         let verdict = gated(&app, Ok(v)).await;
-        if let Some(dir) = root {
-            let _ = std::fs::remove_dir_all(dir);
-        }
+        // the same files as a live version reuse its folder: only a new folder goes
+        remove_unless_live(&app.harnesses, &dir, created);
         match verdict {
             Ok(_) => json!({"passed": true}),
             Err(ServeError::GateFailed(report)) => json!({"passed": false, "report": report}),
@@ -423,17 +450,19 @@ pub async fn save(
     b: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>> {
     let r: EditRequest = parse(&body(b)?)?;
-    let loaded = load_edit(&app, &r, true).await;
+    let (loaded, created) = match load_edit(&app, &r, true).await {
+        Ok((v, created)) => (Ok(v), created),
+        Err(e) => (Err(e), false),
+    };
     let source = loaded
         .as_ref()
         .map(|v| v.source.clone())
         .unwrap_or_else(|_| "console edit".to_string());
-    let root = loaded.as_ref().ok().and_then(|v| v.harness.root.clone());
+    let dir = loaded.as_ref().ok().map(|v| v.dir.clone());
     let loaded = gated(&app, loaded).await;
-    if loaded.is_err() {
-        if let Some(dir) = root {
-            let _ = std::fs::remove_dir_all(dir);
-        }
+    if let (Err(_), Some(dir)) = (&loaded, dir) {
+        // a refused edit whose files a version in the history has keeps that folder
+        remove_unless_live(&app.harnesses, &dir, created);
     }
     activate(&app, loaded, &source)
 }

@@ -79,7 +79,59 @@ pub fn router(app: Arc<App>) -> Router {
             app.clone(),
             declared_length,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            content_type,
+        ))
         .with_state(app)
+}
+
+/// Refuses a `POST` to the API whose body is not declared as one the route takes:
+/// `application/json` everywhere, plus `application/zip` on `/v1/harness` and an SQLite
+/// store (`application/vnd.sqlite3`, `application/octet-stream`) on `/v1/streams`. Every
+/// one of these makes a browser ask the server first (a CORS preflight, which it does not
+/// answer), so a page on another site cannot drive the API with a form or a `text/plain`
+/// fetch, as it could while bodies were read whatever their declared type. Checked for
+/// empty bodies too: an empty cross-site post would still stop an experiment.
+async fn content_type(State(app): State<Arc<App>>, req: Request, next: Next) -> Result<Response> {
+    let path = req.uri().path().to_string();
+    if req.method() != axum::http::Method::POST || !path.starts_with("/v1/") {
+        return Ok(next.run(req).await);
+    }
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let mime = declared
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let also: &[&str] = match path.as_str() {
+        "/v1/harness" => &["application/zip"],
+        "/v1/streams" => &["application/vnd.sqlite3", "application/octet-stream"],
+        _ => &[],
+    };
+    if mime == "application/json" || also.contains(&mime.as_str()) {
+        return Ok(next.run(req).await);
+    }
+    app.metrics.reject("content_type");
+    let takes = std::iter::once("application/json")
+        .chain(also.iter().copied())
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(ServeError::UnsupportedMediaType(format!(
+        "POST {path} takes a body of type {takes}, not `{}`; send the header \
+         `Content-Type: application/json` (curl: -H 'content-type: application/json')",
+        if declared.is_empty() {
+            "(none)".to_string()
+        } else {
+            hat_harness::text::truncate_chars(&declared, 80)
+        }
+    )))
 }
 
 /// Refuses a body whose declared length is over the route's limit before reading any of it
