@@ -96,7 +96,8 @@ pub struct App {
     pub experiments: Arc<crate::experiments::Experiments>,
     pub metrics: Arc<Metrics>,
     pub tx: Sender<Command>,
-    pub chat_waiting: AtomicUsize,
+    /// Chat requests accepted and not yet done with (see [`crate::worker::ChatPlace`]).
+    pub chat_waiting: Arc<AtomicUsize>,
     pub stop: Arc<AtomicBool>,
     /// Turns true when shutdown starts: open event streams (SSE) end, so a graceful shutdown
     /// does not wait forever on a console or client that keeps following a stream.
@@ -311,7 +312,7 @@ impl Server {
             experiments,
             metrics,
             tx,
-            chat_waiting: AtomicUsize::new(0),
+            chat_waiting: Arc::new(AtomicUsize::new(0)),
             stop,
             closing: tokio::sync::watch::channel(false).0,
             create_lock: tokio::sync::Mutex::new(()),

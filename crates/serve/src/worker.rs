@@ -13,7 +13,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,6 +39,51 @@ pub struct ChatJob {
     pub deltas: Option<tmpsc::UnboundedSender<String>>,
     pub done: oneshot::Sender<Result<Completion, String>>,
     pub queued: Instant,
+    /// The request's place in the chat queue, held while the job waits.
+    pub place: Arc<ChatPlace>,
+}
+
+impl ChatJob {
+    /// Whether no one waits for the answer any more (the client hung up, or its request
+    /// timed out): such a job is dropped, never generated.
+    pub fn abandoned(&self) -> bool {
+        self.done.is_closed()
+    }
+}
+
+/// A place in the chat queue (`max_chat_queue`). The request holds it (its handler, or its
+/// response stream) and so does its job while the job waits in the worker's queue; it is
+/// given back when both are gone, in `Drop`, so no path out of a request (an error, a client
+/// that hangs up mid-stream, a timeout) can leak it. A job whose request gave up still counts
+/// until the worker drops it, so the worker's queue never holds more jobs than the limit.
+pub struct ChatPlace(Arc<AtomicUsize>);
+
+impl ChatPlace {
+    /// Takes a place when fewer than `max` are taken.
+    pub fn take(taken: &Arc<AtomicUsize>, max: usize) -> Option<Arc<ChatPlace>> {
+        taken
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()?;
+        Some(Arc::new(ChatPlace(taken.clone())))
+    }
+}
+
+impl Drop for ChatPlace {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Whether a command is still worth keeping: a chat job no one waits for is dropped (which
+/// gives its place back), and a wake-up has done its work.
+fn worth_keeping(c: &Command) -> bool {
+    match c {
+        Command::Chat(job) => !job.abandoned(),
+        Command::Wake => false,
+        Command::Add(..) => true,
+    }
 }
 
 pub enum Command {
@@ -198,6 +243,8 @@ impl Worker {
                 }
             }
             self.sweep(&streams);
+            // jobs whose clients gave up while they waited are never generated
+            chats.retain(|j| !j.abandoned());
             if let Some(job) = chats.pop_front() {
                 self.chat(job);
             }
@@ -281,6 +328,9 @@ impl Worker {
     }
 
     fn chat(&mut self, job: ChatJob) {
+        if job.abandoned() {
+            return;
+        }
         let wait = job.queued.elapsed().as_secs_f64();
         self.model.set_max_tokens(job.max_tokens);
         let t0 = Instant::now();
@@ -499,7 +549,9 @@ impl Worker {
                     Err(e) => self.fail(s.job, &e.to_string()),
                 }
             }
-            deferred.extend(self.rx.try_iter().filter(|c| !matches!(c, Command::Wake)));
+            // chat jobs whose clients gave up meanwhile are dropped now, not after the round
+            deferred.retain(worth_keeping);
+            deferred.extend(self.rx.try_iter().filter(worth_keeping));
             let others_wait = !deferred.is_empty() && began.elapsed() > MAX_ROUND;
             if others_wait || self.stop.load(Ordering::SeqCst) {
                 continue;
@@ -787,4 +839,97 @@ fn answers(p: &Pending) -> Vec<u64> {
 /// Sends `cmd` to the worker; `false` when the worker has stopped.
 pub fn send(tx: &Sender<Command>, cmd: Command) -> bool {
     tx.send(cmd).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Answers "ok" and counts the answers it generated.
+    struct Counting(Arc<AtomicUsize>);
+
+    impl ChatModel for Counting {
+        fn complete(&mut self, _m: &[Message]) -> Result<String, hat_agent::AgentError> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok("ok".into())
+        }
+    }
+
+    fn worker(
+        dir: &std::path::Path,
+        model: Box<dyn ChatModel + Send>,
+    ) -> (Worker, Sender<Command>) {
+        let h = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+        let v = crate::harnesses::load_dir(&h, "test".into()).unwrap();
+        let harnesses = Arc::new(Harnesses::new(v));
+        let experiments = Arc::new(
+            crate::experiments::Experiments::open(dir, &harnesses, vec!["hat".into()]).unwrap(),
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        let w = Worker {
+            model,
+            arm_models: Vec::new(),
+            harnesses,
+            experiments,
+            metrics: Arc::new(Metrics::new()),
+            cfg: WorkerConfig {
+                max_batch: 1,
+                episode: EpisodeConfig::default(),
+                max_tokens: 16,
+            },
+            rx,
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        (w, tx)
+    }
+
+    fn job(place: Arc<ChatPlace>) -> (ChatJob, oneshot::Receiver<Result<Completion, String>>) {
+        let (done, rx) = oneshot::channel();
+        let job = ChatJob {
+            messages: vec![Message::user("hi")],
+            max_tokens: 16,
+            deltas: None,
+            done,
+            queued: Instant::now(),
+            place,
+        };
+        (job, rx)
+    }
+
+    /// Review finding: a chat request that timed out (504) or whose client hung up left its
+    /// job queued, and the worker still generated it; and the queue's count dropped while
+    /// the job still waited, so the worker's queue could outgrow the limit.
+    #[test]
+    fn chat_jobs_no_one_waits_for_are_never_generated_and_hold_their_places_while_queued() {
+        let dir = tempfile::tempdir().unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (w, tx) = worker(dir.path(), Box::new(Counting(calls.clone())));
+        let stop = w.stop.clone();
+        let taken = Arc::new(AtomicUsize::new(0));
+        for _ in 0..3 {
+            let (j, rx) = job(ChatPlace::take(&taken, 4).unwrap());
+            // the client gave up before the worker got to its job
+            drop(rx);
+            tx.send(Command::Chat(j)).unwrap();
+        }
+        let (live, live_rx) = job(ChatPlace::take(&taken, 4).unwrap());
+        assert!(
+            ChatPlace::take(&taken, 4).is_none(),
+            "abandoned jobs still queued hold their places"
+        );
+        tx.send(Command::Chat(live)).unwrap();
+        let t = std::thread::spawn(move || w.run());
+        let answer = live_rx.blocking_recv().unwrap().unwrap();
+        assert_eq!(answer.text, "ok");
+        stop.store(true, Ordering::SeqCst);
+        tx.send(Command::Wake).unwrap();
+        drop(tx);
+        t.join().unwrap();
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1,
+            "only the live job is generated"
+        );
+        assert_eq!(taken.load(Ordering::SeqCst), 0, "every place is given back");
+    }
 }

@@ -3,7 +3,6 @@
 //! to a served model.
 
 use std::convert::Infallible;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -30,7 +29,7 @@ use crate::api::{body, parse};
 use crate::app::App;
 use crate::error::{Result, ServeError};
 use crate::stream::unix_now;
-use crate::worker::{ChatJob, Command};
+use crate::worker::{ChatJob, ChatPlace, Command};
 
 /// Largest `max_tokens` a request may ask for.
 pub const MAX_COMPLETION_TOKENS: u32 = 4096;
@@ -243,14 +242,15 @@ pub async fn chat(
     let with_tools = section.is_some();
     let msgs = messages(req.messages, syntax, section)?;
     let model = req.model.unwrap_or_else(|| app.cfg.model_name.clone());
-    if app.chat_waiting.fetch_add(1, Ordering::SeqCst) >= app.cfg.max_chat_queue {
-        app.chat_waiting.fetch_sub(1, Ordering::SeqCst);
+    // Held by this handler (dropped with it, whether it returns or its client hangs up) or,
+    // for a token stream, by the response stream; and by the job while it waits.
+    let Some(place) = ChatPlace::take(&app.chat_waiting, app.cfg.max_chat_queue) else {
         app.metrics.reject("chat_queue_full");
         return Err(ServeError::Overloaded(format!(
             "{} chat requests are already waiting; retry later",
             app.cfg.max_chat_queue
         )));
-    }
+    };
     let (done_tx, done_rx) = oneshot::channel();
     // with tools, the answer is parsed before anything is sent (a call is not content)
     let (delta_tx, delta_rx) = if req.stream && !with_tools {
@@ -265,9 +265,9 @@ pub async fn chat(
         deltas: delta_tx,
         done: done_tx,
         queued: Instant::now(),
+        place: place.clone(),
     };
     if app.tx.send(Command::Chat(job)).is_err() {
-        app.chat_waiting.fetch_sub(1, Ordering::SeqCst);
         return Err(ServeError::ShuttingDown);
     }
     let id = format!("chatcmpl-{:x}", (unix_now() * 1e6) as u64);
@@ -276,7 +276,7 @@ pub async fn chat(
     let Some(delta_rx) = delta_rx else {
         let out = tokio::time::timeout(timeout, done_rx).await;
         let stream = req.stream;
-        app.chat_waiting.fetch_sub(1, Ordering::SeqCst);
+        drop(place);
         let c = match out {
             Err(_) => return Err(ServeError::Timeout(timeout.as_secs())),
             Ok(Err(_)) => return Err(ServeError::ShuttingDown),
@@ -352,10 +352,11 @@ pub async fn chat(
     ))]);
     let deltas = UnboundedReceiverStream::new(delta_rx)
         .map(move |d| Ok(c1(json!({"content": d}), None, None)));
-    let app2 = app.clone();
+    // The place moves into the stream's last part: a client that hangs up drops the stream,
+    // and this future with it, polled or not.
     let tail = stream::once(async move {
         let out = tokio::time::timeout(timeout, done_rx).await;
-        app2.chat_waiting.fetch_sub(1, Ordering::SeqCst);
+        drop(place);
         let mut evs = Vec::new();
         match out {
             Ok(Ok(Ok(c))) => {
@@ -381,4 +382,79 @@ pub async fn chat(
     })
     .flatten();
     Ok(Sse::new(head.chain(deltas).chain(tail)).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Echo;
+
+    impl hat_agent::episode::ChatModel for Echo {
+        fn complete(
+            &mut self,
+            _m: &[Message],
+        ) -> std::result::Result<String, hat_agent::AgentError> {
+            Ok("ok".into())
+        }
+    }
+
+    fn request(stream: bool) -> std::result::Result<Bytes, BytesRejection> {
+        let b = json!({"messages": [{"role": "user", "content": "hi"}], "stream": stream});
+        Ok(Bytes::from(b.to_string()))
+    }
+
+    /// Waits (bounded, generously) for the worker to drop a job, which it does on its own
+    /// thread.
+    async fn eventually(what: &str, f: impl Fn() -> bool) {
+        for _ in 0..3000 {
+            if f() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("not within 30 s: {what}");
+    }
+
+    /// Review finding: a streamed chat's place in the queue was given back by the stream's
+    /// last part, which never runs when the client hangs up first; after `max_chat_queue`
+    /// such clients every chat request got 429 for good.
+    #[test]
+    fn clients_that_hang_up_mid_stream_give_their_places_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+        let v = crate::harnesses::load_dir(&h, "test".into()).unwrap();
+        let cfg = crate::app::ServeConfig {
+            data_dir: dir.path().to_path_buf(),
+            max_chat_queue: 2,
+            ..Default::default()
+        };
+        let server = crate::app::Server::start(cfg, Box::new(Echo), v).unwrap();
+        let app = server.app.clone();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            for k in 0..5 {
+                let resp = chat(State(app.clone()), request(true))
+                    .await
+                    .unwrap_or_else(|e| panic!("request {k}: {e}"));
+                let mut body = resp.into_body().into_data_stream();
+                // the first chunk (the assistant's role) arrives, then the client hangs up
+                body.next().await.unwrap().unwrap();
+                drop(body);
+                eventually("the place is given back", || {
+                    app.chat_waiting.load(std::sync::atomic::Ordering::SeqCst) == 0
+                })
+                .await;
+            }
+            let resp = chat(State(app.clone()), request(false))
+                .await
+                .unwrap_or_else(|e| panic!("after 5 hung-up clients: {e}"));
+            assert_eq!(resp.status(), 200);
+        });
+        app.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = app.tx.send(Command::Wake);
+    }
 }
