@@ -482,6 +482,23 @@ impl Worker {
             recent: &job.recent,
         };
         match Episode::start(scene, &job.version.harness, &l.world, self.cfg.episode) {
+            Ok(ep) if ep.is_done() => {
+                // An event hook blocked the event: the harness decided there is nothing to
+                // say. That is an answer (the hook's decision and an empty reply naming why),
+                // not a failure of the server or the model.
+                for d in ep.hook_log() {
+                    l.stream.emit(Body::Hook {
+                        id: job.pending.id,
+                        hook: d.hook.clone(),
+                        outcome: d.outcome.clone(),
+                    });
+                }
+                match ep.finish() {
+                    Ok(t) => self.replied(job, &[], 0.0, t, &l.world),
+                    Err(e) => self.fail(job, &e.to_string()),
+                }
+                None
+            }
             Ok(ep) => Some(Slot {
                 seen: (ep.messages().len(), ep.hook_log().len()),
                 ep,

@@ -1493,3 +1493,62 @@ fn client_written_folders_keep_the_upload_rule_and_posts_must_declare_json() {
     assert_eq!(code, 202, "{text}");
     r.stop();
 }
+
+/// Review finding: an event a stream-event hook blocked was reported as an error ("the
+/// episode has no prompt to continue") and counted in `errors`; it is the harness's
+/// decision: its hook event and a reply that says it was blocked.
+#[test]
+fn an_event_a_hook_blocks_is_answered_by_the_hook_not_reported_as_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("h-blocking");
+    copy_dir(&harness_dir(), &h);
+    let script = h.join("hooks/block-spam.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\nif grep -q 'my spam'; then echo 'no spam here' >&2; exit 2; fi\nexit 0\n",
+    )
+    .unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut hooks = std::fs::read_to_string(h.join("hooks.toml")).unwrap();
+    hooks.push_str(
+        "\n[[hooks]]\nid = \"block-spam\"\nevent = \"comment\"\naction = \"command\"\ncommand = [\"./hooks/block-spam.sh\"]\n",
+    );
+    std::fs::write(h.join("hooks.toml"), hooks).unwrap();
+    for continuous in [false, true] {
+        let data = dir.path().join(format!("data-{continuous}"));
+        let model: Box<dyn hat_agent::episode::ChatModel + Send> = if continuous {
+            Box::new(Stepwise::new(Duration::ZERO))
+        } else {
+            Box::new(Scripted {
+                delay: Duration::ZERO,
+            })
+        };
+        let r = start_with(config(&data), model, &h);
+        create(&r, "demo");
+        let blocked = ask(&r, "demo", "buy my spam now");
+        assert_eq!(blocked["type"], "reply", "{blocked}");
+        assert_eq!(blocked["text"], "", "{blocked}");
+        assert!(
+            blocked["errors"].to_string().contains("no spam here"),
+            "{blocked}"
+        );
+        // other comments pass the hook and are answered as before
+        let fine = ask(&r, "demo", "hello");
+        assert_eq!(fine["type"], "reply", "{fine}");
+        assert!(fine["text"].as_str().unwrap().contains("Mia"), "{fine}");
+        let (_, s) = get(&r.url("/v1/streams/demo"));
+        assert_eq!(s["counters"]["errors"], 0, "{s}");
+        assert_eq!(s["counters"]["replied"], 2, "{s}");
+        let (_, log) = sse_until(&r.url("/v1/streams/demo/events?after=0"), "event: reply");
+        assert!(
+            log.contains("\"hook\":\"block-spam\"") && log.contains("blocked: no spam here"),
+            "{log}"
+        );
+        assert!(!log.contains("event: error"), "{log}");
+        r.stop();
+    }
+}
