@@ -102,8 +102,12 @@ pub enum Body {
         errors: Vec<String>,
         latency: Latency,
     },
+    /// No reply: the event `id` (and every event in `answers`, the ones merged or folded
+    /// into it, which this failure leaves unanswered too) failed.
     Error {
         id: Option<u64>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        answers: Vec<u64>,
         message: String,
     },
 }

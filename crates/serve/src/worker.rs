@@ -424,6 +424,7 @@ impl Worker {
             Err(e) => {
                 l.stream.emit(Body::Error {
                     id: Some(pending.id),
+                    answers: answers(&pending),
                     message: format!("the stream's world: {e}"),
                 });
                 return None;
@@ -712,6 +713,7 @@ impl Worker {
         }
         j.stream.emit(Body::Error {
             id: Some(j.pending.id),
+            answers: answers(&j.pending),
             message: message.to_string(),
         });
     }

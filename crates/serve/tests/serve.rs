@@ -1552,3 +1552,48 @@ fn an_event_a_hook_blocks_is_answered_by_the_hook_not_reported_as_an_error() {
         r.stop();
     }
 }
+
+/// A model that always fails.
+struct Failing;
+impl hat_agent::episode::ChatModel for Failing {
+    fn complete(&mut self, _m: &[hat_harness::Message]) -> Result<String, hat_agent::AgentError> {
+        Err(hat_agent::AgentError::Model("the model is down".into()))
+    }
+}
+
+/// Review finding: a failed reply named only its own event, so a `?wait=true` request whose
+/// comment had merged into it waited out the whole request timeout for an answer that was
+/// never coming.
+#[test]
+fn a_failed_reply_fails_the_comments_merged_into_it_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = hat_serve::ServeConfig {
+        // long enough to tell "answered at once" from "waited it out"
+        request_timeout: Duration::from_secs(20),
+        ..config(dir.path())
+    };
+    let r = start_with(cfg, Box::new(Failing), &harness_dir());
+    create(&r, "demo");
+    let (code, v) = json(
+        "POST",
+        &r.url("/v1/streams/demo/events?wait=true"),
+        &json!({"events": [
+            {"type": "comment", "viewer": "a", "text": "is the hoodie in stock?"},
+            {"type": "comment", "viewer": "b", "text": "Is the hoodie in stock"},
+        ]}),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["accepted"][1]["admission"]["status"], "merged", "{v}");
+    for k in 0..2 {
+        assert_eq!(v["results"][k]["type"], "error", "result {k}: {v}");
+        assert!(
+            v["results"][k]["message"]
+                .as_str()
+                .unwrap()
+                .contains("the model is down"),
+            "{v}"
+        );
+    }
+    assert_eq!(v["results"][0]["answers"][1], v["accepted"][1]["id"], "{v}");
+    r.stop();
+}

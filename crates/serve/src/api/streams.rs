@@ -495,9 +495,17 @@ async fn wait_for(
                     .collect(),
                 serde_json::to_value(&*ev).unwrap_or_default(),
             ),
-            Body::Error { id: Some(id), .. } => {
-                (vec![*id], serde_json::to_value(&*ev).unwrap_or_default())
-            }
+            // a failed reply fails the events merged or folded into it too
+            Body::Error {
+                id: Some(id),
+                answers,
+                ..
+            } => (
+                std::iter::once(*id)
+                    .chain(answers.iter().copied())
+                    .collect(),
+                serde_json::to_value(&*ev).unwrap_or_default(),
+            ),
             _ => continue,
         };
         for c in covered {
