@@ -1597,3 +1597,61 @@ fn a_failed_reply_fails_the_comments_merged_into_it_at_once() {
     assert_eq!(v["results"][0]["answers"][1], v["accepted"][1]["id"], "{v}");
     r.stop();
 }
+
+/// Answers once the test lets it (every answer after the sender is dropped comes at once).
+struct Held(std::sync::Mutex<std::sync::mpsc::Receiver<()>>);
+impl hat_agent::episode::ChatModel for Held {
+    fn complete(&mut self, _m: &[hat_harness::Message]) -> Result<String, hat_agent::AgentError> {
+        let _ = self.0.lock().unwrap().recv();
+        Ok("Thanks for watching!".into())
+    }
+}
+
+/// Polls (bounded, generously) for something another thread does.
+fn within_30s(what: &str, f: impl Fn() -> bool) {
+    for _ in 0..3000 {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("not within 30 s: {what}");
+}
+
+/// Review finding: in `[like, comment]` sent to a full queue the likes were counted before
+/// the comment was refused with 429, so the client's retry counted them twice.
+#[test]
+fn a_request_refused_with_429_counts_none_of_its_likes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.triage.capacity = 1;
+    let (release, held) = std::sync::mpsc::channel();
+    let r = start_with(
+        cfg,
+        Box::new(Held(std::sync::Mutex::new(held))),
+        &harness_dir(),
+    );
+    create(&r, "q");
+    let post = |body: Value| json("POST", &r.url("/v1/streams/q/events"), &body);
+    let (code, v) = post(json!({"type": "comment", "viewer": "a", "text": "lol one"}));
+    assert_eq!(code, 202, "{v}");
+    // the host is busy with it, so the next one fills the queue of one
+    within_30s("the first comment is in flight", || {
+        !get(&r.url("/v1/streams/q")).1["in_flight"].is_null()
+    });
+    let (code, v) = post(json!({"type": "comment", "viewer": "b", "text": "lol two"}));
+    assert_eq!(code, 202, "{v}");
+    let (code, v) = post(json!({"events": [
+        {"type": "like", "viewer": "c", "count": 5},
+        {"type": "comment", "viewer": "c", "text": "lol three"},
+    ]}));
+    assert_eq!(code, 429, "{v}");
+    let (_, s) = get(&r.url("/v1/streams/q"));
+    assert_eq!(s["counters"]["likes"], 0, "{s}");
+    // likes alone are counted (they never wait in the queue)
+    let (code, v) = post(json!({"type": "like", "viewer": "c", "count": 5}));
+    assert_eq!(code, 202, "{v}");
+    assert_eq!(v["accepted"][0]["likes"], 5, "{v}");
+    drop(release);
+    r.stop();
+}

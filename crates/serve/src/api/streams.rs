@@ -401,14 +401,13 @@ pub async fn post_events(
                 s.queue().room()
             )));
         }
+        // Likes are counted only once every event of the request is in: a request refused
+        // with 429 changes nothing, so the client's retry does not count its likes twice.
+        let mut likes_at: Vec<(usize, u32)> = Vec::new();
         for (event, likes) in events {
             let Some(event) = event else {
-                let total = {
-                    let mut g = s.inner();
-                    g.meta.counters.likes += likes as u64;
-                    g.meta.counters.likes
-                };
-                accepted.push(json!({"status": "counted", "likes": total}));
+                likes_at.push((accepted.len(), likes));
+                accepted.push(Value::Null);
                 continue;
             };
             let eid = s.inner().next_id();
@@ -453,6 +452,11 @@ pub async fn post_events(
                     )));
                 }
             }
+        }
+        let mut g = s.inner();
+        for (at, likes) in likes_at {
+            g.meta.counters.likes += likes as u64;
+            accepted[at] = json!({"status": "counted", "likes": g.meta.counters.likes});
         }
     }
     if app.tx.send(Command::Wake).is_err() {
