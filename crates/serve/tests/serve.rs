@@ -1655,3 +1655,38 @@ fn a_request_refused_with_429_counts_none_of_its_likes() {
     drop(release);
     r.stop();
 }
+
+/// Review finding: a bad query parameter or path id got axum's plain-text 400; every 4xx
+/// is the server's JSON error, naming the field.
+#[test]
+fn bad_query_parameters_and_path_ids_get_json_errors_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(config(dir.path()), Duration::ZERO);
+    create(&r, "demo");
+    let event = br#"{"type": "comment", "viewer": "v", "text": "hi"}"#;
+    for (method, path, field) in [
+        ("POST", "/v1/streams/demo/events?wait=yes", "wait"),
+        ("GET", "/v1/streams/demo/events?after=x", "after"),
+        ("GET", "/v1/streams/demo/events?after=-1", "after"),
+        ("GET", "/v1/streams/%FF", "id"),
+        ("GET", "/v1/streams/%FF/events", "id"),
+        ("POST", "/v1/streams/%FF/events", "id"),
+        ("POST", "/v1/experiments/%FF/stop", "name"),
+    ] {
+        let body = (method == "POST").then_some(("application/json", event.as_slice()));
+        let (code, text) = call(method, &r.url(path), body);
+        assert_eq!(code, 400, "{method} {path}: {text}");
+        let v: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|_| panic!("{method} {path}: not JSON: {text}"));
+        assert_eq!(v["error"]["field"], field, "{method} {path}: {v}");
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+    }
+    // good parameters still work
+    let (code, v) = json(
+        "POST",
+        &r.url("/v1/streams/demo/events?wait=true"),
+        &json!({"type": "comment", "viewer": "v", "text": "hi"}),
+    );
+    assert_eq!(code, 200, "{v}");
+    r.stop();
+}

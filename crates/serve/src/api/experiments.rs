@@ -36,7 +36,11 @@ pub async fn start(
 }
 
 /// `POST /v1/experiments/{name}/stop`.
-pub async fn stop(State(app): State<Arc<App>>, Path(name): Path<String>) -> Result<Json<Value>> {
+pub async fn stop(
+    State(app): State<Arc<App>>,
+    name: std::result::Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Result<Json<Value>> {
+    let name = crate::api::path_param(name, "name")?;
     app.experiments.stop(&name)?;
     Ok(Json(serde_json::json!({"stopped": name})))
 }

@@ -289,7 +289,7 @@ pub struct FilesQuery {
 /// `GET /v1/harness/files[?hash=H]`: a version's files as text, for the console's editor.
 pub async fn files(
     State(app): State<Arc<App>>,
-    axum::extract::Query(q): axum::extract::Query<FilesQuery>,
+    crate::api::Query(q): crate::api::Query<FilesQuery>,
 ) -> Result<Json<Value>> {
     let v = match &q.hash {
         Some(h) => app.harnesses.find(h)?,

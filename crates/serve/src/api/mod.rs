@@ -216,6 +216,44 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     })
 }
 
+/// A query string read into `T`. axum's own `Query` answers a bad parameter (`?wait=yes`)
+/// with a plain-text 400; this one answers with the server's JSON error naming the
+/// parameter.
+pub struct Query<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S> for Query<T> {
+    type Rejection = ServeError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self> {
+        let q = parts.uri.query().unwrap_or_default();
+        let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(q.as_bytes()));
+        serde_path_to_error::deserialize(de)
+            .map(Query)
+            .map_err(|e| {
+                let path = e.path().to_string();
+                let field = if path == "." || path == "?" {
+                    "query".to_string()
+                } else {
+                    path
+                };
+                ServeError::bad(field, format!("{} (in the query string)", e.into_inner()))
+            })
+    }
+}
+
+/// A path parameter (`{id}`, `{name}`) as text, or the server's JSON error naming it
+/// (axum's own rejection, for one that is not UTF-8, is plain text).
+pub fn path_param(
+    p: std::result::Result<axum::extract::Path<String>, axum::extract::rejection::PathRejection>,
+    field: &str,
+) -> Result<String> {
+    p.map(|axum::extract::Path(v)| v)
+        .map_err(|e| ServeError::bad(field, e.body_text()))
+}
+
 /// Parses a JSON value already read (for bodies of more than one shape).
 pub fn parse_value<T: DeserializeOwned>(v: serde_json::Value, prefix: &str) -> Result<T> {
     serde_path_to_error::deserialize(v).map_err(|e| {

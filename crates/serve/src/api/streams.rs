@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::Json;
@@ -19,7 +20,7 @@ use tokio_stream::wrappers::BroadcastStream;
 
 use hat_world::Event;
 
-use crate::api::{body, parse, parse_value};
+use crate::api::{body, parse, parse_value, path_param, Query};
 use crate::app::App;
 use crate::error::{Result, ServeError};
 use crate::stream::{valid_id, Body, OutEvent};
@@ -110,8 +111,11 @@ pub async fn list(State(app): State<Arc<App>>) -> Json<Value> {
     Json(json!({"streams": ids}))
 }
 
-pub async fn show(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Json<Value>> {
-    let s = app.stream(&id)?;
+pub async fn show(
+    State(app): State<Arc<App>>,
+    id: std::result::Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>> {
+    let s = app.stream(&path_param(id, "id")?)?;
     let depth: serde_json::Map<String, Value> = s
         .queue()
         .depth_by_class()
@@ -344,10 +348,11 @@ pub struct PostQuery {
 /// less important one.
 pub async fn post_events(
     State(app): State<Arc<App>>,
-    Path(id): Path<String>,
+    id: std::result::Result<Path<String>, PathRejection>,
     Query(q): Query<PostQuery>,
     b: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Value>)> {
+    let id = path_param(id, "id")?;
     let b = body(b)?;
     let s = app.stream(&id)?;
     let v: Value = parse(&b)?;
@@ -548,11 +553,11 @@ fn sse_event(ev: &OutEvent) -> SseEvent {
 /// missed (the last 512 entries are kept).
 pub async fn sse(
     State(app): State<Arc<App>>,
-    Path(id): Path<String>,
+    id: std::result::Result<Path<String>, PathRejection>,
     Query(q): Query<SseQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl FStream<Item = std::result::Result<SseEvent, Infallible>>>> {
-    let s = app.stream(&id)?;
+    let s = app.stream(&path_param(id, "id")?)?;
     let last = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
