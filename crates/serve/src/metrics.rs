@@ -186,7 +186,7 @@ impl Metrics {
             };
             self.dropped_total
                 .get_or_create(&vec![("reason".into(), reason.into())])
-                .inc_by(1 + x.merged.len() as u64);
+                .inc_by(1 + x.merged.len() as u64 + x.unlisted);
         }
     }
 

@@ -67,6 +67,9 @@ pub enum Body {
         id: u64,
         /// Events answered by this reply (merged duplicates, folded joins).
         answers: Vec<u64>,
+        /// Events it answers past the listed ones (see [`crate::triage::MAX_LISTED`]).
+        #[serde(skip_serializing_if = "is_zero")]
+        unlisted: u64,
         event: Event,
         class: Class,
         harness: String,
@@ -96,6 +99,8 @@ pub enum Body {
     Reply {
         id: u64,
         answers: Vec<u64>,
+        #[serde(skip_serializing_if = "is_zero")]
+        unlisted: u64,
         text: String,
         harness: String,
         tool_calls: Vec<String>,
@@ -108,8 +113,14 @@ pub enum Body {
         id: Option<u64>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         answers: Vec<u64>,
+        #[serde(skip_serializing_if = "is_zero")]
+        unlisted: u64,
         message: String,
     },
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One entry of the event log.
@@ -233,7 +244,7 @@ impl Stream {
         for d in dropped {
             {
                 let mut g = self.inner();
-                let n = 1 + d.merged.len() as u64;
+                let n = 1 + d.merged.len() as u64 + d.unlisted;
                 match d.reason {
                     crate::triage::DropReason::Stale => g.meta.counters.dropped_stale += n,
                     crate::triage::DropReason::Evicted => g.meta.counters.dropped_evicted += n,

@@ -221,6 +221,11 @@ impl Default for TriageConfig {
     }
 }
 
+/// Ids (and folded viewers' names) one waiting event lists of the events merged or folded
+/// into it. A flood of duplicates or joins is counted past this, not listed, so a queue's
+/// memory stays bounded however many arrive while the event waits.
+pub const MAX_LISTED: usize = 64;
+
 /// An event waiting for the host.
 #[derive(Debug, Clone)]
 pub struct Pending {
@@ -229,9 +234,13 @@ pub struct Pending {
     pub event: Event,
     pub class: Class,
     pub arrived: Instant,
-    /// Ids of duplicates merged into this one, and of joins folded into it.
+    /// Ids of duplicates merged into this one, and of joins folded into it (the first
+    /// [`MAX_LISTED`]).
     pub merged: Vec<u64>,
-    /// Viewers whose joins were folded into this one (the first is the event's own).
+    /// Events merged or folded into this one past [`MAX_LISTED`]: counted, not listed.
+    pub unlisted: u64,
+    /// Viewers whose joins were folded into this one (the first is the event's own; the
+    /// viewers of unlisted joins are not kept).
     pub viewers: Vec<String>,
 }
 
@@ -240,26 +249,53 @@ impl Pending {
     pub fn event(&self) -> Event {
         match (&self.event, self.viewers.len()) {
             (Event::ViewerJoin { .. }, n) if n > 1 => Event::ViewerJoin {
-                viewer: join_names(&self.viewers),
+                viewer: join_names_and(&self.viewers, self.unlisted),
             },
             (e, _) => e.clone(),
+        }
+    }
+
+    /// Events merged or folded into this one, listed or not.
+    pub fn absorbed(&self) -> u64 {
+        self.merged.len() as u64 + self.unlisted
+    }
+
+    /// Takes event `id` (and its viewer, for a join) in, listing it while there is room.
+    fn absorb(&mut self, id: u64, viewer: Option<&str>) {
+        if self.merged.len() < MAX_LISTED {
+            self.merged.push(id);
+            self.viewers.extend(viewer.map(str::to_string));
+        } else {
+            self.unlisted += 1;
         }
     }
 }
 
 /// "A", "A and B", "A, B and C", "A, B, C and 4 others".
 pub fn join_names(names: &[String]) -> String {
+    join_names_and(names, 0)
+}
+
+/// [`join_names`] with `more` viewers not named in `names`.
+pub fn join_names_and(names: &[String], more: u64) -> String {
     const SHOWN: usize = 4;
     match names {
         [] => String::new(),
-        [a] => a.clone(),
-        _ if names.len() > SHOWN + 1 => format!(
-            "{} and {} others",
-            names[..SHOWN].join(", "),
-            names.len() - SHOWN
-        ),
+        [a] if more == 0 => a.clone(),
+        _ if more > 0 || names.len() > SHOWN + 1 => {
+            let shown = names.len().min(SHOWN);
+            format!(
+                "{} and {} others",
+                names[..shown].join(", "),
+                (names.len() - shown) as u64 + more
+            )
+        }
         [init @ .., last] => format!("{} and {last}", init.join(", ")),
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What happened to an event offered to the queue.
@@ -298,6 +334,9 @@ pub enum DropReason {
 pub struct Dropped {
     pub id: u64,
     pub merged: Vec<u64>,
+    /// Events merged into it past [`MAX_LISTED`], dropped with it.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unlisted: u64,
     pub class: Class,
     pub reason: DropReason,
     pub waited_s: f64,
@@ -346,7 +385,7 @@ impl Queue {
                 .iter_mut()
                 .find(|p| matches!(&p.event, Event::Comment { text, .. } if dedup_key(text) == key))
             {
-                p.merged.push(id);
+                p.absorb(id, None);
                 return Ok((Admission::Merged { into: p.id }, None));
             }
         }
@@ -356,8 +395,7 @@ impl Queue {
                 .iter_mut()
                 .find(|p| matches!(p.event, Event::ViewerJoin { .. }))
             {
-                p.merged.push(id);
-                p.viewers.push(viewer.clone());
+                p.absorb(id, Some(viewer));
                 return Ok((Admission::Folded { into: p.id }, None));
             }
         }
@@ -371,6 +409,7 @@ impl Queue {
             class,
             arrived: now,
             merged: Vec::new(),
+            unlisted: 0,
             viewers,
         };
         if self.items.len() < self.cfg.capacity {
@@ -387,6 +426,7 @@ impl Queue {
         let dropped = Dropped {
             id: out.id,
             merged: out.merged,
+            unlisted: out.unlisted,
             class: out.class,
             reason: DropReason::Evicted,
             waited_s: now.saturating_duration_since(out.arrived).as_secs_f64(),
@@ -417,6 +457,7 @@ impl Queue {
             dropped.push(Dropped {
                 id: p.id,
                 merged: p.merged.clone(),
+                unlisted: p.unlisted,
                 class: p.class,
                 reason: DropReason::Stale,
                 waited_s: waited.as_secs_f64(),
@@ -564,6 +605,40 @@ mod tests {
         assert_eq!(join_names(&n(9)), "v0, v1, v2, v3 and 5 others");
     }
 
+    /// Review finding: every duplicate's id and every folded viewer was kept, so a flood of
+    /// one comment or of joins grew a waiting event without bound.
+    #[test]
+    fn a_flood_of_duplicates_or_joins_is_counted_past_the_listed_ids() {
+        let mut q = Queue::new(TriageConfig::default());
+        let t = Instant::now();
+        q.push(0, comment("price of the hoodie?"), t).unwrap();
+        q.push(1, join("v1"), t).unwrap();
+        for id in 2..200_002 {
+            let e = if id % 2 == 0 {
+                comment("Price of the hoodie")
+            } else {
+                join(&format!("v{id}"))
+            };
+            q.push(id, e, t).unwrap();
+        }
+        let c = q.pop().unwrap();
+        assert_eq!((c.merged.len(), c.absorbed()), (MAX_LISTED, 100_000));
+        let j = q.pop().unwrap();
+        assert_eq!((j.merged.len(), j.absorbed()), (MAX_LISTED, 100_000));
+        assert_eq!(j.viewers.len(), MAX_LISTED + 1);
+        assert_eq!(j.event(), join("v1, v3, v5, v7 and 99997 others"));
+        // a dropped event reports the count too
+        let mut q = Queue::new(TriageConfig::default());
+        q.push(0, comment("lol"), t).unwrap();
+        for id in 1..1000 {
+            q.push(id, comment("LOL"), t).unwrap();
+        }
+        let d = q.sweep(t + Duration::from_secs(3600));
+        assert_eq!((d[0].merged.len() as u64 + d[0].unlisted), 999);
+        let v = serde_json::to_value(&d[0]).unwrap();
+        assert_eq!(v["unlisted"], 999 - MAX_LISTED as u64, "{v}");
+    }
+
     proptest! {
         /// Whatever arrives, the queue never holds more than its capacity, never loses an
         /// event silently (each is queued, merged, folded, rejected or reported dropped),
@@ -577,13 +652,13 @@ mod tests {
                 let ev = if i % 5 == 0 { join(text) } else { comment(text) };
                 match q.push(i as u64, ev, t) {
                     Ok((Admission::Merged { .. } | Admission::Folded { .. }, _)) => absorbed += 1,
-                    Ok((_, d)) => { queued += 1; if let Some(d) = d { dropped += 1 + d.merged.len(); } }
+                    Ok((_, d)) => { queued += 1; if let Some(d) = d { dropped += 1 + d.merged.len() + d.unlisted as usize; } }
                     Err(_) => rejected += 1,
                 }
                 prop_assert!(q.len() <= cap);
             }
             let mut left = 0;
-            while let Some(p) = q.pop() { left += 1 + p.merged.len(); }
+            while let Some(p) = q.pop() { left += 1 + p.absorbed() as usize; }
             prop_assert_eq!(queued + absorbed + rejected, texts.len());
             prop_assert_eq!(left + dropped + rejected, texts.len());
         }

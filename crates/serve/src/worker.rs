@@ -425,6 +425,7 @@ impl Worker {
                 l.stream.emit(Body::Error {
                     id: Some(pending.id),
                     answers: answers(&pending),
+                    unlisted: pending.unlisted,
                     message: format!("the stream's world: {e}"),
                 });
                 return None;
@@ -458,6 +459,7 @@ impl Worker {
         l.stream.emit(Body::Started {
             id: pending.id,
             answers: answers(&pending),
+            unlisted: pending.unlisted,
             event: event.clone(),
             class: pending.class,
             harness: version.hash().to_string(),
@@ -714,6 +716,7 @@ impl Worker {
         j.stream.emit(Body::Error {
             id: Some(j.pending.id),
             answers: answers(&j.pending),
+            unlisted: j.pending.unlisted,
             message: message.to_string(),
         });
     }
@@ -800,6 +803,7 @@ impl Worker {
         j.stream.emit(Body::Reply {
             id: j.pending.id,
             answers: answers(&j.pending),
+            unlisted: j.pending.unlisted,
             text: reply,
             harness: j.version.hash().to_string(),
             tool_calls: t.attempt.calls.iter().map(|c| c.name.clone()).collect(),

@@ -470,7 +470,15 @@ pub async fn post_events(
     let Some(rx) = rx else {
         return Ok((StatusCode::ACCEPTED, Json(json!({"accepted": accepted}))));
     };
-    let ids: Vec<u64> = accepted.iter().filter_map(|a| a["id"].as_u64()).collect();
+    // an event merged or folded into a waiting one is answered (or dropped, or failed) with
+    // it, whether or not that one lists it (it lists at most MAX_LISTED)
+    let ids: Vec<(u64, u64)> = accepted
+        .iter()
+        .filter_map(|a| {
+            let id = a["id"].as_u64()?;
+            Some((id, a["admission"]["into"].as_u64().unwrap_or(id)))
+        })
+        .collect();
     let results = wait_for(rx, &ids, app.cfg.request_timeout).await;
     Ok((
         StatusCode::OK,
@@ -478,13 +486,14 @@ pub async fn post_events(
     ))
 }
 
-/// Follows the log until every id is answered, dropped or failed (or the time is up).
+/// Follows the log until every id is answered, dropped or failed (or the time is up). `ids`
+/// pairs each event with the waiting event it went into (itself, unless merged or folded).
 async fn wait_for(
     mut rx: tokio::sync::broadcast::Receiver<Arc<OutEvent>>,
-    ids: &[u64],
+    ids: &[(u64, u64)],
     timeout: Duration,
 ) -> Vec<Value> {
-    let mut open: HashSet<u64> = ids.iter().copied().collect();
+    let mut open: HashSet<u64> = ids.iter().map(|&(id, _)| id).collect();
     let mut out: HashMap<u64, Value> = HashMap::new();
     let deadline = tokio::time::Instant::now() + timeout;
     while !open.is_empty() {
@@ -517,14 +526,15 @@ async fn wait_for(
             ),
             _ => continue,
         };
-        for c in covered {
-            if open.remove(&c) {
-                out.insert(c, v.clone());
+        let head = covered.first().copied();
+        for &(id, into) in ids {
+            if (covered.contains(&id) || Some(into) == head) && open.remove(&id) {
+                out.insert(id, v.clone());
             }
         }
     }
     ids.iter()
-        .map(|id| {
+        .map(|(id, _)| {
             out.remove(id)
                 .unwrap_or_else(|| json!({"type": "pending", "id": id, "message": "not answered within the request timeout; follow GET /v1/streams/{id}/events"}))
         })
