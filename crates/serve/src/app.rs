@@ -507,6 +507,7 @@ fn load_stream(dir: &Path, id: &str) -> Result<(Meta, World)> {
     let mut meta: Meta = serde_json::from_slice(&text)
         .map_err(|e| ServeError::internal(format!("parsing {}", meta_path.display()), e))?;
     meta.id = id.to_string();
+    crate::stream::restore_ids(dir, &mut meta);
     let world = World::open(dir.join("world.sqlite"))
         .map_err(|e| ServeError::internal(format!("opening {}", dir.display()), e))?;
     Ok((meta, world))

@@ -166,13 +166,74 @@ pub struct Inner {
     pub meta: Meta,
     pub in_flight: Option<u64>,
     ring: VecDeque<Arc<OutEvent>>,
+    /// Event ids and log sequence numbers handed out up to these are on disk in `ids.json`.
+    reserved: Reserved,
+    /// The stream's folder, for `ids.json`.
+    dir: PathBuf,
 }
+
+/// Event ids and log sequence numbers are handed out in 202 answers and SSE `id:` lines
+/// long before `meta.json` is saved (after a reply). A server killed in between would hand
+/// the same ones out again after its restart, and a client resuming with `Last-Event-ID`
+/// would silently miss the new events. So blocks of [`RESERVE`] are reserved in `ids.json`
+/// before any of them is handed out (one small write per block), and a restored stream
+/// goes on after its last reserved block: ids may skip after a crash, never repeat.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct Reserved {
+    pub event: u64,
+    pub seq: u64,
+}
+
+/// Ids reserved per write of `ids.json`.
+pub const RESERVE: u64 = 1024;
+
+/// The file the reserved blocks are kept in, beside `meta.json`.
+pub const IDS_FILE: &str = "ids.json";
 
 impl Inner {
     pub fn next_id(&mut self) -> u64 {
         self.meta.next_event += 1;
+        if self.meta.next_event > self.reserved.event {
+            self.reserved.event = self.meta.next_event + RESERVE;
+            self.save_reserved();
+        }
         self.meta.next_event
     }
+
+    fn next_seq(&mut self) -> u64 {
+        self.meta.next_seq += 1;
+        if self.meta.next_seq > self.reserved.seq {
+            self.reserved.seq = self.meta.next_seq + RESERVE;
+            self.save_reserved();
+        }
+        self.meta.next_seq
+    }
+
+    /// Written under the stream's lock, so writes of `ids.json` never interleave. A failure
+    /// is logged, not fatal: the stream goes on, with only `meta.json` to restore from.
+    fn save_reserved(&self) {
+        let written = serde_json::to_vec(&self.reserved)
+            .map_err(|e| ServeError::internal("encoding the reserved ids", e))
+            .and_then(|b| write_atomic(&self.dir.join(IDS_FILE), &b));
+        if let Err(e) = written {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "could not reserve event ids");
+        }
+    }
+}
+
+/// Moves a restored stream's counters past every id its last server could have handed out
+/// (see [`Reserved`]); a missing or unreadable `ids.json` leaves them as `meta.json` has
+/// them.
+pub fn restore_ids(dir: &Path, meta: &mut Meta) {
+    let Ok(bytes) = std::fs::read(dir.join(IDS_FILE)) else {
+        return;
+    };
+    let Ok(r) = serde_json::from_slice::<Reserved>(&bytes) else {
+        tracing::warn!(dir = %dir.display(), "{IDS_FILE} does not parse; ids go on from meta.json");
+        return;
+    };
+    meta.next_event = meta.next_event.max(r.event);
+    meta.next_seq = meta.next_seq.max(r.seq);
 }
 
 /// A stream shared by the HTTP handlers and the engine worker.
@@ -187,14 +248,21 @@ pub struct Stream {
 impl Stream {
     pub fn new(dir: PathBuf, meta: Meta, triage: TriageConfig) -> Stream {
         let (tx, _) = broadcast::channel(REPLAY);
+        let ids_dir = dir.clone();
         Stream {
             id: meta.id.clone(),
             dir,
             queue: Mutex::new(Queue::new(triage)),
             inner: Mutex::new(Inner {
+                // what meta.json says is handed out is reserved: the next id reserves more
+                reserved: Reserved {
+                    event: meta.next_event,
+                    seq: meta.next_seq,
+                },
                 meta,
                 in_flight: None,
                 ring: VecDeque::new(),
+                dir: ids_dir,
             }),
             tx,
         }
@@ -211,9 +279,9 @@ impl Stream {
     /// Appends to the event log and sends it to every subscriber.
     pub fn emit(&self, body: Body) {
         let mut g = self.inner();
-        g.meta.next_seq += 1;
+        let seq = g.next_seq();
         let ev = Arc::new(OutEvent {
-            seq: g.meta.next_seq,
+            seq,
             at: unix_now(),
             body,
         });
