@@ -1,7 +1,8 @@
 //! GRPO's group-relative advantages and its token loss: the PPO-clipped ratio with separate
 //! low and high clip ranges, truncated importance sampling for the gap between the rollout
-//! engine's and the trainer's numerics, an optional k3 KL penalty to a reference, and
-//! token-level normalisation (every sampled token of a step weighs the same).
+//! engine's and the trainer's numerics, a dual clip for negative advantages, an optional KL
+//! penalty to a reference (see [`kl_penalty`]), and token-level normalisation (every sampled
+//! token of a step weighs the same).
 
 use candle_core::{Device, Tensor, D};
 
@@ -115,6 +116,16 @@ impl Weighted {
     }
 }
 
+/// The dual clip of negative advantages: a token's loss is at most `DUAL_CLIP * |A|`. With
+/// several minibatches a batch, the ratio of a token the policy has since made much more
+/// likely can grow without bound where the advantage is negative, and PPO's `min` keeps its
+/// unclipped term: one such token could dominate (or overflow) the step.
+pub const DUAL_CLIP: f64 = 3.0;
+
+/// Log-ratios are clamped to this before `exp`, which keeps every term finite; the clip
+/// ranges and the dual clip bind long before it.
+const MAX_LOG_RATIO: f32 = 20.0;
+
 /// How the token loss is shaped.
 #[derive(Debug, Clone, Copy)]
 pub struct LossShape {
@@ -135,7 +146,7 @@ pub struct LossStats {
     pub kl: f64,
     /// |trainer log-prob - rollout log-prob| at the rollout's weights.
     pub mismatch: f64,
-    /// Tokens whose clipped term was the smaller (no gradient through them).
+    /// Tokens whose clipped term (or the dual clip's floor) won (no gradient through them).
     pub clipped: usize,
     /// Tokens whose importance weight hit `tis_cap`.
     pub truncated: usize,
@@ -217,7 +228,7 @@ pub fn pack_loss(
         weight.push(ratio_tis.min(shape.tis_cap) as f32);
         let ratio = ((now[row] - o) as f64).exp();
         if (w.advantage > 0.0 && ratio > 1.0 + shape.clip_high)
-            || (w.advantage < 0.0 && ratio < 1.0 - shape.clip_low)
+            || (w.advantage < 0.0 && (ratio < 1.0 - shape.clip_low || ratio > DUAL_CLIP))
         {
             st.clipped += 1;
         }
@@ -230,25 +241,54 @@ pub fn pack_loss(
     }
     let dev = Device::Cpu;
     let old = Tensor::from_vec(old, n, &dev)?;
+    // for A < 0 the dual clip's floor c·A; for A >= 0 none (f32::MIN never wins the max)
+    let floor: Vec<f32> = adv
+        .iter()
+        .map(|&a| {
+            if a < 0.0 {
+                (DUAL_CLIP as f32) * a
+            } else {
+                f32::MIN
+            }
+        })
+        .collect();
     let adv = Tensor::from_vec(adv, n, &dev)?;
     let weight = Tensor::from_vec(weight, n, &dev)?;
-    let ratio = (lp - &old)?.exp()?;
+    let floor = Tensor::from_vec(floor, n, &dev)?;
+    let ratio = (lp - &old)?.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)?.exp()?;
     let unclipped = (&ratio * &adv)?;
     let clipped = (ratio.clamp(
         (1.0 - shape.clip_low) as f32,
         (1.0 + shape.clip_high) as f32,
     )? * &adv)?;
-    let mut per_token = (unclipped.minimum(&clipped)?.neg()? * &weight)?;
+    let objective = unclipped.minimum(&clipped)?.maximum(&floor)?;
+    let mut per_token = (objective.neg()? * &weight)?;
     if shape.kl_coef > 0.0 {
-        // k3 estimator of KL(policy || reference): exp(d) - d - 1 with d = ref - policy
-        let d = (Tensor::from_vec(reference, n, &dev)? - lp)?;
-        let kl = ((d.exp()? - &d)? - 1.0)?;
-        st.kl = kl.sum_all()?.to_scalar::<f32>()? as f64;
-        per_token = (per_token + (kl * shape.kl_coef)?)?;
+        let (penalty, kl) = kl_penalty(lp, &Tensor::from_vec(reference, n, &dev)?)?;
+        st.kl = kl;
+        per_token = (per_token + (penalty * shape.kl_coef)?)?;
     }
     let loss = per_token.sum_all()?;
     st.loss = loss.to_scalar::<f32>()? as f64;
     Ok((loss, st))
+}
+
+/// The KL penalty of sampled tokens with log-probabilities `lp` (with gradients) under the
+/// policy and `reference` under the reference model: per token the loss term
+/// `k2 = ½ (log π − log ref)²`, and the summed estimate of `KL(π ‖ ref)` to report, `k3 =
+/// e^d − d − 1` with `d = log ref − log π`.
+///
+/// The two differ on purpose. k3 estimates the KL's value without bias, but as a loss its
+/// gradient `(1 − ref/π) ∇log π` has the expectation `−Σ ref ∇log π = ∇KL(ref ‖ π)` under
+/// the policy's samples: the forward, mass-covering divergence. k2's gradient `(log π − log
+/// ref) ∇log π` has the expectation `∇KL(π ‖ ref)`, the reverse KL the penalty is meant to
+/// hold down (test: `the_kl_penalty_follows_the_reverse_kl_in_expectation`).
+pub fn kl_penalty(lp: &Tensor, reference: &Tensor) -> Result<(Tensor, f64)> {
+    let diff = (lp - reference)?;
+    let penalty = (diff.sqr()? * 0.5)?;
+    let d = (diff.neg()?.detach().clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))?;
+    let k3 = ((d.exp()? - &d)? - 1.0)?;
+    Ok((penalty, k3.sum_all()?.to_scalar::<f32>()? as f64))
 }
 
 #[cfg(test)]
@@ -383,5 +423,76 @@ mod tests {
         it[0].reference = Some(vec![0.0, -3.0]);
         let (_, st) = pack_loss(lp.as_tensor(), &[(0, 1)], &it, &s).unwrap();
         assert!(st.kl > 0.5, "{}", st.kl);
+    }
+
+    #[test]
+    fn a_negative_advantage_loses_at_most_the_dual_clip_even_where_the_ratio_overflows() {
+        // now - old = 100: e^100 overflows f32; A = -1 would make the unclipped term -inf
+        let lp = candle_core::Var::from_vec(vec![0.0f32, 0.0], 2, &Device::Cpu).unwrap();
+        let mut items = vec![item(&[1], &[2], -1.0), item(&[1], &[3], -1.0)];
+        items[0].old = Some(vec![0.0, -100.0]);
+        // a ratio of e^0.5 (below the dual clip) keeps the unclipped term and its gradient
+        items[1].old = Some(vec![0.0, -0.5]);
+        for w in &mut items {
+            w.behaviour = w.old.clone().unwrap();
+        }
+        let (loss, st) = pack_loss(lp.as_tensor(), &[(0, 1), (1, 1)], &items, &shape()).unwrap();
+        let r = 0.5f64.exp();
+        assert!((st.loss - (DUAL_CLIP + r)).abs() < 1e-4, "{}", st.loss);
+        assert_eq!(st.clipped, 1);
+        let g = loss.backward().unwrap();
+        let g = g.get(lp.as_tensor()).unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(g[0], 0.0);
+        assert!((g[1] as f64 - r).abs() < 1e-4, "{g:?}");
+    }
+
+    #[test]
+    fn the_kl_penalty_follows_the_reverse_kl_in_expectation() {
+        // a policy over 3 tokens, logits theta; the expected gradient of the penalty over the
+        // policy's own samples, sum_x pi(x) grad penalty(x), must be grad KL(pi || ref)
+        let dev = Device::Cpu;
+        let theta = candle_core::Var::from_vec(vec![0.3f32, -1.2, 0.8], 3, &dev).unwrap();
+        let log_ref = Tensor::from_vec(vec![-0.4f32, -2.5, -1.4], 3, &dev).unwrap();
+        let log_ref = candle_nn::ops::log_softmax(&log_ref, 0).unwrap();
+        let grad = |f: &dyn Fn(&Tensor) -> Tensor| {
+            let l = f(theta.as_tensor());
+            let g = l.backward().unwrap();
+            g.get(theta.as_tensor()).unwrap().to_vec1::<f32>().unwrap()
+        };
+        let expected = grad(&|t| {
+            let lp = candle_nn::ops::log_softmax(t, 0).unwrap();
+            let (penalty, _) = kl_penalty(&lp, &log_ref).unwrap();
+            // each token's penalty weighted by its (constant) sampling probability
+            (penalty * lp.detach().exp().unwrap())
+                .unwrap()
+                .sum_all()
+                .unwrap()
+        });
+        let reverse = grad(&|t| {
+            let lp = candle_nn::ops::log_softmax(t, 0).unwrap();
+            ((&lp - &log_ref).unwrap() * lp.exp().unwrap())
+                .unwrap()
+                .sum_all()
+                .unwrap()
+        });
+        for (a, b) in expected.iter().zip(&reverse) {
+            assert!((a - b).abs() < 1e-5, "{expected:?} vs {reverse:?}");
+        }
+        // and the reported value is KL(pi || ref) in expectation too
+        let lp = candle_nn::ops::log_softmax(theta.as_tensor(), 0).unwrap();
+        let pi = lp.exp().unwrap().to_vec1::<f32>().unwrap();
+        let exact: f32 = ((&lp - &log_ref).unwrap() * lp.exp().unwrap())
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar()
+            .unwrap();
+        let mut mean = 0.0f64;
+        for (x, p) in pi.iter().enumerate() {
+            let one = |t: &Tensor| t.narrow(0, x, 1).unwrap();
+            let (_, k3) = kl_penalty(&one(&lp), &one(&log_ref)).unwrap();
+            mean += *p as f64 * k3;
+        }
+        assert!((mean - exact as f64).abs() < 1e-5, "{mean} vs {exact}");
     }
 }
