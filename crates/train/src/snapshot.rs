@@ -8,7 +8,7 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor, D};
 
 use hat_model::train::TrainModel;
-use hat_model::{Engine, LoadOptions, WeightFormat};
+use hat_model::{Engine, LoadOptions, Tokenizer, WeightFormat};
 
 use crate::error::{Result, TrainError};
 
@@ -47,6 +47,30 @@ pub fn load_engine(path: &Path, format: WeightFormat) -> Result<Engine> {
             ..Default::default()
         },
     )?)
+}
+
+/// Whether `other` (a teacher, a reference) reads the trained model's token ids as the same
+/// text: the same vocabulary size and the same ids for a probe text. `role` names it and
+/// `why` says what compares the two models' token ids, for the error.
+pub(crate) fn same_tokenizer(
+    student: &Tokenizer,
+    other: &Engine,
+    role: &str,
+    path: &Path,
+    why: &str,
+) -> Result<()> {
+    let probe = "Hi there! Is the hoodie (no.3) 20% off? 好的 ✨ <|im_end|>";
+    let (a, b) = (student, &other.tokenizer);
+    if a.vocab_size() != b.vocab_size() || a.encode(probe, false)? != b.encode(probe, false)? {
+        return Err(TrainError::Invalid(format!(
+            "the {role} {} does not share the trained model's tokenizer (vocabulary {} vs {}); \
+             {why}, so use a model of the same family",
+            path.display(),
+            b.vocab_size(),
+            a.vocab_size()
+        )));
+    }
+    Ok(())
 }
 
 /// `model`'s current weights as an inference engine (see [`write`]).

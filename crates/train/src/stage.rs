@@ -87,6 +87,13 @@ pub trait Stage {
     fn updated(&mut self, _model: &TrainModel, _state: &RunState) -> Result<()> {
         Ok(())
     }
+    /// Whether a checkpoint now would resume exactly: a stage that holds work drawn for later
+    /// steps in memory (RL's remaining minibatches of a rollout batch, whose old
+    /// log-probabilities were taken at earlier weights) says no until it has used it up, and
+    /// a due checkpoint waits for that step.
+    fn can_checkpoint(&self) -> bool {
+        true
+    }
 }
 
 /// The settings the loop needs, whichever stage runs.
@@ -185,6 +192,7 @@ pub fn train(
     }
     let vars = model.vars().to_vec();
     stage.start(model, &state)?;
+    let mut save_due = false;
     while state.step < s.max_steps {
         let started = Instant::now();
         let wall_before = state.wall_seconds;
@@ -197,19 +205,29 @@ pub fn train(
             });
         }
         let lr = s.optim.lr_at(state.step, s.max_steps);
-        let grad_norm = match opt.step(&vars, &mut grads, lr) {
-            Err(TrainError::Diverged { value, .. }) => {
-                return Err(TrainError::Diverged {
-                    step: state.step,
-                    value,
-                })
+        // A step with nothing to learn from (RL when every group's rewards were equal) leaves
+        // the weights alone: AdamW on a zero gradient would still move them along its moments
+        // (about 0.9 of the last step's update) and age them.
+        let update = work.loss_tokens > 0;
+        let grad_norm = if !update {
+            0.0
+        } else {
+            match opt.step(&vars, &mut grads, lr) {
+                Err(TrainError::Diverged { value, .. }) => {
+                    return Err(TrainError::Diverged {
+                        step: state.step,
+                        value,
+                    })
+                }
+                r => r?,
             }
-            r => r?,
         };
         state.step += 1;
         state.tokens += work.tokens as u64;
         state.loss_tokens += work.loss_tokens as u64;
-        stage.updated(model, &state)?;
+        if update {
+            stage.updated(model, &state)?;
+        }
         let secs = started.elapsed().as_secs_f64();
         state.seconds += secs;
         let val_loss = if state.step % s.eval_every.max(1) == 0 || state.step == s.max_steps {
@@ -235,9 +253,11 @@ pub fn train(
         writeln!(metrics, "{}", serde_json::to_string(&m)?).map_err(io(metrics_path.display()))?;
         metrics.flush().map_err(io(metrics_path.display()))?;
         on(Event::Step(&m, s.max_steps));
-        if state.step % s.save_every.max(1) == 0 || state.step == s.max_steps {
+        save_due |= state.step % s.save_every.max(1) == 0;
+        if (save_due && stage.can_checkpoint()) || state.step == s.max_steps {
             let dir = checkpoint::save(out, model, &opt, &state, s.keep)?;
             on(Event::Saved(&dir));
+            save_due = false;
         }
         state.wall_seconds = wall_before + started.elapsed().as_secs_f64();
     }

@@ -588,3 +588,120 @@ fn lora_trains_only_adapters_merges_them_on_export_and_resumes_exactly() {
         .to_string();
     assert!(e.contains("`qq`"), "{e}");
 }
+
+/// A stage for the loop's own rules: a real gradient on the steps listed in `learn`, nothing
+/// on the others; checkpoints allowed only on the steps in `savable`.
+struct Scripted {
+    learn: Vec<usize>,
+    savable: Vec<usize>,
+    updated: Vec<usize>,
+    step: usize,
+}
+
+impl hat_train::stage::Stage for Scripted {
+    fn step(
+        &mut self,
+        model: &TrainModel,
+        state: &mut hat_train::checkpoint::RunState,
+        grads: &mut [Vec<f32>],
+    ) -> hat_train::error::Result<hat_train::stage::StepWork> {
+        self.step = state.step;
+        if !self.learn.contains(&state.step) {
+            return Ok(hat_train::stage::StepWork::default());
+        }
+        let (_, v) = &model.vars()[0];
+        let loss = v.as_tensor().sqr()?.sum_all()?;
+        hat_train::stage::add_gradients(model, &loss, grads)?;
+        Ok(hat_train::stage::StepWork {
+            loss: loss.to_scalar::<f32>()? as f64,
+            tokens: 1,
+            loss_tokens: 1,
+            ..Default::default()
+        })
+    }
+    fn validate(&mut self, _model: &TrainModel) -> hat_train::error::Result<Option<f64>> {
+        Ok(None)
+    }
+    fn updated(
+        &mut self,
+        _model: &TrainModel,
+        state: &hat_train::checkpoint::RunState,
+    ) -> hat_train::error::Result<()> {
+        self.updated.push(state.step);
+        Ok(())
+    }
+    fn can_checkpoint(&self) -> bool {
+        self.savable.contains(&self.step)
+    }
+}
+
+fn scripted_run(stage: &mut Scripted, model: &TrainModel, out: &std::path::Path, steps: usize) {
+    let src = out.join("src");
+    let settings = hat_train::stage::LoopSettings {
+        source: &src,
+        max_steps: steps,
+        eval_every: steps,
+        save_every: 2,
+        keep: 10,
+        export: &[],
+        optim: hat_train::optim::AdamWConfig::default(),
+        matmul: hat_train::config::Matmul::F32,
+    };
+    hat_train::stage::train(&settings, model, stage, out, false, &mut |_| {}).unwrap();
+}
+
+#[test]
+fn a_step_with_nothing_to_learn_leaves_the_weights_and_the_optimiser_alone() {
+    let scripted = || Scripted {
+        learn: vec![0],
+        savable: (0..10).collect(),
+        updated: vec![],
+        step: 0,
+    };
+    let run = tempfile::tempdir().unwrap();
+    // one learning step, against the same step followed by two with no signal (Adam's
+    // moments are non-zero after the first: an update on a zero gradient would move weights)
+    let (_d1, once) = tiny_train_model();
+    let pristine = vars_of(&once);
+    scripted_run(&mut scripted(), &once, &run.path().join("once"), 1);
+    assert_ne!(vars_of(&once), pristine, "step 0 learned");
+    let (_d2, three) = tiny_train_model();
+    let mut s = scripted();
+    scripted_run(&mut s, &three, &run.path().join("three"), 3);
+    assert_eq!(vars_of(&once), vars_of(&three));
+    assert_eq!(
+        s.updated,
+        vec![1],
+        "only the learning step updated the weights"
+    );
+    let m: Vec<serde_json::Value> = std::fs::read_to_string(run.path().join("three/metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(m.len(), 3);
+    assert_eq!(m[1]["grad_norm"], 0.0);
+    assert_eq!(m[1]["loss_tokens"], 0);
+}
+
+#[test]
+fn a_due_checkpoint_waits_until_the_stage_can_resume_from_it() {
+    let (_d, model) = tiny_train_model();
+    let run = tempfile::tempdir().unwrap();
+    // save_every 2: due after steps 2 and 4; the stage allows it only after steps 3 and 6
+    // (state.step 2 and 5 while stepping), and the last step always saves
+    let mut s = Scripted {
+        learn: (0..10).collect(),
+        savable: vec![2, 5],
+        updated: vec![],
+        step: 0,
+    };
+    scripted_run(&mut s, &model, run.path(), 7);
+    let mut saved: Vec<String> = std::fs::read_dir(run.path().join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    saved.sort();
+    assert_eq!(saved, vec!["step-000003", "step-000006", "step-000007"]);
+}

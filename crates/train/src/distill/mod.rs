@@ -23,12 +23,15 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use hat_model::train::TrainModel;
-use hat_model::{Engine, GenerateOutput, GenerateRequest, SamplingParams, Tokenizer, WeightFormat};
+use hat_model::{Engine, GenerateOutput, GenerateRequest, SamplingParams, WeightFormat};
 
 use crate::checkpoint::RunState;
 use crate::error::{Result, TrainError};
 use crate::optim::AdamWConfig;
-use crate::snapshot::load_engine;
+use crate::snapshot::{load_engine, same_tokenizer};
+
+/// Why a teacher must share the student's tokenizer (for [`same_tokenizer`]'s error).
+const WHY: &str = "distillation compares distributions over the same token ids";
 use crate::stage::{add_gradients, train, Event, LoopSettings, Stage, StepWork};
 use crate::tokens::Encoder;
 use prompts::{Prompt, Source};
@@ -235,11 +238,23 @@ pub fn prompt_set(cfg: &DistillConfig) -> Result<PromptSet> {
     for f in &cfg.stream_data {
         stream.extend(prompts::stream(f)?);
     }
-    if general.is_empty() && stream.is_empty() {
-        return Err(TrainError::Invalid(
-            "no prompts to distil on (general_prompts = 0 and no prompt files or stream data)"
-                .into(),
-        ));
+    // the general prompts fill every step that stream prompts do not
+    if general.is_empty() && (cfg.stream_share <= 0.0 || stream.is_empty()) {
+        return Err(TrainError::Config {
+            path: "the training config".into(),
+            message: format!(
+                "no prompts to sample: general_prompts = {} and {} prompt file(s) leave no \
+                 general prompt ({} dropped as IFEval look-alikes, {} held out for \
+                 validation), and no stream prompts are drawn (stream_share = {}, {} in \
+                 stream_data); raise general_prompts or add prompt_files",
+                cfg.general_prompts,
+                cfg.prompt_files.len(),
+                excluded,
+                n_val,
+                cfg.stream_share,
+                stream.len()
+            ),
+        });
     }
     Ok(PromptSet {
         general,
@@ -247,23 +262,6 @@ pub fn prompt_set(cfg: &DistillConfig) -> Result<PromptSet> {
         val,
         excluded,
     })
-}
-
-/// A teacher must read the student's tokens as the same text.
-fn same_tokenizer(student: &Tokenizer, teacher: &Engine, which: &str, path: &Path) -> Result<()> {
-    let probe = "Hi there! Is the hoodie (no.3) 20% off? 好的 ✨ <|im_end|>";
-    let (a, b) = (student, &teacher.tokenizer);
-    if a.vocab_size() != b.vocab_size() || a.encode(probe, false)? != b.encode(probe, false)? {
-        return Err(TrainError::Invalid(format!(
-            "the {which} {} does not share the student's tokenizer (vocabulary {} vs {}); \
-             distillation compares distributions over the same token ids, so use a teacher of \
-             the same model family",
-            path.display(),
-            b.vocab_size(),
-            a.vocab_size()
-        )));
-    }
-    Ok(())
 }
 
 fn snapshot(model: &TrainModel, cfg: &DistillConfig, path: &Path) -> Result<Engine> {
@@ -314,13 +312,14 @@ impl DistillStage {
         out: &Path,
     ) -> Result<Self> {
         let prompts = prompt_set(cfg)?;
+        let samples_stream = cfg.stream_share > 0.0 && !prompts.stream.is_empty();
         let teacher = load_engine(&cfg.teacher, WeightFormat::Original)?;
-        same_tokenizer(encoder.tokenizer(), &teacher, "teacher", &cfg.teacher)?;
-        let stream_teacher = if cfg.stream_share > 0.0 && !prompts.stream.is_empty() {
+        same_tokenizer(encoder.tokenizer(), &teacher, "teacher", &cfg.teacher, WHY)?;
+        let stream_teacher = if samples_stream {
             Some(match &cfg.stream_teacher {
                 Some(path) => {
                     let t = load_engine(path, WeightFormat::Original)?;
-                    same_tokenizer(encoder.tokenizer(), &t, "stream teacher", path)?;
+                    same_tokenizer(encoder.tokenizer(), &t, "stream teacher", path, WHY)?;
                     t
                 }
                 None => snapshot(model, cfg, &out.join("stream-teacher.gguf"))?,
@@ -610,5 +609,27 @@ mod tests {
         assert_eq!(&*s[1], &[1]);
         assert!(std::sync::Arc::ptr_eq(&s[0], &s[3]));
         assert!(scenes(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_config_that_leaves_no_prompt_to_sample_is_refused_before_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let stream = dir.path().join("stream.jsonl");
+        std::fs::write(&stream, "").unwrap();
+        let cfg = DistillConfig {
+            general_prompts: 0,
+            stream_data: vec![stream],
+            stream_share: 0.0,
+            ..DistillConfig::default()
+        };
+        let e = prompt_set(&cfg).unwrap_err().to_string();
+        assert!(e.contains("no prompts to sample"), "{e}");
+        assert!(e.contains("raise general_prompts"), "{e}");
+        // the same with general prompts: ready
+        let cfg = DistillConfig {
+            general_prompts: 8,
+            ..cfg
+        };
+        assert!(!prompt_set(&cfg).unwrap().general.is_empty());
     }
 }

@@ -36,7 +36,7 @@ pub struct RlConfig {
     pub max_turns: usize,
     /// Longest model turn, in tokens.
     pub max_new_tokens: usize,
-    /// Sampling temperature of the rollouts.
+    /// Sampling temperature of the rollouts: 1, the policy itself (other values are refused).
     pub temperature: f32,
     /// PPO clip range of the token ratio: `[1 - clip_low, 1 + clip_high]`.
     pub clip_low: f64,
@@ -65,6 +65,9 @@ pub struct RlConfig {
     /// Write every rollout (token ids, masks, log-probabilities, rewards) to
     /// `rollouts.jsonl`, for other trainers and for inspection.
     pub save_rollouts: bool,
+    /// Steps between checkpoints. With `minibatches > 1` a due checkpoint waits for the end
+    /// of its rollout batch (its remaining minibatches are not saved), so a resume continues
+    /// exactly as the run would have.
     pub save_every: usize,
     pub keep: usize,
     /// GGUF formats (or `hf`) written at the end.
@@ -199,8 +202,10 @@ impl RlConfig {
         if self.minibatches == 0 || self.minibatches > self.tasks_per_step {
             return bad("minibatches must be between 1 and tasks_per_step");
         }
-        if !(self.temperature > 0.0 && self.temperature.is_finite()) {
-            return bad("temperature must be positive (on-policy sampling)");
+        if self.temperature != 1.0 {
+            // the engine records and the trainer computes log-probabilities at temperature 1:
+            // rollouts sampled at another one would be off-policy with no correction
+            return bad("temperature must be 1 (rollouts are trained on as the policy's own samples; at another temperature the importance weights would not correct for it)");
         }
         if !(self.clip_low > 0.0 && self.clip_low < 1.0 && self.clip_high > 0.0) {
             return bad("clip_low must be in (0, 1) and clip_high positive");

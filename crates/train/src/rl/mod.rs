@@ -44,8 +44,6 @@ pub struct RlStage {
     cfg: RlConfig,
     env: Env,
     rollout: Option<LocalModel>,
-    /// The weights changed since the snapshot was taken.
-    stale: bool,
     snapshot: PathBuf,
     reference: Option<Engine>,
     /// Minibatches of the current rollout batch still to train on.
@@ -92,7 +90,6 @@ impl RlStage {
             cfg: cfg.clone(),
             env,
             rollout: None,
-            stale: true,
             snapshot: out.join(format!("rollout-{}.gguf", cfg.rollout_format)),
             reference,
             pending: VecDeque::new(),
@@ -106,10 +103,11 @@ impl RlStage {
         &self.env
     }
 
+    /// A rollout engine on the current weights, built afresh for every batch even when the
+    /// weights did not change (a step with no signal): its request count (the sampling
+    /// seeds) and prefix cache then start empty, so a resumed run draws what the straight
+    /// run drew.
     fn refresh(&mut self, model: &TrainModel) -> Result<()> {
-        if self.rollout.is_some() && !self.stale {
-            return Ok(());
-        }
         // the old engine goes first: two copies of the weights need not coexist
         self.rollout = None;
         let format = snapshot::write(
@@ -127,7 +125,6 @@ impl RlStage {
         // a step's groups share a few system prompts; the trainer needs the memory
         m.set_prefix_cache_bytes(ROLLOUT_PREFIX_CACHE_BYTES);
         self.rollout = Some(m);
-        self.stale = false;
         Ok(())
     }
 
@@ -404,9 +401,9 @@ impl Stage for RlStage {
         Ok(None)
     }
 
-    fn updated(&mut self, _model: &TrainModel, _state: &RunState) -> Result<()> {
-        self.stale = true;
-        Ok(())
+    fn can_checkpoint(&self) -> bool {
+        // the batch's remaining minibatches (and their old log-probabilities) live only here
+        self.pending.is_empty()
     }
 }
 
@@ -417,6 +414,15 @@ pub fn run(cfg: &RlConfig, out: &Path, resume: bool, on: &mut dyn FnMut(Event)) 
     let loaded = TrainModel::load_maybe_lora(&cfg.model, cfg.lora.as_ref())?;
     let model = loaded.model;
     let mut stage = RlStage::new(cfg, out)?;
+    if let Some(reference) = &stage.reference {
+        snapshot::same_tokenizer(
+            &loaded.tokenizer,
+            reference,
+            "reference model",
+            cfg.reference.as_ref().unwrap_or(&cfg.model),
+            "the KL penalty compares the two models' log-probabilities of the same token ids",
+        )?;
+    }
     on(Event::Note(&format!(
         "rollouts: {} train-split tasks under {} harness states (the base and {} train-pool \
          variants); {} tasks x {} rollouts a step, at most {} turns of {} tokens",
@@ -442,4 +448,23 @@ pub fn run(cfg: &RlConfig, out: &Path, resume: bool, on: &mut dyn FnMut(Event)) 
     stage.rollout = None;
     let _ = std::fs::remove_file(&stage.snapshot);
     Ok(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_waits_while_minibatches_of_the_batch_remain() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = RlConfig::preset("smoke").unwrap();
+        c.harness_dir =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+        let mut stage = RlStage::new(&c, dir.path()).unwrap();
+        assert!(stage.can_checkpoint());
+        stage.pending.push_back(Vec::new());
+        assert!(!stage.can_checkpoint(), "a minibatch of the batch is left");
+        stage.pending.pop_front();
+        assert!(stage.can_checkpoint());
+    }
 }
