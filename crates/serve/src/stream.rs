@@ -330,8 +330,14 @@ impl Stream {
     }
 }
 
+/// Writes `bytes` to `path` through a temporary file renamed over it, so a reader (or a
+/// restart after a kill) sees the old content or the new, never a part. The temporary name is
+/// unique per call, so two writers of the same file (a handler and the worker) never write
+/// into one temporary file; the last rename wins.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp-{}-{n}", std::process::id()));
     std::fs::write(&tmp, bytes)
         .and_then(|_| std::fs::rename(&tmp, path))
         .map_err(|e| {
@@ -368,4 +374,35 @@ pub fn valid_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concurrent_atomic_writes_of_one_file_leave_one_whole_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.json");
+        let a = vec![b'a'; 64 * 1024];
+        let b = vec![b'b'; 32 * 1024];
+        std::thread::scope(|s| {
+            for bytes in [&a, &b] {
+                let path = &path;
+                s.spawn(move || {
+                    for _ in 0..50 {
+                        write_atomic(path, bytes).unwrap();
+                    }
+                });
+            }
+        });
+        let got = std::fs::read(&path).unwrap();
+        assert!(
+            got == a || got == b,
+            "a mix of two writes: {} bytes",
+            got.len()
+        );
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temporary file is left behind");
+    }
 }
