@@ -647,7 +647,13 @@ fn parse_function_call(s: &str) -> Result<ToolCall, ParseError> {
 
 /// One JSON value (or Python's True/False/None) at the start of `s`.
 fn parse_value(s: &str) -> Option<(Value, usize)> {
+    // serde_json's stream reader rejects a literal or a number followed directly by `)`
+    // (it takes only whitespace or JSON punctuation after one), which is how the last
+    // argument of a call ends, so these are cut out by hand.
     for (word, v) in [
+        ("true", Value::Bool(true)),
+        ("false", Value::Bool(false)),
+        ("null", Value::Null),
         ("True", Value::Bool(true)),
         ("False", Value::Bool(false)),
         ("None", Value::Null),
@@ -656,8 +662,6 @@ fn parse_value(s: &str) -> Option<(Value, usize)> {
             return Some((v, word.len()));
         }
     }
-    // serde_json's stream reader rejects a number followed directly by `)`,
-    // so numbers are cut out by hand.
     if s.starts_with(|c: char| c.is_ascii_digit() || c == '-') {
         let end = s
             .find(|c: char| !(c.is_ascii_digit() || matches!(c, '-' | '+' | '.' | 'e' | 'E')))
@@ -697,6 +701,34 @@ mod tests {
             assert_eq!(p.calls, vec![call(), call()], "{}", s.as_str());
             assert_eq!(p.text, "Let me check.", "{}", s.as_str());
         }
+    }
+
+    /// Regression: `CALL f(b=true)` was refused, since serde_json's stream reader takes no
+    /// `)` right after a literal, and `format` writes exactly that.
+    #[test]
+    fn booleans_and_null_round_trip_through_every_syntax() {
+        for arguments in [
+            json!({"a": 1, "f": true}),
+            json!({"n": null}),
+            json!({"s": "x", "b": false}),
+            json!({"t": true, "l": [true, null], "o": {"z": false}}),
+        ] {
+            let call = ToolCall {
+                name: "get_product".into(),
+                arguments,
+            };
+            for s in CallSyntax::ALL {
+                let text = s.format(&call);
+                let p = s
+                    .parse(&text)
+                    .unwrap_or_else(|e| panic!("{}: {text}: {e}", s.as_str()));
+                assert_eq!(p.calls, vec![call.clone()], "{}: {text}", s.as_str());
+                assert_eq!(p.text, "", "{}: {text}", s.as_str());
+            }
+        }
+        // a literal is a whole word: `trueish` is not `true`
+        assert!(CallSyntax::Function.parse("CALL f(a=trueish)").is_err());
+        assert!(CallSyntax::Function.parse("CALL f(a=nullx)").is_err());
     }
 
     #[test]
