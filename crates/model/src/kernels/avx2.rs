@@ -27,7 +27,7 @@ pub(crate) unsafe fn quantize_row(x: &[f32], mut r: RowOut) {
             amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, *vk));
         }
         let scale = crate::simd::x86::hmax8(amax) / 127.0;
-        let inv = _mm256_set1_ps(if scale > 0.0 { 1.0 / scale } else { 0.0 });
+        let inv = _mm256_set1_ps(super::inv_scale(scale));
         let q: [__m256i; 4] = std::array::from_fn(|k| _mm256_cvtps_epi32(_mm256_mul_ps(v[k], inv)));
         let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
         let s = _mm_add_epi32(

@@ -17,7 +17,7 @@ pub(crate) unsafe fn quantize_row(x: &[f32], mut r: RowOut) {
         let c = _mm512_loadu_ps(xp.add(b * 32 + 16));
         let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
         let scale = amax / 127.0;
-        let inv = _mm512_set1_ps(if scale > 0.0 { 1.0 / scale } else { 0.0 });
+        let inv = _mm512_set1_ps(super::inv_scale(scale));
         let qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, inv));
         let qc = _mm512_cvtps_epi32(_mm512_mul_ps(c, inv));
         _mm_storeu_si128(qp.add(b * 32) as *mut __m128i, _mm512_cvtepi32_epi8(qa));

@@ -124,12 +124,27 @@ pub(crate) struct QuantX {
     pub(crate) u: Vec<f32>,
 }
 
+/// `1 / scale` for a block of activations, or 0 where that is not finite: a block of zeros,
+/// and one whose largest magnitude is below `127 / f32::MAX` (~3.7e-37, e.g. `silu(g) * u` for
+/// `g <= -88`), whose scale is subnormal. Such a block quantises to zeros with sum 0 on every
+/// path (its f16 scale is 0 anyway); `inf` would map its values to `i32::MIN` / `MAX`, which
+/// overflowed the sum and left each path different int8 bytes.
+#[inline(always)]
+pub(crate) fn inv_scale(scale: f32) -> f32 {
+    let inv = 1.0 / scale;
+    if inv.is_finite() {
+        inv
+    } else {
+        0.0
+    }
+}
+
 /// Quantises one row with the scalar reference.
 fn quantize_row(x: &[f32], mut r: RowOut) {
     for (b, xs) in x.chunks_exact(32).enumerate() {
         let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
         let scale = amax / 127.0;
-        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        let inv = inv_scale(scale);
         let mut sum = 0i32;
         for (t, v) in r.q[b * 32..b * 32 + 32].iter_mut().zip(xs) {
             let q = (v * inv).round() as i32;
@@ -512,6 +527,104 @@ mod tests {
                     for m in [1, 3, 4, 5, 8, 71] {
                         check(isa, dt, rows, cols, m);
                     }
+                }
+            }
+        }
+    }
+
+    /// `x` (`m` rows) quantised on every runnable path: each path's int8 bytes, scales and
+    /// sums equal the scalar reference's exactly. Returns the reference.
+    fn quantised_alike(what: &str, x: &[f32], m: usize) -> QuantX {
+        let cols = x.len() / m;
+        let want = quantize_x(Isa::Scalar, x, m, cols);
+        for isa in crate::simd::tests::paths(what) {
+            let got = quantize_x(isa, x, m, cols);
+            assert_eq!(got.q, want.q, "{isa}: int8 activations");
+            for (name, a, b) in [
+                ("d", &got.d, &want.d),
+                ("s", &got.s, &want.s),
+                ("u", &got.u, &want.u),
+            ] {
+                let (a, b): (Vec<u32>, Vec<u32>) = (
+                    a.iter().map(|v| v.to_bits()).collect(),
+                    b.iter().map(|v| v.to_bits()).collect(),
+                );
+                assert_eq!(a, b, "{isa}: block {name}");
+            }
+        }
+        want
+    }
+
+    /// Blocks whose largest magnitude is below `127 / f32::MAX` have a subnormal scale whose
+    /// inverse is `inf`: they quantise to zeros with sum 0 on every path (the scalar sum
+    /// overflowed, a panic in debug builds, and the paths wrote -128, 0 or 127), and the
+    /// product is the one of the same rows with those blocks zero.
+    #[test]
+    fn tiny_activation_blocks_quantise_to_zero_on_every_path() {
+        let normal = noise(1, 32, 3)
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let tiny_blocks: [Vec<f32>; 3] = [
+            vec![1e-37; 32],
+            (0..32)
+                .map(|k| match k % 4 {
+                    0 => -1e-37,
+                    1 => 3e-38,
+                    2 => -1e-40,
+                    _ => 0.0,
+                })
+                .collect(),
+            (0..32)
+                .map(|k| if k == 7 { -3.5e-37 } else { 1e-45 })
+                .collect(),
+        ];
+        let mut x = Vec::new();
+        let mut zeroed = Vec::new();
+        for (r, order) in [[0, 1, 2, 3], [3, 2, 1, 0]].into_iter().enumerate() {
+            for b in order {
+                let block = tiny_blocks.get(b).unwrap_or(&normal);
+                x.extend(block.iter().map(|v| v * (1 - 2 * r as i32) as f32));
+                let keep = b == 3;
+                zeroed.extend(block.iter().map(|&v| {
+                    if keep {
+                        v * (1 - 2 * r as i32) as f32
+                    } else {
+                        0.0
+                    }
+                }));
+            }
+        }
+        let (m, cols) = (2, 128);
+        let qx = quantised_alike("tiny_activation_blocks_quantise_to_zero", &x, m);
+        // row 0 holds the tiny blocks first, row 1 last
+        for (row, tiny) in [(0usize, 0..3), (1, 1..4)] {
+            for b in tiny {
+                let at = row * cols + b * 32;
+                assert!(
+                    qx.q[at..at + 32].iter().all(|&q| q == 0),
+                    "row {row} block {b}"
+                );
+                let k = row * 4 + b;
+                assert_eq!((qx.d[k], qx.s[k], qx.u[k]), (0.0, 0.0, 0.0));
+            }
+        }
+        let w = noise(20, cols, 4);
+        for dt in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0] {
+            let p = PackedQuant::from_qtensor(&QTensor::quantize(&w, dt).unwrap()).unwrap();
+            let mut reference = vec![f32::NAN; m * 20];
+            p.matmul_on(Isa::Scalar, &x, &mut reference);
+            for isa in Isa::runnable() {
+                let (mut got, mut want) = (vec![f32::NAN; m * 20], vec![f32::NAN; m * 20]);
+                p.matmul_on(isa, &x, &mut got);
+                p.matmul_on(isa, &zeroed, &mut want);
+                assert_eq!(got, want, "{isa} {dt:?}: against the zeroed blocks");
+                for (a, r) in got.iter().zip(&reference) {
+                    assert!(
+                        (a - r).abs() <= 1e-5 * (1.0 + r.abs()),
+                        "{isa} {dt:?}: {a} vs {r}"
+                    );
                 }
             }
         }

@@ -23,7 +23,7 @@ pub(crate) unsafe fn quantize_row(x: &[f32], mut r: RowOut) {
             amax = vmaxq_f32(amax, vabsq_f32(*vk));
         }
         let scale = vmaxvq_f32(amax) / 127.0;
-        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        let inv = super::inv_scale(scale);
         let q: [int32x4_t; 8] = std::array::from_fn(|k| vcvtnq_s32_f32(vmulq_n_f32(v[k], inv)));
         let mut sum = q[0];
         for qk in &q[1..] {
