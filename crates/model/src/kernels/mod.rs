@@ -139,7 +139,8 @@ pub(crate) fn inv_scale(scale: f32) -> f32 {
     }
 }
 
-/// Quantises one row with the scalar reference.
+/// Quantises one row with the scalar reference (round half to even, as the vector paths'
+/// conversions do).
 fn quantize_row(x: &[f32], mut r: RowOut) {
     for (b, xs) in x.chunks_exact(32).enumerate() {
         let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -147,7 +148,7 @@ fn quantize_row(x: &[f32], mut r: RowOut) {
         let inv = inv_scale(scale);
         let mut sum = 0i32;
         for (t, v) in r.q[b * 32..b * 32 + 32].iter_mut().zip(xs) {
-            let q = (v * inv).round() as i32;
+            let q = (v * inv).round_ties_even() as i32;
             *t = q as i8;
             sum += q;
         }
@@ -175,8 +176,8 @@ impl RowOut<'_> {
     }
 }
 
-/// Quantises one row on `isa` (vector paths round half to even instead of away from zero:
-/// ties are measure-zero).
+/// Quantises one row on `isa` (every path rounds half to even, as the vector conversions do,
+/// so all of them write the same bytes).
 fn quantize_row_on(isa: Isa, x: &[f32], r: RowOut) {
     match isa {
         // SAFETY (each arm): the caller checked that the CPU runs `isa`.
@@ -624,6 +625,40 @@ mod tests {
                     assert!(
                         (a - r).abs() <= 1e-5 * (1.0 + r.abs()),
                         "{isa} {dt:?}: {a} vs {r}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// A block whose scale is exactly 1 (largest magnitude 127) with values halfway between
+    /// integers: every path rounds them half to even, the scalar reference too (it rounded
+    /// away from zero), so the int8 bytes and products agree.
+    #[test]
+    fn activation_ties_round_to_even_on_every_path() {
+        let mut block = vec![0f32; 32];
+        let ties = [127.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5, -126.5, 125.5];
+        block[..ties.len()].copy_from_slice(&ties);
+        let even = [127i8, 0, 2, 2, 0, -2, -2, 4, -126, 126];
+        let x: Vec<f32> = block.iter().chain(&block).copied().collect();
+        let qx = quantised_alike("activation_ties_round_to_even_on_every_path", &x, 1);
+        assert_eq!(qx.d, [1.0, 1.0]);
+        for b in 0..2 {
+            assert_eq!(qx.q[b * 32..b * 32 + even.len()], even, "block {b}");
+        }
+        // the kernel-vs-reference check on this row
+        for isa in Isa::runnable() {
+            for dt in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0] {
+                let w = (noise(16, 64, 5) + 0.3).unwrap();
+                let p = PackedQuant::from_qtensor(&QTensor::quantize(&w, dt).unwrap()).unwrap();
+                let (mut got, mut want) = (vec![f32::NAN; 16], vec![f32::NAN; 16]);
+                p.matmul_on(isa, &x, &mut got);
+                p.matmul_on(Isa::Scalar, &x, &mut want);
+                let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+                for (a, r) in got.iter().zip(&want) {
+                    assert!(
+                        (a - r).abs() < 1e-5 * scale,
+                        "{isa} {dt:?}: {a} vs scalar {r}"
                     );
                 }
             }
