@@ -121,14 +121,12 @@ pub(super) unsafe fn gemm(
         }
     };
     let pack_b = |(p, panel): (usize, &mut [u32])| unsafe {
-        pack_panel(
-            pb.get().add(p * PANEL * b.2),
-            b.1,
-            b.2,
-            k,
-            n.saturating_sub(p * PANEL),
-            panel,
-        )
+        // the panel that rounds the count up to even may have no columns: it stays zero (and
+        // its first column would lie past the end of `b`, out of `ptr::add`'s bounds)
+        let j0 = p * PANEL;
+        if j0 < n {
+            pack_panel(pb.get().add(j0 * b.2), b.1, b.2, k, n - j0, panel);
+        }
     };
     if par {
         ap.par_chunks_mut(2 * kp * MR).enumerate().for_each(pack_a);
@@ -232,8 +230,10 @@ unsafe fn pack_transposed16(a: *const f32, cs: usize, k: usize, kp: usize, dst: 
 
 /// Columns `0..min(cols, 16)` of `b` (from its first column; `rs`, `cs` strides) as one
 /// panel: pair `p` of column `j` at `p * 16 + j` (zero past `k` and past the columns).
+/// `cols` is at least 1: `b` points at a column of the operand.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 unsafe fn pack_panel(b: *const f32, rs: usize, cs: usize, k: usize, cols: usize, dst: &mut [u32]) {
+    debug_assert!(cols > 0, "a panel past the operand's last column");
     let cols = cols.min(PANEL);
     let kp = k.div_ceil(2);
     if cs == 1 && cols == PANEL {
@@ -409,9 +409,12 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             ((seed >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
         };
-        // tails in every dimension, k odd and longer than a block, n past a block
+        // tails in every dimension, k odd and longer than a block, n past a block; n = 8 and
+        // 48 (a LoRA rank, three panels) end on a panel that only pads the count to even
         for (m, n, k) in [
             (1, 1, 1),
+            (5, 8, 19),
+            (12, 48, 40),
             (9, 33, 5),
             (17, 70, 67),
             (8, 530, 600),
