@@ -244,7 +244,8 @@ impl OutPtr {
 }
 
 impl PackedQuant {
-    /// Repacks a 2-D Q4_0, Q4_1 or Q8_0 tensor (row length a multiple of 32).
+    /// Repacks a 2-D Q4_0, Q4_1 or Q8_0 tensor (row length a positive multiple of 32, at
+    /// least one row); `None` for any other tensor, which stays as it is.
     pub fn from_qtensor(t: &QTensor) -> Option<Self> {
         let kind = t.dtype();
         let bsize = match kind {
@@ -257,7 +258,8 @@ impl PackedQuant {
             return None;
         }
         let (rows, cols) = (t.shape().dims()[0], t.shape().dims()[1]);
-        if cols % 32 != 0 || rows == 0 {
+        // no columns: nothing to pack, and `matmul` counts activation rows as `len / cols`
+        if cols == 0 || cols % 32 != 0 || rows == 0 {
             return None;
         }
         let data = t.data().ok()?;
@@ -370,6 +372,8 @@ impl PackedQuant {
 
     /// [`PackedQuant::matmul`] on a given path, which the CPU must run ([`Isa::check`]).
     pub(crate) fn matmul_on(&self, isa: Isa, x: &[f32], out: &mut [f32]) {
+        // `from_qtensor` refuses a matrix without columns
+        debug_assert!(self.cols > 0);
         let m = x.len() / self.cols;
         assert_eq!(
             x.len(),
@@ -661,6 +665,21 @@ mod tests {
                         "{isa} {dt:?}: {a} vs scalar {r}"
                     );
                 }
+            }
+        }
+    }
+
+    /// A matrix without columns (or rows) is not packed (`matmul` would divide by zero
+    /// counting activation rows); the smallest real one is.
+    #[test]
+    fn empty_matrices_are_refused() {
+        for dt in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0] {
+            for (rows, cols, packs) in [(4, 0, false), (0, 32, false), (1, 32, true)] {
+                let w = Tensor::zeros((rows, cols), candle_core::DType::F32, &Device::Cpu).unwrap();
+                let q = QTensor::quantize(&w, dt).unwrap();
+                assert_eq!(q.shape().dims(), [rows, cols]);
+                let p = PackedQuant::from_qtensor(&q);
+                assert_eq!(p.is_some(), packs, "{dt:?} {rows}x{cols}");
             }
         }
     }
