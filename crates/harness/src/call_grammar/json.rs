@@ -191,16 +191,38 @@ pub(crate) type Matched = Result<usize, Stop>;
 /// Reads `b` from `i`.
 pub(crate) struct Reader<'a> {
     pub(crate) b: &'a [u8],
+    /// The value must stay on one line: the parser reads it from a line of its own (the
+    /// function and ReAct syntaxes), so whitespace inside it is spaces, tabs and carriage
+    /// returns (which `str::lines` does not split on), never a newline.
+    pub(crate) one_line: bool,
+    /// Texts no string may hold: the syntax's closers (`</tool_call>`), since its parser
+    /// ends a call at the first one, inside a JSON string or not.
+    pub(crate) closers: &'a [&'a [u8]],
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
+    /// Reads JSON as JSON: newlines are whitespace and strings hold any text.
+    pub(crate) fn new(b: &'a [u8]) -> Reader<'a> {
+        Reader {
+            b,
+            one_line: false,
+            closers: &[],
+        }
+    }
+
     fn byte(&self, i: usize) -> Result<u8, Stop> {
         self.b.get(i).copied().ok_or(Stop::More)
     }
 
-    /// The index after any whitespace from `i`.
+    /// The index after any whitespace from `i` (on one line, see [`Reader::one_line`]).
     pub(crate) fn ws(&self, mut i: usize) -> usize {
-        while i < self.b.len() && matches!(self.b[i], b' ' | b'\t' | b'\n' | b'\r') {
+        while i < self.b.len()
+            && match self.b[i] {
+                b' ' | b'\t' | b'\r' => true,
+                b'\n' => !self.one_line,
+                _ => false,
+            }
+        {
             i += 1;
         }
         i
@@ -340,6 +362,15 @@ impl Reader<'_> {
                     Some(_) => return Err(Stop::At(j + 1)),
                 },
                 0..=0x1f => return Err(Stop::At(j)),
+                // a closer cannot overlap an escape (no closer holds a backslash), so it is
+                // matched on the raw bytes, as the parser finds it
+                _ if self
+                    .closers
+                    .iter()
+                    .any(|k| k.last() == Some(&c) && self.b[start..=j].ends_with(k)) =>
+                {
+                    return Err(Stop::At(j))
+                }
                 _ => j += 1,
             }
         };
@@ -490,14 +521,14 @@ mod tests {
     /// prefix checked), `None` when all of it passes.
     fn first_refused(o: &ObjectShape, text: &str) -> Option<usize> {
         let b = text.as_bytes();
-        (1..=b.len()).find_map(|n| match (Reader { b: &b[..n] }).object(0, o, 0) {
+        (1..=b.len()).find_map(|n| match Reader::new(&b[..n]).object(0, o, 0) {
             Err(Stop::At(at)) => Some(at),
             _ => None,
         })
     }
 
     fn complete(o: &ObjectShape, text: &str) -> bool {
-        (Reader { b: text.as_bytes() }).object(0, o, 0) == Ok(text.len())
+        Reader::new(text.as_bytes()).object(0, o, 0) == Ok(text.len())
     }
 
     #[test]
@@ -564,9 +595,7 @@ mod tests {
     #[test]
     fn a_number_is_not_over_until_the_byte_after_it() {
         let o = stock();
-        let r = Reader {
-            b: br#"{"sku":"a","qty":12"#,
-        };
+        let r = Reader::new(br#"{"sku":"a","qty":12"#);
         assert_eq!(r.object(0, &o, 0), Err(Stop::More));
         assert_eq!(first_refused(&o, r#"{"sku":"a","qty":01}"#), Some(18));
         assert_eq!(first_refused(&o, r#"{"sku":"a","qty":-}"#), Some(18));
@@ -589,7 +618,7 @@ mod tests {
         let o = stock();
         let kw = |t: &str| {
             let b = t.as_bytes();
-            (1..=b.len()).find_map(|n| match (Reader { b: &b[..n] }).keywords(0, &o) {
+            (1..=b.len()).find_map(|n| match Reader::new(&b[..n]).keywords(0, &o) {
                 Err(Stop::At(at)) => Some(at),
                 _ => None,
             })
@@ -599,13 +628,7 @@ mod tests {
         assert_eq!(kw(r#"(product_id="P3")"#), Some(1));
         assert_eq!(kw(r#"(size="M")"#), Some(9));
         assert_eq!(kw(r#"(sku=P3)"#), Some(5));
-        assert_eq!(
-            (Reader {
-                b: br#"(sku="P3")"#
-            })
-            .keywords(0, &o),
-            Ok(10)
-        );
+        assert_eq!(Reader::new(br#"(sku="P3")"#).keywords(0, &o), Ok(10));
     }
 
     #[test]
@@ -626,7 +649,7 @@ mod tests {
         let o = Shape::arguments(&json!({"type": "object"}));
         let deep = format!("{{\"a\":{}", "[".repeat(10_000));
         assert!(matches!(
-            (Reader { b: deep.as_bytes() }).object(0, &o, 0),
+            Reader::new(deep.as_bytes()).object(0, &o, 0),
             Err(Stop::At(_))
         ));
     }

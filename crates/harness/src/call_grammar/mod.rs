@@ -38,11 +38,13 @@ enum Step {
     /// One of the harness's tool names.
     Name,
     /// The named tool's arguments as a JSON object; `optional`: the parser reads no object
-    /// as no arguments, which is allowed when the tool requires none.
+    /// as no arguments, which is allowed when the tool requires none. Read under the
+    /// syntax's [`Body`] rules, as are `Keywords`.
     Args { optional: bool },
     /// The arguments as `(key=value, ...)`.
     Keywords,
-    /// Spaces or tabs, then the end of the line or of the answer.
+    /// Spaces, tabs or carriage returns, then the end of the line or of the answer: the
+    /// parser trims the rest of the line, and `str::lines` ends a line at `\n` only.
     LineEnd,
 }
 
@@ -141,7 +143,10 @@ fn template(syntax: CallSyntax) -> &'static [Step] {
             LineEnd,
         ],
         CallSyntax::FunctionTag => &[
-            Lit("<function="),
+            // the parser reads any `<function` tag as a call attempt (`<function>{...}` is
+            // one without its name), so the opener is the tag and `=` must follow it
+            Lit("<function"),
+            Lit("="),
             Name,
             Blanks,
             Lit(">"),
@@ -152,6 +157,33 @@ fn template(syntax: CallSyntax) -> &'static [Step] {
         ],
         CallSyntax::CallAttr => attribute_call!("<call", "tool=\"", "</call>"),
     }
+}
+
+/// Where a syntax's parser looks for the end of a call's arguments, which the grammar must
+/// keep them clear of.
+struct Body {
+    /// The parser reads the call from a line of its own (`str::lines`), so the arguments
+    /// may not hold a newline, not even as JSON whitespace.
+    one_line: bool,
+    /// The parser ends the call's text at the first of these after the opener, inside a
+    /// JSON string or not (only [`CallSyntax::Bracket`]'s reads the arguments as a JSON
+    /// stream), so no string in the arguments may hold one.
+    closers: &'static [&'static str],
+}
+
+fn body(syntax: CallSyntax) -> Body {
+    let (one_line, closers): (bool, &'static [&'static str]) = match syntax {
+        CallSyntax::JsonTags => (false, &["</tool_call>"]),
+        CallSyntax::JsonBlock => (false, &["```"]),
+        CallSyntax::XmlInvoke => (false, &["</invoke>"]),
+        // the input element ends at its closer, the call at its own
+        CallSyntax::ToolUse => (false, &["</input>", "</tool_use>"]),
+        CallSyntax::FunctionTag => (false, &["</function>"]),
+        CallSyntax::CallAttr => (false, &["</call>"]),
+        CallSyntax::Bracket => (false, &[]),
+        CallSyntax::Function | CallSyntax::React => (true, &[]),
+    };
+    Body { one_line, closers }
 }
 
 /// The calls a harness reads, as a check on an answer's text.
@@ -165,6 +197,10 @@ pub struct CallGrammar {
     line_start: bool,
     /// The opener is a tag name (`<invoke`): a name byte right after it makes another word.
     tag: bool,
+    /// The arguments stay on the call's line ([`Body::one_line`]).
+    one_line: bool,
+    /// Texts no string in a call may hold ([`Body::closers`]).
+    closers: Vec<&'static [u8]>,
     /// Tool names with the shape of their arguments.
     tools: Vec<(Vec<u8>, ObjectShape)>,
     /// Call markup of the other syntaxes, which no parser of this harness reads.
@@ -193,12 +229,18 @@ impl CallGrammar {
         if syntax != CallSyntax::JsonTags {
             foreign.push(b"</tool_call>");
         }
+        let Body { one_line, closers } = body(syntax);
         CallGrammar {
             syntax,
             steps,
             opener,
             line_start: matches!(syntax, CallSyntax::Function | CallSyntax::React),
-            tag: matches!(syntax, CallSyntax::XmlInvoke | CallSyntax::CallAttr),
+            tag: matches!(
+                syntax,
+                CallSyntax::XmlInvoke | CallSyntax::CallAttr | CallSyntax::FunctionTag
+            ),
+            one_line,
+            closers: closers.iter().map(|c| c.as_bytes()).collect(),
             tools: tools
                 .into_iter()
                 .map(|(n, s)| (n.as_bytes().to_vec(), Shape::arguments(s)))
@@ -294,7 +336,11 @@ impl CallGrammar {
                 return false;
             }
         }
-        let r = Reader { b: &buf };
+        let r = Reader {
+            b: &buf,
+            one_line: self.one_line,
+            closers: &self.closers,
+        };
         let mut from = 0;
         while let Some(at) = self.next_call(&buf, from) {
             match self.call(&r, at) {
@@ -329,7 +375,7 @@ impl CallGrammar {
         for step in self.steps {
             i = match *step {
                 Lit(s) => r.lit(i, s.as_bytes())?,
-                Ws => r.ws(i),
+                Ws => Reader::new(b).ws(i),
                 Blanks => blanks(b, i),
                 SomeBlanks => {
                     let j = blanks(b, i);
@@ -361,10 +407,13 @@ impl CallGrammar {
                     }
                 }
                 LineEnd => {
-                    let j = blanks(b, i);
+                    let mut j = i;
+                    while matches!(b.get(j), Some(b' ' | b'\t' | b'\r')) {
+                        j += 1;
+                    }
                     match b.get(j) {
                         None => return Err(Stop::More),
-                        Some(b'\n' | b'\r' | 0) => j,
+                        Some(b'\n' | 0) => j,
                         Some(_) => return Err(Stop::At(j)),
                     }
                 }
@@ -687,6 +736,239 @@ mod tests {
             proptest::prop_assert!(g.admits(&text[..s], &text[s..end]));
             if let Some(k) = k {
                 proptest::prop_assert!(!g.admits(&text[..s], &text[s..=k]));
+            }
+        }
+    }
+
+    /// The function and ReAct parsers read a call's arguments on its own line, so the
+    /// grammar may not let them run onto the next one.
+    #[test]
+    fn single_line_calls_keep_their_arguments_on_the_line() {
+        let g = grammar(CallSyntax::React);
+        let t = "Action: t_3876\nAction Input: {\n\"sku\":\"P3\"}";
+        assert!(CallSyntax::React.parse(t).is_err());
+        assert_eq!(first_refused(&g, t), Some(t.find("{\n").unwrap() + 1));
+        let g = grammar(CallSyntax::Function);
+        for t in [
+            "CALL t_3876(\nsku=\"P3\")",
+            "CALL t_3876(sku=\n\"P3\")",
+            "CALL match_goods(category=\"sna\"\n, max_price=1)",
+        ] {
+            assert!(CallSyntax::Function.parse(t).is_err(), "{t:?}");
+            assert_eq!(first_refused(&g, t), Some(t.find('\n').unwrap()), "{t:?}");
+        }
+        // a carriage return does not end a line for `str::lines`: text after one is on
+        // the call's line, where the parser takes only whitespace
+        let t = "CALL t_3876(sku=\"P3\")\rThanks!";
+        assert!(CallSyntax::Function.parse(t).is_err());
+        assert_eq!(first_refused(&g, t), Some(t.find('T').unwrap()));
+        let g = grammar(CallSyntax::React);
+        let t = "Action: t_3876\nAction Input: {\"sku\":\"P3\"}\rThanks!";
+        assert!(CallSyntax::React.parse(t).is_err());
+        assert_eq!(first_refused(&g, t), Some(t.find('T').unwrap()));
+        // whitespace (a carriage return included) within the line, and CRLF after it
+        for syntax in [CallSyntax::Function, CallSyntax::React] {
+            let g = grammar(syntax);
+            let call = syntax.format(&calls()[0]);
+            for t in [
+                format!("{call}\r\nThanks!"),
+                format!("{call} \r \nThanks!"),
+                format!("{call}\r"),
+                call.replace(", ", " ,\r\t")
+                    .replace("\":", "\"\r:")
+                    .replace(",\"", ", \""),
+            ] {
+                assert_eq!(first_refused(&g, &t), None, "{syntax:?}: {t:?}");
+                assert_eq!(syntax.parse(&t).unwrap().calls[..1], calls()[..1], "{t:?}");
+            }
+        }
+    }
+
+    /// The parser reads `<function>{...}` as a call without its name, so the grammar
+    /// takes a `<function` tag only as the opening of `<function=name>`.
+    #[test]
+    fn a_function_tag_names_its_tool() {
+        let g = grammar(CallSyntax::FunctionTag);
+        for t in [
+            "<function>{\"sku\":\"P3\"}</function>",
+            "<function >{\"sku\":\"P3\"}</function>",
+            "<function b\"<function=t_3876>{\"sku\":\"P3\"}</function>",
+        ] {
+            assert!(CallSyntax::FunctionTag.parse(t).is_err(), "{t}");
+            assert_eq!(first_refused(&g, t), Some("<function".len()), "{t}");
+        }
+        assert_eq!(first_refused(&g, "our <functional> tests"), None);
+    }
+
+    /// The tagged parsers end a call at the first closer after its opener, inside a JSON
+    /// string or not, so the grammar refuses a string that holds one.
+    #[test]
+    fn a_string_may_not_hold_its_syntaxs_closer() {
+        for (syntax, closers) in [
+            (CallSyntax::JsonTags, &["</tool_call>"][..]),
+            (CallSyntax::JsonBlock, &["```"]),
+            (CallSyntax::XmlInvoke, &["</invoke>"]),
+            (CallSyntax::ToolUse, &["</input>", "</tool_use>"]),
+            (CallSyntax::FunctionTag, &["</function>"]),
+            (CallSyntax::CallAttr, &["</call>"]),
+        ] {
+            for closer in closers {
+                let held = format!("a {closer} b");
+                // in a value, and in a key of an open object
+                for (name, arguments) in [
+                    ("t_3876", json!({ "sku": held })),
+                    ("free", json!({ held.as_str(): 1 })),
+                ] {
+                    let t = syntax.format(&ToolCall {
+                        name: name.into(),
+                        arguments,
+                    });
+                    assert!(syntax.parse(&t).is_err(), "{t}");
+                    let at = t.find(&held).unwrap() + 2 + closer.len() - 1;
+                    assert_eq!(first_refused(&open_grammar(syntax), &t), Some(at), "{t}");
+                }
+                // the closer cut short, or with its `/` escaped, is plain text
+                let mut fine = vec![closer[..closer.len() - 1].to_string()];
+                if closer.contains('/') {
+                    fine.push(closer.replace('/', "\\/"));
+                }
+                for sku in fine {
+                    let call = ToolCall {
+                        name: "t_3876".into(),
+                        arguments: json!({"sku": format!("a {sku} b")}),
+                    };
+                    let t = serde_json::to_string(&call.arguments).unwrap();
+                    let t = syntax.format(&call).replace(&t, &t.replace("\\\\/", "\\/"));
+                    assert_eq!(first_refused(&grammar(syntax), &t), None, "{t}");
+                    assert_eq!(syntax.parse(&t).unwrap().calls.len(), 1, "{t}");
+                }
+            }
+        }
+    }
+
+    /// The test tools and `free` (any arguments) and `flags` (a boolean and a null).
+    fn open_grammar(syntax: CallSyntax) -> CallGrammar {
+        let mut s = schemas();
+        s.push(("free", json!({"type": "object"})));
+        s.push((
+            "flags",
+            json!({"type": "object", "properties": {
+                "f": {"type": "boolean"}, "n": {"type": "null"}, "q": {"type": "string"}}}),
+        ));
+        CallGrammar::new(syntax, s.iter().map(|(n, v)| (*n, v)))
+    }
+
+    /// Pieces of calls in every syntax, for texts the grammar admits; no NUL, which ends
+    /// an answer.
+    const CALL_PIECES: &[&str] = &[
+        "<tool_call>",
+        "</tool_call>",
+        "```tool",
+        "```",
+        "CALL ",
+        "(",
+        ")",
+        "=",
+        ",",
+        ":",
+        "<invoke",
+        " name=\"",
+        "</invoke>",
+        "[[",
+        "]]",
+        "<tool_use>",
+        "<name>",
+        "</name>",
+        "<input>",
+        "</input>",
+        "</tool_use>",
+        "Action:",
+        "Action Input:",
+        "<function=",
+        "<function",
+        "</function>",
+        "<call",
+        " tool=\"",
+        "</call>",
+        "{",
+        "}",
+        "[",
+        "]",
+        "\"",
+        ">",
+        "\"name\"",
+        "\"arguments\"",
+        "\"tool\"",
+        "\"args\"",
+        "t_3876",
+        "free",
+        "flags",
+        "list_coupons",
+        "\"t_3876\"",
+        "\"free\"",
+        "\"flags\"",
+        "\"sku\"",
+        "sku",
+        "\"f\"",
+        "f",
+        "\"n\"",
+        "n",
+        "\"q\"",
+        "q",
+        "\"P3\"",
+        "true",
+        "false",
+        "null",
+        "True",
+        "12",
+        "-",
+        ".5",
+        "\"a ",
+        " b\"",
+        "\n",
+        "\r",
+        "\r\n",
+        " ",
+        "\t",
+        "hi",
+        "é",
+        "\\",
+        "\u{3000}",
+    ];
+
+    proptest::proptest! {
+        /// Every answer the grammar admits to its end is one the syntax's parser reads:
+        /// pieces are added while the grammar admits them, and the answer ends where it
+        /// admits the end.
+        #[test]
+        fn every_answer_the_grammar_admits_parses(
+            picks in proptest::collection::vec(0usize..1000, 0..60),
+            syntax in 0..CallSyntax::ALL.len(),
+        ) {
+            let syntax = CallSyntax::ALL[syntax];
+            let g = open_grammar(syntax);
+            let whole: Vec<String> = [
+                json!({"sku": "P3", "size": "M"}),
+                json!({"f": true}),
+                json!({"q": "x", "f": false, "n": null}),
+            ]
+            .into_iter()
+            .zip(["t_3876", "flags", "flags"])
+            .map(|(a, n)| syntax.format(&ToolCall { name: n.into(), arguments: a }))
+            .collect();
+            let mut text = String::new();
+            for p in picks {
+                let piece = match CALL_PIECES.get(p % (CALL_PIECES.len() + whole.len())) {
+                    Some(piece) => *piece,
+                    None => &whole[p % (CALL_PIECES.len() + whole.len()) - CALL_PIECES.len()],
+                };
+                if g.admits(text.as_bytes(), piece.as_bytes()) {
+                    text.push_str(piece);
+                }
+            }
+            if g.admits(text.as_bytes(), b"\0") {
+                let parsed = syntax.parse(&text);
+                proptest::prop_assert!(parsed.is_ok(), "{}: {text:?}: {parsed:?}", syntax.as_str());
             }
         }
     }
