@@ -104,7 +104,7 @@ pub fn prompt(
 ) -> Result<Vec<Message>, HarnessError> {
     let limits = harness.viewer_limits();
     let mut msgs = opening(task, harness, world)?;
-    let notes = harness.inject_notes(event_kind(task.event), &event_vars(task.event));
+    let notes = harness.inject_notes(event_kind(task.event), &event_vars(task.event, limits));
     msgs.push(Message::user(render_turn(
         &event_line_with(task.event, limits),
         &notes,

@@ -633,10 +633,15 @@ pub fn expect(task: &Task, harness: &Harness, world: &World) -> Result<Expectati
             )));
         }
     }
-    let vars = crate::task::event_vars(&task.event);
+    let vars = crate::task::event_vars(&task.event, harness.viewer_limits());
     e.constraints = harness.reply_constraints(&vars);
     if let Some(v) = task.viewer() {
         e.strip.push(v.to_string());
+        // the name as the prompt shows it, which is what a reply echoes
+        let shown = hat_harness::text::viewer_text(v, harness.viewer_limits().name);
+        if shown != v {
+            e.strip.push(shown);
+        }
     }
     e.strip.extend(e.constraints.require.iter().cloned());
     e.strip.extend(e.constraints.ends_with.iter().cloned());

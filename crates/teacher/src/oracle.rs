@@ -115,7 +115,11 @@ pub fn trajectory_with(
         .map_err(|e| AgentError::World(e.to_string()))?;
     run?;
     let draft = compose(task, world, &results, rng);
-    let reply = harness.review_reply_static(&draft, &event_vars(&task.event), &mut log);
+    let reply = harness.review_reply_static(
+        &draft,
+        &event_vars(&task.event, harness.viewer_limits()),
+        &mut log,
+    );
     messages.push(Message::assistant(reply.clone()));
     Ok(Trajectory {
         task_id: task.id.clone(),

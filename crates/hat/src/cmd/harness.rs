@@ -175,7 +175,7 @@ pub fn run(cmd: HarnessCmd) -> Result<()> {
             };
             let limits = h.viewer_limits();
             let system = h.render_system(&stream_value_with(&scene, &world, limits))?;
-            let notes = h.inject_notes(event_kind(&event), &event_vars(&event));
+            let notes = h.inject_notes(event_kind(&event), &event_vars(&event, limits));
             let turn = render_turn(&event_line_with(&event, limits), &notes);
             if size {
                 println!(
