@@ -8,9 +8,10 @@
 //! tools, bad arguments, endless tool rounds) is bounded and recorded,
 //! never a crash.
 
+use hat_harness::render::render_turn;
 use hat_harness::{CallGrammar, Harness, HookDecision, Message, ReplyReview};
 use hat_tasks::episode::{prompt, Scene, StoreBackend};
-use hat_tasks::task::{event_kind, event_vars};
+use hat_tasks::task::{event_kind, event_line_with, event_vars};
 use hat_tasks::Attempt;
 use hat_world::World;
 use std::sync::Arc;
@@ -294,7 +295,7 @@ impl<'a> Episode<'a> {
         cfg: EpisodeConfig,
     ) -> Result<Episode<'a>, AgentError> {
         let messages = prompt(&scene, harness, world)?;
-        let vars = event_vars(scene.event);
+        let vars = event_vars(scene.event, harness.viewer_limits());
         let mut ep = Episode {
             scene,
             harness,
@@ -319,7 +320,19 @@ impl<'a> Episode<'a> {
             },
         };
         let event = serde_json::to_value(scene.event).unwrap_or_default();
-        let outcome = harness.on_event(event_kind(scene.event), &event, &ep.vars, &mut ep.log);
+        let kind = event_kind(scene.event);
+        let outcome = harness.on_event(kind, &event, &ep.vars, &mut ep.log);
+        // The prompt holds the `inject` notes; a command hook's context (its
+        // `additional_context`) is known only now that it has run: the event's turn is
+        // written again with every note, in hook order.
+        if outcome.notes != harness.inject_notes(kind, &ep.vars) {
+            if let Some(turn) = ep.messages.last_mut() {
+                turn.content = render_turn(
+                    &event_line_with(scene.event, harness.viewer_limits()),
+                    &outcome.notes,
+                );
+            }
+        }
         if let Some(reason) = outcome.blocked {
             ep.attempt
                 .format_errors
@@ -408,10 +421,17 @@ impl<'a> Episode<'a> {
                     self.attempt.calls.push(c);
                 }
             }
+            // On the last turn the episode allows, a retry could never be written: the
+            // review repairs the draft (or sends the hook's fallback) at once, as it does a
+            // second attempt, instead of asking for a rewrite and leaving the viewer silent.
             Ok(parsed) => match self.harness.review_reply(
                 &parsed.text,
                 &self.vars,
-                self.retries,
+                if self.turns >= self.cfg.max_turns {
+                    self.retries.max(1)
+                } else {
+                    self.retries
+                },
                 &mut self.log,
             ) {
                 ReplyReview::Retry(feedback) => {
