@@ -248,7 +248,8 @@ pub fn cpu_flags() -> String {
     }
 }
 
-/// Replaces `x` by `exp(x - max)` and returns the sum.
+/// Replaces `x` by `exp(x - max)` and returns the sum; a row of `-inf` (no mass anywhere)
+/// becomes zeros with sum 0.
 pub fn softmax_unnormalised(x: &mut [f32]) -> f32 {
     softmax_unnormalised_on(isa(), x)
 }
@@ -265,6 +266,10 @@ pub(crate) fn softmax_unnormalised_on(isa: Isa, x: &mut [f32]) -> f32 {
         Isa::Neon | Isa::NeonDot => unsafe { neon::softmax(x) },
         _ => {
             let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            if max == f32::NEG_INFINITY {
+                x.fill(0.0);
+                return 0.0;
+            }
             let mut sum = 0.0;
             for v in x.iter_mut() {
                 *v = (*v - max).exp();
@@ -312,7 +317,8 @@ pub(crate) fn exp_shift_on(isa: Isa, x: &mut [f32], shift: f32) -> f32 {
 }
 
 /// `ln(sum(exp(x)))`, computed stably (used for the log-probability of every generated
-/// token over the whole vocabulary, so it runs once per token on ~50k logits).
+/// token over the whole vocabulary, so it runs once per token on ~50k logits); `-inf` for a
+/// row of `-inf` or an empty one.
 pub fn log_sum_exp(x: &[f32]) -> f32 {
     log_sum_exp_on(isa(), x)
 }
@@ -328,6 +334,9 @@ pub(crate) fn log_sum_exp_on(isa: Isa, x: &[f32]) -> f32 {
         Isa::Neon | Isa::NeonDot => unsafe { neon::log_sum_exp(x) },
         _ => {
             let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            if max == f32::NEG_INFINITY {
+                return max;
+            }
             let sum: f64 = x.iter().map(|&v| ((v - max) as f64).exp()).sum();
             sum.ln() as f32 + max
         }
@@ -438,6 +447,54 @@ pub(crate) mod tests {
                 }
                 let ws: f32 = x.iter().map(|v| (v - 3.25).exp()).sum();
                 assert!((sum - ws).abs() <= 1e-5 * ws.max(1e-30), "{isa} n={n}");
+            }
+        }
+    }
+
+    /// Rows of `-inf` (no mass anywhere): softmax gives zeros with sum 0 and log-sum-exp
+    /// `-inf` on every path (they gave NaN, a tiny uniform row or zeros); a row with one 0
+    /// among `-inf` gives exactly one 1, and `exp` far below the smallest normal float is 0 on
+    /// the vector paths, close to the scalar value near it.
+    #[test]
+    fn rows_without_mass_agree_on_every_path() {
+        let ninf = f32::NEG_INFINITY;
+        for isa in paths("rows_without_mass_agree_on_every_path") {
+            for n in [1usize, 3, 4, 7, 8, 9, 15, 16, 17, 33] {
+                let mut x = vec![ninf; n];
+                assert_eq!(softmax_unnormalised_on(isa, &mut x), 0.0, "{isa} n={n}");
+                assert!(x.iter().all(|&v| v == 0.0), "{isa} n={n}: {x:?}");
+                assert_eq!(log_sum_exp_on(isa, &vec![ninf; n]), ninf, "{isa} n={n}");
+                for one in [0, n / 2, n - 1] {
+                    let mut x = vec![ninf; n];
+                    x[one] = 0.0;
+                    assert_eq!(log_sum_exp_on(isa, &x), 0.0, "{isa} n={n}");
+                    assert_eq!(softmax_unnormalised_on(isa, &mut x), 1.0, "{isa} n={n}");
+                    let mut want = vec![0f32; n];
+                    want[one] = 1.0;
+                    assert_eq!(x, want, "{isa} n={n} one at {one}");
+                }
+            }
+            assert_eq!(log_sum_exp_on(isa, &[]), ninf, "{isa}");
+            assert_eq!(softmax_unnormalised_on(isa, &mut []), 0.0, "{isa}");
+            // near and below the smallest normal float, 8 lanes and a tail
+            let x = [
+                -87.0, -87.2, -87.29, -87.31, -87.5, -90.0, -103.0, -200.0, -87.1, ninf, -300.0,
+            ];
+            let mut y = x;
+            exp_shift_on(isa, &mut y, 0.0);
+            for (&a, &v) in y.iter().zip(&x) {
+                let b = v.exp();
+                if v >= -87.29 {
+                    assert!((a - b).abs() <= 1e-6 * b, "{isa} exp({v}): {a} vs {b}");
+                } else {
+                    assert!(
+                        a <= b.max(f32::MIN_POSITIVE) * 1.000_001,
+                        "{isa} exp({v}): {a} vs {b}"
+                    );
+                }
+                if v < -104.0 {
+                    assert_eq!(a, 0.0, "{isa} exp({v})");
+                }
             }
         }
     }

@@ -1,14 +1,20 @@
 //! aarch64 Advanced SIMD element-wise kernels (4 lanes), the same `exp` as the x86 paths:
 //! `2^n * p(r)` with `x = n ln2 + r` and a degree-6 polynomial, the power of two built in the
-//! exponent bits (input clamped to [-87, 88]).
+//! exponent bits (input clamped to [-87.3, 88], 0 below -87.3).
 
 use std::arch::aarch64::*;
 
-/// `exp` on 4 lanes.
+/// Below this `exp` is under ~1.2e-38, about the smallest normal float: [`exp4`], which
+/// builds the power of two in the exponent bits, returns 0 there (as x86's `exp8`).
+const EXP_ZERO_BELOW: f32 = -87.3;
+
+/// `exp` on 4 lanes; lanes below [`EXP_ZERO_BELOW`] (`-inf` too) give 0.
 #[inline]
 #[target_feature(enable = "neon")]
 pub(crate) fn exp4(x: float32x4_t) -> float32x4_t {
-    let x = vminq_f32(vmaxq_f32(x, vdupq_n_f32(-87.0)), vdupq_n_f32(88.0));
+    let lo = vdupq_n_f32(EXP_ZERO_BELOW);
+    let under = vcltq_f32(x, lo);
+    let x = vminq_f32(vmaxq_f32(x, lo), vdupq_n_f32(88.0));
     let n = vrndnq_f32(vmulq_n_f32(x, std::f32::consts::LOG2_E));
     let r = vfmsq_f32(x, n, vdupq_n_f32(0.693_145_75));
     let r = vfmsq_f32(r, n, vdupq_n_f32(1.428_606_8e-6));
@@ -17,12 +23,19 @@ pub(crate) fn exp4(x: float32x4_t) -> float32x4_t {
         p = vfmaq_f32(vdupq_n_f32(c), p, r);
     }
     let pow2 = vshlq_n_s32::<23>(vaddq_s32(vcvtnq_s32_f32(n), vdupq_n_s32(127)));
-    vmulq_f32(p, vreinterpretq_f32_s32(pow2))
+    let e = vmulq_f32(p, vreinterpretq_f32_s32(pow2));
+    // clear the lanes below the bound
+    vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(e), under))
 }
 
+/// Replaces `x` by `exp(x - max)` and returns the sum (zeros and 0 for a row of `-inf`).
 #[target_feature(enable = "neon")]
 pub(crate) unsafe fn softmax(x: &mut [f32]) -> f32 {
     let max = max(x);
+    if max == f32::NEG_INFINITY {
+        x.fill(0.0);
+        return 0.0;
+    }
     exp_shift(x, max)
 }
 
@@ -58,12 +71,16 @@ pub(crate) unsafe fn exp_shift(x: &mut [f32], max: f32) -> f32 {
     s
 }
 
+/// `ln(sum(exp(x)))` (`-inf` for a row of `-inf` or an empty one).
 #[target_feature(enable = "neon")]
 pub(crate) unsafe fn log_sum_exp(x: &[f32]) -> f32 {
     let n = x.len();
     let full = n / 4 * 4;
     let p = x.as_ptr();
     let max = max(x);
+    if max == f32::NEG_INFINITY {
+        return max;
+    }
     let m = vdupq_n_f32(max);
     let mut sum = vdupq_n_f32(0.0);
     for i in (0..full).step_by(4) {

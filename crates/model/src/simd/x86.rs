@@ -27,15 +27,19 @@ pub(crate) fn exp16(x: __m512) -> __m512 {
     _mm512_scalef_ps(p, n)
 }
 
-/// `exp` on 8 lanes. The input is clamped to [-87, 88] so that the power of two can be built
-/// in the exponent bits (exp(-87) ~ 1.6e-38 stands in for 0; nothing here needs the overflow).
+/// Below this `exp` is under ~1.2e-38, about the smallest normal float: [`exp8`] (and NEON's
+/// `exp4`), which build the power of two in the exponent bits, return 0 there.
+const EXP_ZERO_BELOW: f32 = -87.3;
+
+/// `exp` on 8 lanes. The input is clamped to `EXP_ZERO_BELOW..=88` so that the power of two
+/// can be built in the exponent bits, and lanes below [`EXP_ZERO_BELOW`] (`-inf` too) give 0
+/// (nothing here needs the overflow).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) fn exp8(x: __m256) -> __m256 {
-    let x = _mm256_min_ps(
-        _mm256_max_ps(x, _mm256_set1_ps(-87.0)),
-        _mm256_set1_ps(88.0),
-    );
+    let lo = _mm256_set1_ps(EXP_ZERO_BELOW);
+    let under = _mm256_cmp_ps::<_CMP_LT_OQ>(x, lo);
+    let x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0));
     let n = _mm256_round_ps(
         _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
@@ -50,7 +54,7 @@ pub(crate) fn exp8(x: __m256) -> __m256 {
         _mm256_cvtps_epi32(n),
         _mm256_set1_epi32(127),
     ));
-    _mm256_mul_ps(p, _mm256_castsi256_ps(pow2))
+    _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(pow2)))
 }
 
 /// Horizontal sum of 8 lanes.
@@ -83,9 +87,14 @@ pub(crate) fn mask8(n: usize) -> __m256i {
     )
 }
 
+/// Replaces `x` by `exp(x - max)` and returns the sum (zeros and 0 for a row of `-inf`).
 #[target_feature(enable = "avx512f")]
 pub(crate) unsafe fn softmax_avx512(x: &mut [f32]) -> f32 {
     let max = max_avx512(x);
+    if max == f32::NEG_INFINITY {
+        x.fill(0.0);
+        return 0.0;
+    }
     exp_shift_avx512(x, max)
 }
 
@@ -126,9 +135,14 @@ pub(crate) unsafe fn exp_shift_avx512(x: &mut [f32], max: f32) -> f32 {
     _mm512_reduce_add_ps(sum)
 }
 
+/// Replaces `x` by `exp(x - max)` and returns the sum (zeros and 0 for a row of `-inf`).
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn softmax_avx2(x: &mut [f32]) -> f32 {
     let max = max_avx2(x);
+    if max == f32::NEG_INFINITY {
+        x.fill(0.0);
+        return 0.0;
+    }
     exp_shift_avx2(x, max)
 }
 
@@ -166,6 +180,7 @@ pub(crate) unsafe fn exp_shift_avx2(x: &mut [f32], max: f32) -> f32 {
     hsum8(sum)
 }
 
+/// `ln(sum(exp(x)))` (`-inf` for a row of `-inf` or an empty one).
 #[target_feature(enable = "avx512f")]
 pub(crate) unsafe fn log_sum_exp_avx512(x: &[f32]) -> f32 {
     let n = x.len();
@@ -183,6 +198,9 @@ pub(crate) unsafe fn log_sum_exp_avx512(x: &[f32]) -> f32 {
         mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, p.add(k)));
     }
     let max = _mm512_reduce_max_ps(mx);
+    if max == f32::NEG_INFINITY {
+        return max;
+    }
     let mv = _mm512_set1_ps(max);
     let mut sum = _mm512_setzero_ps();
     for k in (0..n).step_by(16) {
@@ -193,12 +211,16 @@ pub(crate) unsafe fn log_sum_exp_avx512(x: &[f32]) -> f32 {
     _mm512_reduce_add_ps(sum).ln() + max
 }
 
+/// `ln(sum(exp(x)))` (`-inf` for a row of `-inf` or an empty one).
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn log_sum_exp_avx2(x: &[f32]) -> f32 {
     let n = x.len();
     let p = x.as_ptr();
     let full = n / 8 * 8;
     let max = max_avx2(x);
+    if max == f32::NEG_INFINITY {
+        return max;
+    }
     let mv = _mm256_set1_ps(max);
     // two accumulators: the adds would otherwise wait on each other
     let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
