@@ -3,7 +3,9 @@
 //! The event goes to the program as JSON on stdin. Exit 0 allows (stdout may
 //! hold a JSON decision), exit 2 blocks (stderr is the reason fed back to the
 //! model); any other exit, a crash or a timeout is a hook failure that the
-//! hook's policy handles. The stream never waits longer than the timeout.
+//! hook's policy handles, and so is an answer that cannot be read. When the hook exits,
+//! whatever it left running is killed. The stream waits at most the timeout for the hook,
+//! then at most a second for its output.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -112,14 +114,14 @@ pub fn run(
     });
     let out_rx = read_pipe(child.stdout.take());
     let err_rx = read_pipe(child.stderr.take());
-    let status = match child.wait_timeout(timeout) {
+    let waited = child.wait_timeout(timeout);
+    // Whatever the hook left running goes with it, so nothing it started outlives the turn,
+    // and its children's copies of stdout and stderr close: the pipes are read to their end,
+    // which a child left running (`sleep 100 &`) would otherwise hold off for good.
+    kill_group(&child);
+    let status = match waited {
         Ok(Some(s)) => s,
         Ok(None) => {
-            #[cfg(unix)]
-            // SAFETY: signals the process group this function created for the child.
-            unsafe {
-                libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
-            }
             let _ = child.kill();
             let _ = child.wait();
             return CommandOutcome::Failed(format!(
@@ -127,11 +129,29 @@ pub fn run(
                 timeout.as_millis()
             ));
         }
-        Err(e) => return CommandOutcome::Failed(format!("waiting for `{prog}` failed: {e}")),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return CommandOutcome::Failed(format!("waiting for `{prog}` failed: {e}"));
+        }
     };
-    let grace = Duration::from_millis(200);
-    let (stdout, out_over) = out_rx.recv_timeout(grace).unwrap_or_default();
-    let (stderr, err_over) = err_rx.recv_timeout(grace).unwrap_or_default();
+    // The group is dead, so the pipes close at once, unless a process the hook started left
+    // the group (`setsid`) and still holds one; the wait for it is bounded.
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    let Ok((stdout, out_over)) =
+        out_rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+    else {
+        // Its decision cannot be known: a failure for the hook's on_error, never an allow.
+        return CommandOutcome::Failed(format!(
+            "`{prog}` exited but its stdout stayed open (a process it started outside its \
+             process group holds it), so its answer cannot be read; a hook must not leave \
+             processes running"
+        ));
+    };
+    // Unreadable stderr is no reason: exit 2 still blocks, with the default reason.
+    let (stderr, err_over) = err_rx
+        .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+        .unwrap_or_default();
     if out_over || err_over {
         return CommandOutcome::Failed(format!(
             "`{prog}` wrote more than {MAX_OUTPUT_BYTES} bytes to its {}; a hook answers with a \
@@ -168,6 +188,19 @@ pub fn run(
         )),
         None => CommandOutcome::Failed(format!("`{prog}` was killed by a signal")),
     }
+}
+
+/// Kills the process group [`run`] made for `child`, what the hook started included. After
+/// the hook itself has been reaped its id cannot go to another process while the group still
+/// has members, and an empty group makes this a no-op.
+fn kill_group(child: &std::process::Child) {
+    #[cfg(unix)]
+    // SAFETY: signals the process group this function's caller created for the child.
+    unsafe {
+        libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL);
+    }
+    #[cfg(not(unix))]
+    let _ = child;
 }
 
 /// Reads up to [`MAX_OUTPUT_BYTES`] of a pipe; the flag says there was more.
@@ -381,6 +414,90 @@ mod tests {
             tries += 1;
         }
         assert!(dead(), "sleep {pid} outlived its hook");
+    }
+
+    /// Review finding: a hook that left a child holding its stdout (`sleep 100 &`) had its
+    /// output lost (the read waited for an end of file that never came, and read as empty:
+    /// an allow), and the child outlived the turn.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_child_left_running_is_killed_and_the_decision_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let pidfile = d.path().join("pid");
+        let script = format!(
+            "cat >/dev/null; echo '{{\"reply\": \"redacted\"}}'; sleep 100 & echo $! > {}",
+            pidfile.display()
+        );
+        let out = run(
+            &sh(&script),
+            &[],
+            None,
+            &json!({"reply": "call me at 555-0100"}),
+            Duration::from_secs(30),
+        );
+        assert_eq!(
+            out,
+            CommandOutcome::Allow(Some(json!({"reply": "redacted"})))
+        );
+        let pid = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .to_string();
+        // The read ended, so the child's end of the pipe closed: it was killed. Killed is
+        // gone, or a zombie waiting for its new parent to reap it.
+        let dead = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |st| {
+                st.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        };
+        let mut tries = 0;
+        while !dead() && tries < 100 {
+            std::thread::sleep(Duration::from_millis(100));
+            tries += 1;
+        }
+        assert!(dead(), "sleep {pid} outlived its hook");
+    }
+
+    /// A process that left the hook's group (`setsid`) still holds stdout after the group is
+    /// killed: the hook's answer is unknown, which is a failure (its on_error decides),
+    /// never an allow.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn stdout_held_past_the_group_is_a_failure() {
+        if !["/usr/bin/setsid", "/bin/setsid"]
+            .iter()
+            .any(|p| std::path::Path::new(p).exists())
+        {
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let pidfile = d.path().join("pid");
+        // the hook exits only once its child has left the group (it writes its pid from
+        // inside the new session), so the kill cannot catch it first
+        let script = format!(
+            "cat >/dev/null; echo '{{\"reply\": \"redacted\"}}'; \
+             setsid sh -c 'echo $$ > {p}; exec sleep 100' & \
+             while [ ! -s {p} ]; do sleep 0.01; done",
+            p = pidfile.display()
+        );
+        let out = run(&sh(&script), &[], None, &json!({}), Duration::from_secs(30));
+        let pid: libc::pid_t = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // SAFETY: the test's own `sleep`, outside the group `run` killed.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+        assert!(
+            matches!(out, CommandOutcome::Failed(ref m) if m.contains("stdout stayed open")),
+            "{out:?}"
+        );
     }
 
     #[test]
