@@ -115,6 +115,7 @@ pub(crate) fn causal_attention_on(
     scale: f32,
     shared: Option<(&Tensor, &Tensor)>,
 ) -> Result<Tensor> {
+    isa.debug_assert_runs();
     let (b, h, t, hd) = q.dims4()?;
     let (_, kvh, total, _) = k.dims4()?;
     if let Some((sk, sv)) = shared {

@@ -372,6 +372,7 @@ impl PackedQuant {
 
     /// [`PackedQuant::matmul`] on a given path, which the CPU must run ([`Isa::check`]).
     pub(crate) fn matmul_on(&self, isa: Isa, x: &[f32], out: &mut [f32]) {
+        isa.debug_assert_runs();
         // `from_qtensor` refuses a matrix without columns
         debug_assert!(self.cols > 0);
         let m = x.len() / self.cols;

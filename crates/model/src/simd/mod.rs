@@ -129,6 +129,22 @@ impl Isa {
     pub fn best() -> Isa {
         Isa::runnable()[0]
     }
+
+    /// In debug builds, panics unless this CPU runs the path: the safe `*_on` functions run
+    /// the path's `#[target_feature]` code on their caller's word, and call this first.
+    #[inline]
+    pub(crate) fn debug_assert_runs(self) {
+        #[cfg(debug_assertions)]
+        {
+            static RUNNABLE: std::sync::OnceLock<Vec<Isa>> = std::sync::OnceLock::new();
+            if !RUNNABLE.get_or_init(Isa::runnable).contains(&self) {
+                panic!(
+                    "the {self} path was asked for on a CPU that cannot run it: {}",
+                    self.check().err().unwrap_or_default()
+                );
+            }
+        }
+    }
 }
 
 /// Whether the CPU has AVX-VNNI (the VEX-encoded 256-bit `vpdpbusd`).
@@ -256,6 +272,7 @@ pub fn softmax_unnormalised(x: &mut [f32]) -> f32 {
 
 /// [`softmax_unnormalised`] on a given path, which the CPU must run ([`Isa::check`]).
 pub(crate) fn softmax_unnormalised_on(isa: Isa, x: &mut [f32]) -> f32 {
+    isa.debug_assert_runs();
     match isa {
         // SAFETY (each arm): `isa()` or the caller checked the CPU runs the path.
         #[cfg(target_arch = "x86_64")]
@@ -282,6 +299,7 @@ pub(crate) fn softmax_unnormalised_on(isa: Isa, x: &mut [f32]) -> f32 {
 
 /// The largest element of `x` (`-inf` for an empty slice), on a given path the CPU runs.
 pub(crate) fn max_on(isa: Isa, x: &[f32]) -> f32 {
+    isa.debug_assert_runs();
     match isa {
         // SAFETY (each arm): the caller checked the CPU runs the path.
         #[cfg(target_arch = "x86_64")]
@@ -297,6 +315,7 @@ pub(crate) fn max_on(isa: Isa, x: &[f32]) -> f32 {
 /// Replaces `x` by `exp(x - shift)` and returns the sum, on a given path the CPU runs. With
 /// `shift` a log-sum-exp of a row that holds `x`, these are the row's probabilities directly.
 pub(crate) fn exp_shift_on(isa: Isa, x: &mut [f32], shift: f32) -> f32 {
+    isa.debug_assert_runs();
     match isa {
         // SAFETY (each arm): the caller checked the CPU runs the path.
         #[cfg(target_arch = "x86_64")]
@@ -325,6 +344,7 @@ pub fn log_sum_exp(x: &[f32]) -> f32 {
 
 /// [`log_sum_exp`] on a given path, which the CPU must run.
 pub(crate) fn log_sum_exp_on(isa: Isa, x: &[f32]) -> f32 {
+    isa.debug_assert_runs();
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => unsafe { x86::log_sum_exp_avx512(x) },
@@ -361,6 +381,7 @@ pub fn silu_mul(y: &[f32], i: usize, out: &mut [f32]) {
 
 /// [`silu_mul`] on a given path, which the CPU must run.
 pub(crate) fn silu_mul_on(isa: Isa, y: &[f32], i: usize, out: &mut [f32]) {
+    isa.debug_assert_runs();
     for (yr, o) in y.chunks_exact(2 * i).zip(out.chunks_exact_mut(i)) {
         let (g, u) = yr.split_at(i);
         match isa {
@@ -496,6 +517,49 @@ pub(crate) mod tests {
                     assert_eq!(a, 0.0, "{isa} exp({v})");
                 }
             }
+        }
+    }
+
+    /// In debug builds every safe `*_on` function refuses a path this CPU cannot run (they
+    /// run its `#[target_feature]` code on the caller's word).
+    #[cfg(debug_assertions)]
+    #[test]
+    fn on_functions_refuse_a_path_the_cpu_lacks() {
+        let Some(other) = Isa::ALL.into_iter().find(|i| i.check().is_err()) else {
+            return eprintln!("every path runs here: nothing to refuse");
+        };
+        let refused = |what: &str, f: &dyn Fn()| {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            assert!(r.is_err(), "{what} ran the {other} path");
+        };
+        let x = [0.5f32; 64];
+        refused("softmax_unnormalised_on", &|| {
+            softmax_unnormalised_on(other, &mut x.clone());
+        });
+        refused("max_on", &|| {
+            max_on(other, &x);
+        });
+        refused("exp_shift_on", &|| {
+            exp_shift_on(other, &mut x.clone(), 1.0);
+        });
+        refused("log_sum_exp_on", &|| {
+            log_sum_exp_on(other, &x);
+        });
+        refused("silu_mul_on", &|| {
+            silu_mul_on(other, &x, 32, &mut [0.0; 32])
+        });
+        use candle_core::{quantized::GgmlDType, quantized::QTensor, Device, Tensor};
+        let w = Tensor::ones((16, 64), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let q = QTensor::quantize(&w, GgmlDType::Q8_0).unwrap();
+        let p = crate::kernels::PackedQuant::from_qtensor(&q).unwrap();
+        refused("matmul_on", &|| p.matmul_on(other, &x, &mut [0.0; 16]));
+        let t = Tensor::ones((1, 1, 2, 8), candle_core::DType::F32, &Device::Cpu).unwrap();
+        refused("causal_attention_on", &|| {
+            let _ = crate::attention::causal_attention_on(other, &t, &t, &t, &[0], 1.0, None);
+        });
+        // the runnable ones pass
+        for isa in Isa::runnable() {
+            isa.debug_assert_runs();
         }
     }
 
