@@ -545,6 +545,7 @@ impl HarnessSpec {
 }
 
 pub fn write_files(files: &FileMap, dir: &Path) -> Result<(), HarnessError> {
+    let programs = hook_programs(files);
     for (rel, text) in files {
         let path = dir.join(rel);
         let err = |source| HarnessError::Write {
@@ -556,15 +557,37 @@ pub fn write_files(files: &FileMap, dir: &Path) -> Result<(), HarnessError> {
         }
         let tmp = path.with_extension("hat-tmp");
         std::fs::write(&tmp, text).map_err(err)?;
-        // Hook scripts must stay runnable after a copy.
+        // Hook scripts must stay runnable after a copy: those under hooks/, and any other a
+        // command hook runs (`./scripts/mod.sh`); written without the bit it fails to start on
+        // every event.
         #[cfg(unix)]
-        if rel.starts_with("hooks/") {
+        if rel.starts_with("hooks/") || programs.contains(rel.as_str()) {
             use std::os::unix::fs::PermissionsExt;
             let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755));
         }
         std::fs::rename(&tmp, &path).map_err(err)?;
     }
     Ok(())
+}
+
+/// The files command hooks run (`./scripts/mod.sh` as `scripts/mod.sh`), as `hooks.toml` in
+/// `files` names them.
+fn hook_programs(files: &FileMap) -> std::collections::BTreeSet<String> {
+    let Some(v) = files
+        .get("hooks.toml")
+        .and_then(|t| toml::from_str::<toml::Value>(t).ok())
+    else {
+        return Default::default();
+    };
+    v.get("hooks")
+        .and_then(|h| h.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|hook| hook.get("command")?.as_array()?.first()?.as_str())
+        .filter(|p| crate::command::is_local_program(p))
+        .filter_map(|p| p.strip_prefix("./"))
+        .map(str::to_string)
+        .collect()
 }
 
 #[cfg(test)]
@@ -683,6 +706,35 @@ mod tests {
                 && problems[0].message.contains("symbolic link"),
             "{problems:?}"
         );
+    }
+
+    /// Review finding: writing a harness (`hat augment`) kept the executable bit only under
+    /// hooks/, so `command = ["./scripts/mod.sh"]` was written 0644 and failed to start.
+    #[cfg(unix)]
+    #[test]
+    fn every_program_a_hook_runs_stays_executable_when_written() {
+        use std::os::unix::fs::PermissionsExt;
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+        let (mut files, problems) = read_dir(&src).unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        let script = files.remove("hooks/no-medical-claims.sh").unwrap();
+        files.insert("scripts/mod.sh".into(), script);
+        let hooks = files["hooks.toml"].replace("./hooks/no-medical-claims.sh", "./scripts/mod.sh");
+        files.insert("hooks.toml".into(), hooks);
+        let (spec, problems) = parse(&files);
+        assert!(problems.is_empty(), "{problems:?}");
+        let d = tempfile::tempdir().unwrap();
+        spec.unwrap().write_to(d.path()).unwrap();
+        let mode = |rel: &str| {
+            std::fs::metadata(d.path().join(rel))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        assert_eq!(mode("scripts/mod.sh"), 0o755);
+        assert_eq!(mode("hooks.toml") & 0o111, 0);
+        crate::Harness::load(d.path()).unwrap();
     }
 
     /// Red-team finding: `when: [[[...]]]` 32,000 deep took 8.5 s to parse; 100 KB ran past 20 s.
