@@ -30,6 +30,8 @@ pub const MAX_ARMS: usize = 16;
 pub const MAX_OUTCOMES_PER_REQUEST: usize = 1000;
 /// Largest purchase amount accepted.
 pub const MAX_AMOUNT: f64 = 1e9;
+/// Most viewers a running experiment remembers as exposed (a few MB); see [`Running`].
+const EXPOSED_CACHE: usize = if cfg!(test) { 64 } else { 100_000 };
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -105,7 +107,9 @@ pub struct Running {
     pub versions: Vec<Arc<Version>>,
     /// Each arm's model: 0 is the server's own, then the `--arm-model`s in order.
     pub models: Vec<usize>,
-    /// Viewers whose exposure is recorded, so repeat events skip the database.
+    /// Viewers whose exposure is recorded, so repeat events skip the database. Only a cache:
+    /// the table's `INSERT OR IGNORE` keeps the first exposure, so the set is emptied when it
+    /// reaches [`EXPOSED_CACHE`] rather than grow with every viewer the experiment serves.
     exposed: Mutex<std::collections::HashSet<String>>,
 }
 
@@ -353,20 +357,29 @@ impl Experiments {
 
     /// Records that `viewer` on `stream` is served by `arm` (the first exposure counts).
     pub fn expose(&self, r: &Running, arm: usize, viewer: &str, stream: &str) {
-        let fresh = r
+        let cached = r
             .exposed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(viewer.to_string());
-        if !fresh {
+            .contains(viewer);
+        if cached {
             return;
         }
         let res = self.db().execute(
             "INSERT OR IGNORE INTO exposures (experiment, viewer, stream, arm, at) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![r.def.name, viewer, stream, arm as i64, now()],
         );
-        if let Err(e) = res {
-            tracing::error!(error = %e, "recording an exposure");
+        match res {
+            // Cached only once written: a viewer cached before a failed write was never
+            // recorded, so their outcomes were refused until a restart.
+            Ok(_) => {
+                let mut set = r.exposed.lock().unwrap_or_else(|e| e.into_inner());
+                if set.len() >= EXPOSED_CACHE {
+                    set.clear();
+                }
+                set.insert(viewer.to_string());
+            }
+            Err(e) => tracing::error!(error = %e, "recording an exposure"),
         }
     }
 
@@ -744,6 +757,68 @@ mod tests {
             ex.stop(&started[0]).unwrap();
             assert!(ex.running().is_none());
         }
+    }
+
+    fn exposures(ex: &Experiments, name: &str) -> i64 {
+        ex.db()
+            .query_row(
+                "SELECT COUNT(*) FROM exposures WHERE experiment = ?1",
+                [name],
+                |r| r.get(0),
+            )
+            .unwrap()
+    }
+
+    /// Review finding: a viewer went into the exposed set before the database write; when the
+    /// write failed, later events skipped it, so the viewer was never recorded and their
+    /// outcomes were refused until a restart. The set also grew with every viewer.
+    #[test]
+    fn an_exposure_whose_write_failed_is_written_at_the_next_event_and_the_cache_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = harnesses();
+        let hash = h.active().hash().to_string();
+        let ex = Experiments::open(dir.path(), &h, vec!["hat".into()]).unwrap();
+        ex.start(def("e", &hash, Unit::Viewer), &h).unwrap();
+        let r = ex.running().unwrap();
+        // the write fails: the table is gone
+        ex.db()
+            .execute_batch("ALTER TABLE exposures RENAME TO exposures_away")
+            .unwrap();
+        ex.expose(&r, 0, "lily", "s1");
+        ex.db()
+            .execute_batch("ALTER TABLE exposures_away RENAME TO exposures")
+            .unwrap();
+        assert_eq!(exposures(&ex, "e"), 0);
+        ex.expose(&r, 0, "lily", "s1");
+        assert_eq!(
+            exposures(&ex, "e"),
+            1,
+            "the next event records the exposure"
+        );
+        let out = ex
+            .outcomes(&[Outcome {
+                viewer: "lily".into(),
+                kind: OutcomeKind::PageView,
+                amount: None,
+            }])
+            .unwrap();
+        assert_eq!(out["recorded"], 1);
+
+        for i in 0..3 * EXPOSED_CACHE {
+            ex.expose(&r, 1, &format!("v{i}"), "s1");
+        }
+        let cached = r.exposed.lock().unwrap().len();
+        assert!(cached <= EXPOSED_CACHE, "{cached} viewers cached");
+        assert_eq!(exposures(&ex, "e"), 1 + 3 * EXPOSED_CACHE as i64);
+        // a viewer who fell out of the cache keeps their first exposure
+        ex.expose(&r, 1, "lily", "s2");
+        let arm: i64 = ex
+            .db()
+            .query_row("SELECT arm FROM exposures WHERE viewer = 'lily'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(arm, 0);
     }
 
     /// A store with two unstopped experiments (written before the start race was fixed)
