@@ -866,6 +866,38 @@ impl Harness {
     }
 
     /// Counts for the one-line summary.
+    /// Command hooks whose program, a file of the harness folder, nobody may execute: such
+    /// a hook fails to start on every event, which `on_error = "allow"` (the default) turns
+    /// into letting everything through. Checked where a folder is loaded for use (the CLI,
+    /// `hat serve`'s trusted loads), not by [`Harness::load`] itself: a server strips the
+    /// execute bits of untrusted uploads and refuses their command hooks for that reason.
+    /// Empty off Unix, where no bit says.
+    pub fn unrunnable_hooks(&self) -> Vec<Problem> {
+        let Some(root) = &self.root else {
+            return Vec::new();
+        };
+        let hooks_toml = std::fs::read_to_string(root.join("hooks.toml")).unwrap_or_default();
+        self.hooks
+            .iter()
+            .filter_map(|h| match &h.action {
+                Action::Command { argv, .. } => {
+                    let rel = argv.first()?.strip_prefix("./")?;
+                    let mode = not_executable(&root.join(rel))?;
+                    Some(Problem::new(
+                        "hooks.toml",
+                        line_of(&hooks_toml, &format!("\"{}\"", h.id)),
+                        format!(
+                            "hook `{}` runs `./{rel}`, which is not executable (mode {mode:o}); \
+                             run `chmod +x {rel}` in the harness folder",
+                            h.id
+                        ),
+                    ))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     pub fn summary(&self) -> String {
         let m = &self.spec.manifest;
         format!(
@@ -993,4 +1025,66 @@ pub fn tools_by_op(h: &Harness) -> BTreeMap<Op, Vec<&str>> {
         }
     }
     m
+}
+
+/// The permission bits of `path` when it is a file no one may execute; `None` for anything
+/// else (an executable file, one that cannot be read, or any file off Unix).
+fn not_executable(path: &Path) -> Option<u32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        let mode = meta.permissions().mode() & 0o7777;
+        (meta.is_file() && mode & 0o111 == 0).then_some(mode)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// `hat harness check` passed a command hook whose program was not executable; it failed
+    /// to start on every event (with on_error = "allow", every reply went through unchecked).
+    #[test]
+    fn a_hook_program_that_cannot_be_executed_is_named_with_its_line() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+        let (mut files, _) = files::read_dir(&src).unwrap();
+        let script = files.remove("hooks/no-medical-claims.sh").unwrap();
+        files.insert("scripts/mod.sh".into(), script);
+        let hooks = files["hooks.toml"].replace("./hooks/no-medical-claims.sh", "./scripts/mod.sh");
+        files.insert("hooks.toml".into(), hooks.clone());
+        let d = tempfile::tempdir().unwrap();
+        for (rel, text) in &files {
+            let path = d.path().join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        let script = d.path().join("scripts/mod.sh");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+        // the folder loads (a server may still refuse its command hooks for other reasons)
+        let h = Harness::load(d.path()).unwrap();
+        let problems = h.unrunnable_hooks();
+        let id_line = line_of(&hooks, "\"no-medical-claims\"");
+        assert!(
+            problems.len() == 1
+                && problems[0].file == "hooks.toml"
+                && problems[0].line == id_line
+                && id_line.is_some()
+                && problems[0].message.contains("`./scripts/mod.sh`")
+                && problems[0].message.contains("not executable (mode 644)")
+                && problems[0].message.contains("chmod +x scripts/mod.sh"),
+            "{problems:?}"
+        );
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(Harness::load(d.path())
+            .unwrap()
+            .unrunnable_hooks()
+            .is_empty());
+    }
 }

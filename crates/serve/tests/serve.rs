@@ -403,6 +403,30 @@ fn a_harness_refused_by_the_gate_changes_nothing() {
     r.stop();
 }
 
+/// A hook program nobody may execute would fail on every event, and the production hook's
+/// `on_error = "allow"` would then let every reply through: such a folder is refused.
+#[cfg(unix)]
+#[test]
+fn a_folder_whose_hook_program_cannot_run_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(config(dir.path()), Duration::ZERO);
+    let zoe = renamed_harness(dir.path(), "Zoe");
+    let script = zoe.join("hooks/no-medical-claims.sh");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, v) = json("POST", &r.url("/v1/harness"), &json!({"path": zoe}));
+    assert_eq!(code, 422, "{v}");
+    assert!(
+        v.to_string()
+            .contains("chmod +x hooks/no-medical-claims.sh"),
+        "{v}"
+    );
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (code, v) = json("POST", &r.url("/v1/harness"), &json!({"path": zoe}));
+    assert_eq!(code, 200, "{v}");
+    r.stop();
+}
+
 #[test]
 fn a_default_stream_exists_from_the_start_and_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();

@@ -84,7 +84,15 @@ impl GateOpts {
 }
 
 pub fn load(dir: &Path) -> Result<Harness> {
-    match Harness::load(dir) {
+    let loaded = Harness::load(dir).and_then(|h| {
+        let unrunnable = h.unrunnable_hooks();
+        if unrunnable.is_empty() {
+            Ok(h)
+        } else {
+            Err(HarnessError::Invalid(unrunnable))
+        }
+    });
+    match loaded {
         Ok(h) => Ok(h),
         Err(HarnessError::Invalid(problems)) => {
             for p in &problems {

@@ -116,6 +116,17 @@ fn no_commands_in_uploads(v: Version) -> Result<Version> {
     ))
 }
 
+/// A harness whose command hooks can all start ([`hat_harness::Harness::unrunnable_hooks`]):
+/// one that cannot would let every reply through under `on_error = "allow"`.
+fn runnable(v: Version) -> Result<Version> {
+    let problems = v.harness.unrunnable_hooks();
+    if problems.is_empty() {
+        Ok(v)
+    } else {
+        Err(ServeError::InvalidHarness(problems))
+    }
+}
+
 /// `POST /v1/harness`: `{"path": DIR}` for a folder on the server, or a zip archive of the
 /// folder as the body (`Content-Type: application/zip`). Validated like `hat harness
 /// check`; an invalid harness changes nothing (422 with its problems).
@@ -139,7 +150,7 @@ pub async fn upload(
                 Ok((dir, source, created)) => {
                     let loaded = load_dir(&dir, source.clone()).and_then(|v| {
                         if trusted {
-                            Ok(v)
+                            runnable(v)
                         } else {
                             no_commands_in_uploads(v)
                         }
@@ -195,7 +206,7 @@ pub async fn upload(
                 if written_by_clients && !history.knows(v.hash()) {
                     no_commands_in_uploads(v)
                 } else {
-                    Ok(v)
+                    runnable(v)
                 }
             })
         })
