@@ -23,6 +23,7 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -145,24 +146,74 @@ struct ResetBody {
     seed: Option<u64>,
 }
 
-/// Parses a request body; an empty body is `T::default()` when `empty` allows it.
+/// Largest request body (a step's text is one model turn; 2 MiB is far above any).
+pub const MAX_BODY: usize = 2 * 1024 * 1024;
+
+/// A request error naming the field at fault: `{"error": "session: invalid type ...",
+/// "field": "session"}`.
+fn bad_field(status: StatusCode, field: &str, message: impl std::fmt::Display) -> Response {
+    (
+        status,
+        Json(json!({"error": format!("{field}: {message}"), "field": field})),
+    )
+        .into_response()
+}
+
+/// Parses a request body; an empty body is `T::default()` when `empty` allows it. Errors are
+/// JSON and name the field (`session`, `text`), as serde_json's own message does not; a body
+/// over [`MAX_BODY`] gets a JSON 413 (axum's own rejection is plain text).
 fn body<T: serde::de::DeserializeOwned + Default>(
-    bytes: &[u8],
+    bytes: Result<axum::body::Bytes, BytesRejection>,
     empty: bool,
 ) -> Result<T, Box<Response>> {
+    let bytes = bytes.map_err(|e| {
+        let status = e.status();
+        Box::new(if status == StatusCode::PAYLOAD_TOO_LARGE {
+            bad_field(
+                status,
+                "body",
+                format!("over the {MAX_BODY}-byte limit; send a smaller request"),
+            )
+        } else {
+            bad_field(status, "body", e.body_text())
+        })
+    })?;
     if empty && bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(bytes).map_err(|e| {
-        Box::new(error(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("request body: {e}"),
-        ))
-    })
+    use serde_json::error::Category;
+    let reply = |field: &str, inner: serde_json::Error| {
+        let syntax = matches!(
+            inner.classify(),
+            Category::Syntax | Category::Eof | Category::Io
+        );
+        let (field, message) = if syntax {
+            ("body", format!("not valid JSON: {inner}"))
+        } else {
+            (field, inner.to_string())
+        };
+        Box::new(bad_field(StatusCode::UNPROCESSABLE_ENTITY, field, message))
+    };
+    let de = &mut serde_json::Deserializer::from_slice(&bytes);
+    let v = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." || path == "?" {
+            "body".to_string()
+        } else {
+            path
+        };
+        reply(&field, e.into_inner())
+    })?;
+    // trailing text after the object is refused, as serde_json::from_slice does
+    de.end().map_err(|e| reply("body", e))?;
+    Ok(v)
 }
 
-async fn reset(State(app): State<Arc<App>>, bytes: axum::body::Bytes) -> Response {
-    let b: ResetBody = match body(&bytes, true) {
+async fn reset(
+    State(app): State<Arc<App>>,
+    bytes: Result<axum::body::Bytes, BytesRejection>,
+) -> Response {
+    let b: ResetBody = match body(bytes, true) {
         Ok(b) => b,
         Err(r) => return *r,
     };
@@ -258,8 +309,11 @@ struct StepBody {
     text: String,
 }
 
-async fn step(State(app): State<Arc<App>>, bytes: axum::body::Bytes) -> Response {
-    let b: StepBody = match body(&bytes, false) {
+async fn step(
+    State(app): State<Arc<App>>,
+    bytes: Result<axum::body::Bytes, BytesRejection>,
+) -> Response {
+    let b: StepBody = match body(bytes, false) {
         Ok(b) => b,
         Err(r) => return *r,
     };
@@ -325,6 +379,7 @@ pub fn router(cfg: EnvConfig, cat: Catalogue) -> Router {
         .route("/v1/info", get(info))
         .route("/v1/reset", post(reset))
         .route("/v1/step", post(step))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(app)
 }
 

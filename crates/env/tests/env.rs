@@ -188,3 +188,54 @@ fn concurrent_resets_never_pass_the_session_limit() {
         "{opened} sessions opened with a limit of 4"
     );
 }
+
+fn post_raw(url: &str, body: &str) -> (u16, Value) {
+    match ureq::post(url)
+        .set("content-type", "application/json")
+        .send_string(body)
+    {
+        Ok(r) => (r.status(), r.into_json().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap()),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Review finding: bodies were parsed with serde_json alone, whose errors do not name the
+/// field (`invalid type: string "x", expected u64 at line 1 column 13`), and a body over the
+/// limit got axum's plain-text 413.
+#[test]
+fn body_errors_are_json_and_name_the_field() {
+    let server = Background::start(
+        hat_env::router(cfg(), Catalogue::build(&cfg()).unwrap()),
+        ([127, 0, 0, 1], 0).into(),
+    )
+    .unwrap();
+    let step = format!("{}/v1/step", server.url());
+    let (code, e) = post(&step, json!({"session": "x", "text": "a"}));
+    assert_eq!(code, 422, "{e}");
+    assert_eq!(e["field"], "session", "{e}");
+    assert!(e["error"].as_str().unwrap().starts_with("session: "), "{e}");
+    let (code, e) = post(&step, json!({"session": 1, "text": 5}));
+    assert_eq!((code, &e["field"]), (422, &json!("text")), "{e}");
+    let (code, e) = post(
+        &format!("{}/v1/reset", server.url()),
+        json!({"task": 1, "state": "zero"}),
+    );
+    assert_eq!((code, &e["field"]), (422, &json!("state")), "{e}");
+    let (code, e) = post_raw(&step, r#"{"session": 1,"#);
+    assert_eq!((code, &e["field"]), (422, &json!("body")), "{e}");
+    assert!(
+        e["error"].as_str().unwrap().contains("not valid JSON"),
+        "{e}"
+    );
+    let (code, e) = post_raw(&step, r#"{"session": 1, "text": "a"} trailing"#);
+    assert_eq!((code, &e["field"]), (422, &json!("body")), "{e}");
+    let huge = format!(
+        r#"{{"session": 1, "text": "{}"}}"#,
+        "a".repeat(hat_env::MAX_BODY)
+    );
+    let (code, e) = post_raw(&step, &huge);
+    assert_eq!(code, 413, "{e}");
+    assert_eq!(e["field"], "body", "{e}");
+    assert!(e["error"].as_str().unwrap().contains("limit"), "{e}");
+}
