@@ -4,8 +4,8 @@
 //!
 //! - `GET /v1/info`: the harness states (label, hash, call syntax) and the number of tasks.
 //! - `POST /v1/reset` `{"task": i?, "state": j?, "seed": s?}`: starts an episode (task and state
-//!   drawn from `seed` when not given); returns `session`, the task, the state, the harness's
-//!   tools (OpenAI form) and the prompt messages.
+//!   drawn from `seed` when not given); returns `session`, the task, the state, the seed, the
+//!   harness's tools (OpenAI form) and the prompt messages.
 //! - `POST /v1/step` `{"session": id, "text": "..."}`: the model's turn; returns the messages
 //!   it caused (tool results, hook or parse feedback) and, at the end, `done` with the
 //!   scorer's verdict (`reward` = fraction of components passed, `pass`, components, reason).
@@ -217,10 +217,12 @@ async fn reset(
         Ok(b) => b,
         Err(r) => return *r,
     };
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
-        b.seed
-            .unwrap_or_else(|| app.next.load(Ordering::Relaxed).wrapping_mul(0x9E37_79B9)),
-    );
+    // The episode's id, and the default seed, come from one fetch_add: the seed used to be
+    // read with a load before the counter advanced, so concurrent unseeded resets shared a
+    // seed and drew the same episode.
+    let id = app.next.fetch_add(1, Ordering::Relaxed) + 1;
+    let seed = b.seed.unwrap_or_else(|| id.wrapping_mul(0x9E37_79B9));
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let (n_tasks, n_states) = (app.cat.tasks.len(), app.cat.states.len());
     let task = b.task.unwrap_or_else(|| rng.gen_range(0..n_tasks));
     let state = b.state.unwrap_or_else(|| rng.gen_range(0..n_states));
@@ -230,7 +232,6 @@ async fn reset(
             format!("task {task} / state {state}: there are {n_tasks} tasks and {n_states} states (GET /v1/info)"),
         );
     }
-    let id = app.next.fetch_add(1, Ordering::Relaxed) + 1;
     let (tx, rx) = std::sync::mpsc::channel();
     {
         let mut s = app.sessions.lock().unwrap_or_else(|e| e.into_inner());
@@ -293,6 +294,7 @@ async fn reset(
         "task_id": t.id,
         "task_type": t.kind.as_str(),
         "state": state,
+        "seed": seed,
         "harness_hash": h.hash,
         "call_syntax": h.syntax.as_str(),
         "tools": h.openai_tools(),

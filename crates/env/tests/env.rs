@@ -239,3 +239,34 @@ fn body_errors_are_json_and_name_the_field() {
     assert_eq!(e["field"], "body", "{e}");
     assert!(e["error"].as_str().unwrap().contains("limit"), "{e}");
 }
+
+/// Review finding: the default seed of an unseeded reset was read from the counter before
+/// it advanced, so concurrent unseeded resets could share a seed and draw the same episode.
+/// The seed now comes from the same fetch_add as the session id (and is returned).
+#[test]
+fn unseeded_resets_each_get_their_own_seed() {
+    let server = Background::start(
+        hat_env::router(cfg(), Catalogue::build(&cfg()).unwrap()),
+        ([127, 0, 0, 1], 0).into(),
+    )
+    .unwrap();
+    let url = format!("{}/v1/reset", server.url());
+    let seeds: Vec<u64> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..16)
+            .map(|_| {
+                let url = url.clone();
+                s.spawn(move || {
+                    let (code, r) = post_raw(&url, "");
+                    assert_eq!(code, 200, "{r}");
+                    r["seed"].as_u64().unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let distinct: std::collections::BTreeSet<u64> = seeds.iter().copied().collect();
+    assert_eq!(distinct.len(), seeds.len(), "{seeds:?}");
+    // a seed given is the seed used
+    let (_, r) = post(&url, json!({"seed": 7}));
+    assert_eq!(r["seed"], 7);
+}
