@@ -4,8 +4,9 @@
 //!
 //! - `GET /v1/info`: the harness states (label, hash, call syntax) and the number of tasks.
 //! - `POST /v1/reset` `{"task": i?, "state": j?, "seed": s?}`: starts an episode (task and state
-//!   drawn from `seed` when not given); returns `session`, the task, the state, the seed, the
-//!   harness's tools (OpenAI form) and the prompt messages.
+//!   drawn from `seed` when not given, redrawn while the state cannot run the task); returns
+//!   `session`, the task, the state, the seed, the harness's tools (OpenAI form) and the
+//!   prompt messages.
 //! - `POST /v1/step` `{"session": id, "text": "..."}`: the model's turn; returns the messages
 //!   it caused (tool results, hook or parse feedback) and, at the end, `done` with the
 //!   scorer's verdict (`reward` = fraction of components passed, `pass`, components, reason).
@@ -29,7 +30,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -222,16 +223,24 @@ async fn reset(
     // seed and drew the same episode.
     let id = app.next.fetch_add(1, Ordering::Relaxed) + 1;
     let seed = b.seed.unwrap_or_else(|| id.wrapping_mul(0x9E37_79B9));
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let (n_tasks, n_states) = (app.cat.tasks.len(), app.cat.states.len());
-    let task = b.task.unwrap_or_else(|| rng.gen_range(0..n_tasks));
-    let state = b.state.unwrap_or_else(|| rng.gen_range(0..n_states));
-    if task >= n_tasks || state >= n_states {
+    let out_of_range = |i: &Option<usize>, n| i.is_some_and(|i| i >= n);
+    if out_of_range(&b.task, n_tasks) || out_of_range(&b.state, n_states) {
+        let shown = |i: Option<usize>| i.map_or("random".to_string(), |i| i.to_string());
         return error(
             StatusCode::BAD_REQUEST,
-            format!("task {task} / state {state}: there are {n_tasks} tasks and {n_states} states (GET /v1/info)"),
+            format!(
+                "task {} / state {}: there are {n_tasks} tasks and {n_states} states (GET /v1/info)",
+                shown(b.task),
+                shown(b.state)
+            ),
         );
     }
+    let pick = session::Pick {
+        task: b.task,
+        state: b.state,
+        rng: rand_chacha::ChaCha8Rng::seed_from_u64(seed),
+    };
     let (tx, rx) = std::sync::mpsc::channel();
     {
         let mut s = app.sessions.lock().unwrap_or_else(|e| e.into_inner());
@@ -260,7 +269,7 @@ async fn reset(
     let (cat, turns, idle) = (app.cat.clone(), app.cfg.max_turns, app.cfg.idle);
     let spawned = std::thread::Builder::new()
         .name(format!("hat-env-{id}"))
-        .spawn(move || session::run(cat, task, state, turns, idle, rx, first_tx));
+        .spawn(move || session::run(cat, pick, turns, idle, rx, first_tx));
     if let Err(e) = spawned {
         release();
         return error(
@@ -268,8 +277,8 @@ async fn reset(
             format!("starting the episode: {e}"),
         );
     }
-    let obs = match first_rx.await {
-        Ok(Ok(o)) => o,
+    let session::Started { obs, task, state } = match first_rx.await {
+        Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             release();
             return error(StatusCode::UNPROCESSABLE_ENTITY, e);

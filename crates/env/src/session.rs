@@ -6,12 +6,14 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use serde_json::Value;
 
 use hat_agent::episode::{CallCheck, Episode, EpisodeConfig};
 use hat_harness::Message;
-use hat_tasks::{expect, score, Task};
+use hat_tasks::{expect, score, Expectations, Task, TaskError};
 use hat_world::World;
 
 use crate::Catalogue;
@@ -51,32 +53,72 @@ pub(crate) enum Cmd {
     Ping,
 }
 
+/// Draws in a row that may find no task runnable under its state before a random reset gives
+/// up (as `hat train rl` does).
+pub const MAX_DRAWS: usize = 100;
+
+/// The task and harness state a reset asked for; what it left out is drawn from `rng`.
+pub(crate) struct Pick {
+    pub task: Option<usize>,
+    pub state: Option<usize>,
+    pub rng: ChaCha8Rng,
+}
+
+/// The first observation of an episode, with the task and state it runs.
+pub(crate) struct Started {
+    pub obs: Observation,
+    pub task: usize,
+    pub state: usize,
+}
+
+/// Resolves `pick` to a task and a state the harness can run, with the task's world and gold.
+/// A task kind can be impossible under a state (a shipping question when the state has no
+/// shipping tool): what the client left out is drawn again, up to [`MAX_DRAWS`] times, so a
+/// random reset never fails for it; a task and state the client named get the error.
+fn choose(cat: &Catalogue, mut pick: Pick) -> Result<(usize, usize, World, Expectations), String> {
+    let (n_tasks, n_states) = (cat.tasks.len(), cat.states.len());
+    let drawn = pick.task.is_none() || pick.state.is_none();
+    let mut last = String::new();
+    for _ in 0..if drawn { MAX_DRAWS } else { 1 } {
+        let task = pick.task.unwrap_or_else(|| pick.rng.gen_range(0..n_tasks));
+        let state = pick
+            .state
+            .unwrap_or_else(|| pick.rng.gen_range(0..n_states));
+        let t = &cat.tasks[task];
+        let world = World::generate(t.world_seed)
+            .map_err(|e| format!("building the world of task {}: {e}", t.id))?;
+        match expect(t, &cat.states[state].harness, &world) {
+            Ok(exp) => return Ok((task, state, world, exp)),
+            Err(e @ TaskError::NotApplicable(_)) if drawn => {
+                last = format!("task {} under state {state}: {e}", t.id)
+            }
+            Err(e) => return Err(format!("task {} under state {state}: {e}", t.id)),
+        }
+    }
+    Err(format!(
+        "{MAX_DRAWS} draws in a row found no task the harness state can run (the last: {last}); \
+         name a task and a state (GET /v1/info), or check the harness with `hat harness check`"
+    ))
+}
+
 /// Runs one episode: sends the first observation on `first`, then one per step.
 pub(crate) fn run(
     cat: Arc<Catalogue>,
-    task: usize,
-    state: usize,
+    pick: Pick,
     max_turns: usize,
     idle: Duration,
     rx: Receiver<Cmd>,
-    first: tokio::sync::oneshot::Sender<Result<Observation, String>>,
+    first: tokio::sync::oneshot::Sender<Result<Started, String>>,
 ) {
+    let (task, state, world, exp) = match choose(&cat, pick) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = first.send(Err(e));
+            return;
+        }
+    };
     let t: &Task = &cat.tasks[task];
     let h = &cat.states[state].harness;
-    let world = match World::generate(t.world_seed) {
-        Ok(w) => w,
-        Err(e) => {
-            let _ = first.send(Err(format!("building the task's world: {e}")));
-            return;
-        }
-    };
-    let exp = match expect(t, h, &world) {
-        Ok(e) => e,
-        Err(e) => {
-            let _ = first.send(Err(format!("task {} under state {state}: {e}", t.id)));
-            return;
-        }
-    };
     let cfg = EpisodeConfig {
         max_turns,
         keep_changes: false,
@@ -97,7 +139,8 @@ pub(crate) fn run(
         done: ep.is_done(),
         result: None,
     };
-    if first.send(Ok(obs)).is_err() || ep.is_done() {
+    let done = obs.done;
+    if first.send(Ok(Started { obs, task, state })).is_err() || done {
         return;
     }
     // idle time counts from the last step (pings do not extend it)
