@@ -22,7 +22,8 @@ pub enum AbCmd {
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// The experiment (TOML: arms, unit, split, audience, behaviour; docs/ab.md).
+    /// The experiment (TOML: name, seed, unit, alpha, mixture_sd, arms (name, model,
+    /// harness, weight), audience, behaviour; docs/ab.md).
     #[arg(long, value_parser = crate::input::small_file)]
     config: PathBuf,
     /// Folder for viewers.jsonl, report.json, report.md and the resolved experiment.
