@@ -143,13 +143,18 @@ pub(crate) fn run(
     if first.send(Ok(Started { obs, task, state })).is_err() || done {
         return;
     }
-    // idle time counts from the last step (pings do not extend it)
-    let mut deadline = Instant::now() + idle;
+    // idle time counts from the last step (pings do not extend it); an idle time past what
+    // Instant can hold (an embedder's Duration::MAX) means "never", not a panic
+    let after_idle = || Instant::now().checked_add(idle);
+    let mut deadline = after_idle();
     loop {
-        let wait = deadline.saturating_duration_since(Instant::now());
-        let (text, reply) = match rx.recv_timeout(wait) {
+        let got = match deadline {
+            Some(d) => rx.recv_timeout(d.saturating_duration_since(Instant::now())),
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        let (text, reply) = match got {
             Ok(Cmd::Step(text, reply)) => {
-                deadline = Instant::now() + idle;
+                deadline = after_idle();
                 (text, reply)
             }
             Ok(Cmd::Ping) => continue,

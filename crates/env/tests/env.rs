@@ -328,3 +328,27 @@ fn random_resets_redraw_tasks_the_state_cannot_run() {
         }
     }
 }
+
+/// Review finding: `Instant::now() + idle` panicked in the episode's thread for an idle time
+/// past what Instant holds (`--idle-s 18446744073709551615`), after the first observation was
+/// sent: the reset answered 200 and the first step 404. Such an idle time now means "never".
+#[test]
+fn an_idle_time_past_what_instant_holds_never_times_out() {
+    let c = EnvConfig {
+        idle: std::time::Duration::MAX,
+        ..cfg()
+    };
+    let server = Background::start(
+        hat_env::router(c.clone(), Catalogue::build(&c).unwrap()),
+        ([127, 0, 0, 1], 0).into(),
+    )
+    .unwrap();
+    let url = server.url();
+    let (code, r) = post(&format!("{url}/v1/reset"), json!({"task": 0, "state": 0}));
+    assert_eq!(code, 200, "{r}");
+    let (code, obs) = post(
+        &format!("{url}/v1/step"),
+        json!({"session": r["session"], "text": "<tool_call>{not json"}),
+    );
+    assert_eq!(code, 200, "{obs}");
+}

@@ -45,8 +45,9 @@ pub struct ServeArgs {
     /// Episodes open at once, at most.
     #[arg(long, default_value_t = 256)]
     max_sessions: usize,
-    /// Seconds without a step after which an episode is rolled back and forgotten.
-    #[arg(long, default_value_t = 600)]
+    /// Seconds without a step after which an episode is rolled back and forgotten (1 to
+    /// 86,400: a day; an open episode holds a thread and a world copy).
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     idle_s: u64,
     #[arg(long, default_value = "127.0.0.1:8090")]
     addr: SocketAddr,
@@ -69,7 +70,7 @@ pub fn run(c: EnvCmd) -> Result<()> {
         task_seed: a.task_seed,
         max_turns: a.max_turns.max(1),
         max_sessions: a.max_sessions.max(1),
-        idle: Duration::from_secs(a.idle_s.max(1)),
+        idle: Duration::from_secs(a.idle_s),
     };
     let cat = Catalogue::build(&cfg)?;
     let (n_tasks, n_states) = (cat.tasks.len(), cat.states.len());
@@ -82,4 +83,32 @@ pub fn run(c: EnvCmd) -> Result<()> {
         hat_env::serve(router, listener, crate::cmd::serve::shutdown_signal()).await?;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        env: EnvCmd,
+    }
+
+    /// Review finding: a huge `--idle-s` overflowed `Instant::now() + idle` in every episode's
+    /// thread (a panic after the first observation); the flag is now range-checked by clap.
+    #[test]
+    fn idle_s_is_range_checked() {
+        let parse = |v: &str| Cli::try_parse_from(["env", "serve", "--idle-s", v]);
+        let EnvCmd::Serve(a) = parse("86400").unwrap().env;
+        assert_eq!(a.idle_s, 86_400);
+        for bad in ["0", "86401", "18446744073709551615"] {
+            let e = parse(bad).err().unwrap().to_string();
+            assert!(
+                e.contains("--idle-s") && e.contains("1..=86400"),
+                "{bad}: {e}"
+            );
+        }
+    }
 }
