@@ -107,10 +107,12 @@ pub struct Running {
     pub versions: Vec<Arc<Version>>,
     /// Each arm's model: 0 is the server's own, then the `--arm-model`s in order.
     pub models: Vec<usize>,
-    /// Viewers whose exposure is recorded, so repeat events skip the database. Only a cache:
-    /// the table's `INSERT OR IGNORE` keeps the first exposure, so the set is emptied when it
+    /// (arm, viewer) pairs whose exposure is recorded, so repeat events skip the database.
+    /// Keyed by arm too: with `unit = "stream"` a viewer can be served by two arms (on two
+    /// streams), and the second must reach the database to be noticed. Only a cache: the
+    /// table's `INSERT OR IGNORE` keeps the first exposure, so the set is emptied when it
     /// reaches [`EXPOSED_CACHE`] rather than grow with every viewer the experiment serves.
-    exposed: Mutex<std::collections::HashSet<String>>,
+    exposed: Mutex<std::collections::HashSet<(usize, String)>>,
 }
 
 impl Running {
@@ -201,7 +203,9 @@ impl Experiments {
                 arm INTEGER NOT NULL, latency REAL NOT NULL, at REAL NOT NULL,
                 caught INTEGER NOT NULL DEFAULT 0);
              CREATE TABLE IF NOT EXISTS outcomes (experiment TEXT NOT NULL, viewer TEXT NOT NULL,
-                arm INTEGER NOT NULL, kind TEXT NOT NULL, amount REAL NOT NULL, at REAL NOT NULL);",
+                arm INTEGER NOT NULL, kind TEXT NOT NULL, amount REAL NOT NULL, at REAL NOT NULL);
+             CREATE TABLE IF NOT EXISTS crossed (experiment TEXT NOT NULL, viewer TEXT NOT NULL,
+                PRIMARY KEY (experiment, viewer));",
         )
         .map_err(db_err)?;
         // a store from before `caught` existed
@@ -355,29 +359,50 @@ impl Experiments {
         }
     }
 
-    /// Records that `viewer` on `stream` is served by `arm` (the first exposure counts).
+    /// Records that `viewer` on `stream` is served by `arm` (the first exposure counts). A
+    /// viewer later served by another arm (with `unit = "stream"`, on a stream of the other
+    /// arm) is recorded as crossed: the report leaves them out of every arm, since their
+    /// outcomes cannot be told apart by arm.
     pub fn expose(&self, r: &Running, arm: usize, viewer: &str, stream: &str) {
+        let key = (arm, viewer.to_string());
         let cached = r
             .exposed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .contains(viewer);
+            .contains(&key);
         if cached {
             return;
         }
-        let res = self.db().execute(
-            "INSERT OR IGNORE INTO exposures (experiment, viewer, stream, arm, at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![r.def.name, viewer, stream, arm as i64, now()],
-        );
+        let res: rusqlite::Result<()> = (|| {
+            let db = self.db();
+            let inserted = db.execute(
+                "INSERT OR IGNORE INTO exposures (experiment, viewer, stream, arm, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![r.def.name, viewer, stream, arm as i64, now()],
+            )?;
+            if inserted == 0 {
+                let first: i64 = db.query_row(
+                    "SELECT arm FROM exposures WHERE experiment = ?1 AND viewer = ?2",
+                    params![r.def.name, viewer],
+                    |row| row.get(0),
+                )?;
+                if first != arm as i64 {
+                    db.execute(
+                        "INSERT OR IGNORE INTO crossed (experiment, viewer) VALUES (?1, ?2)",
+                        params![r.def.name, viewer],
+                    )?;
+                }
+            }
+            Ok(())
+        })();
         match res {
             // Cached only once written: a viewer cached before a failed write was never
             // recorded, so their outcomes were refused until a restart.
-            Ok(_) => {
+            Ok(()) => {
                 let mut set = r.exposed.lock().unwrap_or_else(|e| e.into_inner());
                 if set.len() >= EXPOSED_CACHE {
                     set.clear();
                 }
-                set.insert(viewer.to_string());
+                set.insert(key);
             }
             Err(e) => tracing::error!(error = %e, "recording an exposure"),
         }
@@ -522,17 +547,32 @@ impl Experiments {
         }
         let n_arms = def.arms.len();
         let mut viewers: Vec<BTreeMap<String, Viewer>> = vec![BTreeMap::new(); n_arms];
+        let mut crossed = std::collections::BTreeSet::<String>::new();
         {
             let db = self.db();
+            each_row(
+                &db,
+                "SELECT viewer FROM crossed WHERE experiment = ?1",
+                &def.name,
+                |r| {
+                    crossed.insert(r.get(0)?);
+                    Ok(())
+                },
+            )?;
             each_row(
                 &db,
                 "SELECT viewer, stream, arm FROM exposures WHERE experiment = ?1",
                 &def.name,
                 |r| {
+                    let viewer: String = r.get(0)?;
+                    // served by two arms: neither arm's numbers may include them
+                    if crossed.contains(&viewer) {
+                        return Ok(());
+                    }
                     if let Some(m) = viewers.get_mut(r.get::<_, i64>(2)? as usize) {
                         let stream = r.get(1)?;
                         m.insert(
-                            r.get(0)?,
+                            viewer,
                             Viewer {
                                 stream,
                                 ..Viewer::default()
@@ -619,7 +659,8 @@ impl Experiments {
             rows.push(json!({"metric": name, "comparisons": comparisons}));
         }
         Ok(
-            json!({"control": def.arms[0].name, "unit": def.unit, "alpha": def.alpha, "arms": arms, "metrics": rows}),
+            json!({"control": def.arms[0].name, "unit": def.unit, "alpha": def.alpha, "arms": arms,
+                   "crossed_viewers": crossed.len(), "metrics": rows}),
         )
     }
 }
@@ -819,6 +860,53 @@ mod tests {
             })
             .unwrap();
         assert_eq!(arm, 0);
+    }
+
+    /// Review finding: with `unit = "stream"` a viewer served on streams of both arms had
+    /// every outcome attributed to the first arm, and the other arm's replies dropped. Such a
+    /// viewer is now left out of both arms and counted as crossed.
+    #[test]
+    fn a_viewer_served_by_two_arms_counts_in_neither() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = harnesses();
+        let hash = h.active().hash().to_string();
+        let ex = Experiments::open(dir.path(), &h, vec!["hat".into()]).unwrap();
+        ex.start(def("by-stream", &hash, Unit::Stream), &h).unwrap();
+        let r = ex.running().unwrap();
+        let stream_of = |arm: usize| {
+            (0..)
+                .map(|i| format!("s{i}"))
+                .find(|s| r.arm_of("anyone", s) == arm)
+                .unwrap()
+        };
+        let (s0, s1) = (stream_of(0), stream_of(1));
+        for (viewer, stream) in [("lily", &s0), ("max", &s0), ("zoe", &s1), ("lily", &s1)] {
+            let arm = r.arm_of(viewer, stream);
+            ex.expose(&r, arm, viewer, stream);
+            ex.reply("by-stream", arm, viewer, 1.0, false);
+        }
+        let purchase = |viewer: &str| Outcome {
+            viewer: viewer.into(),
+            kind: OutcomeKind::Purchase,
+            amount: Some(100.0),
+        };
+        ex.outcomes(&[purchase("lily"), purchase("zoe")]).unwrap();
+        let list = ex.list().unwrap();
+        let report = &list["experiments"][0]["report"];
+        assert_eq!(report["crossed_viewers"], 1, "{report}");
+        assert_eq!(report["arms"][0]["viewers"], 1, "{report}");
+        assert_eq!(report["arms"][1]["viewers"], 1, "{report}");
+        let gmv = report["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["metric"] == "gmv")
+            .unwrap()["comparisons"][0]["comparison"]
+            .clone();
+        assert_eq!(
+            (gmv["mean_a"].as_f64(), gmv["mean_b"].as_f64()),
+            (Some(0.0), Some(100.0))
+        );
     }
 
     /// A store with two unstopped experiments (written before the start race was fixed)
