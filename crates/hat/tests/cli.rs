@@ -55,6 +55,21 @@ fn harness_check_lists_every_problem_with_file_and_line() {
     );
 }
 
+#[cfg(unix)]
+#[test]
+fn harness_check_refuses_a_hook_program_that_cannot_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = broken_copy(|p| {
+        let script = p.join("hooks/no-medical-claims.sh");
+        std::fs::set_permissions(script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    });
+    fails_cleanly(hat().args(["harness", "check"]).arg(d.path())).stderr(
+        predicate::str::contains("hooks.toml:")
+            .and(predicate::str::contains("not executable (mode 644)"))
+            .and(predicate::str::contains("chmod +x hooks/no-medical-claims.sh")),
+    );
+}
+
 #[test]
 fn harness_check_rejects_a_missing_directory_and_a_binding_to_no_parameter() {
     fails_cleanly(hat().args(["harness", "check", "/nonexistent/harness"]))
