@@ -82,6 +82,105 @@ fn append_line(file: &mut std::fs::File, path: &Path, line: &Value) -> Result<()
     file.write_all(&bytes).map_err(|e| EvalError::io(path, e))
 }
 
+/// `sha256:` and the hex digest of `bytes`.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(bytes);
+    let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// The decoding settings as a suite runs them: the identity's, with `max_tokens` the limit
+/// this suite sets (IFEval answers run under `ifeval_max_tokens`, not the agent turn limit the
+/// identity was made with).
+pub(crate) fn decoding_used(identity: &ModelIdentity, max_tokens: u32) -> Value {
+    let mut d = identity.decoding.clone();
+    if let Some(o) = d.as_object_mut() {
+        o.insert("max_tokens".into(), json!(max_tokens));
+    }
+    d
+}
+
+/// What a suite folder's items are scored with, saved as `run.json` when the folder is first
+/// written: a resume under another model, weight format, decoding or input would otherwise mix
+/// two runs' items in one score under the later run's name.
+fn run_record(identity: &ModelIdentity, max_tokens: u32, input: &str) -> Value {
+    json!({
+        "model": {"name": identity.name, "hash": identity.hash},
+        "decoding": decoding_used(identity, max_tokens),
+        "input": input,
+    })
+}
+
+/// Where `before` and `now` differ, as `key.path (before, now now)`.
+fn differences(path: &str, before: &Value, now: &Value, out: &mut Vec<String>) {
+    match (before, now) {
+        (Value::Object(b), Value::Object(n)) => {
+            let keys: std::collections::BTreeSet<&String> = b.keys().chain(n.keys()).collect();
+            for k in keys {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                differences(
+                    &p,
+                    b.get(k).unwrap_or(&Value::Null),
+                    n.get(k).unwrap_or(&Value::Null),
+                    out,
+                );
+            }
+        }
+        _ if before != now => out.push(format!("{path} ({before}, now {now})")),
+        _ => {}
+    }
+}
+
+/// Checks `record` against the `run.json` of `dir` when `items` (the folder's stored items or
+/// responses) holds anything, then saves it. A folder written before `run.json` existed is
+/// accepted as it is: `runs/` holds such folders, and they must keep resuming.
+fn check_run_record(dir: &Path, items: &Path, record: &Value) -> Result<(), EvalError> {
+    let path = dir.join("run.json");
+    let stored = std::fs::metadata(items).is_ok_and(|m| m.len() > 0);
+    if stored {
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let before: Value = serde_json::from_slice(&bytes).map_err(|e| EvalError::Parse {
+                    file: path.display().to_string(),
+                    line: e.line(),
+                    message: format!("{e}; it records what {} was scored with: restore it or use a new --out", items.display()),
+                })?;
+                let mut diff = Vec::new();
+                differences("", &before, record, &mut diff);
+                if !diff.is_empty() {
+                    return Err(EvalError::Usage(format!(
+                        "{} was scored with model {} ({}, decoding {}, input {}); this run differs in {}; \
+                         resume with the same model, --format, --temperature, --max-tokens, \
+                         --ifeval-max-tokens and input files, or use a new --out",
+                        dir.display(),
+                        before["model"]["name"],
+                        before["model"]["hash"],
+                        before["decoding"],
+                        before["input"],
+                        diff.join(", ")
+                    )));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                tracing::warn!(
+                    "{} was written by a `hat` from before run.json: its {} items were not checked \
+                     against this run's model and decoding; saving this run's as {}",
+                    dir.display(),
+                    items.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned()),
+                    path.display()
+                );
+            }
+            Err(e) => return Err(EvalError::io(&path, e)),
+        }
+    }
+    write_json(&path, record)
+}
+
 /// Headline figures of one suite.
 #[derive(Debug, Clone, Serialize)]
 pub struct SuiteSummary {
@@ -134,7 +233,11 @@ pub fn repair_tail(path: &Path) -> Result<usize, EvalError> {
     jsonl::repair_tail(path).map_err(|e| EvalError::io(path, e))
 }
 
-fn open_items(dir: &Path, resume: bool) -> Result<(std::fs::File, HashSet<String>), EvalError> {
+fn open_items(
+    dir: &Path,
+    resume: bool,
+    record: &Value,
+) -> Result<(std::fs::File, HashSet<String>), EvalError> {
     std::fs::create_dir_all(dir).map_err(|e| EvalError::io(dir, e))?;
     let path = dir.join("items.jsonl");
     if path.exists() && !resume {
@@ -143,6 +246,9 @@ fn open_items(dir: &Path, resume: bool) -> Result<(std::fs::File, HashSet<String
             path.display()
         )));
     }
+    // before the file is touched (even its unfinished last line cut), so a refused resume
+    // changes nothing
+    check_run_record(dir, &path, record)?;
     let done = if resume {
         repair_tail(&path)?;
         read_ids(&path)?
@@ -192,7 +298,14 @@ pub fn run_agent(
         items.truncate(n);
     }
     let dir = cfg.out_dir.join(which.as_str());
-    let (mut file, done) = open_items(&dir, cfg.resume)?;
+    let input = match (which, &cfg.tasks) {
+        (Suite::Lsqa, Some(path)) => {
+            sha256_hex(&std::fs::read(path).map_err(|e| EvalError::io(path, e))?)
+        }
+        _ => "builtin".to_string(),
+    };
+    let record = run_record(&backend.identity(), cfg.max_tokens, &input);
+    let (mut file, done) = open_items(&dir, cfg.resume, &record)?;
     let total = items.len();
     for item in &items {
         worlds.get(item.task.world_seed)?;
@@ -462,6 +575,15 @@ pub fn run_ifeval(
             resp_path.display()
         )));
     }
+    let input = match &cfg.ifeval_input {
+        Some(path) => sha256_hex(&std::fs::read(path).map_err(|e| EvalError::io(path, e))?),
+        None => sha256_hex(hat_ifeval::BUILTIN_INPUT_DATA.as_bytes()),
+    };
+    check_run_record(
+        &dir,
+        &resp_path,
+        &run_record(identity, cfg.ifeval_max_tokens, &input),
+    )?;
     let mut have: HashMap<String, String> = if resp_path.exists() {
         repair_tail(&resp_path)?;
         hat_ifeval::read_responses(&resp_path)?

@@ -457,3 +457,148 @@ fn hvqa_items_run_grouped_by_harness_state() {
         "each state's items in one run: {hashes:?}"
     );
 }
+
+fn chat(name: &str, format: &str, max_tokens: u32) -> Backend {
+    Backend::Chat {
+        identity: hat_eval::ModelIdentity {
+            name: name.into(),
+            hash: format!("sha256:{name}"),
+            decoding: serde_json::json!({"temperature": 0.0, "max_tokens": max_tokens, "format": format}),
+        },
+        model: Box::new(Limits(0, Default::default())),
+    }
+}
+
+/// Red-team finding: a resume checked only the harness and the episode settings, so `--model
+/// b.gguf --format q4_0 --max-tokens 64 --resume` on a folder of model A mixed both models'
+/// items under B's name.
+#[test]
+fn a_resume_under_another_model_or_decoding_is_refused_and_changes_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = cfg(d.path(), Some(3), false);
+    run_agent(
+        Suite::Lsqa,
+        &c,
+        &mut chat("a.gguf", "q8_0", 128),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let path = d.path().join("lsqa/items.jsonl");
+    let before = std::fs::read(&path).unwrap();
+    c.resume = true;
+    c.limit = Some(5);
+    c.max_tokens = 64;
+    let e = run_agent(
+        Suite::Lsqa,
+        &c,
+        &mut chat("b.gguf", "q4_0", 64),
+        &mut |_, _| {},
+    )
+    .unwrap_err()
+    .to_string();
+    for want in [
+        "lsqa",
+        "model.name",
+        "a.gguf",
+        "model.hash",
+        "decoding.format",
+        "decoding.max_tokens (128, now 64)",
+        "new --out",
+    ] {
+        assert!(e.contains(want), "{want}: {e}");
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    // the same model and settings resume
+    c.max_tokens = 128;
+    let r = run_agent(
+        Suite::Lsqa,
+        &c,
+        &mut chat("a.gguf", "q8_0", 128),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(r.detail["total"], 5);
+}
+
+#[test]
+fn a_resume_on_another_tasks_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut worlds = WorldCache::default();
+    let tasks = hat_tasks::TaskSet::generate(hat_tasks::Split::Test, 4, 5, &mut worlds).unwrap();
+    let file = dir.path().join("tasks.jsonl");
+    let lines: Vec<String> = tasks
+        .iter()
+        .map(|t| serde_json::to_string(t).unwrap())
+        .collect();
+    std::fs::write(&file, lines[..3].join("\n")).unwrap();
+    let mut c = cfg(&dir.path().join("out"), None, false);
+    c.tasks = Some(file.clone());
+    run_agent(Suite::Lsqa, &c, &mut Backend::Oracle, &mut |_, _| {}).unwrap();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    c.resume = true;
+    let e = run_agent(Suite::Lsqa, &c, &mut Backend::Oracle, &mut |_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("input (\"sha256:"), "{e}");
+}
+
+#[test]
+fn an_ifeval_resume_with_another_answer_limit_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = cfg(d.path(), Some(3), false);
+    hat_eval::run_ifeval(&c, &mut chat("a.gguf", "q8_0", 128), &mut |_, _| {}).unwrap();
+    let path = d.path().join("ifeval/responses.jsonl");
+    let before = std::fs::read(&path).unwrap();
+    c.resume = true;
+    c.limit = Some(5);
+    c.ifeval_max_tokens = 256;
+    let e = hat_eval::run_ifeval(&c, &mut chat("a.gguf", "q8_0", 128), &mut |_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("ifeval") && e.contains("decoding.max_tokens (1024, now 256)"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    // the agent turn limit is no part of an IFEval answer: changing it alone resumes
+    c.ifeval_max_tokens = 1024;
+    let r = hat_eval::run_ifeval(&c, &mut chat("a.gguf", "q8_0", 64), &mut |_, _| {}).unwrap();
+    assert_eq!(r.detail["prompts"], 5);
+}
+
+/// `runs/` holds folders written before `run.json` existed: they resume (unchecked, said in a
+/// log line) and get one.
+#[test]
+fn a_folder_from_before_run_json_resumes() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = cfg(d.path(), Some(3), false);
+    run_agent(
+        Suite::Lsqa,
+        &c,
+        &mut chat("a.gguf", "q8_0", 128),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    hat_eval::run_ifeval(&c, &mut chat("a.gguf", "q8_0", 128), &mut |_, _| {}).unwrap();
+    for s in ["lsqa", "ifeval"] {
+        std::fs::remove_file(d.path().join(s).join("run.json")).unwrap();
+    }
+    c.resume = true;
+    c.limit = Some(4);
+    let r = run_agent(
+        Suite::Lsqa,
+        &c,
+        &mut chat("b.gguf", "q8_0", 128),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(r.detail["total"], 4);
+    let r = hat_eval::run_ifeval(&c, &mut chat("b.gguf", "q8_0", 128), &mut |_, _| {}).unwrap();
+    assert_eq!(r.detail["prompts"], 4);
+    for s in ["lsqa", "ifeval"] {
+        let saved: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.path().join(s).join("run.json")).unwrap())
+                .unwrap();
+        assert_eq!(saved["model"]["name"], "b.gguf", "{s}");
+    }
+}
