@@ -452,11 +452,13 @@ pub fn run_agent(
     })?;
     progress(total, total);
     let hashes: Vec<&str> = states.iter().map(|h| h.hash.as_str()).collect();
+    let wanted: HashSet<String> = items.iter().map(id_of).collect();
     let mut s = summarise_agent(
         which,
         &dir,
         backend.identity(),
         &hashes,
+        &wanted,
         started.elapsed().as_secs_f64(),
     )?;
     // how the episodes ran, so a row measured another way says so
@@ -483,12 +485,15 @@ impl Tally {
     }
 }
 
-/// Computes `results.json` from `items.jsonl`.
+/// Computes `results.json` from the items of `items.jsonl` this run asked for (`wanted`): a
+/// folder resumed with a smaller `--limit` or other `--kinds` holds items the run did not ask
+/// for, and counting them would report a score over another item set.
 fn summarise_agent(
     which: Suite,
     dir: &Path,
     model: ModelIdentity,
     hashes: &[&str],
+    wanted: &HashSet<String>,
     wall: f64,
 ) -> Result<SuiteSummary, EvalError> {
     let mut overall = Tally::default();
@@ -498,7 +503,12 @@ fn summarise_agent(
     // before later kinds were added.
     let mut launch = Tally::default();
     let mut item_seconds = 0.0;
+    let mut outside = 0usize;
     for v in read_items(&dir.join("items.jsonl"))? {
+        if !v["id"].as_str().is_some_and(|id| wanted.contains(id)) {
+            outside += 1;
+            continue;
+        }
         let ok = v["pass"].as_bool().unwrap_or(false);
         overall.add(ok);
         if v["task_type"]
@@ -519,6 +529,13 @@ fn summarise_agent(
                 .add(c.as_bool().unwrap_or(false));
         }
         item_seconds += v["seconds"].as_f64().unwrap_or(0.0);
+    }
+    if outside > 0 {
+        tracing::warn!(
+            "{}: {outside} stored items are outside this run's items (another --limit or \
+             --kinds) and are not in its results.json; they stay in items.jsonl",
+            dir.display()
+        );
     }
     let detail = json!({
         "suite": which,

@@ -602,3 +602,41 @@ fn a_folder_from_before_run_json_resumes() {
         assert_eq!(saved["model"]["name"], "b.gguf", "{s}");
     }
 }
+
+/// Red-team finding: results.json counted every line of items.jsonl, so a run resumed with a
+/// smaller `--limit` (or other `--kinds`) reported the earlier, larger item set.
+#[test]
+fn a_resume_with_a_smaller_limit_or_other_kinds_scores_only_its_items() {
+    let d = tempfile::tempdir().unwrap();
+    run_agent(
+        Suite::Lsqa,
+        &cfg(d.path(), Some(25), false),
+        &mut Backend::Oracle,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let r = run_agent(
+        Suite::Lsqa,
+        &cfg(d.path(), Some(10), true),
+        &mut Backend::Oracle,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(r.detail["total"], 10);
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.path().join("lsqa/results.json")).unwrap())
+            .unwrap();
+    assert_eq!(saved["total"], 10);
+    let mut c = cfg(d.path(), Some(25), true);
+    c.kinds = vec![TaskKind::LAUNCH[0]];
+    let r = run_agent(Suite::Lsqa, &c, &mut Backend::Oracle, &mut |_, _| {}).unwrap();
+    let n = r.detail["total"].as_u64().unwrap();
+    assert!(
+        n > 0 && r.detail["by_task_type"].as_object().unwrap().len() == 1,
+        "{}",
+        r.detail
+    );
+    // nothing stored was dropped
+    let lines = std::fs::read_to_string(d.path().join("lsqa/items.jsonl")).unwrap();
+    assert!(lines.lines().count() >= 25);
+}
