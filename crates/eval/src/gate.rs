@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::run::{run_agent, Backend, EvalConfig};
+use crate::run::{decoding_used, run_agent, sha256_hex, Backend, EvalConfig, ModelIdentity};
 use crate::suite::Suite;
 use crate::EvalError;
 use hat_agent::episode::EpisodeConfig;
@@ -66,9 +66,39 @@ impl std::fmt::Display for GateReport {
     }
 }
 
-fn short(h: &str) -> &str {
+/// The first 12 characters of a hash without its `sha256:` prefix (characters, not bytes: a
+/// folder model's hash is its path, which may not be ASCII).
+fn short(h: &str) -> String {
     let h = h.strip_prefix("sha256:").unwrap_or(h);
-    &h[..h.len().min(12)]
+    h.chars().take(12).collect()
+}
+
+/// The folder name of one gate run's results: the harness, then a digest of everything else
+/// its score depends on, so a later gate reuses the results only when it would score the same
+/// items the same way. The model's whole identity goes in (an endpoint's hash is its URL, so
+/// two models behind one endpoint differ only by name; weight format and temperature are in
+/// its decoding), and so does the crate version (the scorer and the suites' items).
+fn cache_key(
+    harness_hash: &str,
+    model: &ModelIdentity,
+    episode: &EpisodeConfig,
+    cfg: &GateConfig,
+) -> Result<String, EvalError> {
+    let tasks = match &cfg.tasks {
+        Some(p) => sha256_hex(&std::fs::read(p).map_err(|e| EvalError::io(p, e))?),
+        None => "lsqa".to_string(),
+    };
+    let what = serde_json::json!({
+        "model": {"name": model.name, "hash": model.hash},
+        "decoding": decoding_used(model, cfg.max_tokens),
+        "tasks": tasks,
+        "limit": cfg.limit,
+        "episode": format!("{episode:?}"),
+        "version": env!("CARGO_PKG_VERSION"),
+    });
+    let digest = sha256_hex(what.to_string().as_bytes());
+    let digest = digest.strip_prefix("sha256:").unwrap_or(&digest);
+    Ok(format!("{}-{}", short(harness_hash), &digest[..16]))
 }
 
 fn by_type(detail: &serde_json::Value) -> Vec<(String, f64)> {
@@ -86,26 +116,8 @@ fn run_one(
     cfg: &GateConfig,
 ) -> Result<(String, crate::run::SuiteSummary), EvalError> {
     let h = hat_harness::Harness::load(dir)?;
-    let model = backend.identity();
-    // the cache key names everything the score depends on
-    let items = match &cfg.tasks {
-        Some(p) => {
-            use std::hash::{Hash, Hasher};
-            let mut hs = std::collections::hash_map::DefaultHasher::new();
-            std::fs::read(p)
-                .map_err(|e| EvalError::io(p, e))?
-                .hash(&mut hs);
-            format!("tasks{:016x}", hs.finish())
-        }
-        None => "lsqa".to_string(),
-    };
-    let limit = cfg.limit.map_or("all".to_string(), |n| n.to_string());
-    let key = format!(
-        "{}-{}-{items}-{limit}-t{}",
-        short(&model.hash.replace([':', '/'], "_")),
-        short(&h.hash),
-        cfg.max_tokens
-    );
+    let episode = EpisodeConfig::default();
+    let key = cache_key(&h.hash, &backend.identity(), &episode, cfg)?;
     let out = cfg.out_dir.join(key);
     let ecfg = EvalConfig {
         kinds: Vec::new(),
@@ -115,7 +127,7 @@ fn run_one(
         // finished items of an earlier gate on the same model and harness are reused
         resume: true,
         ifeval_input: None,
-        episode: EpisodeConfig::default(),
+        episode,
         batch: cfg.batch,
         max_tokens: cfg.max_tokens,
         ifeval_max_tokens: cfg.max_tokens,

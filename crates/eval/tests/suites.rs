@@ -640,3 +640,65 @@ fn a_resume_with_a_smaller_limit_or_other_kinds_scores_only_its_items() {
     let lines = std::fs::read_to_string(d.path().join("lsqa/items.jsonl")).unwrap();
     assert!(lines.lines().count() >= 25);
 }
+
+fn gate_cfg(out: &Path) -> hat_eval::gate::GateConfig {
+    hat_eval::gate::GateConfig {
+        tasks: None,
+        limit: Some(2),
+        threshold: 2.0,
+        out_dir: out.to_path_buf(),
+        batch: 8,
+        max_tokens: 128,
+    }
+}
+
+fn with_hash(name: &str, hash: &str) -> Backend {
+    Backend::Chat {
+        identity: hat_eval::ModelIdentity {
+            name: name.into(),
+            hash: hash.into(),
+            decoding: serde_json::json!({"temperature": 0.0, "max_tokens": 128}),
+        },
+        model: Box::new(Limits(0, Default::default())),
+    }
+}
+
+fn folders(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Red-team finding: the gate's results folder was named by 12 bytes of the model hash after
+/// `:` and `/` were replaced, so every endpoint model shared `endpoint_htt` and one model's
+/// results were reused for another.
+#[test]
+fn the_gate_keeps_two_models_behind_one_endpoint_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+    let g = gate_cfg(dir.path());
+    let url = "endpoint:http://127.0.0.1:8000/v1";
+    hat_eval::gate::gate(&h, &h, &mut with_hash("openai:a", url), &g).unwrap();
+    assert_eq!(folders(dir.path()).len(), 1);
+    hat_eval::gate::gate(&h, &h, &mut with_hash("openai:b", url), &g).unwrap();
+    assert_eq!(folders(dir.path()).len(), 2, "{:?}", folders(dir.path()));
+    // the same model again reuses its folder
+    hat_eval::gate::gate(&h, &h, &mut with_hash("openai:a", url), &g).unwrap();
+    assert_eq!(folders(dir.path()).len(), 2);
+}
+
+/// A folder model's hash is its path: one that is not ASCII cut at 12 bytes panicked.
+#[test]
+fn the_gate_takes_a_model_path_that_is_not_ascii() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+    let r = hat_eval::gate::gate(
+        &h,
+        &h,
+        &mut with_hash("m", "dir:/runs/añ/model"),
+        &gate_cfg(dir.path()),
+    )
+    .unwrap();
+    assert_eq!(r.items, 2);
+}
