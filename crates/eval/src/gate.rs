@@ -40,7 +40,10 @@ pub struct GateReport {
     pub new_hash: String,
     pub old_score: f64,
     pub new_score: f64,
+    /// Items scored under the new harness, and under the old one (the gate fails unless they
+    /// are the same, non-zero number).
     pub items: usize,
+    pub old_items: usize,
     pub threshold: f64,
     pub pass: bool,
     pub worse: Vec<Worse>,
@@ -59,6 +62,14 @@ impl std::fmt::Display for GateReport {
             self.items,
             self.threshold
         )?;
+        if self.items == 0 || self.items != self.old_items {
+            writeln!(
+                f,
+                "  the harnesses scored {} and {} items: the gate needs the same items, at \
+                 least one, under both",
+                self.old_items, self.items
+            )?;
+        }
         for w in &self.worse {
             writeln!(f, "  {:<22} {:5.1} -> {:5.1}", w.task_type, w.old, w.new)?;
         }
@@ -137,6 +148,13 @@ fn run_one(
     Ok((h.hash, s))
 }
 
+/// Whether the new harness passes: it scored the same items as the old one, at least one, and
+/// lost at most `threshold` points. Scores over no items (0 against 0), or over different item
+/// sets, say nothing about the new harness.
+fn passes(old: f64, old_items: usize, new: f64, new_items: usize, threshold: f64) -> bool {
+    old_items > 0 && old_items == new_items && new + threshold >= old
+}
+
 /// Runs the gate: `new` against `old`.
 pub fn gate(
     new: &Path,
@@ -144,6 +162,14 @@ pub fn gate(
     backend: &mut Backend,
     cfg: &GateConfig,
 ) -> Result<GateReport, EvalError> {
+    // no items would score 0 against 0 and pass any harness
+    if cfg.limit == Some(0) {
+        return Err(EvalError::Usage(
+            "the gate's limit (--gate-limit) is 0: it would score no items and pass any \
+             harness; give at least 1 (76 covers every launch task type 4 times)"
+                .into(),
+        ));
+    }
     let (old_hash, o) = run_one(old, backend, cfg)?;
     let (new_hash, n) = run_one(new, backend, cfg)?;
     let old_types = by_type(&o.detail);
@@ -160,14 +186,31 @@ pub fn gate(
             })
         })
         .collect();
+    let total = |s: &crate::run::SuiteSummary| s.detail["total"].as_u64().unwrap_or(0) as usize;
+    let (old_items, new_items) = (total(&o), total(&n));
+    // scores over no items, or over different item sets, say nothing about the new harness
     Ok(GateReport {
         old_hash,
         new_hash,
         old_score: o.headline,
         new_score: n.headline,
-        items: n.detail["total"].as_u64().unwrap_or(0) as usize,
+        items: new_items,
+        old_items,
         threshold: cfg.threshold,
-        pass: n.headline + cfg.threshold >= o.headline,
+        pass: passes(o.headline, old_items, n.headline, new_items, cfg.threshold),
         worse,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::passes;
+
+    #[test]
+    fn a_gate_fails_over_no_items_or_different_items() {
+        assert!(passes(50.0, 19, 49.0, 19, 2.0));
+        assert!(!passes(50.0, 19, 47.0, 19, 2.0));
+        assert!(!passes(0.0, 0, 0.0, 0, 2.0), "no items");
+        assert!(!passes(50.0, 19, 50.0, 18, 2.0), "other items");
+    }
 }

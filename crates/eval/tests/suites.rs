@@ -702,3 +702,32 @@ fn the_gate_takes_a_model_path_that_is_not_ascii() {
     .unwrap();
     assert_eq!(r.items, 2);
 }
+
+/// Red-team finding: `--gate-limit 0` scored no items, 0 against 0, and passed any harness.
+#[test]
+fn a_gate_over_no_items_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+    let mut g = gate_cfg(dir.path());
+    g.limit = Some(0);
+    let e = hat_eval::gate::gate(&h, &h, &mut Backend::Oracle, &g)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--gate-limit") && e.contains("at least 1"),
+        "{e}"
+    );
+    // a report over no items, or over different items, fails whatever the scores
+    let r = hat_eval::gate::GateReport {
+        old_hash: "sha256:a".into(),
+        new_hash: "sha256:b".into(),
+        old_score: 0.0,
+        new_score: 0.0,
+        items: 0,
+        old_items: 0,
+        threshold: 2.0,
+        pass: false,
+        worse: Vec::new(),
+    };
+    assert!(r.to_string().contains("scored 0 and 0 items"), "{r}");
+}

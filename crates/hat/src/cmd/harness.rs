@@ -59,7 +59,8 @@ pub struct GateOpts {
     #[arg(long, value_parser = crate::input::large_file)]
     pub gate_tasks: Option<PathBuf>,
     /// Only the first N items (the built-in items rotate through the 19 launch task types, then later kinds).
-    #[arg(long, default_value_t = 76)]
+    /// At least 1: a gate over no items would pass any harness.
+    #[arg(long, default_value_t = 76, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub gate_limit: usize,
     /// Points (of 100) the new harness may lose (negative: it must gain that many).
     #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
