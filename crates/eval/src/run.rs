@@ -453,10 +453,13 @@ pub fn run_agent(
     progress(total, total);
     let hashes: Vec<&str> = states.iter().map(|h| h.hash.as_str()).collect();
     let wanted: HashSet<String> = items.iter().map(id_of).collect();
+    let mut used = backend.identity();
+    // the turn limit this suite set (the identity's is whatever it was made with)
+    used.decoding = decoding_used(&used, cfg.max_tokens);
     let mut s = summarise_agent(
         which,
         &dir,
-        backend.identity(),
+        used,
         &hashes,
         &wanted,
         started.elapsed().as_secs_f64(),
@@ -659,9 +662,14 @@ pub fn run_ifeval(
         o.insert("score".into(), json!(strict_avg));
         o.insert("average_strict".into(), json!(strict_avg));
         o.insert("average_loose".into(), json!(loose_avg));
+        // the answer limit IFEval ran under, not the agent turn limit the identity was made with
+        let used = ModelIdentity {
+            decoding: decoding_used(identity, cfg.ifeval_max_tokens),
+            ..identity.clone()
+        };
         o.insert(
             "model".into(),
-            serde_json::to_value(&*identity).unwrap_or_default(),
+            serde_json::to_value(&used).unwrap_or_default(),
         );
         o.insert(
             "wall_seconds".into(),

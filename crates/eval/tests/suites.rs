@@ -731,3 +731,34 @@ fn a_gate_over_no_items_is_refused() {
     };
     assert!(r.to_string().contains("scored 0 and 0 items"), "{r}");
 }
+
+/// Red-team finding: IFEval's results.json recorded the agent turn limit of the model's
+/// identity (`--max-tokens`), not the `--ifeval-max-tokens` its answers ran under.
+#[test]
+fn results_record_the_token_limit_each_suite_ran_under() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = cfg(d.path(), Some(2), false);
+    c.max_tokens = 96;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut b = Backend::Chat {
+        identity: hat_eval::ModelIdentity {
+            name: "limits".into(),
+            hash: "-".into(),
+            decoding: serde_json::json!({"temperature": 0.0, "max_tokens": 256}),
+        },
+        model: Box::new(Limits(0, seen.clone())),
+    };
+    let r = hat_eval::run_ifeval(&c, &mut b, &mut |_, _| {}).unwrap();
+    assert_eq!(
+        seen.lock().unwrap()[0],
+        1024,
+        "the model ran under ifeval_max_tokens"
+    );
+    assert_eq!(r.detail["model"]["decoding"]["max_tokens"], 1024);
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.path().join("ifeval/results.json")).unwrap())
+            .unwrap();
+    assert_eq!(saved["model"]["decoding"]["max_tokens"], 1024);
+    let r = run_agent(Suite::Lsqa, &c, &mut b, &mut |_, _| {}).unwrap();
+    assert_eq!(r.detail["model"]["decoding"]["max_tokens"], 96);
+}
