@@ -252,7 +252,10 @@ fn fact_text(label: &str, ps: Vec<String>) -> Fact {
 fn value_fact(label: &str, value: &str) -> Fact {
     let ns = numbers::extract(value);
     let mut ps = vec![value.to_string()];
-    if let Some(last) = value.split_whitespace().last() {
+    // The last word stands for a value only when the value is words ("machine washable" ->
+    // "washable"). Of a measure it is the unit or a filler ("36 months" -> "months",
+    // "... with backlight off" -> "off"), which any other figure in that unit would match.
+    if let Some(last) = value.split_whitespace().last().filter(|_| ns.is_empty()) {
         if last.chars().count() > 2 && last != value {
             ps.push(
                 last.trim_matches(|c: char| !c.is_alphanumeric())
@@ -660,4 +663,73 @@ pub fn expect(task: &Task, harness: &Harness, world: &World) -> Result<Expectati
         .retain(|w| !ctx.iter().chain(&facts).any(|c| numbers::same(*c, *w)));
     e.wrong_numbers = numbers::distinct(&e.wrong_numbers);
     Ok(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    use crate::score::{score, Attempt};
+
+    fn production() -> Harness {
+        Harness::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream"))
+            .unwrap()
+    }
+
+    /// Expectations with nothing but `facts`.
+    fn only_facts(facts: Vec<Fact>) -> Expectations {
+        Expectations {
+            task_id: "t".into(),
+            calls: vec![],
+            optional_ops: vec![],
+            facts,
+            wrong_numbers: vec![],
+            wrong_phrases: vec![],
+            context_numbers: vec![],
+            number_slack: 2,
+            strip: vec![],
+            forbid: vec![],
+            constraints: ReplyConstraints::default(),
+            max_calls: 4,
+        }
+    }
+
+    fn facts_pass(exp: &Expectations, h: &Harness, reply: &str) -> bool {
+        let a = Attempt {
+            reply: reply.into(),
+            ..Default::default()
+        };
+        score(exp, h, &a).component("facts").unwrap().pass
+    }
+
+    /// A measure's unit is not the measure: another figure in the same unit stated it before.
+    #[test]
+    fn a_spec_value_with_a_number_is_not_stated_by_its_last_word() {
+        let h = production();
+        for (value, wrong, right) in [
+            (
+                "36 months",
+                "Shelf life is 12 months!",
+                "Shelf life is 36 months!",
+            ),
+            (
+                "4000 mAh, about 200 h with backlight off",
+                "20% off",
+                "4000 mAh battery!",
+            ),
+            (
+                "80% cotton, 20% polyester",
+                "100% polyester",
+                "It's 80% cotton, 20% polyester.",
+            ),
+        ] {
+            let exp = only_facts(vec![value_fact("spec", value)]);
+            assert!(!facts_pass(&exp, &h, wrong), "{value}: {wrong}");
+            assert!(facts_pass(&exp, &h, right), "{value}: {right}");
+        }
+        // a value in words still passes on its last word
+        let exp = only_facts(vec![value_fact("care", "machine washable")]);
+        assert!(facts_pass(&exp, &h, "Yes, it's washable!"));
+    }
 }
