@@ -649,24 +649,22 @@ pub fn run_ifeval(
     }
     progress(inputs.len(), inputs.len());
     let report = hat_ifeval::score_responses(&inputs, &have)?;
-    hat_ifeval::write_outputs(&report, &dir)?;
-    let mut results: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("results.json")).map_err(|e| EvalError::io(&dir, e))?,
-    )
-    .unwrap_or(json!({}));
     let acc = |t: hat_ifeval::Tally| 100.0 * t.accuracy();
     let strict_avg = (acc(report.strict.prompt_level) + acc(report.strict.instruction_level)) / 2.0;
     let loose_avg = (acc(report.loose.prompt_level) + acc(report.loose.instruction_level)) / 2.0;
+    // the answer limit IFEval ran under, not the agent turn limit the identity was made with
+    let used = ModelIdentity {
+        decoding: decoding_used(identity, cfg.ifeval_max_tokens),
+        ..identity.clone()
+    };
+    // the whole file built first and written once (atomically, by hat-ifeval), so a run killed
+    // in between never leaves a results.json without the suite's fields
+    let mut results = report.results_json();
     if let Some(o) = results.as_object_mut() {
         o.insert("suite".into(), json!("ifeval"));
         o.insert("score".into(), json!(strict_avg));
         o.insert("average_strict".into(), json!(strict_avg));
         o.insert("average_loose".into(), json!(loose_avg));
-        // the answer limit IFEval ran under, not the agent turn limit the identity was made with
-        let used = ModelIdentity {
-            decoding: decoding_used(identity, cfg.ifeval_max_tokens),
-            ..identity.clone()
-        };
         o.insert(
             "model".into(),
             serde_json::to_value(&used).unwrap_or_default(),
@@ -676,7 +674,7 @@ pub fn run_ifeval(
             json!(started.elapsed().as_secs_f64()),
         );
     }
-    write_json(&dir.join("results.json"), &results)?;
+    hat_ifeval::write_outputs_with(&report, &results, &dir)?;
     Ok(SuiteSummary {
         suite: Suite::Ifeval,
         headline: strict_avg,

@@ -124,23 +124,42 @@ fn io_err(path: PathBuf) -> impl FnOnce(std::io::Error) -> IfevalError {
     move |source| IfevalError::Io { path, source }
 }
 
+/// Writes `bytes` to `path` through a temporary file in the same folder and a rename, so a
+/// run killed mid-write leaves the old file or the new one, never a truncated one (and a file
+/// linked from elsewhere is replaced, not written through).
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), IfevalError> {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    let tmp = path.with_file_name(name);
+    fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
+        .map_err(io_err(tmp.clone()))?;
+    fs::rename(&tmp, path).map_err(io_err(path.to_path_buf()))
+}
+
 /// Writes `items.jsonl` (one line per prompt: `key`, `instruction_id_list`, `strict`, `loose`,
 /// `prompt`, `response`) and `results.json` (scores and breakdowns) into `out_dir`, creating it.
 pub fn write_outputs(report: &Report, out_dir: impl AsRef<Path>) -> Result<(), IfevalError> {
+    write_outputs_with(report, &report.results_json(), out_dir)
+}
+
+/// [`write_outputs`] with `results` as `results.json`: a caller adding its own fields to
+/// [`Report::results_json`] writes the file once, whole, instead of patching it afterwards.
+/// Both files are replaced atomically.
+pub fn write_outputs_with(
+    report: &Report,
+    results: &Value,
+    out_dir: impl AsRef<Path>,
+) -> Result<(), IfevalError> {
     let dir = out_dir.as_ref();
     fs::create_dir_all(dir).map_err(io_err(dir.to_path_buf()))?;
-    let items_path = dir.join("items.jsonl");
     let mut items = Vec::new();
     for item in &report.items {
         serde_json::to_writer(&mut items, item)?;
         items.push(b'\n');
     }
-    fs::File::create(&items_path)
-        .and_then(|mut f| f.write_all(&items))
-        .map_err(io_err(items_path.clone()))?;
-    let results_path = dir.join("results.json");
-    let mut results = serde_json::to_vec_pretty(&report.results_json())?;
+    write_atomic(&dir.join("items.jsonl"), &items)?;
+    let mut results = serde_json::to_vec_pretty(results)?;
     results.push(b'\n');
-    fs::write(&results_path, results).map_err(io_err(results_path))?;
-    Ok(())
+    write_atomic(&dir.join("results.json"), &results)
 }

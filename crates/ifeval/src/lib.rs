@@ -36,7 +36,7 @@ pub use error::IfevalError;
 pub use instruction::{Instruction, INSTRUCTION_IDS};
 pub use io::{
     builtin_inputs, parse_inputs, parse_responses, read_inputs, read_responses, write_outputs,
-    InputRecord, BUILTIN_INPUT_DATA,
+    write_outputs_with, InputRecord, BUILTIN_INPUT_DATA,
 };
 pub use lang::detect as detect_language;
 pub use report::{score_responses, GroupScores, ItemResult, ModeScores, Report, Tally};

@@ -159,3 +159,48 @@ fn print_table() {
     let responses = read_responses(data.join("conformance.jsonl")).unwrap();
     println!("{}", score_responses(&inputs, &responses).unwrap());
 }
+
+/// Red-team finding: `items.jsonl` and `results.json` were truncated and rewritten in place, so
+/// a run killed mid-write left a cut file. They are now replaced by a rename: a file linked
+/// from elsewhere (here a hard link standing for the old contents) is replaced, never
+/// written through, and no temporary file is left behind.
+#[cfg(unix)]
+#[test]
+fn outputs_replace_their_files_whole() {
+    let inputs = hat_ifeval::builtin_inputs();
+    let report = score_responses(&inputs[..2], &HashMap::new()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    for name in ["items.jsonl", "results.json"] {
+        let old = dir.path().join(format!("old-{name}"));
+        std::fs::write(&old, "old contents").unwrap();
+        std::fs::hard_link(&old, out.join(name)).unwrap();
+    }
+    let extra = serde_json::json!({"suite": "ifeval", "prompts": 2});
+    hat_ifeval::write_outputs_with(&report, &extra, &out).unwrap();
+    for name in ["items.jsonl", "results.json"] {
+        let old = dir.path().join(format!("old-{name}"));
+        assert_eq!(
+            std::fs::read_to_string(old).unwrap(),
+            "old contents",
+            "{name}"
+        );
+    }
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results, extra);
+    assert_eq!(
+        std::fs::read_to_string(out.join("items.jsonl"))
+            .unwrap()
+            .lines()
+            .count(),
+        2
+    );
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["items.jsonl", "results.json"]);
+}
