@@ -378,16 +378,16 @@ pub fn run(
         data_files: files.clone(),
         replay: replay.clone(),
     };
-    let mut rows: Vec<(StageRow, bool)> = Vec::new();
+    // Each model is scored, and the report rewritten, as soon as the model exists: a later
+    // stage that fails (an RL run that cannot finish) leaves the earlier stages scored and
+    // reported instead of unscored until it succeeds.
     if cfg.eval.base {
-        rows.push((
-            StageRow {
-                stage: "base".into(),
-                model: cfg.model.clone(),
-                ..StageRow::default()
-            },
-            true,
-        ));
+        let base = StageRow {
+            stage: "base".into(),
+            model: cfg.model.clone(),
+            ..StageRow::default()
+        };
+        add_row(cfg, out, &mut report, base, true, on)?;
     }
     // the weights the next stage starts from
     let mut current = cfg.model.clone();
@@ -409,7 +409,7 @@ pub fn run(
             &mut |e| hat_train::sft::run(&c, &dir, true, e),
         )?;
         current = row.hf.clone().unwrap_or_default();
-        rows.push((row, s.evaluate));
+        add_row(cfg, out, &mut report, row, s.evaluate, on)?;
     }
     let s = cfg.distill()?;
     if !s.skip {
@@ -430,7 +430,7 @@ pub fn run(
             &mut |e| hat_train::distill::run(&c, &dir, true, e),
         )?;
         current = row.hf.clone().unwrap_or_default();
-        rows.push((row, s.evaluate));
+        add_row(cfg, out, &mut report, row, s.evaluate, on)?;
     }
     let s = cfg.rl()?;
     if !s.skip {
@@ -447,17 +447,29 @@ pub fn run(
             on,
             &mut |e| hat_train::rl::run(&c, &dir, true, e),
         )?;
-        rows.push((row, s.evaluate));
+        add_row(cfg, out, &mut report, row, s.evaluate, on)?;
     }
-    for (row, eval) in &mut rows {
-        if *eval {
-            let dir = out.join("eval").join(&row.stage);
-            row.scores = evaluate(cfg, &row.stage, &row.model, &dir, on)?;
-        }
-    }
-    report.rows = rows.into_iter().map(|(r, _)| r).collect();
+    // a pipeline with every stage skipped and no base row still gets its (empty) report
     write_report(cfg, out, &report)?;
     Ok(report)
+}
+
+/// Scores a stage's model into `out/eval/<stage>` when its section asks for it (resuming an
+/// earlier evaluation there), adds its row and rewrites the report with every row so far.
+fn add_row(
+    cfg: &PipelineConfig,
+    out: &Path,
+    report: &mut Report,
+    mut row: StageRow,
+    eval: bool,
+    on: &mut dyn FnMut(Progress),
+) -> Result<(), PipelineError> {
+    if eval {
+        let dir = out.join("eval").join(&row.stage);
+        row.scores = evaluate(cfg, &row.stage, &row.model, &dir, on)?;
+    }
+    report.rows.push(row);
+    write_report(cfg, out, report)
 }
 
 fn write_report(cfg: &PipelineConfig, out: &Path, report: &Report) -> Result<(), PipelineError> {
@@ -563,5 +575,43 @@ mod tests {
         assert_eq!(back.seconds.to_bits(), secs.to_bits());
         let back: f64 = serde_json::from_str("1.2978317910000001").unwrap();
         assert_eq!(back.to_bits(), secs.to_bits());
+    }
+
+    /// Red-team finding: every stage was evaluated only after RL trained, so an RL stage that
+    /// failed every time left the models before it unscored and the report unwritten. Here the
+    /// RL stage fails at once (its folder is a file) after the base model: the base model is
+    /// scored and reported all the same.
+    #[test]
+    fn a_failing_stage_leaves_the_stages_before_it_scored_and_reported() {
+        let d = tempfile::tempdir().unwrap();
+        let model = hat_train::fixture::tiny_model(&d.path().join("m"), 1, "qwen2").unwrap();
+        let data = d.path().join("data.jsonl");
+        std::fs::write(&data, "").unwrap();
+        let harness = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+        let text = format!(
+            "preset = \"quick\"\nmodel = {:?}\nharness_dir = {:?}\n\
+             [data]\nfiles = [{:?}]\n[replay]\nprompts = 0\n\
+             [sft]\nskip = true\n[distill]\nskip = true\n\
+             [eval]\nsuites = \"lsqa\"\nlimit = 1\nmax_tokens = 4\nbase = true\n",
+            model.display().to_string(),
+            harness.display().to_string(),
+            data.display().to_string()
+        );
+        let cfg = PipelineConfig::from_str(&text, "test").unwrap();
+        let out = d.path().join("p");
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(out.join("rl"), "not a folder").unwrap();
+        let e = run(&cfg, &out, &mut |_| {}).unwrap_err();
+        assert!(e.to_string().contains("rl"), "{e}");
+        assert!(out.join("eval/base/lsqa/results.json").exists());
+        let report: Report =
+            serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap())
+                .unwrap();
+        assert_eq!(report.rows.len(), 1);
+        assert_eq!(report.rows[0].stage, "base");
+        assert!(report.rows[0].scores.contains_key("lsqa"), "{report:?}");
+        assert!(std::fs::read_to_string(out.join("report.md"))
+            .unwrap()
+            .contains("| base |"));
     }
 }
