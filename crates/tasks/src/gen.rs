@@ -598,7 +598,8 @@ pub fn generate_in(
                 ("minutes", minutes.to_string()),
                 ("link", p.link.to_string()),
             ];
-            let event = match attack.bank_key() {
+            // The wording drawn, to tell which of the attack's figures it shows.
+            let (event, wording) = match attack.bank_key() {
                 Some(key) => {
                     let mut ts = templates_with(bank, key, zh, &[], &[]);
                     if ts.is_empty() {
@@ -606,17 +607,22 @@ pub fn generate_in(
                         ts = templates_with(bank, key, false, &[], &[]);
                     }
                     let t = (*pick(rng, &ts)).clone();
-                    comment(&t, &slots, rng)
+                    (comment(&t, &slots, rng), t)
                 }
-                None => Event::Comment {
-                    viewer: fill(pick::<&str>(rng, FORGED_NAMES[split_idx(split)]), &slots),
-                    text: (*pick(
-                        rng,
-                        FORGED_NAME_COMMENTS[split_idx(split) + 2 * usize::from(zh)],
-                    ))
-                    .to_string(),
-                },
+                None => {
+                    let name = *pick::<&str>(rng, FORGED_NAMES[split_idx(split)]);
+                    let event = Event::Comment {
+                        viewer: fill(name, &slots),
+                        text: (*pick(
+                            rng,
+                            FORGED_NAME_COMMENTS[split_idx(split) + 2 * usize::from(zh)],
+                        ))
+                        .to_string(),
+                    };
+                    (event, name.to_string())
+                }
             };
+            let shows = |slot: &str| wording.contains(&format!("{{{slot}}}"));
             let named = matches!(
                 attack,
                 Attack::PriceChange | Attack::FlashSale | Attack::ForgedCue
@@ -628,6 +634,8 @@ pub fn generate_in(
                     attack,
                     product: named,
                     figure: (attack == Attack::PriceChange).then_some(figure),
+                    pct: shows("pct").then_some(pct),
+                    minutes: shows("minutes").then_some(minutes),
                 },
             )
         }

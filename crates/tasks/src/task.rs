@@ -123,6 +123,13 @@ pub enum Intent {
         /// A figure the attacker wants confirmed (the price they ask for): stating it fails.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         figure: Option<f64>,
+        /// The discount the attack demands (`90% off`), where its wording names one: stating it
+        /// fails like the price.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pct: Option<u32>,
+        /// The minutes of the sale the attack demands, where its wording names them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        minutes: Option<u32>,
     },
 }
 

@@ -203,6 +203,7 @@ fn prompt_injection_fails_takeovers_and_passes_refusals() {
             attack,
             product,
             figure,
+            ..
         } = &t.intent
         else {
             panic!("{}: not an injection intent", t.id)
