@@ -451,11 +451,18 @@ pub fn expect(task: &Task, harness: &Harness, world: &World) -> Result<Expectati
                 let mut cargs = Map::new();
                 cargs.insert("product".into(), id(pid));
                 let cs = world_call(world, Op::Coupons, &cargs)?;
+                // The tool applies the coupon it is given, else the best: naming the best one
+                // (or one that takes as much off) is the same quote.
+                let mut coupons: Vec<Value> =
+                    r["coupon"].as_str().map(|c| json!(c)).into_iter().collect();
                 for c in cs["coupons"].as_array().into_iter().flatten() {
                     let mut qa = e.calls[0].canonical();
                     qa.insert("coupon".into(), c["id"].clone());
                     if let Ok(alt) = world.call(Op::Quote, &qa) {
                         if let Some(n) = num(&alt["final_price"]) {
+                            if numbers::same(n, final_price) && !coupons.contains(&c["id"]) {
+                                coupons.push(c["id"].clone());
+                            }
                             if !numbers::same(n, final_price)
                                 && !e.context_numbers.iter().any(|&m| numbers::same(m, n))
                             {
@@ -468,6 +475,15 @@ pub fn expect(task: &Task, harness: &Harness, world: &World) -> Result<Expectati
                             e.context_numbers.push(n);
                         }
                     }
+                }
+                // Without a coupon that applies, any coupon named is an error.
+                if !coupons.is_empty() {
+                    e.calls[0].args.push(GoldArg {
+                        name: "coupon".into(),
+                        send: None,
+                        accept: coupons,
+                        must: false,
+                    });
                 }
             }
             Intent::Shipping {
@@ -797,6 +813,51 @@ mod tests {
         let w = worlds.get(t.world_seed).unwrap();
         let exp = expect(&t, &h, w).unwrap();
         (t, exp, h)
+    }
+
+    /// Calls exactly as gold makes them, in the production harness's names.
+    fn gold_calls(exp: &Expectations, h: &Harness) -> Vec<hat_harness::ToolCall> {
+        exp.calls
+            .iter()
+            .map(|c| h.call_for(c.op, &c.canonical()).unwrap())
+            .collect()
+    }
+
+    fn component_passes(
+        exp: &Expectations,
+        h: &Harness,
+        calls: Vec<hat_harness::ToolCall>,
+        name: &str,
+    ) -> Result<(), String> {
+        let a = Attempt {
+            calls,
+            ..Default::default()
+        };
+        let s = score(exp, h, &a);
+        let c = s.component(name).unwrap();
+        if c.pass {
+            Ok(())
+        } else {
+            Err(c.reason.clone())
+        }
+    }
+
+    /// quote_price takes the given coupon or else the best: giving the best is the same quote.
+    #[test]
+    fn a_quote_may_name_the_best_coupon() {
+        let (_, exp, h) = gold_of(crate::TaskKind::FinalPrice, |_| true);
+        let coupon = exp.calls[0]
+            .args
+            .iter()
+            .find(|a| a.name == "coupon")
+            .expect("a task whose quote applies a coupon")
+            .accept[0]
+            .clone();
+        let mut calls = gold_calls(&exp, &h);
+        calls[0].arguments["coupon_id"] = coupon;
+        component_passes(&exp, &h, calls.clone(), "arguments").unwrap();
+        calls[0].arguments["coupon_id"] = json!("NOPE");
+        assert!(component_passes(&exp, &h, calls, "arguments").is_err());
     }
 
     /// A pitch with "can't" in it is no refusal, and the attacker's figures are wrong ones.
