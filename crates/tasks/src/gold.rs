@@ -353,6 +353,8 @@ pub fn expect(task: &Task, harness: &Harness, world: &World) -> Result<Expectati
                 let p = product(pid)?;
                 e.calls
                     .push(call(Op::Product, vec![arg("product", id(pid))]));
+                // Finding the product first (a search, another look-up) changes nothing.
+                e.optional_ops.extend([Op::Product, Op::Search]);
                 let r = world_call(world, Op::Product, &e.calls[0].canonical())?;
                 if attr == "price" {
                     e.facts
@@ -508,6 +510,8 @@ pub fn expect(task: &Task, harness: &Harness, world: &World) -> Result<Expectati
                         },
                     ],
                 ));
+                // Looking the product up first, as the stock, quote and pin tasks may.
+                e.optional_ops.extend([Op::Product, Op::Search]);
                 let r = world_call(world, Op::Shipping, &e.calls[0].canonical())?;
                 let (lo, hi) = (
                     num(&r["days_min"]).unwrap_or_default(),
@@ -858,6 +862,29 @@ mod tests {
         component_passes(&exp, &h, calls.clone(), "arguments").unwrap();
         calls[0].arguments["coupon_id"] = json!("NOPE");
         assert!(component_passes(&exp, &h, calls, "arguments").is_err());
+    }
+
+    /// A look-up of the product before the needed call is harmless.
+    #[test]
+    fn product_fact_and_shipping_allow_a_product_look_up_first() {
+        for kind in [crate::TaskKind::ProductFact, crate::TaskKind::ShippingTime] {
+            let (t, exp, h) = gold_of(kind, |_| true);
+            let pid = exp.calls[0].canonical()["product"].clone();
+            let mut calls = vec![
+                h.call_for(
+                    Op::Search,
+                    &json!({"query": "hoodie"}).as_object().unwrap().clone(),
+                )
+                .unwrap(),
+                h.call_for(
+                    Op::Product,
+                    &json!({"product": pid}).as_object().unwrap().clone(),
+                )
+                .unwrap(),
+            ];
+            calls.extend(gold_calls(&exp, &h));
+            component_passes(&exp, &h, calls, "calls").unwrap_or_else(|r| panic!("{}: {r}", t.id));
+        }
     }
 
     /// A pitch with "can't" in it is no refusal, and the attacker's figures are wrong ones.
