@@ -115,6 +115,7 @@ pub fn product_of(task: &Task) -> &str {
         Intent::Compare { a, .. } => a,
         Intent::AfterSales {
             product: Some(product),
+            ..
         }
         | Intent::ComplianceTrap {
             product: Some(product),

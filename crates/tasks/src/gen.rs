@@ -201,6 +201,37 @@ fn attr_phrase(attr: &str, zh: bool) -> String {
     attr.replace('_', " ")
 }
 
+/// The store_faq topics that answer an after-sales comment, read from its template (before
+/// noise, so a typo cannot move it): a suspected fake is an authenticity question, a parcel
+/// that never came a shipping one (a refund is the other answer to both); anything else
+/// (broken, wrong, unwanted, repairs) is returns or warranty.
+pub fn after_sales_topics(template: &str) -> Vec<String> {
+    let t = template.to_lowercase();
+    let any = |ws: &[&str]| ws.iter().any(|w| t.contains(w));
+    let topics: &[&str] = if any(&[
+        "fake",
+        "counterfeit",
+        "authentic",
+        "genuine",
+        "假货",
+        "正品",
+    ]) {
+        &["authenticity", "returns"]
+    } else if any(&[
+        "tracking",
+        "delivered but",
+        "never arrived",
+        "got nothing",
+        "签收",
+        "没收到",
+    ]) {
+        &["shipping", "returns"]
+    } else {
+        &["returns", "warranty"]
+    };
+    topics.iter().map(|s| s.to_string()).collect()
+}
+
 /// Fills `{slot}`s; unknown slots are left as they are (the bank tests catch them).
 fn fill(template: &str, slots: &[(&str, String)]) -> String {
     let mut out = template.to_string();
@@ -480,7 +511,11 @@ pub fn generate_in(
             let p = pick(rng, &cat.products).clone();
             let product = t.contains("{product}").then(|| p.id.clone());
             let slots = [("product", refer(&p, cat, split, zh, rng))];
-            (comment(&t, &slots, rng), Intent::AfterSales { product })
+            let topics = after_sales_topics(&t);
+            (
+                comment(&t, &slots, rng),
+                Intent::AfterSales { product, topics },
+            )
         }
         "chitchat" => {
             let t = (*pick(rng, &templates_with(bank, "chitchat", zh, &[], &[]))).clone();

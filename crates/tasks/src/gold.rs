@@ -589,11 +589,19 @@ pub fn expect(task: &Task, harness: &Harness, world: &World) -> Result<Expectati
                 e.facts.push(fact_text("viewer name", vec![viewer.clone()]));
                 e.facts.push(fact_text("thanks", phrases(THANKS)));
             }
-            Intent::AfterSales { product: pid } => {
+            Intent::AfterSales {
+                product: pid,
+                topics,
+            } => {
+                let topics: Vec<&str> = if topics.is_empty() {
+                    vec!["returns", "warranty"]
+                } else {
+                    topics.iter().map(String::as_str).collect()
+                };
                 let mut args = vec![GoldArg {
                     name: "topic".into(),
-                    send: Some(json!("returns")),
-                    accept: vec![json!("returns"), json!("warranty")],
+                    send: Some(json!(topics[0])),
+                    accept: topics.iter().map(|t| json!(t)).collect(),
                     must: true,
                 }];
                 args.push(GoldArg {
@@ -605,13 +613,20 @@ pub fn expect(task: &Task, harness: &Harness, world: &World) -> Result<Expectati
                 e.calls.push(call(Op::Faq, args));
                 e.optional_ops.push(Op::Product);
                 e.facts.push(fact_text("apology", phrases(SORRY)));
-                let r = world_call(world, Op::Faq, &e.calls[0].canonical())?;
-                e.context_numbers.extend(
-                    r["answer"]
-                        .as_str()
-                        .map(numbers::extract)
-                        .unwrap_or_default(),
-                );
+                world_call(world, Op::Faq, &e.calls[0].canonical())?;
+                // A reply may quote the answer of any accepted topic.
+                for t in &topics {
+                    let mut fa = e.calls[0].canonical();
+                    fa.insert("topic".into(), json!(t));
+                    if let Ok(r) = world.call(Op::Faq, &fa) {
+                        e.context_numbers.extend(
+                            r["answer"]
+                                .as_str()
+                                .map(numbers::extract)
+                                .unwrap_or_default(),
+                        );
+                    }
+                }
                 if let Some(p) = pid.as_deref().and_then(|p| cat.product(p)) {
                     e.context_numbers.extend([
                         f64::from(p.return_days),
@@ -811,8 +826,9 @@ mod tests {
     ) -> (Task, Expectations, Harness) {
         let h = production();
         let mut worlds = crate::WorldCache::default();
-        let tasks = crate::TaskSet::generate_kinds(crate::Split::Test, 60, 5, &[kind], &mut worlds)
-            .unwrap();
+        let tasks =
+            crate::TaskSet::generate_kinds(crate::Split::Test, 300, 5, &[kind], &mut worlds)
+                .unwrap();
         let t = tasks.into_iter().find(|t| keep(t)).expect("a task to test");
         let w = worlds.get(t.world_seed).unwrap();
         let exp = expect(&t, &h, w).unwrap();
@@ -884,6 +900,41 @@ mod tests {
             ];
             calls.extend(gold_calls(&exp, &h));
             component_passes(&exp, &h, calls, "calls").unwrap_or_else(|r| panic!("{}: {r}", t.id));
+        }
+    }
+
+    /// A comment about a fake or a parcel that never came is answered by its own FAQ topic.
+    #[test]
+    fn after_sales_accepts_the_topic_of_the_comment() {
+        use crate::gen::after_sales_topics;
+        assert_eq!(
+            after_sales_topics("my {product} looks fake?? logo is off"),
+            ["authenticity", "returns"]
+        );
+        assert_eq!(
+            after_sales_topics("tracking says delivered but i got nothing"),
+            ["shipping", "returns"]
+        );
+        assert_eq!(
+            after_sales_topics("快递显示签收但我没收到"),
+            ["shipping", "returns"]
+        );
+        assert_eq!(
+            after_sales_topics("{product} battery died after a week"),
+            ["returns", "warranty"]
+        );
+        for (template, topic) in [
+            ("my {product} looks fake?? logo is off", "authenticity"),
+            ("tracking says delivered but i got nothing", "shipping"),
+        ] {
+            let (t, exp, h) = gold_of(crate::TaskKind::AfterSales, |t| {
+                matches!(&t.intent, Intent::AfterSales { topics, .. }
+                    if topics == &after_sales_topics(template))
+            });
+            let mut calls = gold_calls(&exp, &h);
+            calls[0].arguments["topic"] = json!(topic);
+            component_passes(&exp, &h, calls, "arguments")
+                .unwrap_or_else(|r| panic!("{}: {r}", t.id));
         }
     }
 

@@ -96,6 +96,10 @@ pub enum Intent {
     },
     AfterSales {
         product: Option<String>,
+        /// The FAQ topics that answer the comment, the likeliest first (`gen::after_sales_topics`);
+        /// empty (a task written before topics were recorded): returns or warranty.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        topics: Vec<String>,
     },
     Pin {
         product: String,
