@@ -357,8 +357,18 @@ pub fn expect(task: &Task, harness: &Harness, world: &World) -> Result<Expectati
                 e.optional_ops.extend([Op::Product, Op::Search]);
                 let r = world_call(world, Op::Product, &e.calls[0].canonical())?;
                 if attr == "price" {
-                    e.facts
-                        .push(fact_num("price", num(&r["price"]).unwrap_or_default()));
+                    let mut f = fact_num("price", num(&r["price"]).unwrap_or_default());
+                    // The prompt's stream state shows a running flash sale's price: what a
+                    // buyer pays now, so as right an answer as the listed price.
+                    f.numbers.extend(
+                        world
+                            .stream_state()
+                            .flash_sales
+                            .iter()
+                            .filter(|s| &s.product == pid)
+                            .map(|s| s.sale_price.as_f64()),
+                    );
+                    e.facts.push(f);
                     e.context_numbers.push(p.list_price.as_f64());
                 } else {
                     let v = r["specs"]
@@ -935,6 +945,43 @@ mod tests {
             calls[0].arguments["topic"] = json!(topic);
             component_passes(&exp, &h, calls, "arguments")
                 .unwrap_or_else(|r| panic!("{}: {r}", t.id));
+        }
+    }
+
+    /// Asked the price of a product on flash sale, the sale price the prompt shows is right.
+    #[test]
+    fn the_price_of_a_product_on_sale_may_be_its_sale_price() {
+        let h = production();
+        let mut worlds = crate::WorldCache::default();
+        let tasks = crate::TaskSet::generate_kinds(
+            crate::Split::Test,
+            400,
+            5,
+            &[crate::TaskKind::ProductFact],
+            &mut worlds,
+        )
+        .unwrap();
+        let (mut t, sale) = tasks
+            .into_iter()
+            .find_map(|t| {
+                let w = worlds.get(t.world_seed).unwrap();
+                let sale = w.stream_state().flash_sales.into_iter().next()?;
+                Some((t, sale))
+            })
+            .expect("a world with a running flash sale");
+        t.intent = Intent::ProductFact {
+            product: sale.product.clone(),
+            attr: "price".into(),
+        };
+        let w = worlds.get(t.world_seed).unwrap();
+        let exp = expect(&t, &h, w).unwrap();
+        let price = w.catalog().product(&sale.product).unwrap().price;
+        assert_ne!(price, sale.sale_price);
+        for reply in [
+            format!("It's on flash sale at {} right now!", sale.sale_price),
+            format!("It's {price}!"),
+        ] {
+            assert!(facts_pass(&exp, &h, &reply), "{}: {reply}", t.id);
         }
     }
 
