@@ -136,6 +136,9 @@ fn differences(path: &str, before: &Value, now: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// The decoding key that differs between machines rather than between settings.
+const MACHINE_DEPENDENT: &str = "decoding.prefill_attention";
+
 /// Checks `record` against the `run.json` of `dir` when `items` (the folder's stored items or
 /// responses) holds anything, then saves it. A folder written before `run.json` existed is
 /// accepted as it is: `runs/` holds such folders, and they must keep resuming.
@@ -152,6 +155,18 @@ fn check_run_record(dir: &Path, items: &Path, record: &Value) -> Result<(), Eval
                 })?;
                 let mut diff = Vec::new();
                 differences("", &before, record, &mut diff);
+                // The prefill attention's precision follows the machine (bf16 where the CPU
+                // has it, else f32; HAT_ATTENTION), not a setting: a run moved to another
+                // machine may go on, its items then scored under both (said in the log).
+                let (machine, diff): (Vec<String>, Vec<String>) = diff
+                    .into_iter()
+                    .partition(|d| d.starts_with(MACHINE_DEPENDENT));
+                for d in &machine {
+                    tracing::warn!(
+                        "{}: resumed on a machine that computes differently: {d}",
+                        dir.display()
+                    );
+                }
                 if !diff.is_empty() {
                     return Err(EvalError::Usage(format!(
                         "{} was scored with model {} ({}, decoding {}, input {}); this run differs in {}; \

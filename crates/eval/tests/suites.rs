@@ -520,6 +520,26 @@ fn a_resume_under_another_model_or_decoding_is_refused_and_changes_nothing() {
     assert_eq!(r.detail["total"], 5);
 }
 
+/// The prefill attention's precision follows the machine (bf16 where the CPU has it): a run
+/// moved to another machine goes on (with a warning), while a setting that differs does not.
+#[test]
+fn a_resume_on_a_machine_with_another_prefill_precision_goes_on() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = cfg(d.path(), Some(3), false);
+    let on = |attention: &str| {
+        let mut b = chat("a.gguf", "q8_0", 128);
+        if let Backend::Chat { identity, .. } = &mut b {
+            identity.decoding["prefill_attention"] = attention.into();
+        }
+        b
+    };
+    run_agent(Suite::Lsqa, &c, &mut on("bf16"), &mut |_, _| {}).unwrap();
+    c.resume = true;
+    c.limit = Some(5);
+    let r = run_agent(Suite::Lsqa, &c, &mut on("f32"), &mut |_, _| {}).unwrap();
+    assert_eq!(r.detail["total"], 5);
+}
+
 #[test]
 fn a_resume_on_another_tasks_file_is_refused() {
     let dir = tempfile::tempdir().unwrap();
