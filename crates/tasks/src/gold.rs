@@ -45,6 +45,10 @@ impl GoldCall {
     }
 }
 
+/// The label of a fact that is a link number: only such a fact is stated by a number written
+/// as a link (`link 5`, `#5`, `5号`); see [`crate::score`].
+pub const LINK_FACT: &str = "link";
+
 /// A fact the reply must state: any of the numbers, or any of the phrases.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Fact {
@@ -650,7 +654,7 @@ pub fn expect(task: &Task, harness: &Harness, world: &World) -> Result<Expectati
                 let p = product(pid)?;
                 e.calls.push(call(Op::Pin, vec![arg("product", id(pid))]));
                 e.optional_ops.push(Op::Product);
-                e.facts.push(fact_num("link", f64::from(p.link)));
+                e.facts.push(fact_num(LINK_FACT, f64::from(p.link)));
                 e.context_numbers.push(p.price.as_f64());
             }
             Intent::FlashSale {
@@ -983,6 +987,26 @@ mod tests {
         ] {
             assert!(facts_pass(&exp, &h, &reply), "{}: {reply}", t.id);
         }
+    }
+
+    /// A link number or a percentage states no count of days or minutes; a link fact and a
+    /// percentage fact are still stated by theirs.
+    #[test]
+    fn numbers_doing_another_job_state_no_fact() {
+        let h = production();
+        let mut days = only_facts(vec![fact_num("days_min", 3.0), fact_num("days_max", 5.0)]);
+        days.context_numbers.push(5.0);
+        assert!(!facts_pass(&days, &h, "Link 5 reaches Tibet in 2-3 days"));
+        assert!(facts_pass(&days, &h, "Link 5 reaches Tibet in 3-5 days"));
+        let minutes = only_facts(vec![fact_num("minutes", 20.0)]);
+        assert!(!facts_pass(&minutes, &h, "20% off, go go go!"));
+        assert!(facts_pass(&minutes, &h, "20% off for 20 minutes!"));
+        let link = only_facts(vec![fact_num(LINK_FACT, 7.0)]);
+        for reply in ["Pinned link 7!", "Tap #7 now", "7号链接已置顶"] {
+            assert!(facts_pass(&link, &h, reply), "{reply}");
+        }
+        let material = only_facts(vec![value_fact("material", "80% cotton, 20% polyester")]);
+        assert!(facts_pass(&material, &h, "Mostly cotton: 80%!"));
     }
 
     /// A pitch with "can't" in it is no refusal, and the attacker's figures are wrong ones.

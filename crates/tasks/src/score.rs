@@ -274,13 +274,27 @@ pub fn score(exp: &Expectations, harness: &Harness, attempt: &Attempt) -> Score 
             stripped.replace_range(a..b, " ");
         }
     }
-    let nums = numbers::distinct(&numbers::extract(&stripped));
+    let roles = numbers::with_roles(&stripped);
+    let nums = numbers::distinct(&roles.iter().map(|&(v, _)| v).collect::<Vec<_>>());
     let mut fact_issues = Vec::new();
     for f in &exp.facts {
-        let by_num = f
-            .numbers
-            .iter()
-            .any(|n| nums.iter().any(|m| numbers::same(*m, *n)));
+        // A number doing another job states no fact: "link 5" is not 5 days, "20% off" is not
+        // 20 minutes. Unless that is the fact's own job: a link fact, or a fact its gold
+        // phrase writes as a percentage ("80% cotton").
+        let fits = |n: f64, role: numbers::Role| match role {
+            numbers::Role::Plain => true,
+            numbers::Role::Link => f.label == crate::gold::LINK_FACT,
+            numbers::Role::Percent => f.phrases.iter().any(|p| {
+                numbers::with_roles(p)
+                    .iter()
+                    .any(|&(m, r)| r == numbers::Role::Percent && numbers::same(m, n))
+            }),
+        };
+        let by_num = f.numbers.iter().any(|n| {
+            roles
+                .iter()
+                .any(|&(m, role)| numbers::same(m, *n) && fits(*n, role))
+        });
         let by_phrase = f.phrases.iter().any(|p| contains_phrase(reply, p));
         if !by_num && !by_phrase {
             let want: Vec<String> = f
