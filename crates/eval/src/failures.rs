@@ -38,6 +38,9 @@ pub enum Cause {
     WrongValue,
     /// The reply leaves out a fact the task needs.
     MissingFact,
+    /// The reply states something wrong: a wrong figure, a phrase that does not fit (a product
+    /// over budget, a denial of being an AI), or more unexplained numbers than allowed.
+    WrongFact,
     /// A hook, length or wording constraint broken.
     Constraint,
     /// A reason none of the above recognise.
@@ -45,7 +48,7 @@ pub enum Cause {
 }
 
 impl Cause {
-    pub const ALL: [Cause; 13] = [
+    pub const ALL: [Cause; 14] = [
         Cause::WrongProduct,
         Cause::UnknownTool,
         Cause::UnneededTool,
@@ -56,6 +59,7 @@ impl Cause {
         Cause::WrongValue,
         Cause::CallSyntax,
         Cause::MissingFact,
+        Cause::WrongFact,
         Cause::Reply,
         Cause::Constraint,
         Cause::Other,
@@ -74,6 +78,7 @@ impl Cause {
             Cause::Schema => "arguments off the tool's schema",
             Cause::WrongValue => "another argument wrong",
             Cause::MissingFact => "reply misses a fact",
+            Cause::WrongFact => "reply states a wrong fact",
             Cause::Constraint => "breaks a constraint",
             Cause::Other => "other",
         }
@@ -89,10 +94,12 @@ pub fn causes(reason: &str) -> Vec<Cause> {
     let mut component = "";
     for seg in reason.split("; ").filter(|s| !s.trim().is_empty()) {
         let mut detail = seg;
+        let mut continues = true;
         if let Some((head, rest)) = seg.split_once(": ") {
             if COMPONENTS.contains(&head) {
                 component = head;
                 detail = rest;
+                continues = false;
             }
         }
         let cause = match component {
@@ -122,7 +129,18 @@ pub fn causes(reason: &str) -> Vec<Cause> {
                 Some(Cause::WrongValue)
             }
             "facts" if detail.contains("does not state") => Some(Cause::MissingFact),
+            "facts"
+                if detail.starts_with("states the wrong figure")
+                    || detail.contains("which does not fit")
+                    || detail.contains("unexplained numbers") =>
+            {
+                Some(Cause::WrongFact)
+            }
             "constraints" => Some(Cause::Constraint),
+            // Details are joined with "; " too, and some hold one themselves (a schema error
+            // lists up to three): an unrecognised piece after the first of a component is the
+            // rest of the detail before it, not a cause of its own.
+            _ if continues && !out.is_empty() => None,
             _ => Some(Cause::Other),
         };
         if let Some(c) = cause {
@@ -313,6 +331,13 @@ mod tests {
                  call search";
         assert_eq!(causes(r), vec![Cause::Reply, Cause::MissingCall]);
         assert_eq!(causes("something new"), vec![Cause::Other]);
+        let r = "facts: states the wrong figure 12; mentions `Calm Throw`, which does not fit; \
+                 5 unexplained numbers (at most 2)";
+        assert_eq!(causes(r), vec![Cause::WrongFact]);
+        // a detail holding "; " of its own is one detail
+        let r = "arguments: invalid arguments for t: /a: 3 is not of type \"string\"; /b: \"x\" \
+                 is not one of [\"y\"]; facts: does not state price (9)";
+        assert_eq!(causes(r), vec![Cause::Schema, Cause::MissingFact]);
         assert!(causes("").is_empty());
     }
 
