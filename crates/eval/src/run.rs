@@ -567,6 +567,8 @@ fn summarise_agent(
         "harness_hashes": hashes,
         "wall_seconds": wall,
         "model_seconds": item_seconds,
+        // which scorer gave `score`: numbers of different versions are not comparable
+        "scorer_version": hat_tasks::SCORER_VERSION,
     });
     write_json(&dir.join("results.json"), &detail)?;
     Ok(SuiteSummary {
