@@ -66,7 +66,9 @@ fn harness_check_refuses_a_hook_program_that_cannot_run() {
     fails_cleanly(hat().args(["harness", "check"]).arg(d.path())).stderr(
         predicate::str::contains("hooks.toml:")
             .and(predicate::str::contains("not executable (mode 644)"))
-            .and(predicate::str::contains("chmod +x hooks/no-medical-claims.sh")),
+            .and(predicate::str::contains(
+                "chmod +x hooks/no-medical-claims.sh",
+            )),
     );
 }
 
