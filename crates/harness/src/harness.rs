@@ -1006,13 +1006,19 @@ pub fn hook_time_worst_case(hooks: &[Hook], max_calls: u64) -> Option<(&'static 
         .filter(|(_, ms)| *ms > 0)
 }
 
+/// The stream a harness's prompt is rendered for by `hat harness check`. It holds one of each
+/// list a live stream may fill (a coupon, a running flash sale): a template's loop over them
+/// is then run by the check, so an error in a loop body fails the check instead of every live
+/// prompt.
 fn sample_stream() -> Value {
     json!({
         "stream_id": "S-check", "title": "Check stream", "host": "Host", "now": "2026-01-01T20:00:00",
         "currency": "CNY", "currency_symbol": "¥",
         "on_stage": {"id": "P1", "title": "Sample", "link": 1, "price": 9.9},
         "products": [{"id": "P1", "title": "Sample", "category": "home", "price": 9.9, "list_price": 19.9, "link": 1}],
-        "coupons": [], "flash_sales": [], "recent": ["lily joined"]
+        "coupons": [{"id": "C1", "scope": "store", "threshold": 99.0, "amount": 10.0, "expires_at": "2026-01-01T23:00:00"}],
+        "flash_sales": [{"product": "P1", "discount_pct": 20, "sale_price": 7.92, "ends_at": "2026-01-01T20:15:00"}],
+        "recent": ["lily joined"]
     })
 }
 

@@ -1078,6 +1078,26 @@ fn harness_check_enforces_template_fuel_and_the_prompt_budget() {
     )
     .stderr(predicate::str::contains("prompt.j2").and(predicate::str::contains("fuel")));
 
+    // a loop body runs in the check: the sample stream has a coupon and a flash sale
+    for list in ["coupons", "flash_sales"] {
+        let d = broken_copy(|p| {
+            std::fs::write(
+                p.join("prompt.j2"),
+                format!("{{% for c in stream.{list} %}}{{{{ c.typo.x }}}}{{% endfor %}}"),
+            )
+            .unwrap();
+            let m = std::fs::read_to_string(p.join("harness.toml"))
+                .unwrap()
+                .replace(
+                    "format = \"markdown\"",
+                    "format = \"markdown\"\ntemplate = \"prompt.j2\"",
+                );
+            std::fs::write(p.join("harness.toml"), m).unwrap();
+        });
+        fails_cleanly(hat().args(["harness", "check"]).arg(d.path()))
+            .stderr(predicate::str::contains("prompt.j2"));
+    }
+
     let d = broken_copy(|p| {
         let t = std::fs::read_to_string(p.join("tools/check_stock.json"))
             .unwrap()
