@@ -221,6 +221,28 @@ fn read_pipe<R: Read + Send + 'static>(pipe: Option<R>) -> mpsc::Receiver<(Strin
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
+
+    /// Asserts that the process whose pid `pidfile` holds was killed: gone, or a zombie
+    /// waiting for its new parent to reap it (polled for up to 10 s: a kill is not instant).
+    #[cfg(target_os = "linux")]
+    fn assert_killed(pidfile: &std::path::Path) {
+        let pid = std::fs::read_to_string(pidfile).unwrap().trim().to_string();
+        let dead = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |st| {
+                st.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        };
+        let mut tries = 0;
+        while !dead() && tries < 100 {
+            std::thread::sleep(Duration::from_millis(100));
+            tries += 1;
+        }
+        assert!(dead(), "process {pid} outlived its hook");
+    }
     use serde_json::json;
 
     fn sh(script: &str) -> Vec<String> {
@@ -394,26 +416,7 @@ mod tests {
             Duration::from_millis(300),
         );
         assert!(matches!(out, CommandOutcome::Failed(ref m) if m.contains("timed out")));
-        let pid = std::fs::read_to_string(&pidfile)
-            .unwrap()
-            .trim()
-            .to_string();
-        // Killed: gone, or a zombie waiting for its new parent to reap it.
-        let dead = || {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |st| {
-                st.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-        };
-        let mut tries = 0;
-        while !dead() && tries < 50 {
-            std::thread::sleep(Duration::from_millis(100));
-            tries += 1;
-        }
-        assert!(dead(), "sleep {pid} outlived its hook");
+        assert_killed(&pidfile);
     }
 
     /// Review finding: a hook that left a child holding its stdout (`sleep 100 &`) had its
@@ -439,27 +442,8 @@ mod tests {
             out,
             CommandOutcome::Allow(Some(json!({"reply": "redacted"})))
         );
-        let pid = std::fs::read_to_string(&pidfile)
-            .unwrap()
-            .trim()
-            .to_string();
-        // The read ended, so the child's end of the pipe closed: it was killed. Killed is
-        // gone, or a zombie waiting for its new parent to reap it.
-        let dead = || {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |st| {
-                st.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-        };
-        let mut tries = 0;
-        while !dead() && tries < 100 {
-            std::thread::sleep(Duration::from_millis(100));
-            tries += 1;
-        }
-        assert!(dead(), "sleep {pid} outlived its hook");
+        // the read ended, so the child's end of the pipe closed: it was killed
+        assert_killed(&pidfile);
     }
 
     /// A process that left the hook's group (`setsid`) still holds stdout after the group is

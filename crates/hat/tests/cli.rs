@@ -1052,23 +1052,27 @@ fn serve_refuses_a_missing_or_broken_harness_at_start() {
     );
 }
 
+/// Makes the harness at `p` render its prompt with `template` (as `prompt.j2`).
+fn with_template(p: &Path, template: &str) {
+    std::fs::write(p.join("prompt.j2"), template).unwrap();
+    let m = std::fs::read_to_string(p.join("harness.toml"))
+        .unwrap()
+        .replace(
+            "format = \"markdown\"",
+            "format = \"markdown\"\ntemplate = \"prompt.j2\"",
+        );
+    std::fs::write(p.join("harness.toml"), m).unwrap();
+}
+
 /// Issue 13: templates had no limits (nested loops ran away, `render` printed 100 MB) and a
 /// 1 MB tool description passed `check`.
 #[test]
 fn harness_check_enforces_template_fuel_and_the_prompt_budget() {
     let d = broken_copy(|p| {
-        std::fs::write(
-            p.join("prompt.j2"),
+        with_template(
+            p,
             "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
         )
-        .unwrap();
-        let m = std::fs::read_to_string(p.join("harness.toml"))
-            .unwrap()
-            .replace(
-                "format = \"markdown\"",
-                "format = \"markdown\"\ntemplate = \"prompt.j2\"",
-            );
-        std::fs::write(p.join("harness.toml"), m).unwrap();
     });
     fails_cleanly(
         hat()
@@ -1081,18 +1085,10 @@ fn harness_check_enforces_template_fuel_and_the_prompt_budget() {
     // a loop body runs in the check: the sample stream has a coupon and a flash sale
     for list in ["coupons", "flash_sales"] {
         let d = broken_copy(|p| {
-            std::fs::write(
-                p.join("prompt.j2"),
-                format!("{{% for c in stream.{list} %}}{{{{ c.typo.x }}}}{{% endfor %}}"),
+            with_template(
+                p,
+                &format!("{{% for c in stream.{list} %}}{{{{ c.typo.x }}}}{{% endfor %}}"),
             )
-            .unwrap();
-            let m = std::fs::read_to_string(p.join("harness.toml"))
-                .unwrap()
-                .replace(
-                    "format = \"markdown\"",
-                    "format = \"markdown\"\ntemplate = \"prompt.j2\"",
-                );
-            std::fs::write(p.join("harness.toml"), m).unwrap();
         });
         fails_cleanly(hat().args(["harness", "check"]).arg(d.path()))
             .stderr(predicate::str::contains("prompt.j2"));
