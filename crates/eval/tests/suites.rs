@@ -647,6 +647,8 @@ fn a_resume_with_a_smaller_limit_or_other_kinds_scores_only_its_items() {
         serde_json::from_slice(&std::fs::read(d.path().join("lsqa/results.json")).unwrap())
             .unwrap();
     assert_eq!(saved["total"], 10);
+    // which scorer judged the items (v1 numbers are not comparable with v2's)
+    assert_eq!(saved["scorer_version"], hat_tasks::SCORER_VERSION);
     let mut c = cfg(d.path(), Some(25), true);
     c.kinds = vec![TaskKind::LAUNCH[0]];
     let r = run_agent(Suite::Lsqa, &c, &mut Backend::Oracle, &mut |_, _| {}).unwrap();
