@@ -10,7 +10,7 @@
 
 use hat_harness::render::render_turn;
 use hat_harness::{CallGrammar, Harness, HookDecision, Message, ReplyReview};
-use hat_tasks::episode::{prompt, Scene, StoreBackend};
+use hat_tasks::episode::{opening, Scene, StoreBackend};
 use hat_tasks::task::{event_kind, event_line_with, event_vars};
 use hat_tasks::Attempt;
 use hat_world::World;
@@ -294,8 +294,18 @@ impl<'a> Episode<'a> {
         world: &'a World,
         cfg: EpisodeConfig,
     ) -> Result<Episode<'a>, AgentError> {
-        let messages = prompt(&scene, harness, world)?;
+        let mut messages = opening(&scene, harness, world)?;
         let vars = event_vars(scene.event, harness.viewer_limits());
+        let mut log = Vec::new();
+        let kind = event_kind(scene.event);
+        let event = serde_json::to_value(scene.event).unwrap_or_default();
+        let outcome = harness.on_event(kind, &event, &vars, &mut log);
+        // the event's turn carries every note its hooks gave, in hook order: `inject` notes
+        // and a command hook's context (`additional_context`)
+        messages.push(Message::user(render_turn(
+            &event_line_with(scene.event, harness.viewer_limits()),
+            &outcome.notes,
+        )));
         let mut ep = Episode {
             scene,
             harness,
@@ -304,7 +314,7 @@ impl<'a> Episode<'a> {
             vars,
             messages,
             attempt: Attempt::default(),
-            log: Vec::new(),
+            log,
             completions: Vec::new(),
             turns: 0,
             retries: 0,
@@ -319,20 +329,6 @@ impl<'a> Episode<'a> {
                 CallCheck::Grammar => TurnRule::Calls(Arc::new(CallGrammar::for_harness(harness))),
             },
         };
-        let event = serde_json::to_value(scene.event).unwrap_or_default();
-        let kind = event_kind(scene.event);
-        let outcome = harness.on_event(kind, &event, &ep.vars, &mut ep.log);
-        // The prompt holds the `inject` notes; a command hook's context (its
-        // `additional_context`) is known only now that it has run: the event's turn is
-        // written again with every note, in hook order.
-        if outcome.notes != harness.inject_notes(kind, &ep.vars) {
-            if let Some(turn) = ep.messages.last_mut() {
-                turn.content = render_turn(
-                    &event_line_with(scene.event, harness.viewer_limits()),
-                    &outcome.notes,
-                );
-            }
-        }
         if let Some(reason) = outcome.blocked {
             ep.attempt
                 .format_errors
