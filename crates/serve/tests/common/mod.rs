@@ -265,3 +265,24 @@ pub fn get(url: &str) -> (u16, serde_json::Value) {
     let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON ({code}): {text}"));
     (code, v)
 }
+
+/// Creates stream `id` (seed 3).
+pub fn create(r: &Running, id: &str) {
+    let (code, v) = json(
+        "POST",
+        &r.url("/v1/streams"),
+        &serde_json::json!({"id": id, "seed": 3}),
+    );
+    assert_eq!(code, 201, "{v}");
+}
+
+/// Posts a comment of `lily` to stream `id` and waits for its result.
+pub fn ask(r: &Running, id: &str, text: &str) -> serde_json::Value {
+    let (code, v) = json(
+        "POST",
+        &r.url(&format!("/v1/streams/{id}/events?wait=true")),
+        &serde_json::json!({"type": "comment", "viewer": "lily", "text": text}),
+    );
+    assert_eq!(code, 200, "{v}");
+    v["results"][0].clone()
+}
