@@ -35,6 +35,33 @@ const RECENT_SYSTEMS: usize = 32;
 /// Shared prefixes shorter than this are not worth a cache entry.
 const MIN_SHARED_PREFIX: usize = 128;
 
+/// Distinct prompts whose sample counts [`LocalModel`] keeps.
+const SEEN_PROMPTS: usize = 1 << 16;
+
+/// A prompt's tokens hashed (FNV-1a over their little-endian bytes): stable across
+/// builds and machines, unlike `std`'s hasher, so a sampled run draws the same seeds
+/// everywhere.
+pub fn prompt_key(tokens: &[u32]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for t in tokens {
+        for b in t.to_le_bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The seed of the `repeat`-th sample (from 0) of the prompt whose key is `key` in a run
+/// seeded with `run`: a SplitMix64 finaliser over the three, so nearby inputs give
+/// unrelated seeds.
+pub fn request_seed(run: u64, key: u64, repeat: u32) -> u64 {
+    let mut z = run ^ key.rotate_left(17) ^ u64::from(repeat).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
@@ -53,10 +80,13 @@ pub struct LocalModel {
     /// Name and content hash of the weights.
     pub name: String,
     pub hash: String,
-    /// Requests made so far: each request samples with `sampling.seed` plus this count, so
-    /// equal prompts in one batch (a group of RL rollouts) draw different answers while a
-    /// run stays reproducible.
-    requests: u64,
+    /// How often each prompt (by [`prompt_key`]) has been sampled: a request's seed mixes
+    /// `sampling.seed`, its prompt and this count ([`request_seed`]), so equal prompts (a
+    /// group of RL rollouts) draw different answers, while an item's answer depends on its
+    /// own prompt only, not on the batch it ran in or on where a resumed run started.
+    /// Cleared when it holds [`SEEN_PROMPTS`] (a server's repeated prompt may then draw
+    /// a seed again).
+    seen: HashMap<u64, u32>,
     /// Per call opener, the tokens a reply-only turn may not start with (a vocabulary scan,
     /// done once per syntax).
     openings: HashMap<&'static str, Vec<u32>>,
@@ -111,7 +141,7 @@ impl LocalModel {
             cache_turns: false,
             name,
             hash,
-            requests: 0,
+            seen: HashMap::new(),
             openings: HashMap::new(),
             batch: ContinuousBatch::new(),
             turns: HashMap::new(),
@@ -208,8 +238,13 @@ impl LocalModel {
     fn sampled(&mut self, messages: &[Message]) -> Result<GenerateRequest, AgentError> {
         let mut req = self.request(messages, false)?;
         req.sampling = self.sampling.clone();
-        req.sampling.seed = self.sampling.seed.wrapping_add(self.requests);
-        self.requests += 1;
+        if self.seen.len() >= SEEN_PROMPTS {
+            self.seen.clear();
+        }
+        let key = prompt_key(&req.prompt);
+        let repeat = self.seen.entry(key).or_insert(0);
+        req.sampling.seed = request_seed(self.sampling.seed, key, *repeat);
+        *repeat += 1;
         Ok(req)
     }
 
@@ -266,7 +301,7 @@ impl ChatModel for LocalModel {
     }
 
     fn warm(&mut self, opening: &[Message]) -> Result<usize, AgentError> {
-        // samples nothing: no seed drawn, so later requests' seeds do not move
+        // samples nothing: no seed drawn
         let mut req = self.request(opening, true)?;
         let Some(system) = req.cache_prefix_len else {
             return Ok(0);
@@ -431,6 +466,24 @@ mod tests {
     use super::*;
     use hat_harness::CallSyntax;
     use serde_json::json;
+
+    #[test]
+    fn prompt_keys_are_fixed_by_the_tokens_alone() {
+        // FNV-1a's published offset basis, and a value computed outside Rust: the key (and
+        // so every sampled run) is the same on every build and machine
+        assert_eq!(prompt_key(&[]), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(prompt_key(&[1, 49152]), 0x0ab0_f125_6f2b_ef64);
+        assert_ne!(prompt_key(&[1, 2]), prompt_key(&[2, 1]));
+    }
+
+    #[test]
+    fn request_seeds_differ_by_run_prompt_and_repeat() {
+        let s = request_seed(1, 2, 0);
+        assert_ne!(s, request_seed(1, 2, 1));
+        assert_ne!(s, request_seed(1, 3, 0));
+        assert_ne!(s, request_seed(2, 2, 0));
+        assert_eq!(s, request_seed(1, 2, 0));
+    }
 
     #[test]
     fn each_constrained_turn_hands_the_engine_its_check() {

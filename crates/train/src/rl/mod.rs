@@ -104,8 +104,8 @@ impl RlStage {
     }
 
     /// A rollout engine on the current weights, built afresh for every batch even when the
-    /// weights did not change (a step with no signal): its request count (the sampling
-    /// seeds) and prefix cache then start empty, so a resumed run draws what the straight
+    /// weights did not change (a step with no signal): its per-prompt sample counts (part
+    /// of the sampling seeds) and prefix cache then start empty, so a resumed run draws what the straight
     /// run drew.
     fn refresh(&mut self, model: &TrainModel) -> Result<()> {
         // the old engine goes first: two copies of the weights need not coexist
