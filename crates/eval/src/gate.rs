@@ -88,7 +88,8 @@ fn short(h: &str) -> String {
 /// its score depends on, so a later gate reuses the results only when it would score the same
 /// items the same way. The model's whole identity goes in (an endpoint's hash is its URL, so
 /// two models behind one endpoint differ only by name; weight format and temperature are in
-/// its decoding), and so does the crate version (the scorer and the suites' items).
+/// its decoding), and so do the scorer version (the crate version stays while the scorer
+/// changes) and the crate version (the suites' items).
 fn cache_key(
     harness_hash: &str,
     model: &ModelIdentity,
@@ -106,6 +107,7 @@ fn cache_key(
         "limit": cfg.limit,
         "episode": format!("{episode:?}"),
         "version": env!("CARGO_PKG_VERSION"),
+        "scorer_version": hat_tasks::SCORER_VERSION,
     });
     let digest = sha256_hex(what.to_string().as_bytes());
     let digest = digest.strip_prefix("sha256:").unwrap_or(&digest);

@@ -102,14 +102,25 @@ pub(crate) fn decoding_used(identity: &ModelIdentity, max_tokens: u32) -> Value 
 }
 
 /// What a suite folder's items are scored with, saved as `run.json` when the folder is first
-/// written: a resume under another model, weight format, decoding or input would otherwise mix
-/// two runs' items in one score under the later run's name.
-fn run_record(identity: &ModelIdentity, max_tokens: u32, input: &str) -> Value {
-    json!({
+/// written: a resume under another model, weight format, decoding, input or scorer would
+/// otherwise mix two runs' items in one score under the later run's name (a stored item keeps
+/// the pass its scorer gave it). `scorer` is the agent suites' [`hat_tasks::SCORER_VERSION`];
+/// IFEval has none.
+fn run_record(
+    identity: &ModelIdentity,
+    max_tokens: u32,
+    input: &str,
+    scorer: Option<u32>,
+) -> Value {
+    let mut r = json!({
         "model": {"name": identity.name, "hash": identity.hash},
         "decoding": decoding_used(identity, max_tokens),
         "input": input,
-    })
+    });
+    if let Some(v) = scorer {
+        r["scorer_version"] = v.into();
+    }
+    r
 }
 
 /// Where `before` and `now` differ, as `key.path (before, now now)`.
@@ -169,14 +180,21 @@ fn check_run_record(dir: &Path, items: &Path, record: &Value) -> Result<(), Eval
                 }
                 if !diff.is_empty() {
                     return Err(EvalError::Usage(format!(
-                        "{} was scored with model {} ({}, decoding {}, input {}); this run differs in {}; \
+                        "{} was scored with model {} ({}, decoding {}, input {}{}); this run differs in {}; \
                          resume with the same model, --format, --temperature, --max-tokens, \
-                         --ifeval-max-tokens and input files, or use a new --out",
+                         --ifeval-max-tokens and input files (and a `hat` of the same scorer \
+                         version: scores of two versions are not comparable), or use a new --out",
                         dir.display(),
                         before["model"]["name"],
                         before["model"]["hash"],
                         before["decoding"],
                         before["input"],
+                        match &before["scorer_version"] {
+                            Value::Null if record.get("scorer_version").is_some() =>
+                                ", scorer version not recorded (1 or 2)".to_string(),
+                            Value::Null => String::new(),
+                            v => format!(", scorer version {v}"),
+                        },
                         diff.join(", ")
                     )));
                 }
@@ -319,7 +337,12 @@ pub fn run_agent(
         }
         _ => "builtin".to_string(),
     };
-    let record = run_record(&backend.identity(), cfg.max_tokens, &input);
+    let record = run_record(
+        &backend.identity(),
+        cfg.max_tokens,
+        &input,
+        Some(hat_tasks::SCORER_VERSION),
+    );
     let (mut file, done) = open_items(&dir, cfg.resume, &record)?;
     let total = items.len();
     for item in &items {
@@ -619,7 +642,7 @@ pub fn run_ifeval(
     check_run_record(
         &dir,
         &resp_path,
-        &run_record(identity, cfg.ifeval_max_tokens, &input),
+        &run_record(identity, cfg.ifeval_max_tokens, &input, None),
     )?;
     let mut have: HashMap<String, String> = if resp_path.exists() {
         repair_tail(&resp_path)?;

@@ -586,6 +586,45 @@ fn an_ifeval_resume_with_another_answer_limit_is_refused() {
     assert_eq!(r.detail["prompts"], 5);
 }
 
+/// A stored item keeps the pass its scorer gave it: a resume by a `hat` of another scorer
+/// version (or one whose run.json predates recording it) would mix two scorers in one score.
+#[test]
+fn a_resume_under_another_scorer_version_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = cfg(d.path(), Some(3), false);
+    run_agent(Suite::Lsqa, &c, &mut Backend::Oracle, &mut |_, _| {}).unwrap();
+    let path = d.path().join("lsqa/run.json");
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(record["scorer_version"], hat_tasks::SCORER_VERSION);
+    let items = std::fs::read(d.path().join("lsqa/items.jsonl")).unwrap();
+    c.resume = true;
+    c.limit = Some(5);
+    for (older, said) in [
+        (
+            Some(hat_tasks::SCORER_VERSION - 1),
+            format!("scorer version {}", hat_tasks::SCORER_VERSION - 1),
+        ),
+        (None, "scorer version not recorded".to_string()),
+    ] {
+        match older {
+            Some(v) => record["scorer_version"] = v.into(),
+            None => {
+                record.as_object_mut().unwrap().remove("scorer_version");
+            }
+        }
+        std::fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();
+        let e = run_agent(Suite::Lsqa, &c, &mut Backend::Oracle, &mut |_, _| {})
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&said) && e.contains("scorer_version ("), "{e}");
+        assert_eq!(
+            std::fs::read(d.path().join("lsqa/items.jsonl")).unwrap(),
+            items
+        );
+    }
+}
+
 /// `runs/` holds folders written before `run.json` existed: they resume (unchecked, said in a
 /// log line) and get one.
 #[test]

@@ -286,6 +286,21 @@ fn fact_num(label: &str, n: f64) -> Fact {
     }
 }
 
+/// A product's price as a fact: its listed price, or a running flash sale's price, which
+/// the prompt's stream state shows: what a buyer pays now, so as right an answer.
+fn price_fact(label: &str, pid: &str, listed: f64, world: &World) -> Fact {
+    let mut f = fact_num(label, listed);
+    f.numbers.extend(
+        world
+            .stream_state()
+            .flash_sales
+            .iter()
+            .filter(|s| s.product == pid)
+            .map(|s| s.sale_price.as_f64()),
+    );
+    f
+}
+
 fn fact_text(label: &str, ps: Vec<String>) -> Fact {
     Fact {
         label: label.into(),
@@ -361,18 +376,8 @@ pub fn expect(task: &Task, harness: &Harness, world: &World) -> Result<Expectati
                 e.optional_ops.extend([Op::Product, Op::Search]);
                 let r = world_call(world, Op::Product, &e.calls[0].canonical())?;
                 if attr == "price" {
-                    let mut f = fact_num("price", num(&r["price"]).unwrap_or_default());
-                    // The prompt's stream state shows a running flash sale's price: what a
-                    // buyer pays now, so as right an answer as the listed price.
-                    f.numbers.extend(
-                        world
-                            .stream_state()
-                            .flash_sales
-                            .iter()
-                            .filter(|s| &s.product == pid)
-                            .map(|s| s.sale_price.as_f64()),
-                    );
-                    e.facts.push(f);
+                    let price = num(&r["price"]).unwrap_or_default();
+                    e.facts.push(price_fact("price", pid, price, world));
                     e.context_numbers.push(p.list_price.as_f64());
                 } else {
                     let v = r["specs"]
@@ -545,10 +550,11 @@ pub fn expect(task: &Task, harness: &Harness, world: &World) -> Result<Expectati
                 let (pa, pb) = (product(a)?, product(b)?);
                 e.calls.push(call(Op::Product, vec![arg("product", id(a))]));
                 e.calls.push(call(Op::Product, vec![arg("product", id(b))]));
-                e.facts
-                    .push(fact_num(&format!("price of {a}"), pa.price.as_f64()));
-                e.facts
-                    .push(fact_num(&format!("price of {b}"), pb.price.as_f64()));
+                for (pid, p) in [(a, pa), (b, pb)] {
+                    let label = format!("price of {pid}");
+                    e.facts
+                        .push(price_fact(&label, pid, p.price.as_f64(), world));
+                }
                 for p in [pa, pb] {
                     e.context_numbers
                         .extend([p.list_price.as_f64(), f64::from(p.link)]);
@@ -988,6 +994,51 @@ mod tests {
             format!("It's on flash sale at {} right now!", sale.sale_price),
             format!("It's {price}!"),
         ] {
+            assert!(facts_pass(&exp, &h, &reply), "{}: {reply}", t.id);
+        }
+    }
+
+    /// A comparison states each price as the product-fact task does: the running flash
+    /// sale's price (what the prompt shows and a buyer pays) is as right as the listed one.
+    #[test]
+    fn a_comparison_may_quote_a_running_flash_sales_price() {
+        let h = production();
+        let mut worlds = crate::WorldCache::default();
+        let tasks = crate::TaskSet::generate_kinds(
+            crate::Split::Test,
+            400,
+            5,
+            &[crate::TaskKind::Compare],
+            &mut worlds,
+        )
+        .unwrap();
+        let (mut t, sale) = tasks
+            .into_iter()
+            .find_map(|t| {
+                let w = worlds.get(t.world_seed).unwrap();
+                let sale = w.stream_state().flash_sales.into_iter().next()?;
+                Some((t, sale))
+            })
+            .expect("a world with a running flash sale");
+        let w = worlds.get(t.world_seed).unwrap();
+        let other = w
+            .catalog()
+            .products
+            .iter()
+            .find(|p| p.id != sale.product)
+            .unwrap();
+        t.intent = Intent::Compare {
+            a: sale.product.clone(),
+            b: other.id.clone(),
+        };
+        let exp = expect(&t, &h, w).unwrap();
+        let on_sale = w.catalog().product(&sale.product).unwrap();
+        assert_ne!(on_sale.price, sale.sale_price);
+        for shown in [sale.sale_price, on_sale.price] {
+            let reply = format!(
+                "{} is {shown} and {} is {}, both great picks",
+                on_sale.title, other.title, other.price
+            );
             assert!(facts_pass(&exp, &h, &reply), "{}: {reply}", t.id);
         }
     }

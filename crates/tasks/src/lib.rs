@@ -26,9 +26,9 @@ pub use task::{Attack, Intent, Split, Task};
 
 /// The version of the scorer (gold and [`score`]), recorded beside every score (`hat eval`'s
 /// `results.json`): a change that moves pass/fail moves it, since scores of two versions are
-/// not comparable. 1: the scorer before versions were recorded; 2: see
+/// not comparable. 1: the scorer before versions were recorded; 2 and 3: see
 /// docs/tasks-and-scoring.md (Scorer versions).
-pub const SCORER_VERSION: u32 = 2;
+pub const SCORER_VERSION: u32 = 3;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
