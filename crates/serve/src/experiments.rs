@@ -161,7 +161,12 @@ pub struct Outcome {
 }
 
 pub struct Experiments {
+    /// The writer: exposures and replies from the engine worker, outcomes, starts and stops.
     db: Mutex<Connection>,
+    /// A read-only connection for reports and lists: their full scans read a WAL snapshot
+    /// beside the writer instead of holding its lock, which stalled the engine worker's
+    /// next exposure or reply (and so every stream) for as long as a console refresh took.
+    reader: Mutex<Connection>,
     running: RwLock<Option<Arc<Running>>>,
     /// The names of the models arms may use; the first is the server's own.
     models: Vec<String>,
@@ -217,8 +222,15 @@ impl Experiments {
             db.execute_batch("ALTER TABLE replies ADD COLUMN caught INTEGER NOT NULL DEFAULT 0")
                 .map_err(db_err)?;
         }
+        // opened after the schema exists (a read-only connection cannot create it)
+        let reader = Connection::open_with_flags(
+            &path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| ServeError::internal(format!("opening {} to read", path.display()), e))?;
         let ex = Experiments {
             db: Mutex::new(db),
+            reader: Mutex::new(reader),
             running: RwLock::new(None),
             models,
         };
@@ -278,6 +290,10 @@ impl Experiments {
 
     fn db(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.db.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn reader(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.reader.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn running(&self) -> Option<Arc<Running>> {
@@ -494,7 +510,7 @@ impl Experiments {
         /// name, definition, started, stopped, note
         type Row = (String, String, f64, Option<f64>, Option<String>);
         let rows: Vec<Row> = {
-            let db = self.db();
+            let db = self.reader();
             let mut st = db
                 .prepare("SELECT name, def, started_at, stopped_at, note FROM experiments ORDER BY started_at DESC")
                 .map_err(db_err)?;
@@ -549,7 +565,10 @@ impl Experiments {
         let mut viewers: Vec<BTreeMap<String, Viewer>> = vec![BTreeMap::new(); n_arms];
         let mut crossed = std::collections::BTreeSet::<String>::new();
         {
-            let db = self.db();
+            let mut db = self.reader();
+            // one snapshot for the four scans: rows written between them would count a viewer's
+            // outcome without its exposure
+            let db = db.transaction().map_err(db_err)?;
             each_row(
                 &db,
                 "SELECT viewer FROM crossed WHERE experiment = ?1",
@@ -798,6 +817,38 @@ mod tests {
             ex.stop(&started[0]).unwrap();
             assert!(ex.running().is_none());
         }
+    }
+
+    /// Review finding: a report (the console refreshes it) scanned every table under the
+    /// writer's lock, so the engine worker's next exposure or reply waited for it. The report
+    /// now reads on its own connection: it completes while the writer is held (here by the
+    /// test, as a long write would), and sees what was committed before.
+    #[test]
+    fn a_report_reads_beside_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = harnesses();
+        let hash = h.active().hash().to_string();
+        let ex = Experiments::open(dir.path(), &h, vec!["hat".into()]).unwrap();
+        ex.start(def("e", &hash, Unit::Viewer), &h).unwrap();
+        let r = ex.running().unwrap();
+        ex.expose(&r, 0, "ann", "s1");
+        ex.reply("e", 0, "ann", 1.5, false);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            // held inside the scope: a failing assertion releases it, so the scope can join
+            let writer = ex.db();
+            s.spawn(|| {
+                let _ = tx.send(ex.list());
+            });
+            // a failure is a report that waits for the writer: given up after a minute
+            let list = rx
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .expect("the report waited for the writer's lock")
+                .unwrap();
+            drop(writer);
+            let report = &list["experiments"][0]["report"];
+            assert!(report.to_string().contains("1.5"), "{report}");
+        });
     }
 
     fn exposures(ex: &Experiments, name: &str) -> i64 {
