@@ -349,16 +349,7 @@ impl<'a> Reader<'a> {
                 b'\\' => match self.b.get(j + 1) {
                     None => break None,
                     Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => j += 2,
-                    Some(b'u') => {
-                        for k in 0..4 {
-                            match self.b.get(j + 2 + k) {
-                                None => return Err(Stop::More),
-                                Some(h) if h.is_ascii_hexdigit() => {}
-                                Some(_) => return Err(Stop::At(j + 2 + k)),
-                            }
-                        }
-                        j += 6;
-                    }
+                    Some(b'u') => j = self.unicode_escape(j)?,
                     Some(_) => return Err(Stop::At(j + 1)),
                 },
                 0..=0x1f => return Err(Stop::At(j)),
@@ -388,8 +379,81 @@ impl<'a> Reader<'a> {
         end.map(|e| e + 1).ok_or(Stop::More)
     }
 
-    /// A number at `i`: JSON's grammar, without a fraction or exponent for an integer.
+    /// A `\uXXXX` escape at `j` (its backslash): the index after it. A UTF-16 surrogate must
+    /// come as a pair, a leading one (`\uD800`-`\uDBFF`) right before a trailing one
+    /// (`\uDC00`-`\uDFFF`): the parser refuses one alone. Which kind an escape is shows in its
+    /// first two digits, so a lone one is refused at its second digit.
+    fn unicode_escape(&self, j: usize) -> Matched {
+        let hex = |k: usize| match self.byte(k)? {
+            h if h.is_ascii_hexdigit() => Ok(h),
+            _ => Err(Stop::At(k)),
+        };
+        // 0: not a surrogate, 1: a leading one, 2: a trailing one
+        let kind = |k: usize| -> Result<u8, Stop> {
+            let (d0, d1) = (hex(k)?, hex(k + 1)?);
+            Ok(match (d0.to_ascii_lowercase(), d1.to_ascii_lowercase()) {
+                (b'd', b'8'..=b'b') => 1,
+                (b'd', b'c'..=b'f') => 2,
+                _ => 0,
+            })
+        };
+        match kind(j + 2)? {
+            2 => Err(Stop::At(j + 3)),
+            0 => {
+                hex(j + 4)?;
+                hex(j + 5)?;
+                Ok(j + 6)
+            }
+            _ => {
+                hex(j + 4)?;
+                hex(j + 5)?;
+                let k = j + 6;
+                if self.byte(k)? != b'\\' {
+                    return Err(Stop::At(k));
+                }
+                if self.byte(k + 1)? != b'u' {
+                    return Err(Stop::At(k + 1));
+                }
+                if kind(k + 2)? != 2 {
+                    return Err(Stop::At(k + 3));
+                }
+                hex(k + 4)?;
+                hex(k + 5)?;
+                Ok(k + 6)
+            }
+        }
+    }
+
+    /// A number at `i`: JSON's grammar, without a fraction or exponent for an integer, and a
+    /// value within f64's range (the parser refuses `1e400`). The range is checked on every
+    /// prefix, so the text is refused at the byte that takes it out of range; a number whose
+    /// mantissa alone passes f64's range and a negative exponent brings back (300-odd digits)
+    /// is refused with it, the one valid number the check refuses.
     fn number(&self, i: usize, integer: bool) -> Matched {
+        let r = self.number_syntax(i, integer);
+        let end = match r {
+            Ok(j) => j,
+            Err(Stop::More) => self.b.len(),
+            Err(e) => return Err(e),
+        };
+        // only an exponent or 309 digits leave the range: most numbers skip the prefix parses
+        let text = &self.b[i..end];
+        if text.len() < 309 && !text.iter().any(|c| matches!(c, b'e' | b'E')) {
+            return r;
+        }
+        for k in i + 1..=end {
+            let Ok(t) = std::str::from_utf8(&self.b[i..k]) else {
+                break;
+            };
+            let t = t.trim_end_matches(['.', 'e', 'E', '+', '-']);
+            if t.parse::<f64>().is_ok_and(f64::is_infinite) {
+                return Err(Stop::At(k - 1));
+            }
+        }
+        r
+    }
+
+    fn number_syntax(&self, i: usize, integer: bool) -> Matched {
         let mut j = i;
         if self.byte(j)? == b'-' {
             j += 1;
@@ -599,6 +663,39 @@ mod tests {
         assert_eq!(r.object(0, &o, 0), Err(Stop::More));
         assert_eq!(first_refused(&o, r#"{"sku":"a","qty":01}"#), Some(18));
         assert_eq!(first_refused(&o, r#"{"sku":"a","qty":-}"#), Some(18));
+    }
+
+    /// Review finding: the check admitted text the parser refuses, a lone UTF-16 surrogate
+    /// escape and a number beyond f64's range; each is now refused at the byte that makes it
+    /// one, and what the parser reads still passes.
+    #[test]
+    fn surrogates_come_in_pairs_and_numbers_stay_in_range() {
+        let o = Shape::arguments(&json!({"type": "object"}));
+        let parses = |t: &str| serde_json::from_str::<Value>(t).is_ok();
+        for t in [
+            r#"{"a":"\uD83D\uDE00"}"#,
+            r#"{"a":"\ud7ff\ue000"}"#,
+            r#"{"a":1e308,"b":-1.7976931348623157e308,"c":1e-400}"#,
+        ] {
+            assert!(parses(t), "{t}");
+            assert!(complete(&o, t), "{t}");
+        }
+        for (t, at) in [
+            (r#"{"a":"\uDE00"}"#, 9),
+            (r#"{"a":"\uD83Dx"}"#, 12),
+            (r#"{"a":"\uD83D\n"}"#, 13),
+            (r#"{"a":"\uD83D\uD83D"}"#, 15),
+            (r#"{"a":1e309}"#, 9),
+            (r#"{"a":-2e308}"#, 10),
+        ] {
+            assert!(!parses(t), "{t}");
+            assert_eq!(first_refused(&o, t), Some(at), "{t}");
+        }
+        // a number is refused where it leaves the range, before it ends
+        assert_eq!(
+            Reader::new(br#"{"a":1e400"#).object(0, &o, 0),
+            Err(Stop::At(9))
+        );
     }
 
     #[test]
