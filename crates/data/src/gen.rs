@@ -7,6 +7,8 @@ use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use serde_json::{Map, Value};
 
 use hat_agent::driver::{drive, Actor, Done, Job, ModelActor};
@@ -76,6 +78,41 @@ pub struct State {
 
 /// The base harness plus `variants` augmented states.
 pub fn states(dir: &Path, variants: usize, pool: Pool, seed: u64) -> Result<Vec<State>, DataError> {
+    states_with(dir, variants, pool, seed, 0.0)
+}
+
+/// Checks a share of augmented states that take an element-family call syntax.
+pub fn check_element_share(share: f64) -> Result<(), String> {
+    if (0.0..=1.0).contains(&share) {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{share}` is not a share: use a number from 0 (the training pool's call syntaxes \
+             only) to 1 (every augmented state), e.g. 0.3"
+        ))
+    }
+}
+
+/// [`states`], where a share `element_share` of the augmented states (not the base one)
+/// writes its calls in an element-family syntax
+/// ([`hat_augment::families::prompt::element_syntax`]), each drawn from the state's own
+/// seed; with 0 the states are [`states`]'s, draw for draw. Training pool only: the family
+/// is a training device, and a held-out state keeps its held-out syntax.
+pub fn states_with(
+    dir: &Path,
+    variants: usize,
+    pool: Pool,
+    seed: u64,
+    element_share: f64,
+) -> Result<Vec<State>, DataError> {
+    check_element_share(element_share).map_err(DataError::Usage)?;
+    if element_share > 0.0 && pool != Pool::Train {
+        return Err(DataError::Usage(
+            "element-family call syntaxes are for the train pool only; drop \
+             --element-syntaxes or use --pool train"
+                .into(),
+        ));
+    }
     let base_spec = hat_augment::load_spec(dir)?;
     let base = Harness::compile(base_spec.clone(), Some(dir.to_path_buf()))?;
     let mut out = vec![State {
@@ -86,7 +123,13 @@ pub fn states(dir: &Path, variants: usize, pool: Pool, seed: u64) -> Result<Vec<
         .into_iter()
         .enumerate()
     {
-        let v = hat_augment::augment(&base_spec, s, pool)?;
+        let mut v = hat_augment::augment(&base_spec, s, pool)?;
+        if element_share > 0.0 {
+            let mut rng = ChaCha8Rng::seed_from_u64(s ^ 0xE1E3_E475_0000_0001);
+            if rng.gen_bool(element_share) {
+                hat_augment::families::prompt::element_syntax(&mut v.spec, &mut rng);
+            }
+        }
         out.push(State {
             label: format!("v{i:03}"),
             harness: Harness::compile(v.spec, Some(dir.to_path_buf()))?,

@@ -80,3 +80,81 @@ fn a_shared_scene_gives_each_group_one_system_prompt() {
     // the plain draw varies the product on stage inside a group
     assert!(whole_groups(&records(&run(96, 11, 8, false))) < 3);
 }
+
+/// `--element-syntaxes`: 0 leaves every state as it was (the published datasets' states); a
+/// share of 1 gives every augmented state, not the production one, an element-family call
+/// syntax, and the oracle passes every task in them; a held-out pool refuses the family.
+#[test]
+fn element_syntaxes_change_only_the_share_of_states_asked_for() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+    let hashes = |share: f64| -> Vec<(String, String)> {
+        hat_data::gen::states_with(&dir, 12, Pool::Train, 5, share)
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s.harness.hash.clone(),
+                    s.harness.syntax.as_str().to_string(),
+                )
+            })
+            .collect()
+    };
+    let plain: Vec<(String, String)> = states(&dir, 12, Pool::Train, 5)
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s.harness.hash.clone(),
+                s.harness.syntax.as_str().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(hashes(0.0), plain);
+    let all = hashes(1.0);
+    assert_eq!(all[0], plain[0], "the production harness is left alone");
+    assert!(
+        all[1..].iter().all(|(_, s)| s.starts_with("element:")),
+        "{all:?}"
+    );
+    let some = hashes(0.5);
+    let changed = some.iter().zip(&plain).filter(|(a, b)| a != b).count();
+    assert!(changed > 0 && changed < 12, "{changed} of 12 changed");
+
+    let cfg = GenConfig {
+        harness_dir: dir.clone(),
+        variants: 12,
+        pool: Pool::Train,
+        tasks: 60,
+        seed: 5,
+        group: 1,
+        shared_scene: false,
+        mix: Default::default(),
+        recovery: 0.0,
+        first_turns: 0,
+    };
+    let st = hat_data::gen::states_with(&dir, 12, Pool::Train, 5, 1.0).unwrap();
+    let mut out = Vec::new();
+    let r = generate(
+        &cfg,
+        &st,
+        &mut Teacher::Oracle,
+        &Default::default(),
+        &mut out,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!((r.written, r.rejected), (60, 0));
+    let text = String::from_utf8(out).unwrap();
+    // calls in the JSON lines: `<exec fn=\"name\">`, its quotes escaped
+    let calls = hat_harness::syntax::ELEMENTS
+        .iter()
+        .filter(|e| text.contains(&format!("<{} {}=\\\"", e.tag, e.attr)))
+        .count();
+    assert!(calls > 1, "{calls} element syntaxes called in");
+
+    let e = hat_data::gen::states_with(&dir, 2, Pool::Heldout, 5, 0.5)
+        .err()
+        .expect("a held-out pool refuses the family")
+        .to_string();
+    assert!(e.contains("train pool only"), "{e}");
+}

@@ -179,7 +179,7 @@ impl Harness {
             }
         }
         let syntax = CallSyntax::parse_name(&m.calls.syntax).unwrap_or_else(|| {
-            let known: Vec<_> = CallSyntax::ALL.iter().map(|c| c.as_str()).collect();
+            let known: Vec<_> = CallSyntax::every().map(|c| c.as_str()).collect();
             problems.push(Problem::new(
                 "harness.toml",
                 at("harness.toml", "syntax"),

@@ -32,7 +32,72 @@ pub enum CallSyntax {
     FunctionTag,
     /// `<call tool="name">{...}</call>`: the name as an attribute.
     CallAttr,
+    /// One of the element family ([`ELEMENTS`]: `<exec fn="name">{...}</exec>`, named
+    /// `element:exec:fn`), by index: call-attr's form with other tag and attribute words,
+    /// for training states that show many call syntaxes, so that a model learns to copy the
+    /// one its harness describes. Not in [`CallSyntax::ALL`], the nine named syntaxes.
+    Element(u8),
 }
+
+/// A member of the element family: `<TAG ATTR="name">{...}</TAG>`.
+#[derive(Debug)]
+pub struct Element {
+    /// The tag word (`exec`).
+    pub tag: &'static str,
+    /// The attribute that holds the tool's name (`fn`).
+    pub attr: &'static str,
+    /// The syntax's name in `harness.toml` (`element:exec:fn`).
+    pub name: &'static str,
+    named: NamedElement,
+    slots: [&'static str; 1],
+    pub(crate) closers: [&'static str; 1],
+    pub(crate) steps: crate::call_grammar::AttributeSteps,
+}
+
+macro_rules! elements {
+    ($(($tag:literal, $attr:literal)),* $(,)?) => {
+        /// The element family's members. Their tag and attribute words are the training
+        /// pool's: no `invoke` and no `name` (the held-out xml-invoke syntax's), no `call`
+        /// with `tool` (call-attr itself) and no `function` (function-tag's).
+        pub static ELEMENTS: &[Element] = &[$(Element {
+            tag: $tag,
+            attr: $attr,
+            name: concat!("element:", $tag, ":", $attr),
+            named: NamedElement {
+                tag: concat!("<", $tag),
+                attr: Some($attr),
+                close: concat!("</", $tag, ">"),
+                example: concat!("<", $tag, " ", $attr, "=\"tool_name\">{...}</", $tag, ">"),
+            },
+            slots: [concat!("<", $tag, " ", $attr, "=\"")],
+            closers: [concat!("</", $tag, ">")],
+            steps: crate::call_grammar::attribute_steps(
+                concat!("<", $tag),
+                concat!($attr, "=\""),
+                concat!("</", $tag, ">"),
+            ),
+        }),*];
+    };
+}
+
+elements![
+    ("exec", "fn"),
+    ("use", "tool"),
+    ("run", "target"),
+    ("act", "id"),
+    ("op", "ref"),
+    ("request", "tool"),
+    ("task", "fn"),
+    ("api", "call"),
+    ("cmd", "target"),
+    ("do", "op"),
+    ("query", "id"),
+    ("fn", "key"),
+    ("exec", "target"),
+    ("run", "tool"),
+    ("use", "ref"),
+    ("request", "id"),
+];
 
 impl CallSyntax {
     pub const ALL: [CallSyntax; 9] = [
@@ -58,11 +123,33 @@ impl CallSyntax {
             CallSyntax::React => "react",
             CallSyntax::FunctionTag => "function-tag",
             CallSyntax::CallAttr => "call-attr",
+            CallSyntax::Element(_) => self.element_def().name,
         }
     }
 
+    /// The element family member this syntax is, if it is one.
+    pub fn element(self) -> Option<&'static Element> {
+        match self {
+            CallSyntax::Element(i) => ELEMENTS.get(usize::from(i)),
+            _ => None,
+        }
+    }
+
+    fn element_def(self) -> &'static Element {
+        self.element()
+            .expect("an Element index comes from ELEMENTS (CallSyntax::every, parse_name)")
+    }
+
+    /// Every syntax a harness may name: the nine of [`CallSyntax::ALL`], then the element
+    /// family.
+    pub fn every() -> impl Iterator<Item = CallSyntax> {
+        CallSyntax::ALL
+            .into_iter()
+            .chain((0..ELEMENTS.len()).map(|i| CallSyntax::Element(i as u8)))
+    }
+
     pub fn parse_name(s: &str) -> Option<CallSyntax> {
-        CallSyntax::ALL.into_iter().find(|c| c.as_str() == s)
+        CallSyntax::every().find(|c| c.as_str() == s)
     }
 
     /// The text that opens a call in this syntax. A reply to viewers that still holds it
@@ -79,6 +166,7 @@ impl CallSyntax {
             CallSyntax::React => "Action Input:",
             CallSyntax::FunctionTag => "<function=",
             CallSyntax::CallAttr => "<call tool=",
+            CallSyntax::Element(_) => self.element_def().named.tag,
         }
     }
 
@@ -110,6 +198,7 @@ impl CallSyntax {
             // the name right after `=`
             CallSyntax::FunctionTag => &["<function="],
             CallSyntax::CallAttr => &[r#"<call tool=""#],
+            CallSyntax::Element(_) => &self.element_def().slots,
         }
     }
 
@@ -151,6 +240,13 @@ impl CallSyntax {
             CallSyntax::React => format!("Action: {}\nAction Input: {}", call.name, args),
             CallSyntax::FunctionTag => format!("<function={}>{}</function>", call.name, args),
             CallSyntax::CallAttr => format!("<call tool=\"{}\">{}</call>", call.name, args),
+            CallSyntax::Element(_) => {
+                let e = self.element_def();
+                format!(
+                    "<{} {}=\"{}\">{}</{}>",
+                    e.tag, e.attr, call.name, args, e.tag
+                )
+            }
         }
     }
 
@@ -169,6 +265,7 @@ impl CallSyntax {
             name: "tool_name".into(),
             arguments: serde_json::json!({"param": "value"}),
         };
+        let element;
         let how = match self {
             CallSyntax::JsonTags => "To use a tool, write a tool_call tag holding a JSON object with the tool's name and arguments",
             CallSyntax::JsonBlock => "To use a tool, write a fenced code block tagged tool, holding a JSON object with \"tool\" and \"args\"",
@@ -179,6 +276,11 @@ impl CallSyntax {
             CallSyntax::React => "To use a tool, write a line Action: with the tool name, then a line Action Input: with the arguments as a JSON object",
             CallSyntax::FunctionTag => "To use a tool, write a function tag whose opening tag holds = and the tool name, holding the arguments as a JSON object",
             CallSyntax::CallAttr => "To use a tool, write a call element whose tool attribute names the tool, holding the arguments as a JSON object",
+            CallSyntax::Element(_) => {
+                let e = self.element_def();
+                element = format!("To use a tool, write an element named {} whose {} attribute names the tool, holding the arguments as a JSON object", e.tag, e.attr);
+                &element
+            }
         };
         format!(
             "{how}, exactly like this:\n{}\nUse at most {max_per_turn} calls per turn and nothing else in that message; you will get each tool's result back. When you have what you need, or when no tool is needed, write only your reply to the viewers.",
@@ -196,6 +298,7 @@ impl CallSyntax {
             CallSyntax::XmlInvoke => parse_named(output, &INVOKE),
             CallSyntax::FunctionTag => parse_named(output, &FUNCTION_TAG),
             CallSyntax::CallAttr => parse_named(output, &CALL_ATTR),
+            CallSyntax::Element(_) => parse_named(output, &self.element_def().named),
             CallSyntax::JsonBlock => parse_tagged(output, "```tool", "```", |body| {
                 let v = parse_json(body)?;
                 call_from_object(&v, "tool", "args")
@@ -287,6 +390,7 @@ fn parse_tagged(
 
 /// An element whose opening tag names the tool and whose body holds the
 /// arguments as JSON: `<invoke name="x">`, `<function=x>`, `<call tool="x">`.
+#[derive(Debug)]
 struct NamedElement {
     /// The tag (`<invoke`): where a call attempt starts.
     tag: &'static str,
@@ -691,7 +795,7 @@ mod tests {
 
     #[test]
     fn every_syntax_round_trips() {
-        for s in CallSyntax::ALL {
+        for s in CallSyntax::every() {
             let text = format!(
                 "Let me check.\n{}\n{}",
                 s.format(&call()),
@@ -717,7 +821,7 @@ mod tests {
                 name: "get_product".into(),
                 arguments,
             };
-            for s in CallSyntax::ALL {
+            for s in CallSyntax::every() {
                 let text = s.format(&call);
                 let p = s
                     .parse(&text)
@@ -731,16 +835,52 @@ mod tests {
         assert!(CallSyntax::Function.parse("CALL f(a=nullx)").is_err());
     }
 
+    /// The element family is named, described and parsed like call-attr, with its own words;
+    /// none of them is the held-out xml-invoke's (or call-attr's own pair, or function-tag's).
+    #[test]
+    fn the_element_family_reads_its_own_words() {
+        let names: std::collections::HashSet<&str> =
+            CallSyntax::every().map(CallSyntax::as_str).collect();
+        assert_eq!(names.len(), CallSyntax::ALL.len() + ELEMENTS.len());
+        for e in ELEMENTS {
+            assert!(
+                !["invoke", "function"].contains(&e.tag) && e.attr != "name",
+                "{}",
+                e.name
+            );
+            assert!(!(e.tag == "call" && e.attr == "tool"), "{}", e.name);
+        }
+        let s = CallSyntax::parse_name("element:exec:fn").unwrap();
+        assert_eq!(s.element().unwrap().tag, "exec");
+        let text = s.format(&call());
+        assert!(text.starts_with("<exec fn=\"check_stock\">{"), "{text}");
+        assert!(text.ends_with("}</exec>"), "{text}");
+        let how = s.instructions(2);
+        assert!(
+            how.contains("write an element named exec whose fn attribute names the tool"),
+            "{how}"
+        );
+        assert!(
+            how.contains("<exec fn=\"tool_name\">{\"param\":\"value\"}</exec>"),
+            "{how}"
+        );
+        // another member's markup is reply text to this one, its own a call
+        let other = CallSyntax::parse_name("element:exec:target").unwrap();
+        let p = s.parse(&other.format(&call())).unwrap_err();
+        assert!(p.0.contains("fn=\""), "{p}");
+        assert!(CallSyntax::parse_name("element:invoke:name").is_none());
+    }
+
     #[test]
     fn every_call_begins_with_its_opener() {
-        for s in CallSyntax::ALL {
+        for s in CallSyntax::every() {
             assert!(s.format(&call()).starts_with(s.opener()), "{}", s.as_str());
         }
     }
 
     #[test]
     fn plain_text_is_a_reply() {
-        for s in CallSyntax::ALL {
+        for s in CallSyntax::every() {
             let p = s.parse("  Hi lily! Welcome 🎉 ").unwrap();
             assert!(p.calls.is_empty());
             assert_eq!(p.text, "Hi lily! Welcome 🎉");
@@ -897,7 +1037,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn parsers_never_panic(s in ".{0,200}") {
-            for syn in CallSyntax::ALL {
+            for syn in CallSyntax::every() {
                 let _ = syn.parse(&s);
             }
         }
@@ -912,7 +1052,7 @@ mod tests {
             0..24,
         )) {
             let s = parts.concat();
-            for syn in CallSyntax::ALL {
+            for syn in CallSyntax::every() {
                 let _ = syn.parse(&s);
             }
         }

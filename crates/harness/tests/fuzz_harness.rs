@@ -96,7 +96,7 @@ proptest! {
         let mut log = Vec::new();
         let out = h.review_reply_static(&reply, &vars, &mut log);
         prop_assert!(out.chars().count() <= h.reply_constraints(&vars).max_chars);
-        for syntax in hat_harness::CallSyntax::ALL {
+        for syntax in hat_harness::CallSyntax::every() {
             let _ = syntax.parse(&reply);
         }
     }

@@ -419,3 +419,32 @@ fn tasks_sample_covers_every_kind() {
     fails_cleanly(hat().args(["tasks", "sample", "--kind", "nope"]))
         .stderr(predicate::str::contains("hat tasks kinds"));
 }
+
+/// `--element-syntaxes` takes a share, and only for the train pool; each refusal says why.
+#[test]
+fn data_gen_element_syntaxes_refuses_a_bad_share_and_the_held_out_pool() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("e.jsonl");
+    for (args, said) in [
+        (vec!["--element-syntaxes", "1.5"], "not a share"),
+        (vec!["--element-syntaxes", "lots"], "not a number"),
+        (
+            vec!["--element-syntaxes", "0.3", "--pool", "heldout"],
+            "train pool only",
+        ),
+    ] {
+        // a share out of range is a usage error (exit 2), the pool's a run's (exit 1)
+        hat()
+            .args(["data", "gen", "--tasks", "4", "--variants", "2"])
+            .args(&args)
+            .arg("--harness")
+            .arg(production())
+            .arg("--out")
+            .arg(&out)
+            .assert()
+            .failure()
+            .stderr(predicate::str::contains(said))
+            .stderr(predicate::str::contains("panicked").not());
+        assert!(!out.exists(), "{args:?} wrote data");
+    }
+}

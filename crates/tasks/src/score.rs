@@ -187,7 +187,9 @@ pub fn score(exp: &Expectations, harness: &Harness, attempt: &Attempt) -> Score 
     }
     // Prompt scaffolding in a reply means the model echoed its input instead
     // of answering; viewers would see it on screen.
-    if let Some(m) = scaffolding_in(reply) {
+    // the harness's own syntax too: an element family member's markup is in no list
+    let own = harness.syntax.marker();
+    if let Some(m) = scaffolding_in(reply).or_else(|| reply.contains(own).then_some(own)) {
         fmt.push(format!("the reply contains prompt scaffolding `{m}`"));
     }
     if attempt.calls.len() > exp.max_calls.max(exp.calls.len()) * 2 {

@@ -98,6 +98,30 @@ pub(crate) fn syntax(spec: &mut HarnessSpec, rng: &mut ChaCha8Rng, pool: Pool) -
     )]
 }
 
+/// Sets the call syntax to a member of the element family (`hat_harness::syntax::ELEMENTS`,
+/// `<exec fn="name">{...}</exec>`) other than the current one: training states that show
+/// many call syntaxes, so that a model learns to copy the one its harness describes instead
+/// of recalling the training pool's few. [`crate::augment`] never draws it (its draws keep
+/// published datasets reproducible); `hat data gen --element-syntaxes` applies it to a share
+/// of training states.
+pub fn element_syntax(spec: &mut HarnessSpec, rng: &mut ChaCha8Rng) -> Vec<Applied> {
+    let names: Vec<&str> = hat_harness::syntax::ELEMENTS
+        .iter()
+        .map(|e| e.name)
+        .collect();
+    let Some(s) = pick_other(rng, &names, &spec.manifest.calls.syntax) else {
+        return Vec::new();
+    };
+    spec.manifest.calls.syntax = s.to_string();
+    vec![Applied::new(
+        F,
+        "call_syntax",
+        json!({"syntax": s}),
+        false,
+        Pool::Train,
+    )]
+}
+
 /// Renames the persona, and the name wherever hooks and skills use it.
 fn rename_persona(spec: &mut HarnessSpec, new: &str) {
     let old = std::mem::replace(&mut spec.manifest.persona.name, new.to_string());

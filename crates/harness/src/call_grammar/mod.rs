@@ -26,7 +26,7 @@ use crate::{CallSyntax, Harness};
 
 /// One piece of a call's text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Step {
+pub(crate) enum Step {
     /// This text.
     Lit(&'static str),
     /// Any whitespace, newlines included, or none.
@@ -102,6 +102,30 @@ macro_rules! attribute_call {
     };
 }
 
+/// An element family member's template ([`crate::syntax::Element`]): `attribute_call!`'s
+/// steps from words known only where the family is declared.
+pub(crate) type AttributeSteps = [Step; 11];
+
+pub(crate) const fn attribute_steps(
+    tag: &'static str,
+    attr: &'static str,
+    close: &'static str,
+) -> AttributeSteps {
+    [
+        Lit(tag),
+        SomeBlanks,
+        Lit(attr),
+        Name,
+        Lit("\""),
+        Blanks,
+        Lit(">"),
+        Ws,
+        Args { optional: true },
+        Ws,
+        Lit(close),
+    ]
+}
+
 /// How a call is written in one syntax: each its parser reads, in the form
 /// [`CallSyntax::format`] writes (the name first, then the arguments).
 fn template(syntax: CallSyntax) -> &'static [Step] {
@@ -156,6 +180,10 @@ fn template(syntax: CallSyntax) -> &'static [Step] {
             Lit("</function>"),
         ],
         CallSyntax::CallAttr => attribute_call!("<call", "tool=\"", "</call>"),
+        CallSyntax::Element(_) => match syntax.element() {
+            Some(e) => &e.steps,
+            None => unreachable!("an Element index comes from ELEMENTS"),
+        },
     }
 }
 
@@ -182,6 +210,7 @@ fn body(syntax: CallSyntax) -> Body {
         CallSyntax::CallAttr => (false, &["</call>"]),
         CallSyntax::Bracket => (false, &[]),
         CallSyntax::Function | CallSyntax::React => (true, &[]),
+        CallSyntax::Element(_) => (false, syntax.element().map_or(&[], |e| &e.closers)),
     };
     Body { one_line, closers }
 }
@@ -237,7 +266,10 @@ impl CallGrammar {
             line_start: matches!(syntax, CallSyntax::Function | CallSyntax::React),
             tag: matches!(
                 syntax,
-                CallSyntax::XmlInvoke | CallSyntax::CallAttr | CallSyntax::FunctionTag
+                CallSyntax::XmlInvoke
+                    | CallSyntax::CallAttr
+                    | CallSyntax::FunctionTag
+                    | CallSyntax::Element(_)
             ),
             one_line,
             closers: closers.iter().map(|c| c.as_bytes()).collect(),
@@ -509,7 +541,7 @@ mod tests {
     /// check needs a sign-off.
     #[test]
     fn a_reply_past_the_limit_is_complete_once_its_word_ends() {
-        for syntax in CallSyntax::ALL {
+        for syntax in CallSyntax::every() {
             let g = grammar(syntax).with_reply_limit(12);
             assert!(!grammar(syntax).complete(format!("{} ", "x".repeat(500)).as_bytes()));
             for (text, complete) in [
@@ -594,7 +626,7 @@ mod tests {
 
     #[test]
     fn every_call_each_syntax_writes_passes_and_parses() {
-        for s in CallSyntax::ALL {
+        for s in CallSyntax::every() {
             let g = grammar(s);
             let text = format!("Let me check.\n{}", s.format_all(&calls()));
             assert_eq!(first_refused(&g, &text), None, "{}: {text}", s.as_str());
@@ -720,11 +752,11 @@ mod tests {
         fn a_token_is_judged_as_its_bytes_are(
             picks in proptest::collection::vec(0..PIECES.len(), 0..40),
             split in 0usize..1000,
-            syntax in 0..CallSyntax::ALL.len(),
+            syntax in 0..CallSyntax::every().count(),
             call in 0usize..4,
             cut in 0usize..1000,
         ) {
-            let syntax = CallSyntax::ALL[syntax];
+            let syntax = CallSyntax::every().nth(syntax).unwrap();
             let g = grammar(syntax);
             // a valid call (or none) cut anywhere, then random pieces
             let mut text = calls().get(call).map_or(Vec::new(), |c| syntax.format(c).into_bytes());
@@ -943,9 +975,9 @@ mod tests {
         #[test]
         fn every_answer_the_grammar_admits_parses(
             picks in proptest::collection::vec(0usize..1000, 0..60),
-            syntax in 0..CallSyntax::ALL.len(),
+            syntax in 0..CallSyntax::every().count(),
         ) {
-            let syntax = CallSyntax::ALL[syntax];
+            let syntax = CallSyntax::every().nth(syntax).unwrap();
             let g = open_grammar(syntax);
             let whole: Vec<String> = [
                 json!({"sku": "P3", "size": "M"}),

@@ -70,6 +70,12 @@ pub struct GenArgs {
     /// so a scene stays one pack.
     #[arg(long, default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1024))]
     first_turns: usize,
+    /// Share of augmented states (0 to 1; train pool) whose calls are written in a member of
+    /// the element family of call syntaxes (`<exec fn="name">{...}</exec>`: 16 tag and
+    /// attribute pairs, none held out), so the data shows many call syntaxes to copy from the
+    /// prompt. 0 keeps the states every published dataset was drawn from.
+    #[arg(long, default_value_t = 0.0, value_parser = element_share, allow_negative_numbers = true)]
+    element_syntaxes: f64,
     #[arg(long)]
     out: PathBuf,
     /// oracle, or openai (any OpenAI-compatible chat endpoint).
@@ -233,6 +239,14 @@ pub fn run(cmd: DataCmd) -> Result<()> {
     }
 }
 
+/// A share from 0 to 1, for `--element-syntaxes`.
+fn element_share(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number; use a share from 0 to 1, e.g. 0.3"))?;
+    gen::check_element_share(v).map(|()| v)
+}
+
 /// A share from 0 to 1, for `--recovery`.
 fn share(s: &str) -> Result<f64, String> {
     let v: f64 = s
@@ -299,7 +313,7 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
         recovery: a.recovery,
         first_turns: a.first_turns,
     };
-    let states = gen::states(&a.harness, a.variants, pool, a.seed)?;
+    let states = gen::states_with(&a.harness, a.variants, pool, a.seed, a.element_syntaxes)?;
     let skip = if a.resume {
         // A run killed mid-write leaves half a line: cut it, and that item is generated again.
         hat_agent::jsonl::repair_tail(&a.out)
