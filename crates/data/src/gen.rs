@@ -78,11 +78,41 @@ pub struct State {
 
 /// The base harness plus `variants` augmented states.
 pub fn states(dir: &Path, variants: usize, pool: Pool, seed: u64) -> Result<Vec<State>, DataError> {
-    states_with(dir, variants, pool, seed, 0.0)
+    states_with(dir, variants, pool, seed, FamilyShares::default())
 }
 
-/// Checks a share of augmented states that take an element-family call syntax.
-pub fn check_element_share(share: f64) -> Result<(), String> {
+/// Shares of augmented training states whose calls are written in a syntax family's member
+/// (docs/harness-format.md): element (`<exec fn="name">{...}</exec>`) and keyword
+/// (`RUN name(key=value)`). Both 0 (the default): the states every published dataset was
+/// drawn from.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FamilyShares {
+    pub element: f64,
+    pub keyword: f64,
+}
+
+impl FamilyShares {
+    fn any(self) -> bool {
+        self.element > 0.0 || self.keyword > 0.0
+    }
+
+    pub fn check(self) -> Result<(), String> {
+        for s in [self.element, self.keyword] {
+            check_family_share(s)?;
+        }
+        if self.element + self.keyword > 1.0 {
+            return Err(format!(
+                "--element-syntaxes {} and --keyword-syntaxes {} add up to more than 1: a \
+                 state takes at most one family",
+                self.element, self.keyword
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks a share of augmented states that take a syntax family's call syntax.
+pub fn check_family_share(share: f64) -> Result<(), String> {
     if (0.0..=1.0).contains(&share) {
         Ok(())
     } else {
@@ -93,23 +123,25 @@ pub fn check_element_share(share: f64) -> Result<(), String> {
     }
 }
 
-/// [`states`], where a share `element_share` of the augmented states (not the base one)
-/// writes its calls in an element-family syntax
-/// ([`hat_augment::families::prompt::element_syntax`]), each drawn from the state's own
-/// seed; with 0 the states are [`states`]'s, draw for draw. Training pool only: the family
-/// is a training device, and a held-out state keeps its held-out syntax.
+/// [`states`], where shares of the augmented states (not the base one) write their calls in
+/// a member of the element or the keyword family
+/// ([`hat_augment::families::prompt::element_syntax`], [`hat_augment::families::prompt::keyword_syntax`]),
+/// each drawn from the state's own seed; with both shares 0 the states are [`states`]'s,
+/// draw for draw (and with only the element share set, as they were before the keyword
+/// family existed). Training pool only: the families are a training device, and a held-out
+/// state keeps its held-out syntax.
 pub fn states_with(
     dir: &Path,
     variants: usize,
     pool: Pool,
     seed: u64,
-    element_share: f64,
+    shares: FamilyShares,
 ) -> Result<Vec<State>, DataError> {
-    check_element_share(element_share).map_err(DataError::Usage)?;
-    if element_share > 0.0 && pool != Pool::Train {
+    shares.check().map_err(DataError::Usage)?;
+    if shares.any() && pool != Pool::Train {
         return Err(DataError::Usage(
-            "element-family call syntaxes are for the train pool only; drop \
-             --element-syntaxes or use --pool train"
+            "call syntax families are for the train pool only; drop --element-syntaxes and \
+             --keyword-syntaxes or use --pool train"
                 .into(),
         ));
     }
@@ -124,10 +156,17 @@ pub fn states_with(
         .enumerate()
     {
         let mut v = hat_augment::augment(&base_spec, s, pool)?;
-        if element_share > 0.0 {
+        if shares.any() {
+            use hat_augment::families::prompt::{element_syntax, keyword_syntax};
             let mut rng = ChaCha8Rng::seed_from_u64(s ^ 0xE1E3_E475_0000_0001);
-            if rng.gen_bool(element_share) {
-                hat_augment::families::prompt::element_syntax(&mut v.spec, &mut rng);
+            // the element draw first, as before the keyword family: a run that sets only
+            // --element-syntaxes draws the same states
+            if rng.gen_bool(shares.element) {
+                element_syntax(&mut v.spec, &mut rng);
+            } else if shares.keyword > 0.0
+                && rng.gen_bool((shares.keyword / (1.0 - shares.element)).min(1.0))
+            {
+                keyword_syntax(&mut v.spec, &mut rng);
             }
         }
         out.push(State {

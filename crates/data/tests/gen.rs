@@ -81,6 +81,13 @@ fn a_shared_scene_gives_each_group_one_system_prompt() {
     assert!(whole_groups(&records(&run(96, 11, 8, false))) < 3);
 }
 
+fn element(share: f64) -> hat_data::gen::FamilyShares {
+    hat_data::gen::FamilyShares {
+        element: share,
+        keyword: 0.0,
+    }
+}
+
 /// `--element-syntaxes`: 0 leaves every state as it was (the published datasets' states); a
 /// share of 1 gives every augmented state, not the production one, an element-family call
 /// syntax, and the oracle passes every task in them; a held-out pool refuses the family.
@@ -88,7 +95,7 @@ fn a_shared_scene_gives_each_group_one_system_prompt() {
 fn element_syntaxes_change_only_the_share_of_states_asked_for() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
     let hashes = |share: f64| -> Vec<(String, String)> {
-        hat_data::gen::states_with(&dir, 12, Pool::Train, 5, share)
+        hat_data::gen::states_with(&dir, 12, Pool::Train, 5, element(share))
             .unwrap()
             .iter()
             .map(|s| {
@@ -132,7 +139,7 @@ fn element_syntaxes_change_only_the_share_of_states_asked_for() {
         recovery: 0.0,
         first_turns: 0,
     };
-    let st = hat_data::gen::states_with(&dir, 12, Pool::Train, 5, 1.0).unwrap();
+    let st = hat_data::gen::states_with(&dir, 12, Pool::Train, 5, element(1.0)).unwrap();
     let mut out = Vec::new();
     let r = generate(
         &cfg,
@@ -152,9 +159,88 @@ fn element_syntaxes_change_only_the_share_of_states_asked_for() {
         .count();
     assert!(calls > 1, "{calls} element syntaxes called in");
 
-    let e = hat_data::gen::states_with(&dir, 2, Pool::Heldout, 5, 0.5)
+    let e = hat_data::gen::states_with(&dir, 2, Pool::Heldout, 5, element(0.5))
         .err()
         .expect("a held-out pool refuses the family")
         .to_string();
     assert!(e.contains("train pool only"), "{e}");
+}
+
+/// `--keyword-syntaxes` draws only among the states the element draw left alone, so adding it
+/// to a run keeps that run's element states; the two shares may not pass 1; the oracle passes
+/// every task in a keyword state.
+#[test]
+fn keyword_syntaxes_take_the_states_the_element_draw_left() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+    let syntaxes = |element: f64, keyword: f64| -> Vec<String> {
+        let shares = hat_data::gen::FamilyShares { element, keyword };
+        hat_data::gen::states_with(&dir, 12, Pool::Train, 5, shares)
+            .unwrap()
+            .iter()
+            .map(|s| s.harness.syntax.as_str().to_string())
+            .collect()
+    };
+    let el = syntaxes(0.5, 0.0);
+    let both = syntaxes(0.5, 0.5);
+    for (a, b) in el.iter().zip(&both).skip(1) {
+        if a.starts_with("element:") {
+            assert_eq!(a, b);
+        } else {
+            assert!(b.starts_with("keyword:"), "{b}");
+        }
+    }
+    assert!(syntaxes(0.0, 1.0)[1..]
+        .iter()
+        .all(|s| s.starts_with("keyword:")));
+    let e = hat_data::gen::states_with(
+        &dir,
+        2,
+        Pool::Train,
+        5,
+        hat_data::gen::FamilyShares {
+            element: 0.7,
+            keyword: 0.5,
+        },
+    )
+    .err()
+    .expect("shares past 1 are refused")
+    .to_string();
+    assert!(e.contains("more than 1"), "{e}");
+
+    let shares = hat_data::gen::FamilyShares {
+        element: 0.0,
+        keyword: 1.0,
+    };
+    let st = hat_data::gen::states_with(&dir, 6, Pool::Train, 5, shares).unwrap();
+    let cfg = GenConfig {
+        harness_dir: dir.clone(),
+        variants: 6,
+        pool: Pool::Train,
+        tasks: 40,
+        seed: 5,
+        group: 1,
+        shared_scene: false,
+        mix: Default::default(),
+        recovery: 0.0,
+        first_turns: 0,
+    };
+    let mut out = Vec::new();
+    let r = generate(
+        &cfg,
+        &st,
+        &mut Teacher::Oracle,
+        &Default::default(),
+        &mut out,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!((r.written, r.rejected), (40, 0));
+    let text = String::from_utf8(out).unwrap();
+    let words = hat_harness::syntax::KEYWORDS
+        .iter()
+        .filter(|k| {
+            text.contains(&format!("\"{} ", k.word)) || text.contains(&format!("\\n{} ", k.word))
+        })
+        .count();
+    assert!(words > 1, "{words} keywords called with");
 }

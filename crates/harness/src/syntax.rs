@@ -37,7 +37,40 @@ pub enum CallSyntax {
     /// for training states that show many call syntaxes, so that a model learns to copy the
     /// one its harness describes. Not in [`CallSyntax::ALL`], the nine named syntaxes.
     Element(u8),
+    /// One of the keyword family ([`KEYWORDS`]: `RUN name(key="value")`, named
+    /// `keyword:RUN`), by index: the function syntax's form with another keyword, for the
+    /// same purpose as [`CallSyntax::Element`]. Not in [`CallSyntax::ALL`].
+    Keyword(u8),
 }
+
+/// A member of the keyword family: `KEYWORD name(key=value, ...)` on a line of its own.
+#[derive(Debug)]
+pub struct Keyword {
+    /// The keyword (`RUN`).
+    pub word: &'static str,
+    /// The syntax's name in `harness.toml` (`keyword:RUN`).
+    pub name: &'static str,
+    /// The keyword and a space: what a call's line starts with.
+    marker: &'static str,
+    slots: [&'static str; 1],
+    pub(crate) steps: crate::call_grammar::KeywordSteps,
+}
+
+macro_rules! keywords {
+    ($($word:literal),* $(,)?) => {
+        /// The keyword family's members: training-pool words, never `CALL` (the held-out
+        /// function syntax's).
+        pub static KEYWORDS: &[Keyword] = &[$(Keyword {
+            word: $word,
+            name: concat!("keyword:", $word),
+            marker: concat!($word, " "),
+            slots: [concat!("^", $word, "+")],
+            steps: crate::call_grammar::keyword_steps(concat!($word, " ")),
+        }),*];
+    };
+}
+
+keywords!["RUN", "EXEC", "USE", "DO", "TOOL", "APPLY", "CMD", "FN"];
 
 /// A member of the element family: `<TAG ATTR="name">{...}</TAG>`.
 #[derive(Debug)]
@@ -124,6 +157,28 @@ impl CallSyntax {
             CallSyntax::FunctionTag => "function-tag",
             CallSyntax::CallAttr => "call-attr",
             CallSyntax::Element(_) => self.element_def().name,
+            CallSyntax::Keyword(_) => self.keyword_def().name,
+        }
+    }
+
+    /// The keyword family member this syntax is, if it is one.
+    pub fn keyword(self) -> Option<&'static Keyword> {
+        match self {
+            CallSyntax::Keyword(i) => KEYWORDS.get(usize::from(i)),
+            _ => None,
+        }
+    }
+
+    fn keyword_def(self) -> &'static Keyword {
+        self.keyword()
+            .expect("a Keyword index comes from KEYWORDS (CallSyntax::every, parse_name)")
+    }
+
+    /// The word a function-style call's line starts with: `CALL`, or a keyword member's.
+    fn call_word(self) -> &'static str {
+        match self {
+            CallSyntax::Keyword(_) => self.keyword_def().marker,
+            _ => "CALL ",
         }
     }
 
@@ -141,11 +196,12 @@ impl CallSyntax {
     }
 
     /// Every syntax a harness may name: the nine of [`CallSyntax::ALL`], then the element
-    /// family.
+    /// and keyword families.
     pub fn every() -> impl Iterator<Item = CallSyntax> {
         CallSyntax::ALL
             .into_iter()
             .chain((0..ELEMENTS.len()).map(|i| CallSyntax::Element(i as u8)))
+            .chain((0..KEYWORDS.len()).map(|i| CallSyntax::Keyword(i as u8)))
     }
 
     pub fn parse_name(s: &str) -> Option<CallSyntax> {
@@ -167,6 +223,7 @@ impl CallSyntax {
             CallSyntax::FunctionTag => "<function=",
             CallSyntax::CallAttr => "<call tool=",
             CallSyntax::Element(_) => self.element_def().named.tag,
+            CallSyntax::Keyword(_) => self.keyword_def().marker,
         }
     }
 
@@ -199,6 +256,7 @@ impl CallSyntax {
             CallSyntax::FunctionTag => &["<function="],
             CallSyntax::CallAttr => &[r#"<call tool=""#],
             CallSyntax::Element(_) => &self.element_def().slots,
+            CallSyntax::Keyword(_) => &self.keyword_def().slots,
         }
     }
 
@@ -222,14 +280,14 @@ impl CallSyntax {
                 m.insert("args".into(), args);
                 format!("```tool\n{}\n```", Value::Object(m))
             }
-            CallSyntax::Function => {
+            CallSyntax::Function | CallSyntax::Keyword(_) => {
                 let parts: Vec<String> = args
                     .as_object()
                     .into_iter()
                     .flatten()
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect();
-                format!("CALL {}({})", call.name, parts.join(", "))
+                format!("{}{}({})", self.call_word(), call.name, parts.join(", "))
             }
             CallSyntax::XmlInvoke => format!("<invoke name=\"{}\">{}</invoke>", call.name, args),
             CallSyntax::Bracket => format!("[[{} {}]]", call.name, args),
@@ -281,6 +339,10 @@ impl CallSyntax {
                 element = format!("To use a tool, write an element named {} whose {} attribute names the tool, holding the arguments as a JSON object", e.tag, e.attr);
                 &element
             }
+            CallSyntax::Keyword(_) => {
+                element = format!("To use a tool, write {}, the tool name and its arguments as key=JSON value pairs, on a line of its own", self.keyword_def().word);
+                &element
+            }
         };
         format!(
             "{how}, exactly like this:\n{}\nUse at most {max_per_turn} calls per turn and nothing else in that message; you will get each tool's result back. When you have what you need, or when no tool is needed, write only your reply to the viewers.",
@@ -303,7 +365,9 @@ impl CallSyntax {
                 let v = parse_json(body)?;
                 call_from_object(&v, "tool", "args")
             }),
-            CallSyntax::Function => parse_function(output),
+            CallSyntax::Function | CallSyntax::Keyword(_) => {
+                parse_function(output, self.call_word())
+            }
             CallSyntax::Bracket => parse_bracket(output),
             CallSyntax::ToolUse => parse_tagged(output, "<tool_use>", "</tool_use>", |body| {
                 let name = element(body, "name")?.trim();
@@ -674,13 +738,15 @@ fn parse_react(output: &str) -> Result<Parsed, ParseError> {
     })
 }
 
-fn parse_function(output: &str) -> Result<Parsed, ParseError> {
+/// Calls written `WORD name(key=value, ...)`, one a line; `word` is the word and its space
+/// (`CALL `, or a keyword member's).
+fn parse_function(output: &str, word: &str) -> Result<Parsed, ParseError> {
     let mut calls = Vec::new();
     let mut text = Vec::new();
     for line in output.lines() {
         let t = line.trim();
-        match t.strip_prefix("CALL ") {
-            Some(call) => calls.push(parse_function_call(call.trim())?),
+        match t.strip_prefix(word) {
+            Some(call) => calls.push(parse_function_call(call.trim(), word.trim_end())?),
             None => text.push(line),
         }
     }
@@ -694,10 +760,10 @@ fn is_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '-'
 }
 
-fn parse_function_call(s: &str) -> Result<ToolCall, ParseError> {
+fn parse_function_call(s: &str, word: &str) -> Result<ToolCall, ParseError> {
     let open = s.find('(').ok_or_else(|| {
         ParseError(format!(
-            "`CALL {s}` needs parentheses: CALL name(key=value)"
+            "`{word} {s}` needs parentheses: {word} name(key=value)"
         ))
     })?;
     let name = s[..open].trim();
@@ -841,7 +907,10 @@ mod tests {
     fn the_element_family_reads_its_own_words() {
         let names: std::collections::HashSet<&str> =
             CallSyntax::every().map(CallSyntax::as_str).collect();
-        assert_eq!(names.len(), CallSyntax::ALL.len() + ELEMENTS.len());
+        assert_eq!(
+            names.len(),
+            CallSyntax::ALL.len() + ELEMENTS.len() + KEYWORDS.len()
+        );
         for e in ELEMENTS {
             assert!(
                 !["invoke", "function"].contains(&e.tag) && e.attr != "name",
@@ -869,6 +938,36 @@ mod tests {
         let p = s.parse(&other.format(&call())).unwrap_err();
         assert!(p.0.contains("fn=\""), "{p}");
         assert!(CallSyntax::parse_name("element:invoke:name").is_none());
+    }
+
+    /// The keyword family is the function syntax with other words, never `CALL`: a line that
+    /// opens with the harness's word is a call, one with another member's word is text.
+    #[test]
+    fn the_keyword_family_reads_its_own_word() {
+        assert!(KEYWORDS.iter().all(|k| k.word != "CALL"));
+        let s = CallSyntax::parse_name("keyword:RUN").unwrap();
+        let text = s.format(&call());
+        assert!(
+            text.starts_with("RUN check_stock(product_id=\"P3\", "),
+            "{text}"
+        );
+        let how = s.instructions(2);
+        assert!(
+            how.contains("write RUN, the tool name and its arguments"),
+            "{how}"
+        );
+        assert!(how.contains("RUN tool_name(param=\"value\")"), "{how}");
+        let other = CallSyntax::parse_name("keyword:EXEC")
+            .unwrap()
+            .format(&call());
+        let p = s.parse(&format!("{other}\nok")).unwrap();
+        assert!(
+            p.calls.is_empty() && p.text.starts_with("EXEC check_stock("),
+            "{p:?}"
+        );
+        let e = s.parse("RUN check_stock").unwrap_err();
+        assert!(e.0.contains("RUN name(key=value)"), "{e}");
+        assert!(CallSyntax::parse_name("keyword:CALL").is_none());
     }
 
     #[test]

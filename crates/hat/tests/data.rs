@@ -420,7 +420,8 @@ fn tasks_sample_covers_every_kind() {
         .stderr(predicate::str::contains("hat tasks kinds"));
 }
 
-/// `--element-syntaxes` takes a share, and only for the train pool; each refusal says why.
+/// `--element-syntaxes` and `--keyword-syntaxes` take shares adding up to at most 1, and only
+/// for the train pool; each refusal says why.
 #[test]
 fn data_gen_element_syntaxes_refuses_a_bad_share_and_the_held_out_pool() {
     let d = tempfile::tempdir().unwrap();
@@ -431,6 +432,11 @@ fn data_gen_element_syntaxes_refuses_a_bad_share_and_the_held_out_pool() {
         (
             vec!["--element-syntaxes", "0.3", "--pool", "heldout"],
             "train pool only",
+        ),
+        (vec!["--keyword-syntaxes", "-0.1"], "not a share"),
+        (
+            vec!["--element-syntaxes", "0.7", "--keyword-syntaxes", "0.5"],
+            "more than 1",
         ),
     ] {
         // a share out of range is a usage error (exit 2), the pool's a run's (exit 1)

@@ -36,6 +36,8 @@
 #   production data): a share P of the augmented states writes its calls in an element-family
 #   syntax (`<exec fn="name">{...}</exec>`; docs/harness-format.md); data files and legs named
 #   with -elP (e.g. chain-sc-el0.7-ft16-bf16-leg5).
+#   KEYWORD=P the same with `--keyword-syntaxes P` (`RUN name(key="value")`); with ELEMENT,
+#   the two add up to at most 1; data files and legs named with -kwP.
 #   NO_EVAL=1 (any value but 0 or empty) skips a leg's evaluation (a leg the next one starts from; evaluate it later by
 #   running the same command without it).
 set -euo pipefail
@@ -62,13 +64,18 @@ if [ -n "${ELEMENT:-}" ]; then
   [[ "$ELEMENT" =~ ^(0(\.[0-9]+)?|1(\.0+)?)$ ]] || { echo "ELEMENT='$ELEMENT' is not a share from 0 to 1 (e.g. 0.7)" >&2; exit 2; }
   el=-el$ELEMENT; element=(--element-syntaxes "$ELEMENT")
 fi
+kw=; keyword=()
+if [ -n "${KEYWORD:-}" ]; then
+  [[ "$KEYWORD" =~ ^(0(\.[0-9]+)?|1(\.0+)?)$ ]] || { echo "KEYWORD='$KEYWORD' is not a share from 0 to 1 (e.g. 0.3)" >&2; exit 2; }
+  kw=-kw$KEYWORD; keyword=(--keyword-syntaxes "$KEYWORD")
+fi
 ft=; first=(); pack=()
 if [ -n "${FIRST:-}" ]; then
   [[ "$FIRST" =~ ^[1-9][0-9]*$ ]] || { echo "FIRST='$FIRST' is not a number of tasks (e.g. 16)" >&2; exit 2; }
   [ -n "$sc" ] || { echo "FIRST=N adds first-turn tasks to shared scenes: set SCENE=1 as well" >&2; exit 2; }
   ft=-ft$FIRST; first=(--first-turns "$FIRST"); pack=(--pack $((16 + FIRST)))
 fi
-d=$sc$rc$el$ft
+d=$sc$rc$el$kw$ft
 mm=; matmul=()
 if [ -n "${MATMUL:-}" ]; then
   [ "$MATMUL" = bf16 ] || [ "$MATMUL" = f32 ] || { echo "MATMUL='$MATMUL' is not f32 or bf16" >&2; exit 2; }
@@ -92,8 +99,8 @@ for leg in "$@"; do
   echo "leg $leg: seeds $s1/$s2/$s3 from $prev -> $out ($(date -u +%H:%M))"
   if [ ! -f "$out/model-q8_0.gguf" ]; then
     [ -f runs/chain-hsa-s$s1$d.jsonl ] || {
-      $HAT data gen --tasks 2000 --variants 120 --group 16 --seed $s1 "${weights[@]}" "${scene[@]}" "${recovery[@]}" "${first[@]}" "${element[@]}" --force --out runs/hsa-v120-s$s1$d.jsonl
-      $HAT data gen --tasks 8000 --variants 480 --group 16 --seed $s3 "${weights[@]}" "${scene[@]}" "${recovery[@]}" "${first[@]}" "${element[@]}" --force --out runs/hsa-v480-s$s3$d.jsonl
+      $HAT data gen --tasks 2000 --variants 120 --group 16 --seed $s1 "${weights[@]}" "${scene[@]}" "${recovery[@]}" "${first[@]}" "${element[@]}" "${keyword[@]}" --force --out runs/hsa-v120-s$s1$d.jsonl
+      $HAT data gen --tasks 8000 --variants 480 --group 16 --seed $s3 "${weights[@]}" "${scene[@]}" "${recovery[@]}" "${first[@]}" "${element[@]}" "${keyword[@]}" --force --out runs/hsa-v480-s$s3$d.jsonl
       python3 - runs/hsa-v120-s$s1$d.jsonl runs/hsa-v480-s$s3$d.jsonl runs/chain-hsa-s$s1$d.jsonl $((16 + ${FIRST:-0})) <<'PY'
 import json, re, sys
 CODE = ('amber', 'cobalt', 'crimson', 'dusty', 'golden', 'hazel', 'ivory', 'jade', 'lunar',

@@ -122,6 +122,28 @@ pub fn element_syntax(spec: &mut HarnessSpec, rng: &mut ChaCha8Rng) -> Vec<Appli
     )]
 }
 
+/// Sets the call syntax to a member of the keyword family (`hat_harness::syntax::KEYWORDS`,
+/// `RUN name(key="value")`) other than the current one: the function syntax's form with words
+/// other than its `CALL`, for the same purpose as [`element_syntax`] and, like it, drawn only
+/// by `hat data gen --keyword-syntaxes`.
+pub fn keyword_syntax(spec: &mut HarnessSpec, rng: &mut ChaCha8Rng) -> Vec<Applied> {
+    let names: Vec<&str> = hat_harness::syntax::KEYWORDS
+        .iter()
+        .map(|k| k.name)
+        .collect();
+    let Some(s) = pick_other(rng, &names, &spec.manifest.calls.syntax) else {
+        return Vec::new();
+    };
+    spec.manifest.calls.syntax = s.to_string();
+    vec![Applied::new(
+        F,
+        "call_syntax",
+        json!({"syntax": s}),
+        false,
+        Pool::Train,
+    )]
+}
+
 /// Renames the persona, and the name wherever hooks and skills use it.
 fn rename_persona(spec: &mut HarnessSpec, new: &str) {
     let old = std::mem::replace(&mut spec.manifest.persona.name, new.to_string());

@@ -126,6 +126,14 @@ pub(crate) const fn attribute_steps(
     ]
 }
 
+/// A keyword family member's template ([`crate::syntax::Keyword`]): the function syntax's
+/// steps with another word.
+pub(crate) type KeywordSteps = [Step; 6];
+
+pub(crate) const fn keyword_steps(word: &'static str) -> KeywordSteps {
+    [Lit(word), Blanks, Name, Blanks, Keywords, LineEnd]
+}
+
 /// How a call is written in one syntax: each its parser reads, in the form
 /// [`CallSyntax::format`] writes (the name first, then the arguments).
 fn template(syntax: CallSyntax) -> &'static [Step] {
@@ -184,6 +192,10 @@ fn template(syntax: CallSyntax) -> &'static [Step] {
             Some(e) => &e.steps,
             None => unreachable!("an Element index comes from ELEMENTS"),
         },
+        CallSyntax::Keyword(_) => match syntax.keyword() {
+            Some(k) => &k.steps,
+            None => unreachable!("a Keyword index comes from KEYWORDS"),
+        },
     }
 }
 
@@ -209,7 +221,7 @@ fn body(syntax: CallSyntax) -> Body {
         CallSyntax::FunctionTag => (false, &["</function>"]),
         CallSyntax::CallAttr => (false, &["</call>"]),
         CallSyntax::Bracket => (false, &[]),
-        CallSyntax::Function | CallSyntax::React => (true, &[]),
+        CallSyntax::Function | CallSyntax::React | CallSyntax::Keyword(_) => (true, &[]),
         CallSyntax::Element(_) => (false, syntax.element().map_or(&[], |e| &e.closers)),
     };
     Body { one_line, closers }
@@ -263,7 +275,10 @@ impl CallGrammar {
             syntax,
             steps,
             opener,
-            line_start: matches!(syntax, CallSyntax::Function | CallSyntax::React),
+            line_start: matches!(
+                syntax,
+                CallSyntax::Function | CallSyntax::React | CallSyntax::Keyword(_)
+            ),
             tag: matches!(
                 syntax,
                 CallSyntax::XmlInvoke

@@ -16,7 +16,7 @@ use crate::cmd::augment::parse_pool;
 #[derive(Subcommand)]
 pub enum DataCmd {
     /// Write chat-format JSONL trajectories over the base harness and N augmented states.
-    Gen(GenArgs),
+    Gen(Box<GenArgs>),
     /// Replay data for SFT: a model's own answers to general prompts, kept where they pass the
     /// prompt's verifiable constraint (rejection sampling), as `hat data gen` records.
     Replay(ReplayArgs),
@@ -74,8 +74,13 @@ pub struct GenArgs {
     /// the element family of call syntaxes (`<exec fn="name">{...}</exec>`: 16 tag and
     /// attribute pairs, none held out), so the data shows many call syntaxes to copy from the
     /// prompt. 0 keeps the states every published dataset was drawn from.
-    #[arg(long, default_value_t = 0.0, value_parser = element_share, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 0.0, value_parser = family_share, allow_negative_numbers = true)]
     element_syntaxes: f64,
+    /// Share of augmented states (0 to 1; train pool) whose calls are written in a member of
+    /// the keyword family (`RUN name(key="value")`: the function syntax's form with 8 words
+    /// other than its `CALL`). With --element-syntaxes, the two shares add up to at most 1.
+    #[arg(long, default_value_t = 0.0, value_parser = family_share, allow_negative_numbers = true)]
+    keyword_syntaxes: f64,
     #[arg(long)]
     out: PathBuf,
     /// oracle, or openai (any OpenAI-compatible chat endpoint).
@@ -234,17 +239,17 @@ pub fn run(cmd: DataCmd) -> Result<()> {
             print!("{}", hat_harness::text::terminal_safe(&s.to_string()));
             Ok(())
         }
-        DataCmd::Gen(a) => gen_cmd(a),
+        DataCmd::Gen(a) => gen_cmd(*a),
         DataCmd::Replay(a) => replay_cmd(a),
     }
 }
 
-/// A share from 0 to 1, for `--element-syntaxes`.
-fn element_share(s: &str) -> Result<f64, String> {
+/// A share from 0 to 1, for `--element-syntaxes` and `--keyword-syntaxes`.
+fn family_share(s: &str) -> Result<f64, String> {
     let v: f64 = s
         .parse()
         .map_err(|_| format!("`{s}` is not a number; use a share from 0 to 1, e.g. 0.3"))?;
-    gen::check_element_share(v).map(|()| v)
+    gen::check_family_share(v).map(|()| v)
 }
 
 /// A share from 0 to 1, for `--recovery`.
@@ -313,7 +318,11 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
         recovery: a.recovery,
         first_turns: a.first_turns,
     };
-    let states = gen::states_with(&a.harness, a.variants, pool, a.seed, a.element_syntaxes)?;
+    let shares = gen::FamilyShares {
+        element: a.element_syntaxes,
+        keyword: a.keyword_syntaxes,
+    };
+    let states = gen::states_with(&a.harness, a.variants, pool, a.seed, shares)?;
     let skip = if a.resume {
         // A run killed mid-write leaves half a line: cut it, and that item is generated again.
         hat_agent::jsonl::repair_tail(&a.out)
