@@ -81,6 +81,41 @@ fn a_shared_scene_gives_each_group_one_system_prompt() {
     assert!(whole_groups(&records(&run(96, 11, 8, false))) < 3);
 }
 
+/// The oracle's trajectories for `tasks` tasks over `variants` train-pool states drawn with
+/// `shares`, as JSONL text; asserts that the oracle passes every task.
+fn oracle_text(variants: usize, tasks: usize, shares: hat_data::gen::FamilyShares) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+    let cfg = GenConfig {
+        harness_dir: dir.clone(),
+        variants,
+        pool: Pool::Train,
+        tasks,
+        seed: 5,
+        group: 1,
+        shared_scene: false,
+        mix: Default::default(),
+        recovery: 0.0,
+        first_turns: 0,
+    };
+    let st = hat_data::gen::states_with(&dir, variants, Pool::Train, 5, shares).unwrap();
+    let mut out = Vec::new();
+    let r = generate(
+        &cfg,
+        &st,
+        &mut Teacher::Oracle,
+        &Default::default(),
+        &mut out,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(
+        (r.written, r.rejected),
+        (tasks, 0),
+        "the oracle passes every task"
+    );
+    String::from_utf8(out).unwrap()
+}
+
 fn element(share: f64) -> hat_data::gen::FamilyShares {
     hat_data::gen::FamilyShares {
         element: share,
@@ -127,31 +162,7 @@ fn element_syntaxes_change_only_the_share_of_states_asked_for() {
     let changed = some.iter().zip(&plain).filter(|(a, b)| a != b).count();
     assert!(changed > 0 && changed < 12, "{changed} of 12 changed");
 
-    let cfg = GenConfig {
-        harness_dir: dir.clone(),
-        variants: 12,
-        pool: Pool::Train,
-        tasks: 60,
-        seed: 5,
-        group: 1,
-        shared_scene: false,
-        mix: Default::default(),
-        recovery: 0.0,
-        first_turns: 0,
-    };
-    let st = hat_data::gen::states_with(&dir, 12, Pool::Train, 5, element(1.0)).unwrap();
-    let mut out = Vec::new();
-    let r = generate(
-        &cfg,
-        &st,
-        &mut Teacher::Oracle,
-        &Default::default(),
-        &mut out,
-        &mut |_, _| {},
-    )
-    .unwrap();
-    assert_eq!((r.written, r.rejected), (60, 0));
-    let text = String::from_utf8(out).unwrap();
+    let text = oracle_text(12, 60, element(1.0));
     // calls in the JSON lines: `<exec fn=\"name\">`, its quotes escaped
     let calls = hat_harness::syntax::ELEMENTS
         .iter()
@@ -207,35 +218,14 @@ fn keyword_syntaxes_take_the_states_the_element_draw_left() {
     .to_string();
     assert!(e.contains("more than 1"), "{e}");
 
-    let shares = hat_data::gen::FamilyShares {
-        element: 0.0,
-        keyword: 1.0,
-    };
-    let st = hat_data::gen::states_with(&dir, 6, Pool::Train, 5, shares).unwrap();
-    let cfg = GenConfig {
-        harness_dir: dir.clone(),
-        variants: 6,
-        pool: Pool::Train,
-        tasks: 40,
-        seed: 5,
-        group: 1,
-        shared_scene: false,
-        mix: Default::default(),
-        recovery: 0.0,
-        first_turns: 0,
-    };
-    let mut out = Vec::new();
-    let r = generate(
-        &cfg,
-        &st,
-        &mut Teacher::Oracle,
-        &Default::default(),
-        &mut out,
-        &mut |_, _| {},
-    )
-    .unwrap();
-    assert_eq!((r.written, r.rejected), (40, 0));
-    let text = String::from_utf8(out).unwrap();
+    let text = oracle_text(
+        6,
+        40,
+        hat_data::gen::FamilyShares {
+            element: 0.0,
+            keyword: 1.0,
+        },
+    );
     let words = hat_harness::syntax::KEYWORDS
         .iter()
         .filter(|k| {

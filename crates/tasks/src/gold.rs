@@ -961,20 +961,15 @@ mod tests {
         }
     }
 
-    /// Asked the price of a product on flash sale, the sale price the prompt shows is right.
-    #[test]
-    fn the_price_of_a_product_on_sale_may_be_its_sale_price() {
-        let h = production();
+    /// A test task of `kind` whose world runs a flash sale, with that sale.
+    fn on_sale(
+        kind: crate::TaskKind,
+    ) -> (crate::WorldCache, Task, hat_world::stream::StateFlashSale) {
         let mut worlds = crate::WorldCache::default();
-        let tasks = crate::TaskSet::generate_kinds(
-            crate::Split::Test,
-            400,
-            5,
-            &[crate::TaskKind::ProductFact],
-            &mut worlds,
-        )
-        .unwrap();
-        let (mut t, sale) = tasks
+        let tasks =
+            crate::TaskSet::generate_kinds(crate::Split::Test, 400, 5, &[kind], &mut worlds)
+                .unwrap();
+        let (t, sale) = tasks
             .into_iter()
             .find_map(|t| {
                 let w = worlds.get(t.world_seed).unwrap();
@@ -982,6 +977,14 @@ mod tests {
                 Some((t, sale))
             })
             .expect("a world with a running flash sale");
+        (worlds, t, sale)
+    }
+
+    /// Asked the price of a product on flash sale, the sale price the prompt shows is right.
+    #[test]
+    fn the_price_of_a_product_on_sale_may_be_its_sale_price() {
+        let h = production();
+        let (mut worlds, mut t, sale) = on_sale(crate::TaskKind::ProductFact);
         t.intent = Intent::ProductFact {
             product: sale.product.clone(),
             attr: "price".into(),
@@ -1003,23 +1006,7 @@ mod tests {
     #[test]
     fn a_comparison_may_quote_a_running_flash_sales_price() {
         let h = production();
-        let mut worlds = crate::WorldCache::default();
-        let tasks = crate::TaskSet::generate_kinds(
-            crate::Split::Test,
-            400,
-            5,
-            &[crate::TaskKind::Compare],
-            &mut worlds,
-        )
-        .unwrap();
-        let (mut t, sale) = tasks
-            .into_iter()
-            .find_map(|t| {
-                let w = worlds.get(t.world_seed).unwrap();
-                let sale = w.stream_state().flash_sales.into_iter().next()?;
-                Some((t, sale))
-            })
-            .expect("a world with a running flash sale");
+        let (mut worlds, mut t, sale) = on_sale(crate::TaskKind::Compare);
         let w = worlds.get(t.world_seed).unwrap();
         let other = w
             .catalog()

@@ -109,17 +109,7 @@ pub fn element_syntax(spec: &mut HarnessSpec, rng: &mut ChaCha8Rng) -> Vec<Appli
         .iter()
         .map(|e| e.name)
         .collect();
-    let Some(s) = pick_other(rng, &names, &spec.manifest.calls.syntax) else {
-        return Vec::new();
-    };
-    spec.manifest.calls.syntax = s.to_string();
-    vec![Applied::new(
-        F,
-        "call_syntax",
-        json!({"syntax": s}),
-        false,
-        Pool::Train,
-    )]
+    family_syntax(spec, rng, &names)
 }
 
 /// Sets the call syntax to a member of the keyword family (`hat_harness::syntax::KEYWORDS`,
@@ -131,7 +121,12 @@ pub fn keyword_syntax(spec: &mut HarnessSpec, rng: &mut ChaCha8Rng) -> Vec<Appli
         .iter()
         .map(|k| k.name)
         .collect();
-    let Some(s) = pick_other(rng, &names, &spec.manifest.calls.syntax) else {
+    family_syntax(spec, rng, &names)
+}
+
+/// Sets the call syntax to one of a family's `names` other than the current one.
+fn family_syntax(spec: &mut HarnessSpec, rng: &mut ChaCha8Rng, names: &[&str]) -> Vec<Applied> {
+    let Some(s) = pick_other(rng, names, &spec.manifest.calls.syntax) else {
         return Vec::new();
     };
     spec.manifest.calls.syntax = s.to_string();

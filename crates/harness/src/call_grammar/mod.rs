@@ -83,27 +83,8 @@ macro_rules! json_object_call {
 }
 
 /// An element whose opening tag names the tool in an attribute and whose body holds the
-/// arguments (`<invoke name="...">{...}</invoke>`).
-macro_rules! attribute_call {
-    ($tag:literal, $attr:literal, $close:literal) => {
-        &[
-            Lit($tag),
-            SomeBlanks,
-            Lit($attr),
-            Name,
-            Lit("\""),
-            Blanks,
-            Lit(">"),
-            Ws,
-            Args { optional: true },
-            Ws,
-            Lit($close),
-        ]
-    };
-}
-
-/// An element family member's template ([`crate::syntax::Element`]): `attribute_call!`'s
-/// steps from words known only where the family is declared.
+/// arguments (`<invoke name="...">{...}</invoke>`, `<call tool="...">`, and the element
+/// family's members, [`crate::syntax::Element`]).
 pub(crate) type AttributeSteps = [Step; 11];
 
 pub(crate) const fn attribute_steps(
@@ -126,13 +107,17 @@ pub(crate) const fn attribute_steps(
     ]
 }
 
-/// A keyword family member's template ([`crate::syntax::Keyword`]): the function syntax's
-/// steps with another word.
+/// A word, the tool's name and `(key=value, ...)` on a line of its own: the function syntax
+/// (`CALL`) and the keyword family's members ([`crate::syntax::Keyword`]).
 pub(crate) type KeywordSteps = [Step; 6];
 
 pub(crate) const fn keyword_steps(word: &'static str) -> KeywordSteps {
     [Lit(word), Blanks, Name, Blanks, Keywords, LineEnd]
 }
+
+const INVOKE: AttributeSteps = attribute_steps("<invoke", "name=\"", "</invoke>");
+const CALL_ATTR: AttributeSteps = attribute_steps("<call", "tool=\"", "</call>");
+const FUNCTION: KeywordSteps = keyword_steps("CALL ");
 
 /// How a call is written in one syntax: each its parser reads, in the form
 /// [`CallSyntax::format`] writes (the name first, then the arguments).
@@ -142,8 +127,8 @@ fn template(syntax: CallSyntax) -> &'static [Step] {
             json_object_call!("<tool_call>", "\"name\"", "\"arguments\"", "</tool_call>")
         }
         CallSyntax::JsonBlock => json_object_call!("```tool", "\"tool\"", "\"args\"", "```"),
-        CallSyntax::Function => &[Lit("CALL "), Blanks, Name, Blanks, Keywords, LineEnd],
-        CallSyntax::XmlInvoke => attribute_call!("<invoke", "name=\"", "</invoke>"),
+        CallSyntax::Function => &FUNCTION,
+        CallSyntax::XmlInvoke => &INVOKE,
         CallSyntax::Bracket => &[Lit("[["), Name, Ws, Args { optional: true }, Ws, Lit("]]")],
         CallSyntax::ToolUse => &[
             Lit("<tool_use>"),
@@ -187,7 +172,7 @@ fn template(syntax: CallSyntax) -> &'static [Step] {
             Ws,
             Lit("</function>"),
         ],
-        CallSyntax::CallAttr => attribute_call!("<call", "tool=\"", "</call>"),
+        CallSyntax::CallAttr => &CALL_ATTR,
         CallSyntax::Element(_) => match syntax.element() {
             Some(e) => &e.steps,
             None => unreachable!("an Element index comes from ELEMENTS"),
