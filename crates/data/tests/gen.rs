@@ -11,10 +11,24 @@ use hat_data::{generate, states, GenConfig, Record, Teacher};
 /// The dataset bytes of `tasks` oracle trajectories over the production harness and 3 states;
 /// asserts that the oracle passes every task.
 fn run(tasks: usize, seed: u64, group: usize, shared_scene: bool) -> Vec<u8> {
+    let shares = hat_data::gen::FamilyShares::default();
+    oracle_bytes(3, tasks, seed, group, shared_scene, shares)
+}
+
+/// The dataset bytes of `tasks` oracle trajectories over the production harness and
+/// `variants` train-pool states drawn with `shares`; asserts that the oracle passes every task.
+fn oracle_bytes(
+    variants: usize,
+    tasks: usize,
+    seed: u64,
+    group: usize,
+    shared_scene: bool,
+    shares: hat_data::gen::FamilyShares,
+) -> Vec<u8> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
     let cfg = GenConfig {
         harness_dir: dir.clone(),
-        variants: 3,
+        variants,
         pool: Pool::Train,
         tasks,
         seed,
@@ -24,7 +38,7 @@ fn run(tasks: usize, seed: u64, group: usize, shared_scene: bool) -> Vec<u8> {
         recovery: 0.0,
         first_turns: 0,
     };
-    let st = states(&dir, cfg.variants, cfg.pool, seed).unwrap();
+    let st = hat_data::gen::states_with(&dir, variants, Pool::Train, seed, shares).unwrap();
     let mut out = Vec::new();
     let r = generate(
         &cfg,
@@ -82,38 +96,9 @@ fn a_shared_scene_gives_each_group_one_system_prompt() {
 }
 
 /// The oracle's trajectories for `tasks` tasks over `variants` train-pool states drawn with
-/// `shares`, as JSONL text; asserts that the oracle passes every task.
+/// `shares` (seed 5, one task a group), as JSONL text.
 fn oracle_text(variants: usize, tasks: usize, shares: hat_data::gen::FamilyShares) -> String {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
-    let cfg = GenConfig {
-        harness_dir: dir.clone(),
-        variants,
-        pool: Pool::Train,
-        tasks,
-        seed: 5,
-        group: 1,
-        shared_scene: false,
-        mix: Default::default(),
-        recovery: 0.0,
-        first_turns: 0,
-    };
-    let st = hat_data::gen::states_with(&dir, variants, Pool::Train, 5, shares).unwrap();
-    let mut out = Vec::new();
-    let r = generate(
-        &cfg,
-        &st,
-        &mut Teacher::Oracle,
-        &Default::default(),
-        &mut out,
-        &mut |_, _| {},
-    )
-    .unwrap();
-    assert_eq!(
-        (r.written, r.rejected),
-        (tasks, 0),
-        "the oracle passes every task"
-    );
-    String::from_utf8(out).unwrap()
+    String::from_utf8(oracle_bytes(variants, tasks, 5, 1, false, shares)).unwrap()
 }
 
 fn element(share: f64) -> hat_data::gen::FamilyShares {

@@ -819,6 +819,16 @@ mod tests {
         }
     }
 
+    /// A store in `dir` running experiment `e` (two arms of the active harness, by viewer).
+    fn running_e(dir: &Path) -> (Experiments, Arc<Running>) {
+        let h = harnesses();
+        let hash = h.active().hash().to_string();
+        let ex = Experiments::open(dir, &h, vec!["hat".into()]).unwrap();
+        ex.start(def("e", &hash, Unit::Viewer), &h).unwrap();
+        let r = ex.running().unwrap();
+        (ex, r)
+    }
+
     /// Review finding: a report (the console refreshes it) scanned every table under the
     /// writer's lock, so the engine worker's next exposure or reply waited for it. The report
     /// now reads on its own connection: it completes while the writer is held (here by the
@@ -826,11 +836,7 @@ mod tests {
     #[test]
     fn a_report_reads_beside_the_writer() {
         let dir = tempfile::tempdir().unwrap();
-        let h = harnesses();
-        let hash = h.active().hash().to_string();
-        let ex = Experiments::open(dir.path(), &h, vec!["hat".into()]).unwrap();
-        ex.start(def("e", &hash, Unit::Viewer), &h).unwrap();
-        let r = ex.running().unwrap();
+        let (ex, r) = running_e(dir.path());
         ex.expose(&r, 0, "ann", "s1");
         ex.reply("e", 0, "ann", 1.5, false);
         let (tx, rx) = std::sync::mpsc::channel();
@@ -867,11 +873,7 @@ mod tests {
     #[test]
     fn an_exposure_whose_write_failed_is_written_at_the_next_event_and_the_cache_is_bounded() {
         let dir = tempfile::tempdir().unwrap();
-        let h = harnesses();
-        let hash = h.active().hash().to_string();
-        let ex = Experiments::open(dir.path(), &h, vec!["hat".into()]).unwrap();
-        ex.start(def("e", &hash, Unit::Viewer), &h).unwrap();
-        let r = ex.running().unwrap();
+        let (ex, r) = running_e(dir.path());
         // the write fails: the table is gone
         ex.db()
             .execute_batch("ALTER TABLE exposures RENAME TO exposures_away")
