@@ -238,6 +238,10 @@ impl LocalModel {
     fn sampled(&mut self, messages: &[Message]) -> Result<GenerateRequest, AgentError> {
         let mut req = self.request(messages, false)?;
         req.sampling = self.sampling.clone();
+        // greedy decoding draws nothing: no key to hash, no count to keep (a server's every turn)
+        if self.sampling.temperature == 0.0 {
+            return Ok(req);
+        }
         if self.seen.len() >= SEEN_PROMPTS {
             self.seen.clear();
         }

@@ -74,12 +74,14 @@ pub const SCAFFOLDING: &[&str] = &[
     "</tool_call>",
 ];
 
-/// The first piece of prompt scaffolding or tool-call markup (of any call syntax, not only
-/// the harness's own) that `reply` contains: text viewers would see on screen.
-pub fn scaffolding_in(reply: &str) -> Option<&'static str> {
+/// The first piece of prompt scaffolding or tool-call markup (of any of the nine call
+/// syntaxes, and of `own`, the harness's, which may be a family member) that `reply`
+/// contains: text viewers would see on screen.
+pub fn scaffolding_in(reply: &str, own: CallSyntax) -> Option<&'static str> {
     CallSyntax::ALL
         .iter()
         .map(|c| c.marker())
+        .chain(std::iter::once(own.marker()))
         .chain(SCAFFOLDING.iter().copied())
         .find(|m| reply.contains(m))
 }
@@ -187,9 +189,7 @@ pub fn score(exp: &Expectations, harness: &Harness, attempt: &Attempt) -> Score 
     }
     // Prompt scaffolding in a reply means the model echoed its input instead
     // of answering; viewers would see it on screen.
-    // the harness's own syntax too: an element family member's markup is in no list
-    let own = harness.syntax.marker();
-    if let Some(m) = scaffolding_in(reply).or_else(|| reply.contains(own).then_some(own)) {
+    if let Some(m) = scaffolding_in(reply, harness.syntax) {
         fmt.push(format!("the reply contains prompt scaffolding `{m}`"));
     }
     if attempt.calls.len() > exp.max_calls.max(exp.calls.len()) * 2 {
@@ -387,13 +387,16 @@ mod tests {
         for syntax in CallSyntax::ALL {
             let reply = format!("Sure! {} It is on sale.", syntax.format(&call));
             assert_eq!(
-                scaffolding_in(&reply),
+                scaffolding_in(&reply, CallSyntax::JsonTags),
                 Some(syntax.marker()),
                 "{} call left in a reply",
                 syntax.as_str()
             );
         }
-        assert_eq!(scaffolding_in("[comment] ann: hi"), Some("[comment]"));
+        assert_eq!(
+            scaffolding_in("[comment] ann: hi", CallSyntax::JsonTags),
+            Some("[comment]")
+        );
     }
 
     #[test]
@@ -403,7 +406,7 @@ mod tests {
             "Call us any time, the action starts at 8 pm: function over form!",
             "我们的连帽衫有M码，价格39.90元。",
         ] {
-            assert_eq!(scaffolding_in(reply), None, "{reply}");
+            assert_eq!(scaffolding_in(reply, CallSyntax::JsonTags), None, "{reply}");
         }
     }
 }
