@@ -6,6 +6,7 @@
 //! Replies hold an `Arc` of the version they started on, so a swap never mixes two
 //! versions inside one reply.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -96,6 +97,44 @@ pub struct Harnesses {
     /// Held across a save's snapshot and write, so concurrent swaps cannot land an older
     /// snapshot last or interleave in the temporary file.
     saving: std::sync::Mutex<()>,
+    /// Folders that requests wrote or found under the data folder and still work with
+    /// (checking, gating, activating): per folder, how many hold it and whether one of them
+    /// created it. See [`Harnesses::hold`].
+    held: std::sync::Mutex<HashMap<PathBuf, (usize, bool)>>,
+}
+
+/// A request's hold on a harness folder it unpacked or wrote ([`Harnesses::hold`]). When the
+/// last hold on a folder drops, a folder one of the holders created is removed unless a
+/// version in the history runs from it: a refused or only checked upload leaves nothing
+/// behind, and no request loses a folder while another one still checks or activates it.
+pub struct Held {
+    owner: Arc<Harnesses>,
+    dir: PathBuf,
+}
+
+impl Held {
+    /// The held folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut held = self.owner.held_folders();
+        let Some(entry) = held.get_mut(&self.dir) else {
+            return;
+        };
+        entry.0 -= 1;
+        if entry.0 == 0 {
+            let created = entry.1;
+            held.remove(&self.dir);
+            // under the lock: a request finding the folder now waits, then writes it anew
+            if created && !self.owner.uses_dir(&self.dir) {
+                let _ = std::fs::remove_dir_all(&self.dir);
+            }
+        }
+    }
 }
 
 /// The history as kept on disk: each version by hash and folder, which one is active, and the
@@ -166,6 +205,7 @@ impl Harnesses {
             store: None,
             boot: None,
             saving: std::sync::Mutex::new(()),
+            held: Default::default(),
         }
     }
 
@@ -265,6 +305,7 @@ impl Harnesses {
             store: Some(store),
             boot: Some(boot_info),
             saving: std::sync::Mutex::new(()),
+            held: Default::default(),
         };
         h.save();
         (h, notes)
@@ -359,6 +400,33 @@ impl Harnesses {
             .versions
             .iter()
             .any(|v| same(&v.dir) || v.harness.root.as_deref().is_some_and(same))
+    }
+
+    fn held_folders(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, (usize, bool)>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `write` (which unpacks or writes a harness folder and returns it, its source and
+    /// whether it created it, like [`unpack_zip`]) and holds the folder it returns. Writes
+    /// are serialised with the last release of a hold, so a folder found in place cannot be
+    /// removed under the request that found it. Blocking: call it off the async runtime.
+    pub fn hold<F>(self: &Arc<Self>, write: F) -> Result<(Held, String)>
+    where
+        F: FnOnce() -> Result<(PathBuf, String, bool)>,
+    {
+        let mut held = self.held_folders();
+        let (dir, source, created) = write()?;
+        let entry = held.entry(dir.clone()).or_insert((0, false));
+        entry.0 += 1;
+        entry.1 |= created;
+        drop(held);
+        Ok((
+            Held {
+                owner: self.clone(),
+                dir,
+            },
+            source,
+        ))
     }
 
     /// Whether a version with this exact hash is in the history.
@@ -675,5 +743,69 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    fn production() -> Version {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+        load_dir(&dir, "test".into()).unwrap()
+    }
+
+    /// Review finding: two uploads of one archive: the second found the folder, then the
+    /// first one's refusal removed it under the second's check (a confusing error). A
+    /// folder now goes only when its last hold drops.
+    #[test]
+    fn a_written_folder_stays_while_any_request_holds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = Arc::new(Harnesses::new(production()));
+        let z = zip_of(&[("harness.toml", b"a")]);
+        let (first, _) = history.hold(|| unpack_zip(&z, dir.path(), false)).unwrap();
+        let (second, _) = history.hold(|| unpack_zip(&z, dir.path(), false)).unwrap();
+        assert_eq!(first.dir(), second.dir());
+        let folder = first.dir().to_path_buf();
+        drop(first);
+        assert!(
+            folder.join("harness.toml").is_file(),
+            "the second still holds it"
+        );
+        drop(second);
+        assert!(!folder.exists(), "created, not live, no hold left: removed");
+
+        // a folder no holder created (already there) is left as it is
+        let (third, _) = history.hold(|| unpack_zip(&z, dir.path(), false)).unwrap();
+        let folder = third.dir().to_path_buf();
+        let (fourth, _) = history
+            .hold(|| Ok((folder.clone(), "found".into(), false)))
+            .unwrap();
+        drop(third);
+        drop(fourth);
+        assert!(!folder.exists(), "one holder created it");
+        std::fs::create_dir_all(&folder).unwrap();
+        let (found, _) = history
+            .hold(|| Ok((folder.clone(), "found".into(), false)))
+            .unwrap();
+        drop(found);
+        assert!(folder.is_dir(), "found in place: never removed");
+    }
+
+    #[test]
+    fn a_held_folder_that_went_live_stays() {
+        let root = tempfile::tempdir().unwrap();
+        let history = Arc::new(Harnesses::new(production()));
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+        let mut files = crate::edit::read_text_files(&src).unwrap().0;
+        let toml = files.get_mut("harness.toml").unwrap();
+        assert!(toml.contains("name = \"Mia\""));
+        *toml = toml.replace("name = \"Mia\"", "name = \"Ana\""); // another version
+        let (held, source) = history
+            .hold(|| crate::edit::write_text_files(&files, &[], root.path()))
+            .unwrap();
+        let v = load_dir(held.dir(), source).unwrap();
+        assert!(history.activate(v));
+        let folder = held.dir().to_path_buf();
+        drop(held);
+        assert!(
+            folder.join("harness.toml").is_file(),
+            "a live version's folder stays"
+        );
     }
 }

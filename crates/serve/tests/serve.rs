@@ -586,6 +586,43 @@ fn uploads_cannot_run_programs_and_paths_stay_inside_the_server() {
     assert_eq!(code, 200, "{v}");
 }
 
+/// Review finding: two uploads of one archive at once: when the first one's check refused
+/// it and removed its folder, the second read a vanishing folder and answered with a
+/// confusing error instead of the harness's problems. Every upload now gets the problems,
+/// and nothing is left behind.
+#[test]
+fn concurrent_uploads_of_one_refused_archive_all_get_its_problems() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(config(dir.path()), Duration::ZERO);
+    let src = broken_harness(dir.path());
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for f in walk(&src) {
+        let rel = f.strip_prefix(&src).unwrap().to_string_lossy().to_string();
+        w.start_file(rel.as_str(), zip::write::SimpleFileOptions::default())
+            .unwrap();
+        w.write_all(&std::fs::read(&f).unwrap()).unwrap();
+    }
+    let bytes = std::sync::Arc::new(w.finish().unwrap().into_inner());
+    let url = r.url("/v1/harness");
+    let posters: Vec<_> = (0..8)
+        .map(|_| {
+            let (bytes, url) = (bytes.clone(), url.clone());
+            std::thread::spawn(move || call("POST", &url, Some(("application/zip", &bytes))))
+        })
+        .collect();
+    for p in posters {
+        let (code, text) = p.join().unwrap();
+        assert_eq!(code, 422, "{text}");
+        assert!(text.contains("check_stock.json"), "{text}");
+    }
+    let uploads = dir.path().join("harnesses");
+    let left: Vec<_> = std::fs::read_dir(&uploads)
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 fn walk(d: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(d).unwrap() {

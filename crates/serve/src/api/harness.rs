@@ -17,7 +17,7 @@ use crate::api::{body, parse};
 use crate::app::App;
 use crate::edit::{read_text_files, write_text_files};
 use crate::error::{Result, ServeError};
-use crate::harnesses::{fingerprint, load_dir, unpack_zip, Harnesses, Version};
+use crate::harnesses::{fingerprint, load_dir, unpack_zip, Held, Version};
 
 pub async fn show(State(app): State<Arc<App>>) -> Json<Value> {
     let (versions, rejected) = app.harnesses.list();
@@ -143,29 +143,26 @@ pub async fn upload(
     let zip = ctype.starts_with("application/zip") || b.starts_with(b"PK\x03\x04");
     let root = app.cfg.data_dir.join("harnesses");
     let trusted = app.cfg.api_key.is_some();
-    let (loaded, source) = if zip {
+    let (loaded, source, held) = if zip {
         let history = app.harnesses.clone();
-        let (loaded, source) =
-            tokio::task::spawn_blocking(move || match unpack_zip(&b, &root, trusted) {
-                Ok((dir, source, created)) => {
-                    let loaded = load_dir(&dir, source.clone()).and_then(|v| {
+        let (loaded, source, held) = tokio::task::spawn_blocking(move || {
+            match history.hold(|| unpack_zip(&b, &root, trusted)) {
+                Ok((held, source)) => {
+                    let loaded = load_dir(held.dir(), source.clone()).and_then(|v| {
                         if trusted {
                             runnable(v)
                         } else {
                             no_commands_in_uploads(v)
                         }
                     });
-                    if loaded.is_err() {
-                        // a refused upload leaves nothing behind on the server's disk
-                        remove_unless_live(&history, &dir, created);
-                    }
-                    (loaded, source)
+                    (loaded, source, Some(held))
                 }
-                Err(e) => (Err(e), "upload".to_string()),
-            })
-            .await
-            .map_err(|e| ServeError::internal("loading the harness", e))?;
-        (loaded, source)
+                Err(e) => (Err(e), "upload".to_string(), None),
+            }
+        })
+        .await
+        .map_err(|e| ServeError::internal("loading the harness", e))?;
+        (loaded, source, held)
     } else {
         let r: PathRequest = parse(&b)?;
         let allowed = std::iter::once(&app.cfg.data_dir)
@@ -212,19 +209,13 @@ pub async fn upload(
         })
         .await
         .map_err(|e| ServeError::internal("loading the harness", e))?;
-        (loaded, source)
+        (loaded, source, None)
     };
     let loaded = gated(&app, loaded).await;
-    activate(&app, loaded, &source)
-}
-
-/// Removes a harness folder this request wrote (`created`), unless a version in the
-/// history runs from it: another request may have written the same files and activated
-/// them meanwhile. A folder this request found already there is never removed.
-fn remove_unless_live(history: &Harnesses, dir: &std::path::Path, created: bool) {
-    if created && !history.uses_dir(dir) {
-        let _ = std::fs::remove_dir_all(dir);
-    }
+    let answer = activate(&app, loaded, &source);
+    // held until activated: a refused upload leaves nothing behind on the server's disk
+    drop(held);
+    answer
 }
 
 #[derive(Deserialize)]
@@ -339,14 +330,14 @@ struct EditRequest {
 }
 
 /// Writes an edit under the data folder and loads it (the same checks as `hat harness
-/// check`); `keep` leaves the folder for activation, otherwise it is removed. Returns the
-/// version and whether this call created its folder (see [`remove_unless_live`]).
+/// check`). Returns the version and the hold on its folder: the folder stays while the hold
+/// lives, and goes with it unless a version in the history runs from it ([`Held`]).
 ///
 /// Without an API key an edit may keep the command hooks the active version has, never add
 /// or change one: every command hook's argv must be one of the active version's, the files
 /// those argvs name must be byte-identical, and executable bits come from the active
 /// version's identical files, not from the request.
-async fn load_edit(app: &App, r: &EditRequest, keep: bool) -> Result<(Version, bool)> {
+async fn load_edit(app: &App, r: &EditRequest) -> Result<(Version, Held)> {
     let root = app.cfg.data_dir.join("harnesses");
     let trusted = app.cfg.api_key.is_some();
     let active = app.harnesses.active();
@@ -367,19 +358,15 @@ async fn load_edit(app: &App, r: &EditRequest, keep: bool) -> Result<(Version, b
                 .cloned()
                 .collect()
         };
-        let (dir, source, created) = write_text_files(&files, &exec, &root)?;
-        let loaded = load_dir(&dir, source).and_then(|v| {
+        let (held, source) = history.hold(|| write_text_files(&files, &exec, &root))?;
+        let loaded = load_dir(held.dir(), source).and_then(|v| {
             if trusted {
                 Ok(v)
             } else {
                 same_commands(v, &active, &files, &before.0)
             }
         });
-        // a folder written before may be a live version's: only a new one is removed
-        if loaded.is_err() || !keep {
-            remove_unless_live(&history, &dir, created);
-        }
-        loaded.map(|v| (v, created))
+        loaded.map(|v| (v, held))
     })
     .await
     .map_err(|e| ServeError::internal("loading the harness", e))?
@@ -432,15 +419,13 @@ pub async fn check(
     b: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>> {
     let r: EditRequest = parse(&body(b)?)?;
-    let keep = r.gate && app.cfg.gate.is_some();
-    let (v, created) = load_edit(&app, &r, keep).await?;
+    let (v, held) = load_edit(&app, &r).await?;
     let hash = v.hash().to_string();
     let summary = v.harness.summary();
-    let gate = if keep {
-        let dir = v.dir.clone();
+    let gate = if r.gate && app.cfg.gate.is_some() {
         let verdict = gated(&app, Ok(v)).await;
-        // the same files as a live version reuse its folder: only a new folder goes
-        remove_unless_live(&app.harnesses, &dir, created);
+        // only checked: the folder goes with the hold, unless a live version runs from it
+        drop(held);
         match verdict {
             Ok(_) => json!({"passed": true}),
             Err(ServeError::GateFailed(report)) => json!({"passed": false, "report": report}),
@@ -461,19 +446,17 @@ pub async fn save(
     b: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>> {
     let r: EditRequest = parse(&body(b)?)?;
-    let (loaded, created) = match load_edit(&app, &r, true).await {
-        Ok((v, created)) => (Ok(v), created),
-        Err(e) => (Err(e), false),
+    let (loaded, held) = match load_edit(&app, &r).await {
+        Ok((v, held)) => (Ok(v), Some(held)),
+        Err(e) => (Err(e), None),
     };
     let source = loaded
         .as_ref()
         .map(|v| v.source.clone())
         .unwrap_or_else(|_| "console edit".to_string());
-    let dir = loaded.as_ref().ok().map(|v| v.dir.clone());
     let loaded = gated(&app, loaded).await;
-    if let (Err(_), Some(dir)) = (&loaded, dir) {
-        // a refused edit whose files a version in the history has keeps that folder
-        remove_unless_live(&app.harnesses, &dir, created);
-    }
-    activate(&app, loaded, &source)
+    let answer = activate(&app, loaded, &source);
+    // a refused edit's new folder goes with the hold; an activated one is live and stays
+    drop(held);
+    answer
 }
