@@ -141,7 +141,7 @@ fn time_decode(engine: &Engine, batch: usize, n: usize, ctx: usize) -> anyhow::R
         for chunk_start in (0..ctx).step_by(crate::generate::PREFILL_CHUNK) {
             let len = crate::generate::PREFILL_CHUNK.min(ctx - chunk_start);
             let ids = all.narrow(1, chunk_start, len)?.contiguous()?;
-            m.forward(&ids, &mut cache, true)?;
+            m.forward_prompt(&ids, &mut cache, true)?;
         }
     }
     let start = Tensor::new(vec![1u32; batch].as_slice(), m.device())?.unsqueeze(1)?;

@@ -317,7 +317,7 @@ impl Engine {
         let mut last = Vec::new();
         for chunk in tokens.chunks(PREFILL_CHUNK) {
             let ids = Tensor::new(chunk, self.model.device())?.unsqueeze(0)?;
-            let logits = self.model.forward(&ids, cache, true)?;
+            let logits = self.model.forward_prompt(&ids, cache, true)?;
             last = Self::last_row(&logits, 0)?;
         }
         Ok(last)

@@ -540,6 +540,9 @@ pub struct AttnInputs<'a> {
     pub pads: &'a [usize],
     /// Element type of the KV cache on the fused path (f16 halves decode's memory traffic).
     pub kv_dtype: DType,
+    /// Prompt tokens ([`crate::model::Transformer::forward_prompt`]): the fused path's
+    /// prefill kernels however few they are.
+    pub prompt: bool,
 }
 
 /// Whether [`crate::attention::causal_attention`] replaces the generic path (CPU, f32,
@@ -563,6 +566,7 @@ impl Attention {
             mask,
             pads,
             kv_dtype,
+            prompt,
         } = *inp;
         let (b, t, _) = x.dims3()?;
         let (h, kvh, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
@@ -586,8 +590,11 @@ impl Attention {
         let scale = 1.0 / (hd as f64).sqrt();
         if fused_attention(x, mode) {
             let (k, v) = cache.append(&k.to_dtype(kv_dtype)?, &v.to_dtype(kv_dtype)?)?;
-            let y =
-                crate::attention::causal_attention(&q, &k, &v, pads, scale as f32, cache.shared())?;
+            let y = if prompt {
+                crate::attention::prompt_attention(&q, &k, &v, pads, scale as f32, cache.shared())?
+            } else {
+                crate::attention::causal_attention(&q, &k, &v, pads, scale as f32, cache.shared())?
+            };
             return self.o.forward(&y);
         }
         if cache.shared.is_some() {

@@ -112,7 +112,7 @@ pub fn scored_group(engine: &Engine, seqs: &[(&[u32], usize)]) -> Result<Vec<Ten
     let mut cache = engine.model.new_cache(1);
     if head > 0 {
         let h = Tensor::from_slice(&first[..head], (1, head), &dev)?;
-        engine.model.forward(&h, &mut cache, true)?;
+        engine.model.forward_prompt(&h, &mut cache, true)?;
     }
     let mut out = Vec::with_capacity(seqs.len());
     for (i, &(ids, p)) in seqs.iter().enumerate() {
@@ -124,7 +124,10 @@ pub fn scored_group(engine: &Engine, seqs: &[(&[u32], usize)]) -> Result<Vec<Ten
         };
         let n = ids.len();
         let rest = Tensor::from_slice(&ids[head..n - 1], (1, n - 1 - head), &dev)?;
-        let logits = engine.model.forward(&rest, &mut c, false)?.squeeze(0)?;
+        let logits = engine
+            .model
+            .forward_prompt(&rest, &mut c, false)?
+            .squeeze(0)?;
         // rows for positions head+1..n; the scored ones are the last n - p
         let logits = logits.narrow(0, p - 1 - head, n - p)?;
         out.push(candle_nn::ops::log_softmax(

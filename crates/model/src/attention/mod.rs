@@ -102,10 +102,27 @@ pub fn causal_attention(
     scale: f32,
     shared: Option<(&Tensor, &Tensor)>,
 ) -> Result<Tensor> {
-    causal_attention_on(crate::simd::isa(), q, k, v, pads, scale, shared)
+    causal_attention_on(crate::simd::isa(), q, k, v, pads, scale, shared, false)
 }
 
-/// [`causal_attention`] on a given path, which the CPU must run ([`Isa::check`]).
+/// [`causal_attention`] for prompt tokens: however few the queries, the prefill kernels
+/// (the f16 cache widened, blocked GEMMs), whose result for a query does not depend on how
+/// many other queries the call holds, so a prompt gives the same bits however it is split.
+/// With a shared prefix (batched decoding only) it is [`causal_attention`].
+pub fn prompt_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    pads: &[usize],
+    scale: f32,
+    shared: Option<(&Tensor, &Tensor)>,
+) -> Result<Tensor> {
+    causal_attention_on(crate::simd::isa(), q, k, v, pads, scale, shared, true)
+}
+
+/// [`causal_attention`] on a given path, which the CPU must run ([`Isa::check`]);
+/// `prompt`: [`prompt_attention`].
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn causal_attention_on(
     isa: Isa,
     q: &Tensor,
@@ -114,6 +131,7 @@ pub(crate) fn causal_attention_on(
     pads: &[usize],
     scale: f32,
     shared: Option<(&Tensor, &Tensor)>,
+    prompt: bool,
 ) -> Result<Tensor> {
     isa.debug_assert_runs();
     let (b, h, t, hd) = q.dims4()?;
@@ -155,7 +173,7 @@ pub(crate) fn causal_attention_on(
         )));
     }
     if k.dtype() == DType::F16 {
-        if t <= DIRECT_F16_MAX_QUERIES {
+        if t <= DIRECT_F16_MAX_QUERIES && (!prompt || shared.is_some()) {
             return direct_f16(isa, q, k, v, pads, scale, shared);
         }
         #[cfg(target_arch = "x86_64")]
@@ -165,7 +183,7 @@ pub(crate) fn causal_attention_on(
         // widen once per call (not per query block), then the blocked path
         let k = k.to_dtype(DType::F32)?;
         let v = v.to_dtype(DType::F32)?;
-        return causal_attention_on(isa, q, &k, &v, pads, scale, None);
+        return causal_attention_on(isa, q, &k, &v, pads, scale, None, prompt);
     }
     let n_rep = h / kvh;
     let past = total - t;
@@ -193,7 +211,12 @@ pub(crate) fn causal_attention_on(
         let klo = lo(past + i0);
         let khi = past + i1; // exclusive
         let nk = khi - klo;
-        let rows = i1 - i0;
+        let real = i1 - i0;
+        // `gemm` sums a single row in another order than a row among several: a lone query
+        // is computed twice over (the same query in both rows, the second result dropped), so
+        // a query gets the same bits however the prompt around it was split into chunks
+        let lone = real == 1;
+        let (rows, q_rows) = if lone { (2, 0) } else { (real, qst[2]) };
         scores.clear();
         scores.resize(rows * nk, 0.0);
         // SAFETY: pointers come from live tensors of the checked shapes; strides
@@ -212,7 +235,7 @@ pub(crate) fn causal_attention_on(
                 false,
                 qp,
                 qst[3] as isize,
-                qst[2] as isize,
+                q_rows as isize,
                 kp,
                 kst[2] as isize,
                 kst[3] as isize,
@@ -225,20 +248,28 @@ pub(crate) fn causal_attention_on(
             );
             let mut inv = [0f32; Q_BLOCK];
             for (r, row) in scores.chunks_exact_mut(nk).enumerate() {
-                let qa = past + i0 + r;
+                let qa = past + i0 + r.min(real - 1);
                 let (a, e) = (lo(qa) - klo, qa + 1 - klo);
                 row[..a].fill(0.0);
                 row[e..].fill(0.0);
                 inv[r] = 1.0 / crate::simd::softmax_unnormalised_on(isa, &mut row[a..e]);
             }
             let op = (out_ptr as *mut f32).add(((bi * t + i0) * h + hh) * hd);
+            // a lone query's two rows go to a scratch pair (the next row of `out` is another
+            // query's)
+            let mut pair = if lone { vec![0f32; 2 * hd] } else { Vec::new() };
+            let (dst, dst_rows) = if lone {
+                (pair.as_mut_ptr(), hd)
+            } else {
+                (op, h * hd)
+            };
             gemm::gemm(
                 rows,
                 hd,
                 nk,
-                op,
+                dst,
                 1,
-                (h * hd) as isize,
+                dst_rows as isize,
                 false,
                 scores.as_ptr(),
                 1,
@@ -253,7 +284,10 @@ pub(crate) fn causal_attention_on(
                 false,
                 gemm::Parallelism::None,
             );
-            for (r, s) in inv.iter().enumerate().take(rows) {
+            if dst != op {
+                std::ptr::copy_nonoverlapping(dst, op, hd);
+            }
+            for (r, s) in inv.iter().enumerate().take(real) {
                 let o = std::slice::from_raw_parts_mut(op.add(r * h * hd), hd);
                 o.iter_mut().for_each(|x| *x *= s);
             }
@@ -702,7 +736,7 @@ mod tests {
                 .narrow(2, 0, total)
                 .unwrap();
             let got16 =
-                causal_attention_on(isa, &q, &k16, &v16, &pads, scale as f32, None).unwrap();
+                causal_attention_on(isa, &q, &k16, &v16, &pads, scale as f32, None, false).unwrap();
             let want16 = reference(
                 &q,
                 &k16.to_dtype(DType::F32).unwrap(),
@@ -713,7 +747,8 @@ mod tests {
             assert_close(&got16, &want16, || {
                 format!("{isa} hd={hd} f16 b={b} h={h} t={t}")
             });
-            let got = causal_attention_on(isa, &q, &k, &v, &pads, scale as f32, None).unwrap();
+            let got =
+                causal_attention_on(isa, &q, &k, &v, &pads, scale as f32, None, false).unwrap();
             let want = reference(
                 &q,
                 &k.contiguous().unwrap(),
@@ -727,6 +762,59 @@ mod tests {
 
     /// Rows after a shared prefix: each row's output equals attention over the prefix
     /// followed by the row's own unpadded keys, computed alone.
+    /// Prompt attention gives a query the same bits however many queries its call holds
+    /// (a prompt cut into chunks anywhere, a prefix-cache hit of any length), on every path
+    /// and for f32 and f16 caches: what makes a split prompt's logits equal the whole one's.
+    #[test]
+    fn a_prompt_query_gives_the_same_bits_in_any_chunk() {
+        let dev = Device::Cpu;
+        let (h, kvh, total) = (6, 2, 300);
+        for isa in crate::simd::tests::paths("a_prompt_query_gives_the_same_bits_in_any_chunk") {
+            for hd in [64, 24] {
+                let q = Tensor::randn(0f32, 1.0, (1, h, total, hd), &dev).unwrap();
+                let k = Tensor::randn(0f32, 1.0, (1, kvh, total, hd), &dev).unwrap();
+                let v = Tensor::randn(0f32, 1.0, (1, kvh, total, hd), &dev).unwrap();
+                for dt in [DType::F32, DType::F16] {
+                    let (k, v) = (k.to_dtype(dt).unwrap(), v.to_dtype(dt).unwrap());
+                    let run = |from: usize, to: usize| {
+                        let q = q.narrow(2, from, to - from).unwrap();
+                        let (k, v) = (k.narrow(2, 0, to).unwrap(), v.narrow(2, 0, to).unwrap());
+                        causal_attention_on(isa, &q, &k, &v, &[0], 0.125, None, true)
+                            .unwrap()
+                            .flatten_all()
+                            .unwrap()
+                            .to_vec1::<f32>()
+                            .unwrap()
+                            .iter()
+                            .map(|x| x.to_bits())
+                            .collect::<Vec<_>>()
+                    };
+                    let whole = run(0, total);
+                    let row = h * hd;
+                    // one query (the `gemm` crate's single-row path sums in another
+                    // order), a few, a block and one more (a one-query block), a block of
+                    // 63, most of the prompt
+                    for (from, to) in [
+                        (299, 300),
+                        (298, 300),
+                        (290, 300),
+                        (284, 300),
+                        (235, 300),
+                        (200, 263),
+                        (0, 1),
+                        (0, 17),
+                        (1, 300),
+                    ] {
+                        assert!(
+                            run(from, to) == whole[from * row..to * row],
+                            "{isa} hd={hd} {dt:?}: queries {from}..{to} alone"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_shared_prefix_equals_its_copy_in_every_row() {
         let dev = Device::Cpu;
@@ -753,7 +841,8 @@ mod tests {
                     let sk = f16(Tensor::randn(0f32, 1.0, (1, kvh, slen, hd), &dev).unwrap());
                     let sv = f16(Tensor::randn(0f32, 1.0, (1, kvh, slen, hd), &dev).unwrap());
                     let got =
-                        causal_attention_on(isa, &q, &k, &v, &pads, 0.3, Some((&sk, &sv))).unwrap();
+                        causal_attention_on(isa, &q, &k, &v, &pads, 0.3, Some((&sk, &sv)), false)
+                            .unwrap();
                     for (r, &pad) in pads.iter().enumerate() {
                         let own = |x: &Tensor| {
                             x.narrow(0, r, 1)
@@ -788,7 +877,7 @@ mod tests {
         let q = Tensor::zeros((1, 2, 1, 8), DType::F32, &dev).unwrap();
         let k = Tensor::zeros((1, 1, 3, 8), DType::F32, &dev).unwrap();
         let s = Tensor::zeros((1, 1, 4, 8), DType::F16, &dev).unwrap();
-        let err = causal_attention_on(Isa::Scalar, &q, &k, &k, &[0], 1.0, Some((&s, &s)));
+        let err = causal_attention_on(Isa::Scalar, &q, &k, &k, &[0], 1.0, Some((&s, &s)), false);
         assert!(err.unwrap_err().to_string().contains("shared prefix"));
     }
 
@@ -854,9 +943,17 @@ mod tests {
             assert!(d < 2e-2, "{what}: {d} from the f32 reference");
             // the dispatcher takes this path for such a chunk unless HAT_ATTENTION=f32
             if bf16::enabled(Isa::Avx512, hd) {
-                let via =
-                    causal_attention_on(Isa::Avx512, &q, &k16, &v16, &pads, scale as f32, None)
-                        .unwrap();
+                let via = causal_attention_on(
+                    Isa::Avx512,
+                    &q,
+                    &k16,
+                    &v16,
+                    &pads,
+                    scale as f32,
+                    None,
+                    false,
+                )
+                .unwrap();
                 assert_eq!(max_diff(&via, &got), 0.0, "{what}");
             }
         }

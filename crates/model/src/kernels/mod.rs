@@ -538,6 +538,40 @@ mod tests {
         }
     }
 
+    /// A row's output is the same bits whatever rows share its call (one alone when
+    /// decoding, 71 in a prefill chunk, any place in a tile): a prompt then gives the same
+    /// logits however it is split, and an answer the same tokens in any batch.
+    #[test]
+    fn a_row_gives_the_same_bits_in_any_call() {
+        for isa in crate::simd::tests::paths("a_row_gives_the_same_bits_in_any_call") {
+            for dt in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0] {
+                for (rows, cols) in [(70, 192), (40, 320), (48, 576)] {
+                    let w = (noise(rows, cols, 1) + 0.3).unwrap();
+                    let p = PackedQuant::from_qtensor(&QTensor::quantize(&w, dt).unwrap()).unwrap();
+                    let m = 71;
+                    let xs = noise(m, cols, 2)
+                        .flatten_all()
+                        .unwrap()
+                        .to_vec1::<f32>()
+                        .unwrap();
+                    let mut all = vec![0f32; m * rows];
+                    p.matmul_on(isa, &xs, &mut all);
+                    for (from, n) in [(0, 1), (70, 1), (5, 1), (3, 2), (9, 7), (64, 7), (1, 70)] {
+                        let mut part = vec![0f32; n * rows];
+                        p.matmul_on(isa, &xs[from * cols..(from + n) * cols], &mut part);
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(
+                            bits(&part),
+                            bits(&all[from * rows..(from + n) * rows]),
+                            "{isa} {dt:?} {rows}x{cols}: rows {from}..{} alone",
+                            from + n
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// `x` (`m` rows) quantised on every runnable path: each path's int8 bytes, scales and
     /// sums equal the scalar reference's exactly. Returns the reference.
     fn quantised_alike(what: &str, x: &[f32], m: usize) -> QuantX {

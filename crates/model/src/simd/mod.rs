@@ -555,7 +555,8 @@ pub(crate) mod tests {
         refused("matmul_on", &|| p.matmul_on(other, &x, &mut [0.0; 16]));
         let t = Tensor::ones((1, 1, 2, 8), candle_core::DType::F32, &Device::Cpu).unwrap();
         refused("causal_attention_on", &|| {
-            let _ = crate::attention::causal_attention_on(other, &t, &t, &t, &[0], 1.0, None);
+            let _ =
+                crate::attention::causal_attention_on(other, &t, &t, &t, &[0], 1.0, None, false);
         });
         // the runnable ones pass
         for isa in Isa::runnable() {
