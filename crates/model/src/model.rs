@@ -107,15 +107,17 @@ impl Cache {
     /// a shared prefix that decoding reads once for the whole batch instead of once a row
     /// (rows of one harness share its system prompt: most of an agent prompt). Bit equality,
     /// not equal tokens, decides, so no row attends to anything but its own keys and values.
-    /// Each row keeps at least one position of its own. Without `min_shared` common
-    /// positions, an f16 cache (the fused decode path's) and two rows, this is
-    /// [`Cache::stack`].
+    /// Each row keeps at least one position of its own. The shared prefix is a multiple of
+    /// [`crate::attention::KEY_BLOCK`] positions long (the rest of the common start stays in
+    /// each row), so decoding cuts every row's keys where it would without sharing, and an
+    /// answer does not depend on the rows beside it. Without `min_shared` such positions in
+    /// common, an f16 cache (the fused decode path's) and two rows, this is [`Cache::stack`].
     pub fn stack_shared(rows: &[Cache], min_shared: usize) -> Result<Cache> {
         if rows.len() < 2 {
             return Self::stack(rows);
         }
-        let shared = Self::common_prefix(rows, min_shared.max(1))?;
-        if shared == 0 {
+        let shared = aligned_shared(Self::common_prefix(rows, min_shared.max(1))?);
+        if shared == 0 || shared < min_shared {
             return Self::stack(rows);
         }
         let mut own = Vec::with_capacity(rows.len());
@@ -302,10 +304,13 @@ impl Cache {
         };
         let keep_shared = if matched == shared {
             shared
-        } else if min_shared.is_some_and(|min| matched >= min) {
-            matched
         } else {
-            0
+            let m = aligned_shared(matched);
+            if m > 0 && min_shared.is_some_and(|min| m >= min) {
+                m
+            } else {
+                0
+            }
         };
         let mut own: Vec<Vec<(Tensor, Tensor)>> = vec![Vec::with_capacity(n_layers); keep.len()];
         let mut own_add: Vec<(Tensor, Tensor)> = Vec::new();
@@ -433,6 +438,12 @@ impl Cache {
         }
         Ok(Cache { layers, pads })
     }
+}
+
+/// The longest shared prefix of `common` positions that ends on a block boundary of
+/// decoding's attention ([`crate::attention::KEY_BLOCK`]).
+fn aligned_shared(common: usize) -> usize {
+    common / crate::attention::KEY_BLOCK * crate::attention::KEY_BLOCK
 }
 
 /// How many of the first `limit` positions of two single-row f16 tensors

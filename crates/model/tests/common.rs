@@ -173,3 +173,11 @@ pub fn grad_packed(
         weights: Vec::new(),
     }
 }
+
+/// `n` tokens of the fixture's vocabulary built from `ids` (a prompt start longer than the
+/// fixture's 11 tokens: decoding shares a prefix in whole blocks of 64 keys).
+pub fn long_start(ids: &[u32], n: usize) -> Vec<u32> {
+    (0..n)
+        .map(|i| ids[i % ids.len()] ^ (i as u32 / 11))
+        .collect()
+}

@@ -84,9 +84,10 @@ fn a_shared_prefix_decodes_like_copies_in_every_row() {
             .unwrap();
         m.forward(&t, cache, true).unwrap();
     };
-    // three rows extend one cache of 6 tokens (bit-equal prefix), by 4, 1 and 3 tokens
+    // three rows extend one cache of 70 tokens (bit-equal prefix), by 4, 1 and 3 tokens
+    let start = [long_start(&e.ids, 64), e.ids[..6].to_vec()].concat();
     let mut base = m.new_cache(1);
-    prefill(&mut base, &e.ids[..6]);
+    prefill(&mut base, &start);
     let rows: Vec<_> = [&e.ids[6..10], &e.ids[6..7], &e.ids[8..11]]
         .iter()
         .map(|tail| {
@@ -95,21 +96,24 @@ fn a_shared_prefix_decodes_like_copies_in_every_row() {
             c
         })
         .collect();
+    // shared in whole blocks of 64 keys; the other 6 common positions stay in each row
     let mut shared = hat_model::Cache::stack_shared(&rows, 1).unwrap();
-    assert_eq!(shared.shared_len(), 6);
-    assert_eq!(shared.len(), 4);
+    assert_eq!(shared.shared_len(), 64);
+    assert_eq!(shared.len(), 10);
     let mut copies = hat_model::Cache::stack(&rows).unwrap();
     assert_eq!(copies.shared_len(), 0);
     for step in 0..3u32 {
         let ids = Tensor::new(&[[5 + step], [9], [17 + step]], &Device::Cpu).unwrap();
         let a = m.forward(&ids, &mut shared, true).unwrap();
         let b = m.forward(&ids, &mut copies, true).unwrap();
+        // the same bits: each row's keys are cut into the same blocks either way
         let d = max_abs_diff(&a, &b);
-        assert!(d < 1e-4, "step {step}: logits differ by {d}");
+        assert!(d == 0.0, "step {step}: logits differ by {d}");
     }
-    // not below the minimum, and not where the first position already differs
+    // not below the minimum (65 common positions hold one whole block), and not where the
+    // first position already differs
     assert_eq!(
-        hat_model::Cache::stack_shared(&rows, 7)
+        hat_model::Cache::stack_shared(&rows, 65)
             .unwrap()
             .shared_len(),
         0
@@ -147,17 +151,18 @@ fn batched_generation_over_a_shared_prefix_equals_one_by_one() {
     let e = expected("llama");
     let eng = q8_engine();
     eng.set_shared_prefix_min(Some(1));
+    let start = long_start(&e.ids, 64);
     let reqs: Vec<GenerateRequest> = [(11usize, 6usize), (7, 9), (9, 3)]
         .iter()
         .map(|&(n, max)| GenerateRequest {
-            cache_prefix_len: Some(5),
-            ..GenerateRequest::new(e.ids[..n].to_vec(), max)
+            cache_prefix_len: Some(69),
+            ..GenerateRequest::new([start.as_slice(), &e.ids[..n]].concat(), max)
         })
         .collect();
     let batch = eng.generate_batch(&reqs).unwrap();
-    // the prefix cache's 5 positions at least (further equal bits may follow)
+    // a whole block of the prefix cache's 69 positions
     assert!(
-        batch.iter().all(|b| b.shared_prefix_tokens >= 5),
+        batch.iter().all(|b| b.shared_prefix_tokens == 64),
         "no shared prefix"
     );
     eng.set_shared_prefix_min(None);
@@ -168,9 +173,10 @@ fn batched_generation_over_a_shared_prefix_equals_one_by_one() {
         assert_eq!(b.tokens.len(), r.max_new_tokens);
         assert_eq!(single.tokens, b.tokens);
         assert_eq!(c.tokens, b.tokens);
-        for (x, y) in single.logprobs.iter().zip(&b.logprobs) {
-            assert!((x - y).abs() < 1e-3);
-        }
+        // the same bits one by one, in a batch, with the prefix shared or copied
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&single.logprobs), bits(&b.logprobs));
+        assert_eq!(bits(&c.logprobs), bits(&b.logprobs));
     }
 }
 

@@ -172,3 +172,74 @@ fn an_answer_does_not_depend_on_the_cached_prefix() {
         );
     }
 }
+
+/// An answer is the same bits decoded alone, in a batch (its prompt's start shared or
+/// copied), continuously beside others, and with or without drafts: on the real model the
+/// decode kernels' split of a key range followed the batch's shape before, and log-probs
+/// moved by up to ~0.07.
+#[test]
+fn an_answer_does_not_depend_on_its_batch() {
+    let Some(path) = model_file() else { return };
+    let engine = load(&path, "original");
+    let system = "You are Mia, the AI host of a live-shopping stream. Style: warm, upbeat, \
+                  concise. Only state prices, stock and coupons that a tool returned. "
+        .repeat(10);
+    let reqs: Vec<GenerateRequest> = [
+        "is the hoodie in M? how much?",
+        "any coupons today?",
+        "hi Mia!",
+        "are you a real person?",
+    ]
+    .iter()
+    .map(|q| {
+        let prompt = engine
+            .render_chat(&ChatInput {
+                messages: vec![
+                    serde_json::json!({"role": "system", "content": system}),
+                    serde_json::json!({"role": "user", "content": format!("[comment] lily: {q}")}),
+                ],
+                tools: None,
+                add_generation_prompt: true,
+            })
+            .unwrap();
+        GenerateRequest {
+            cache_prefix_len: Some(300),
+            ..GenerateRequest::new(engine.encode(&prompt).unwrap(), 16)
+        }
+    })
+    .collect();
+    let bits = |o: &hat_model::GenerateOutput| {
+        (
+            o.tokens.clone(),
+            o.logprobs.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        )
+    };
+    engine.set_speculative(false);
+    let alone: Vec<_> = reqs
+        .iter()
+        .map(|r| bits(&engine.generate(r, None).unwrap()))
+        .collect();
+    engine.set_speculative(true);
+    for (how, outs) in [
+        (
+            "with drafts",
+            reqs.iter()
+                .map(|r| engine.generate(r, None).unwrap())
+                .collect(),
+        ),
+        ("in a batch", engine.generate_batch(&reqs).unwrap()),
+        (
+            "continuously, 3 at a time",
+            engine.generate_continuous(reqs.clone(), 3).unwrap(),
+        ),
+    ] {
+        let outs: Vec<hat_model::GenerateOutput> = outs;
+        for (i, (a, o)) in alone.iter().zip(&outs).enumerate() {
+            assert_eq!(*a, bits(o), "request {i} {how}");
+        }
+    }
+    assert!(
+        engine.generate_batch(&reqs).unwrap()[0].shared_prefix_tokens >= 256,
+        "the batch shared no prefix"
+    );
+}

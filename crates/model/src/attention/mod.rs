@@ -75,8 +75,11 @@ impl Partial {
     };
 }
 
-/// Split a decode step's key range over threads only into parts of at least this many keys.
-const MIN_KEYS_PER_PART: usize = 256;
+/// Keys per block of a few-query attention's key range ([`direct_f16`]): each block is
+/// reduced on its own and the blocks merged in order, so that a query's result does not
+/// depend on how many other queries or rows share the call. A shared prefix is kept a
+/// multiple of this long ([`crate::model::Cache::stack_shared`]).
+pub const KEY_BLOCK: usize = 64;
 
 /// Queries per work item.
 const Q_BLOCK: usize = 64;
@@ -305,10 +308,16 @@ pub(crate) fn causal_attention_on(
 }
 
 /// Attention of a few queries over an f16 cache: one work item per (row, query, kv group,
-/// part of the key range); keys and values are widened in registers, so decoding reads the
+/// run of key blocks); keys and values are widened in registers, so decoding reads the
 /// cache once per kv group at half the bytes. A `shared` prefix is read once per kv group
-/// for the queries of every row together ([`shared_partials`]) and merged with each row's
-/// own part.
+/// for the queries of every row together ([`shared_partials`]).
+///
+/// A query's keys are cut into blocks of [`KEY_BLOCK`] at fixed positions (from its first
+/// key), each block reduced on its own ([`Partial`]) and the blocks merged in position
+/// order, the shared prefix's first: a query gets the same bits alone or in a batch of any
+/// size, beside any number of other queries (a draft's check), with its prefix shared or
+/// copied, on any number of threads. A shared prefix a multiple of [`KEY_BLOCK`] long (as
+/// [`crate::model::Cache`] keeps it) is cut where the row's own copy would be.
 fn direct_f16(
     isa: Isa,
     q: &Tensor,
@@ -340,124 +349,111 @@ fn direct_f16(
         Some((sk, sv)) => shared_partials(isa, qs, (b, h, t, hd), pads, past, sk, sv, scale)?,
         None => None,
     };
-    // Work items: (row, query, kv head, part of the key range). A group's n_rep heads are
-    // adjacent in the (b, t, h, hd) output. Few groups (batch-1 decode: 3 for SmolLM2) would
-    // leave cores idle or unevenly loaded, so long key ranges are split into parts whose
-    // unnormalised outputs are merged afterwards (as flash-decoding does).
+    // Blocks per (row, query, kv group): enough for the longest key range. Work items take
+    // runs of consecutive blocks: few groups (batch-1 decode: 3 for SmolLM2) would leave
+    // cores idle, so a long key range is spread over several items (as flash-decoding
+    // does); how it is spread changes nothing in the result.
     let groups = b * t * kvh;
+    let blocks = total.div_ceil(KEY_BLOCK).max(1);
     let threads = rayon::current_num_threads().max(1);
-    let parts = if groups >= 4 * threads {
-        1
-    } else {
-        (4 * threads)
-            .div_ceil(groups)
-            .min(total.div_ceil(MIN_KEYS_PER_PART))
-            .max(1)
-    };
+    let runs = (4 * threads).div_ceil(groups).clamp(1, blocks);
+    let per_run = blocks.div_ceil(runs);
+    let runs = blocks.div_ceil(per_run);
+    // every run holds `per_run` blocks (the last ones past every key range stay empty), so a
+    // work item's share of the buffers is one chunk
+    let blocks = runs * per_run;
     let gsize = n_rep * hd;
-    let mut partial = if parts == 1 {
-        Vec::new()
-    } else {
-        vec![0f32; groups * parts * gsize]
-    };
-    let mut stats = vec![Partial::EMPTY; groups * parts * n_rep];
+    let mut partial = vec![0f32; groups * blocks * gsize];
+    let mut stats = vec![Partial::EMPTY; groups * blocks * n_rep];
     let item = |scores: &mut Vec<f32>, (idx, (o, st)): (usize, (&mut [f32], &mut [Partial]))| {
-        let (gi, part) = (idx / parts, idx % parts);
+        let (gi, run) = (idx / runs, idx % runs);
         let (bi, i, g) = (gi / (t * kvh), gi / kvh % t, gi % kvh);
         // keys lo..=qa; real queries skip the row's left padding
         let qa = past + i;
         let lo = if qa >= pads[bi] { pads[bi] } else { 0 };
-        let nk_all = qa + 1 - lo;
-        let (k0, k1) = (nk_all * part / parts, nk_all * (part + 1) / parts);
-        let (lo, nk) = (lo + k0, k1 - k0);
         let qo = ((bi * h + g * n_rep) * t + i) * hd;
-        scores.clear();
-        scores.resize(n_rep * nk, 0.0);
-        let grp = F16Group {
-            q: &qs[qo..],
-            q_stride: t * hd,
-            heads: n_rep,
-            k: &kd[bi * kst[0] + g * kst[1] + lo * kst[2]..],
-            k_stride: kst[2],
-            v: &vd[bi * vst[0] + g * vst[1] + lo * vst[2]..],
-            v_stride: vst[2],
-            scale,
-        };
-        decode_group_on(isa, hd, &grp, scores, o, st);
-    };
-    {
-        let dst: &mut [f32] = if parts == 1 { &mut out } else { &mut partial };
-        if groups * parts == 1 || threads == 1 {
-            let mut buf = Vec::new();
-            dst.chunks_exact_mut(gsize)
-                .zip(stats.chunks_exact_mut(n_rep))
-                .enumerate()
-                .for_each(|x| item(&mut buf, x));
-        } else {
-            use rayon::prelude::*;
-            dst.par_chunks_exact_mut(gsize)
-                .zip(stats.par_chunks_exact_mut(n_rep))
-                .enumerate()
-                .for_each_init(Vec::new, item);
+        let first = run * per_run;
+        for ((blk, o), st) in (first..first + per_run)
+            .zip(o.chunks_exact_mut(gsize))
+            .zip(st.chunks_exact_mut(n_rep))
+        {
+            let k0 = lo + blk * KEY_BLOCK;
+            let k1 = (k0 + KEY_BLOCK).min(qa + 1);
+            if k0 >= k1 {
+                st.fill(Partial::EMPTY);
+                continue;
+            }
+            let nk = k1 - k0;
+            scores.clear();
+            scores.resize(n_rep * nk, 0.0);
+            let grp = F16Group {
+                q: &qs[qo..],
+                q_stride: t * hd,
+                heads: n_rep,
+                k: &kd[bi * kst[0] + g * kst[1] + k0 * kst[2]..],
+                k_stride: kst[2],
+                v: &vd[bi * vst[0] + g * vst[1] + k0 * vst[2]..],
+                v_stride: vst[2],
+                scale,
+            };
+            decode_group_on(isa, hd, &grp, scores, o, st);
         }
+    };
+    let per_item = per_run * gsize;
+    if groups * runs == 1 || threads == 1 {
+        let mut buf = Vec::new();
+        partial
+            .chunks_exact_mut(per_item)
+            .zip(stats.chunks_exact_mut(per_run * n_rep))
+            .enumerate()
+            .for_each(|x| item(&mut buf, x));
+    } else {
+        use rayon::prelude::*;
+        partial
+            .par_chunks_exact_mut(per_item)
+            .zip(stats.par_chunks_exact_mut(per_run * n_rep))
+            .enumerate()
+            .for_each_init(Vec::new, item);
     }
-    // normalise, merging the parts of a split key range and of the shared prefix
+    // merge each query head's blocks in position order: the shared prefix's, then its own
     for (gi, o) in out.chunks_exact_mut(gsize).enumerate() {
         let (bi, i, g) = (gi / (t * kvh), gi / kvh % t, gi % kvh);
         // the shared prefix and this row's place among the rows that see it
         let seen = sh.as_ref().and_then(|s| s.slot[bi].map(|k| (s, k)));
         for (hh, o) in o.chunks_exact_mut(hd).enumerate() {
-            let st = |p: usize| stats[(gi * parts + p) * n_rep + hh];
-            // the shared prefix's parts for this query head: (stats, unnormalised output)
-            let shared_parts = seen.into_iter().flat_map(|(s, k)| {
-                let qi = (k * t + i) * n_rep + hh;
-                (0..s.parts).map(move |p| {
-                    let at = (g * s.parts + p) * s.queries + qi;
-                    (s.stats[at], &s.out[at * hd..(at + 1) * hd])
+            let shared_parts = || {
+                seen.into_iter().flat_map(move |(s, k)| {
+                    let qi = (k * t + i) * n_rep + hh;
+                    (0..s.parts).map(move |p| {
+                        let at = (g * s.parts + p) * s.queries + qi;
+                        (s.stats[at], &s.out[at * hd..(at + 1) * hd])
+                    })
                 })
-            });
-            if parts == 1 && seen.is_none() {
-                let inv = 1.0 / st(0).sum;
-                o.iter_mut().for_each(|x| *x *= inv);
-                continue;
-            }
-            let max = (0..parts)
-                .map(|p| st(p).max)
-                .chain(shared_parts.clone().map(|(s, _)| s.max))
+            };
+            let own = || {
+                (0..blocks).map(|blk| {
+                    let at = gi * blocks + blk;
+                    (
+                        stats[at * n_rep + hh],
+                        &partial[at * gsize + hh * hd..at * gsize + (hh + 1) * hd],
+                    )
+                })
+            };
+            let max = shared_parts()
+                .chain(own())
+                .map(|(s, _)| s.max)
                 .fold(f32::NEG_INFINITY, f32::max);
-            // with one part, `o` holds the row's own part already: rescale it in place
+            o.fill(0.0);
             let mut sum = 0.0;
-            if parts == 1 {
-                let s = st(0);
-                let w = if s.sum == 0.0 {
-                    0.0
-                } else {
-                    (s.max - max).exp()
-                };
-                o.iter_mut().for_each(|x| *x *= w);
-                sum = w * s.sum;
-            } else {
-                o.fill(0.0);
-            }
-            // adds a part's weighted output; returns its weighted sum
-            let add = |o: &mut [f32], s: Partial, src: &[f32]| {
+            for (s, src) in shared_parts().chain(own()) {
                 if s.sum == 0.0 {
-                    return 0.0; // an empty part
+                    continue; // an empty block
                 }
                 let w = (s.max - max).exp();
                 for (o, x) in o.iter_mut().zip(src) {
                     *o += w * x;
                 }
-                w * s.sum
-            };
-            if parts > 1 {
-                for p in 0..parts {
-                    let src = &partial[(gi * parts + p) * gsize + hh * hd..][..hd];
-                    sum += add(o, st(p), src);
-                }
-            }
-            for (s, src) in shared_parts {
-                sum += add(o, s, src);
+                sum += w * s.sum;
             }
             let inv = 1.0 / sum;
             o.iter_mut().for_each(|x| *x *= inv);
@@ -467,7 +463,7 @@ fn direct_f16(
 }
 
 /// Unnormalised attention of the queries of the rows that see a shared prefix, per kv group
-/// and part of the prefix: `out[((g * parts + p) * queries + qi) * hd..]` and `stats[..]`
+/// and block of the prefix: `out[((g * parts + p) * queries + qi) * hd..]` and `stats[..]`
 /// alike, with query `qi = (slot[row] * t + i) * n_rep + head` for a row that sees it.
 struct SharedPartials {
     parts: usize,
@@ -479,11 +475,11 @@ struct SharedPartials {
 }
 
 /// Attends the queries of the rows that see the shared prefix `(1, kv_heads, S, hd)` (`q`:
-/// `(b, h, t, hd)`, contiguous) to it: one work item per (kv group, part of the prefix) takes
-/// those rows' query heads of the group at once, so each prefix key and value comes from
-/// memory once per step for the whole batch. A muted row (`Cache::mute_row`: its padding
-/// covers everything before this step, `pads[row] >= past`) sees only the new positions, so
-/// not the prefix either. `None` when no row sees a non-empty prefix.
+/// `(b, h, t, hd)`, contiguous) to it: one work item per (kv group, [`KEY_BLOCK`] of the
+/// prefix) takes those rows' query heads of the group at once, so each prefix key and value
+/// comes from memory once per step for the whole batch. A muted row (`Cache::mute_row`: its
+/// padding covers everything before this step, `pads[row] >= past`) sees only the new
+/// positions, so not the prefix either. `None` when no row sees a non-empty prefix.
 #[allow(clippy::too_many_arguments)]
 fn shared_partials(
     isa: Isa,
@@ -508,10 +504,7 @@ fn shared_partials(
         ));
     }
     let threads = rayon::current_num_threads().max(1);
-    let parts = (4 * threads)
-        .div_ceil(kvh)
-        .min(slen.div_ceil(MIN_KEYS_PER_PART))
-        .max(1);
+    let parts = slen.div_ceil(KEY_BLOCK).max(1);
     let rows: Vec<usize> = (0..b).filter(|&r| pads[r] < past).collect();
     if rows.is_empty() || slen == 0 {
         return Ok(None);
@@ -526,7 +519,7 @@ fn shared_partials(
     let item = |(scores, qbuf): &mut (Vec<f32>, Vec<f32>),
                 (idx, (o, st)): (usize, (&mut [f32], &mut [Partial]))| {
         let (g, part) = (idx / parts, idx % parts);
-        let (k0, k1) = (slen * part / parts, slen * (part + 1) / parts);
+        let (k0, k1) = (part * KEY_BLOCK, ((part + 1) * KEY_BLOCK).min(slen));
         qbuf.clear();
         for &bi in &rows {
             for i in 0..t {
@@ -812,6 +805,78 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// A decoded query gets the same bits alone, in a batch of padded rows, beside a draft's
+    /// other queries, and over a shared prefix a multiple of [`KEY_BLOCK`] long, on every
+    /// path: an answer does not depend on what else the engine decodes with it.
+    #[test]
+    fn a_decoded_query_gives_the_same_bits_in_any_company() {
+        let dev = Device::Cpu;
+        let (h, kvh, hd, n) = (6, 2, 64, 700);
+        let f16 = |x: Tensor| x.to_dtype(DType::F16).unwrap();
+        let keys = |len: usize| f16(Tensor::randn(0f32, 1.0, (1, kvh, len, hd), &dev).unwrap());
+        let (k, v) = (keys(n), keys(n));
+        let q = Tensor::randn(0f32, 1.0, (1, h, 5, hd), &dev).unwrap();
+        let bits = |t: &Tensor| {
+            t.flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+                .iter()
+                .map(|x| x.to_bits())
+                .collect::<Vec<_>>()
+        };
+        let last_q = q.narrow(2, 4, 1).unwrap();
+        for isa in crate::simd::tests::paths("a_decoded_query_gives_the_same_bits_in_any_company") {
+            let attend = |q: &Tensor, k: &Tensor, v: &Tensor, pads: &[usize], sh| {
+                causal_attention_on(isa, q, k, v, pads, 0.125, sh, false).unwrap()
+            };
+            let alone = bits(&attend(&last_q, &k, &v, &[0], None));
+            // a draft's check: the query is the last of five
+            let five = attend(&q, &k, &v, &[0], None);
+            assert_eq!(
+                bits(&five.narrow(1, 4, 1).unwrap()),
+                alone,
+                "{isa}: beside a draft"
+            );
+            // a batch of three left-padded rows, this one first
+            let (ko, vo) = (keys(n), keys(n));
+            let pad = |x: &Tensor, p: usize| {
+                Tensor::cat(
+                    &[
+                        &Tensor::zeros((1, kvh, p, hd), DType::F16, &dev).unwrap(),
+                        &x.narrow(2, 0, n - p).unwrap(),
+                    ],
+                    2,
+                )
+                .unwrap()
+            };
+            let kb = Tensor::cat(&[&k, &pad(&ko, 400), &pad(&ko, 200)], 0).unwrap();
+            let vb = Tensor::cat(&[&v, &pad(&vo, 400), &pad(&vo, 200)], 0).unwrap();
+            let qb = Tensor::cat(&[&last_q, &last_q, &last_q], 0).unwrap();
+            let batch = attend(&qb, &kb, &vb, &[0, 400, 200], None);
+            assert_eq!(
+                bits(&batch.narrow(0, 0, 1).unwrap()),
+                alone,
+                "{isa}: in a batch"
+            );
+            // the first 640 keys shared by two rows, each keeping its last 60
+            let s = 10 * KEY_BLOCK;
+            let (sk, sv) = (k.narrow(2, 0, s).unwrap(), v.narrow(2, 0, s).unwrap());
+            let own = |x: &Tensor| x.narrow(2, s, n - s).unwrap();
+            let (k2, v2) = (
+                Tensor::cat(&[&own(&k), &own(&ko)], 0).unwrap(),
+                Tensor::cat(&[&own(&v), &own(&vo)], 0).unwrap(),
+            );
+            let q2 = Tensor::cat(&[&last_q, &last_q], 0).unwrap();
+            let shared = attend(&q2, &k2, &v2, &[0, 0], Some((&sk, &sv)));
+            assert_eq!(
+                bits(&shared.narrow(0, 0, 1).unwrap()),
+                alone,
+                "{isa}: over a shared prefix"
+            );
         }
     }
 
