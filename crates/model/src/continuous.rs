@@ -12,8 +12,9 @@
 //! requests that ended. A row that ends is muted in place until the next regroup, which
 //! happens when a request joins, when only one row is left running (it then decodes with
 //! prompt-lookup drafts, as a request alone does), or when ended rows outnumber running
-//! ones. Each answer is the one [`Engine::generate`] gives for the same request, up to float
-//! rounding.
+//! ones. Each answer is the one [`Engine::generate`] gives for the same request: with
+//! quantised weights (an f16 cache) the same bits (see [`crate::attention`]), with f32
+//! weights up to float rounding.
 
 use std::time::Instant;
 
@@ -30,8 +31,8 @@ pub type RowId = u64;
 impl Engine {
     /// Answers every request of `reqs`, at most `width` decoding at once, the next request
     /// joining as soon as a row ends ([`ContinuousBatch`]); the outputs come back in the order
-    /// of `reqs`. The same answers as [`Engine::generate_batch`] over chunks of `width`, up to
-    /// float rounding, without the chunk's short answers waiting for its longest: offline
+    /// of `reqs`. The same answers as [`Engine::generate_batch`] over chunks of `width` (with
+    /// quantised weights the same bits), without the chunk's short answers waiting for its longest: offline
     /// sampling (replay data, distillation rollouts) whose answers run from a few tokens to
     /// the limit keeps `width` rows busy.
     pub fn generate_continuous(

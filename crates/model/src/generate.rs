@@ -196,7 +196,8 @@ impl Engine {
     }
 
     /// Whether a request decoded alone is sped up with prompt-lookup drafts (default on).
-    /// Each answer is the one plain decoding gives, up to float rounding; only the time
+    /// Each answer is the one plain decoding gives (with quantised weights the same bits, f32
+    /// weights up to float rounding); only the time
     /// differs.
     pub fn set_speculative(&self, on: bool) {
         self.speculate
@@ -209,8 +210,9 @@ impl Engine {
     }
 
     /// Batched decode keeps a common prefix of at least `min` positions once for all rows
-    /// (`None`: never). Answers are the same up to float rounding (each row's attention
-    /// sums its two parts separately); only the time differs.
+    /// (`None`: never), in whole blocks of [`crate::attention::KEY_BLOCK`] positions. Answers
+    /// are the same bits on the f16 cache this needs (a row's keys are cut into the same
+    /// blocks, shared or copied); only the time differs.
     pub fn set_shared_prefix_min(&self, min: Option<usize>) {
         self.shared_prefix_min.store(
             min.unwrap_or(usize::MAX),

@@ -7,7 +7,8 @@
 //! pending token and the draft in one forward pass (the weights are read once for all of
 //! them, where decoding reads them once a token) and keeps the draft tokens the sampler
 //! itself picks from those logits, so the answer is the one plain decoding gives (the same
-//! sampler draws on the same distributions, up to float rounding of a multi-token pass).
+//! sampler draws on the same distributions; with quantised weights the same bits, since
+//! decoding's attention gives a query the same result beside other queries).
 //! The draft length adapts: longer after a draft taken whole, shorter after a miss.
 
 /// Longest run of recent tokens looked up.

@@ -15,6 +15,12 @@
 //! values to f32 once, then runs the blocked path. On CPUs with AVX-512 BF16 a prefill chunk
 //! over an f16 cache takes bf16 products instead (`bf16.rs`: twice the multiply rate, f32
 //! accumulation and softmax); `HAT_ATTENTION=f32` keeps the f32 path there.
+//!
+//! A query gets the same bits however it is batched: prompt tokens take the prefill path in
+//! chunks of any size ([`prompt_attention`]), and the few-query path cuts a query's keys into
+//! fixed [`KEY_BLOCK`]s merged in order. After int8 activation rounding, a different
+//! summation order otherwise changes logits visibly (`crates/model/README.md`, "One prompt,
+//! one answer").
 
 use candle_core::{DType, Device, Tensor};
 
