@@ -590,11 +590,15 @@ impl Attention {
         let scale = 1.0 / (hd as f64).sqrt();
         if fused_attention(x, mode) {
             let (k, v) = cache.append(&k.to_dtype(kv_dtype)?, &v.to_dtype(kv_dtype)?)?;
-            let y = if prompt {
-                crate::attention::prompt_attention(&q, &k, &v, pads, scale as f32, cache.shared())?
-            } else {
-                crate::attention::causal_attention(&q, &k, &v, pads, scale as f32, cache.shared())?
-            };
+            let y = crate::attention::causal_attention(
+                &q,
+                &k,
+                &v,
+                pads,
+                scale as f32,
+                cache.shared(),
+                prompt,
+            )?;
             return self.o.forward(&y);
         }
         if cache.shared.is_some() {

@@ -116,8 +116,9 @@ impl Cache {
         if rows.len() < 2 {
             return Self::stack(rows);
         }
-        let shared = aligned_shared(Self::common_prefix(rows, min_shared.max(1))?);
-        if shared == 0 || shared < min_shared {
+        let min_shared = min_shared.max(1);
+        let shared = aligned_shared(Self::common_prefix(rows, min_shared)?);
+        if shared < min_shared {
             return Self::stack(rows);
         }
         let mut own = Vec::with_capacity(rows.len());
@@ -306,7 +307,7 @@ impl Cache {
             shared
         } else {
             let m = aligned_shared(matched);
-            if m > 0 && min_shared.is_some_and(|min| m >= min) {
+            if min_shared.is_some_and(|min| m >= min.max(1)) {
                 m
             } else {
                 0

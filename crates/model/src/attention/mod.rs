@@ -17,7 +17,7 @@
 //! accumulation and softmax); `HAT_ATTENTION=f32` keeps the f32 path there.
 //!
 //! A query gets the same bits however it is batched: prompt tokens take the prefill path in
-//! chunks of any size ([`prompt_attention`]), and the few-query path cuts a query's keys into
+//! chunks of any size ([`causal_attention`]'s `prompt`), and the few-query path cuts a query's keys into
 //! fixed [`KEY_BLOCK`]s merged in order. After int8 activation rounding, a different
 //! summation order otherwise changes logits visibly (`crates/model/README.md`, "One prompt,
 //! one answer").
@@ -103,6 +103,12 @@ const DIRECT_F16_MAX_QUERIES: usize = 16;
 /// With `shared`, every row's keys begin with the same prefix `(1, kv_heads, S, head_dim)`
 /// (f16, as the cache holds it), read once for all rows, and `k`/`v` hold only the positions
 /// after it; taken by few queries at a time (decoding).
+///
+/// `prompt`: the queries are prompt tokens, which take the prefill kernels however few they
+/// are (the f16 cache widened, blocked GEMMs), whose result for a query does not depend on
+/// how many other queries the call holds, so a prompt gives the same bits however it is
+/// split. Otherwise up to 16 queries (decoding, a draft's check) read an f16 cache directly.
+/// With a shared prefix (batched decoding only) the flag changes nothing.
 pub fn causal_attention(
     q: &Tensor,
     k: &Tensor,
@@ -110,27 +116,12 @@ pub fn causal_attention(
     pads: &[usize],
     scale: f32,
     shared: Option<(&Tensor, &Tensor)>,
+    prompt: bool,
 ) -> Result<Tensor> {
-    causal_attention_on(crate::simd::isa(), q, k, v, pads, scale, shared, false)
+    causal_attention_on(crate::simd::isa(), q, k, v, pads, scale, shared, prompt)
 }
 
-/// [`causal_attention`] for prompt tokens: however few the queries, the prefill kernels
-/// (the f16 cache widened, blocked GEMMs), whose result for a query does not depend on how
-/// many other queries the call holds, so a prompt gives the same bits however it is split.
-/// With a shared prefix (batched decoding only) it is [`causal_attention`].
-pub fn prompt_attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    pads: &[usize],
-    scale: f32,
-    shared: Option<(&Tensor, &Tensor)>,
-) -> Result<Tensor> {
-    causal_attention_on(crate::simd::isa(), q, k, v, pads, scale, shared, true)
-}
-
-/// [`causal_attention`] on a given path, which the CPU must run ([`Isa::check`]);
-/// `prompt`: [`prompt_attention`].
+/// [`causal_attention`] on a given path, which the CPU must run ([`Isa::check`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn causal_attention_on(
     isa: Isa,

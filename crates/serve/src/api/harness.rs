@@ -214,8 +214,16 @@ pub async fn upload(
     let loaded = gated(&app, loaded).await;
     let answer = activate(&app, loaded, &source);
     // held until activated: a refused upload leaves nothing behind on the server's disk
-    drop(held);
+    release(held).await;
     answer
+}
+
+/// Lets go of a hold off the async runtime: the last hold on a folder may remove it (files
+/// on disk, and a look at every version's folder).
+async fn release(held: Option<Held>) {
+    if let Some(h) = held {
+        let _ = tokio::task::spawn_blocking(move || drop(h)).await;
+    }
 }
 
 #[derive(Deserialize)]
@@ -422,17 +430,18 @@ pub async fn check(
     let (v, held) = load_edit(&app, &r).await?;
     let hash = v.hash().to_string();
     let summary = v.harness.summary();
-    let gate = if r.gate && app.cfg.gate.is_some() {
-        let verdict = gated(&app, Ok(v)).await;
-        // only checked: the folder goes with the hold, unless a live version runs from it
-        drop(held);
-        match verdict {
-            Ok(_) => json!({"passed": true}),
-            Err(ServeError::GateFailed(report)) => json!({"passed": false, "report": report}),
-            Err(e) => return Err(e),
-        }
+    let verdict = if r.gate && app.cfg.gate.is_some() {
+        Some(gated(&app, Ok(v)).await)
     } else {
-        Value::Null
+        None
+    };
+    // only checked: the folder goes with the hold, unless a live version runs from it
+    release(Some(held)).await;
+    let gate = match verdict {
+        Some(Ok(_)) => json!({"passed": true}),
+        Some(Err(ServeError::GateFailed(report))) => json!({"passed": false, "report": report}),
+        Some(Err(e)) => return Err(e),
+        None => Value::Null,
     };
     Ok(Json(
         json!({"ok": true, "hash": hash, "summary": summary, "gate": gate}),
@@ -457,6 +466,6 @@ pub async fn save(
     let loaded = gated(&app, loaded).await;
     let answer = activate(&app, loaded, &source);
     // a refused edit's new folder goes with the hold; an activated one is live and stays
-    drop(held);
+    release(held).await;
     answer
 }
