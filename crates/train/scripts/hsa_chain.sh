@@ -21,6 +21,8 @@
 #   REPLAY=N mixes into each leg's SFT data `hat data replay` answers of the base model to N
 #   general prompts (seed 40+k; the base model's, not the previous leg's: its general answers
 #   are the ones to keep; docs/results.md "Replay in stage 1"); legs named chain-sc-rpN-legK.
+#   REPLAY_REPEAT=K (with REPLAY) draws the replay answers K times an epoch (`--repeat`), a
+#   larger share of the steps from the same answers; legs named chain-sc-rpNxK-legK.
 #   RECOVERY=P passes `--recovery P` to the data generated while it is set: a share P of the
 #   trajectories first look up a wrong product and correct it (docs/training.md); data files
 #   and legs named with -rcP (e.g. chain-sc-rc0.4-leg4). FROM=DIR starts the first leg named
@@ -53,6 +55,12 @@ rp=
 if [ -n "${REPLAY:-}" ]; then
   [[ "$REPLAY" =~ ^[1-9][0-9]*$ ]] || { echo "REPLAY='$REPLAY' is not a number of prompts (e.g. 600)" >&2; exit 2; }
   rp=-rp$REPLAY
+fi
+rx=$rp; repeat_k=
+if [ -n "${REPLAY_REPEAT:-}" ]; then
+  [ -n "$rp" ] || { echo "REPLAY_REPEAT=K repeats the replay answers: set REPLAY=N as well" >&2; exit 2; }
+  [[ "$REPLAY_REPEAT" =~ ^[1-9][0-9]*$ ]] || { echo "REPLAY_REPEAT='$REPLAY_REPEAT' is not a number of times (e.g. 4)" >&2; exit 2; }
+  rx=${rp}x$REPLAY_REPEAT; repeat_k=$REPLAY_REPEAT
 fi
 rc=; recovery=()
 if [ -n "${RECOVERY:-}" ]; then
@@ -93,8 +101,8 @@ prev=default
 for leg in "$@"; do
   [[ "$leg" =~ ^[1-9][0-9]*$ ]] || { echo "leg '$leg' is not a leg number (1, 2, 3 ...)" >&2; exit 2; }
   s1=$((19 + 2 * leg)); s2=$((20 + 2 * leg)); s3=$((29 + 2 * leg))
-  out=runs/chain$d$rp$mm-leg$leg
-  [ "$leg" -gt 1 ] && prev=runs/chain$d$rp$mm-leg$((leg - 1))-hf
+  out=runs/chain$d$rx$mm-leg$leg
+  [ "$leg" -gt 1 ] && prev=runs/chain$d$rx$mm-leg$((leg - 1))-hf
   [ -n "${FROM:-}" ] && [ "$leg" = "$1" ] && prev=$FROM
   echo "leg $leg: seeds $s1/$s2/$s3 from $prev -> $out ($(date -u +%H:%M))"
   if [ ! -f "$out/model-q8_0.gguf" ]; then
@@ -121,18 +129,19 @@ print(len(keep), 'groups,', len([g for g in keep if meaningless(g[0])]), 'with m
 PY
     }
     [ -f runs/fh-s$s2$d.jsonl ] || $HAT data gen --tasks 1000 --variants 0 --group 16 --seed $s2 "${weights[@]}" "${scene[@]}" "${recovery[@]}" "${first[@]}" --out runs/fh-s$s2$d.jsonl
-    extra=
+    extra=; repeat=()
     if [ -n "$rp" ]; then
       extra=,runs/replay$sc$rp-leg$leg.jsonl
+      [ -n "$repeat_k" ] && repeat=(--repeat runs/replay$sc$rp-leg$leg.jsonl=$repeat_k)
       [ -f runs/replay$sc$rp-leg$leg.jsonl ] || $HAT data replay --model default --prompts $REPLAY \
         --samples 4 --max-tokens 512 --seed $((40 + leg)) --out runs/replay$sc$rp-leg$leg.jsonl --resume
     fi
     resume=()
     ls "$out"/checkpoints/*/state.json >/dev/null 2>&1 && resume=(--resume)
-    $HAT train sft --data runs/chain-hsa-s$s1$d.jsonl,runs/fh-s$s2$d.jsonl$extra --model $prev --preset cpu --out $out "${steps[@]}" "${resume[@]}" "${matmul[@]}" "${pack[@]}" "${callw[@]}"
+    $HAT train sft --data runs/chain-hsa-s$s1$d.jsonl,runs/fh-s$s2$d.jsonl$extra --model $prev --preset cpu --out $out "${steps[@]}" "${resume[@]}" "${matmul[@]}" "${pack[@]}" "${callw[@]}" "${repeat[@]}"
   fi
   [ -d "$out-hf" ] || $HAT train export $out --format hf --out $out-hf
-  ev=runs/eval-chain$d$rp$mm-leg$leg
+  ev=runs/eval-chain$d$rx$mm-leg$leg
   if [ "${NO_EVAL:-0}" != 0 ]; then
     echo "leg $leg: evaluation skipped (NO_EVAL)"
   elif [ ! -f $ev/lsqa/results.json ] || [ ! -f $ev/hvqa/results.json ] || [ ! -f $ev/ifeval/results.json ]; then

@@ -1,6 +1,7 @@
 //! The run configuration (TOML), with presets; the resolved form is saved in the run folder
 //! and is what `--resume` uses.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -96,6 +97,8 @@ pub struct Overrides {
     pub matmul: Option<Matmul>,
     /// Loss weight of tool-calling assistant turns.
     pub call_weight: Option<f32>,
+    /// Data files whose packs each epoch holds more than once (`--repeat FILE=K`).
+    pub repeat: Vec<(PathBuf, usize)>,
 }
 
 /// Supervised fine-tuning run.
@@ -135,7 +138,16 @@ pub struct SftConfig {
     /// its tokens; validation stays unweighted, so runs with different weights compare.
     #[serde(skip_serializing_if = "is_one")]
     pub call_weight: f32,
+    /// Data files drawn more often: each epoch holds the training packs of such a file K
+    /// times (its held-out trajectories once), so a small file (general-ability replay
+    /// answers) takes a larger share of the steps without more of it being generated. Keys
+    /// are paths as `data` names them; files not named count once.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub repeat: BTreeMap<PathBuf, usize>,
 }
+
+/// Most times a data file may repeat in one epoch (`repeat`).
+pub const MAX_REPEAT: usize = 100;
 
 fn is_one(x: &f32) -> bool {
     *x == 1.0
@@ -161,6 +173,7 @@ impl Default for SftConfig {
             lora: None,
             matmul: Matmul::F32,
             call_weight: 1.0,
+            repeat: BTreeMap::new(),
         }
     }
 }
@@ -259,6 +272,14 @@ impl SftConfig {
         if let Some(w) = o.call_weight {
             self.call_weight = w;
         }
+        if !o.repeat.is_empty() {
+            self.repeat = o.repeat.iter().cloned().collect();
+        }
+    }
+
+    /// How many times `file`'s training packs appear in one epoch (1 unless `repeat` names it).
+    pub fn repeat_of(&self, file: &std::path::Path) -> usize {
+        self.repeat.get(file).copied().unwrap_or(1)
     }
 
     /// Applies command-line values to a saved run that is being resumed. Repeating the run's
@@ -311,6 +332,12 @@ impl SftConfig {
         if let Some(x) = o.call_weight.filter(|x| *x != self.call_weight) {
             differs("call-weight", self.call_weight.to_string(), x.to_string())?;
         }
+        if !o.repeat.is_empty() {
+            let given: BTreeMap<PathBuf, usize> = o.repeat.iter().cloned().collect();
+            if given != self.repeat {
+                differs("repeat", format!("{:?}", self.repeat), format!("{given:?}"))?;
+            }
+        }
         if let Some(l) = o.lora.as_ref().filter(|l| Some(*l) != self.lora.as_ref()) {
             differs("lora-*", format!("{:?}", self.lora), format!("{l:?}"))?;
         }
@@ -353,6 +380,23 @@ impl SftConfig {
         }
         if !(self.optim.lr > 0.0 && self.optim.lr.is_finite()) {
             return bad("optim.lr must be a positive number");
+        }
+        for (file, k) in &self.repeat {
+            if !self.data.contains(file) {
+                return bad(&format!(
+                    "repeat names {}, which is not one of the data files {:?}; name a file \
+                     exactly as `data` (--data) does",
+                    file.display(),
+                    self.data
+                ));
+            }
+            if !(1..=MAX_REPEAT).contains(k) {
+                return bad(&format!(
+                    "repeat for {} is {k}: it must be from 1 to {MAX_REPEAT} (times the file's \
+                     packs appear in one epoch)",
+                    file.display()
+                ));
+            }
         }
         if self.pack.max_conversations == 0 || self.pack.max_tokens == 0 {
             return bad("pack.max_conversations and pack.max_tokens must be positive");
@@ -428,6 +472,13 @@ mod tests {
             ),
             (
                 Overrides {
+                    repeat: vec![("a.jsonl".into(), 4)],
+                    ..Default::default()
+                },
+                "--repeat",
+            ),
+            (
+                Overrides {
                     max_steps: Some(0),
                     ..Default::default()
                 },
@@ -477,5 +528,45 @@ mod tests {
         w.call_weight = 0.0;
         let e = w.validate().unwrap_err().to_string();
         assert!(e.contains("call_weight"), "{e}");
+    }
+
+    #[test]
+    fn a_repeat_is_saved_only_when_set_and_must_name_a_data_file() {
+        assert!(
+            !saved().to_toml().contains("repeat"),
+            "{}",
+            saved().to_toml()
+        );
+        let mut r = saved();
+        r.data.push("replay.jsonl".into());
+        r.apply(&Overrides {
+            repeat: vec![("replay.jsonl".into(), 4)],
+            ..Default::default()
+        });
+        r.validate().unwrap();
+        assert_eq!(r.repeat_of("replay.jsonl".as_ref()), 4);
+        assert_eq!(r.repeat_of("a.jsonl".as_ref()), 1);
+        let text = r.to_toml();
+        assert!(text.contains("\"replay.jsonl\" = 4"), "{text}");
+        assert_eq!(toml::from_str::<SftConfig>(&text).unwrap(), r);
+        // resuming with the same repeat is fine
+        let mut again = r.clone();
+        assert!(!again
+            .resume_with(&Overrides {
+                repeat: vec![("replay.jsonl".into(), 4)],
+                ..Default::default()
+            })
+            .unwrap());
+        let mut stray = r.clone();
+        stray.repeat.insert("other.jsonl".into(), 2);
+        let e = stray.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("other.jsonl") && e.contains("not one of the data files"),
+            "{e}"
+        );
+        let mut zero = r;
+        zero.repeat.insert("replay.jsonl".into(), 0);
+        let e = zero.validate().unwrap_err().to_string();
+        assert!(e.contains("from 1 to"), "{e}");
     }
 }

@@ -22,6 +22,8 @@ pub use crate::stage::{Event, StepMetrics};
 /// Tokenised, split and packed data.
 #[derive(Debug)]
 pub struct Prepared {
+    /// The packs of one epoch: a repeated file's packs `repeat` times (their `members` index
+    /// that file's training samples; every other pack's index the rest, in file order).
     pub train: Vec<Pack>,
     pub val: Vec<Pack>,
     pub trajectories: usize,
@@ -43,6 +45,8 @@ pub struct FileShare {
     /// Tokens of its samples one by one.
     pub tokens: usize,
     pub loss_tokens: usize,
+    /// Times its training packs appear in one epoch (`repeat`; 1 for most files).
+    pub repeat: usize,
 }
 
 /// Tokenises and packs the run's data.
@@ -71,6 +75,7 @@ pub fn prepare(cfg: &SftConfig, enc: &Encoder, max_positions: usize) -> Result<P
             .collect()
     };
     let mut samples = Vec::with_capacity(trajs.len());
+    let mut sample_file = Vec::with_capacity(trajs.len());
     let mut dropped = 0;
     for (s, fi) in encoded.into_iter().zip(file_of) {
         let s = s?;
@@ -94,6 +99,7 @@ pub fn prepare(cfg: &SftConfig, enc: &Encoder, max_positions: usize) -> Result<P
         share.tokens += s.tokens.len();
         share.loss_tokens += s.mask.iter().filter(|m| **m).count();
         samples.push(s);
+        sample_file.push(fi);
     }
     // hold out whole trajectories, chosen by the seed
     let mut order: Vec<usize> = (0..samples.len()).collect();
@@ -105,17 +111,35 @@ pub fn prepare(cfg: &SftConfig, enc: &Encoder, max_positions: usize) -> Result<P
     for &i in &order[..n_val] {
         is_val[i] = true;
     }
-    let (mut tr, mut va) = (Vec::new(), Vec::new());
-    for (s, v) in samples.into_iter().zip(is_val) {
+    let repeats: Vec<usize> = cfg.data.iter().map(|f| cfg.repeat_of(f)).collect();
+    for (share, &k) in by_file.iter_mut().zip(&repeats) {
+        share.repeat = k;
+    }
+    // files drawn once are packed together as they always were; a repeated file is packed on
+    // its own, so its packs can be repeated whole
+    let mut tr = Vec::new();
+    let mut repeated: Vec<Vec<Sample>> = by_file.iter().map(|_| Vec::new()).collect();
+    let mut va = Vec::new();
+    for ((s, v), fi) in samples.into_iter().zip(is_val).zip(sample_file) {
         if v {
             va.push(s)
+        } else if repeats[fi] > 1 {
+            repeated[fi].push(s)
         } else {
             tr.push(s)
         }
     }
     let mut pc = cfg.pack;
     pc.max_tokens = limit;
-    let train = pack(&tr, &pc)?;
+    let mut train = pack(&tr, &pc)?;
+    for (file, k) in repeated.iter().zip(&repeats) {
+        if !file.is_empty() {
+            let packs = pack(file, &pc)?;
+            for _ in 0..*k {
+                train.extend(packs.iter().cloned());
+            }
+        }
+    }
     let mut val = pack(&va, &pc)?;
     // validation loss stays the plain mean, comparable across call weights
     for p in &mut val {

@@ -705,3 +705,86 @@ fn a_due_checkpoint_waits_until_the_stage_can_resume_from_it() {
     saved.sort();
     assert_eq!(saved, vec!["step-000003", "step-000006", "step-000007"]);
 }
+
+#[test]
+fn a_repeated_file_puts_its_packs_in_an_epoch_k_times_and_leaves_the_rest_as_they_were() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, replay) = (
+        dir.path().join("agent.jsonl"),
+        dir.path().join("replay.jsonl"),
+    );
+    common::write_jsonl(&agent, &common::dataset());
+    let answers: Vec<serde_json::Value> = (0..4)
+        .map(|k| {
+            common::record(
+                &format!("replay-{k}"),
+                "be helpful",
+                &[
+                    ("user", &format!("question {k}?")),
+                    ("assistant", &format!("answer {k}.")),
+                ],
+            )
+        })
+        .collect();
+    common::write_jsonl(&replay, &answers);
+    let enc = encoder(SMOLLM2_TEMPLATE);
+    let mut once = run_cfg(dir.path(), &agent, 1);
+    once.data.push(replay.clone());
+    once.val_fraction = 0.2;
+    let mut thrice = once.clone();
+    thrice.repeat.insert(replay.clone(), 3);
+    thrice.validate().unwrap();
+    let a = hat_train::sft::prepare(&once, &enc, 4096).unwrap();
+    let b = hat_train::sft::prepare(&thrice, &enc, 4096).unwrap();
+    let ids = |p: &hat_train::pack::Pack| p.seq.ids.clone();
+    let is_replay = |p: &hat_train::pack::Pack| {
+        enc.tokenizer()
+            .decode(&p.seq.ids, false)
+            .contains("be helpful")
+    };
+    // the held-out trajectories and the agent packs are the same
+    assert_eq!(
+        a.val.iter().map(ids).collect::<Vec<_>>(),
+        b.val.iter().map(ids).collect::<Vec<_>>()
+    );
+    let agent_packs = |p: &hat_train::sft::Prepared| {
+        let mut v: Vec<Vec<u32>> = p.train.iter().filter(|p| !is_replay(p)).map(ids).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(agent_packs(&a), agent_packs(&b));
+    // the replay file's training answers: each one three times, in whole packs
+    let replay_answers = |p: &hat_train::sft::Prepared| -> Vec<String> {
+        let text: String = p
+            .train
+            .iter()
+            .filter(|p| is_replay(p))
+            .map(|p| enc.tokenizer().decode(&p.seq.ids, false))
+            .collect();
+        let mut v: Vec<String> = (0..4)
+            .flat_map(|k| {
+                let a = format!("answer {k}.");
+                std::iter::repeat_n(a.clone(), text.matches(&a).count())
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let (ra, rb) = (replay_answers(&a), replay_answers(&b));
+    assert!(!ra.is_empty());
+    let mut thrice_ra: Vec<String> = ra
+        .iter()
+        .flat_map(|x| [x.clone(), x.clone(), x.clone()])
+        .collect();
+    thrice_ra.sort();
+    assert_eq!(rb, thrice_ra);
+    assert_eq!(
+        b.by_file.iter().map(|f| f.repeat).collect::<Vec<_>>(),
+        [1, 3]
+    );
+    assert_eq!(b.by_file, {
+        let mut f = a.by_file.clone();
+        f[1].repeat = 3;
+        f
+    });
+}

@@ -95,6 +95,25 @@ pub struct SftArgs {
     /// gradient. Validation loss stays unweighted.
     #[arg(long)]
     call_weight: Option<f32>,
+    /// Draw a data file more often: each epoch holds its training packs K times (FILE=K, the
+    /// file as --data names it; repeatable). For a small file that should carry a larger share
+    /// of the steps, e.g. `hat data replay` answers mixed into agent data.
+    #[arg(long, value_parser = parse_repeat)]
+    repeat: Vec<(PathBuf, usize)>,
+}
+
+/// `FILE=K` of `--repeat`.
+fn parse_repeat(s: &str) -> std::result::Result<(PathBuf, usize), String> {
+    let (file, k) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("`{s}` is not FILE=K (e.g. runs/replay.jsonl=4)"))?;
+    let k: usize = k
+        .parse()
+        .map_err(|_| format!("`{k}` in `{s}` is not a whole number of times (e.g. 4)"))?;
+    if file.is_empty() {
+        return Err(format!("`{s}` names no file (FILE=K)"));
+    }
+    Ok((PathBuf::from(file), k))
 }
 
 /// LoRA flags, for every stage that trains weights.
@@ -154,6 +173,7 @@ fn resolve(a: &SftArgs) -> Result<(SftConfig, bool)> {
         lora: a.lora.config(a.run.seed),
         matmul: a.matmul,
         call_weight: a.call_weight,
+        repeat: a.repeat.clone(),
     };
     let saved = a.run.out.join("config.toml");
     if a.run.resume && saved.exists() {
@@ -340,16 +360,22 @@ pub(crate) fn report(bar: &mut Option<indicatif::ProgressBar>, e: Event) {
                 p.loss_tokens
             );
             if p.by_file.len() > 1 {
-                let all: usize = p.by_file.iter().map(|f| f.loss_tokens).sum();
+                // a repeated file's share counts each of its repeats
+                let all: usize = p.by_file.iter().map(|f| f.loss_tokens * f.repeat).sum();
                 for f in &p.by_file {
+                    let times = if f.repeat > 1 {
+                        format!(", drawn {} times an epoch", f.repeat)
+                    } else {
+                        String::new()
+                    };
                     eprintln!(
                         "  {}: {} trajectories (held-out ones included), {} tokens one by one, \
-                         {} loss tokens ({:.0}% of the loss)",
+                         {} loss tokens{times} ({:.0}% of the loss)",
                         f.path.display(),
                         f.trajectories,
                         f.tokens,
                         f.loss_tokens,
-                        100.0 * f.loss_tokens as f64 / all.max(1) as f64
+                        100.0 * (f.loss_tokens * f.repeat) as f64 / all.max(1) as f64
                     );
                 }
             }
