@@ -74,6 +74,36 @@ fn train_plot_draws_runs_and_names_a_bad_metrics_line() {
         predicate::str::contains("optim.lr must be a positive number")
             .and(predicate::str::contains("config config").not()),
     );
+    // --repeat: not FILE=K (a usage error), and a file that is not training data
+    hat()
+        .args([
+            "train", "sft", "--preset", "smoke", "--repeat", "x.jsonl", "--data",
+        ])
+        .arg(&data)
+        .arg("--out")
+        .arg(d.path().join("rep"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("is not FILE=K"));
+    fails_cleanly(
+        hat()
+            .args([
+                "train",
+                "sft",
+                "--preset",
+                "smoke",
+                "--repeat",
+                "other.jsonl=3",
+                "--data",
+            ])
+            .arg(&data)
+            .arg("--out")
+            .arg(d.path().join("rep")),
+    )
+    .stderr(
+        predicate::str::contains("other.jsonl")
+            .and(predicate::str::contains("not one of the data files")),
+    );
 }
 
 /// Stage 2 end to end on the tiny qwen2 fixture: a run, an extension by `--resume
@@ -304,6 +334,7 @@ prompts = 12
 samples = 2
 max_tokens = 64
 batch = 1
+repeat = 2
 [sft]
 max_steps = 2
 save_every = 2
@@ -356,6 +387,15 @@ ifeval_max_tokens = 8
     assert!(report.contains("Replay data mixed into SFT"), "{report}");
     let sft_cfg = std::fs::read_to_string(out.join("sft/config.toml")).unwrap();
     assert!(sft_cfg.contains("replay.jsonl"), "{sft_cfg}");
+    // drawn twice an epoch ([replay] repeat)
+    let sft: toml::Value = toml::from_str(&sft_cfg).unwrap();
+    let repeat = sft["repeat"].as_table().expect("a [repeat] table");
+    assert_eq!(repeat.len(), 1, "{sft_cfg}");
+    let (file, k) = repeat.iter().next().unwrap();
+    assert!(
+        file.ends_with("replay.jsonl") && k.as_integer() == Some(2),
+        "{sft_cfg}"
+    );
     let distill_cfg = std::fs::read_to_string(out.join("distill/config.toml")).unwrap();
     assert!(!distill_cfg.contains("replay.jsonl"), "{distill_cfg}");
     assert!(out.join("rl/model-q8_0.gguf").exists());

@@ -81,6 +81,9 @@ pub struct ReplaySection {
     pub seed: u64,
     /// Prompts decoded together.
     pub batch: usize,
+    /// Times SFT draws the replay answers in one epoch (`hat train sft --repeat`): 1 gives
+    /// them the share of the steps their packs have; 4 gives a 20% share about 50%.
+    pub repeat: usize,
 }
 
 impl Default for ReplaySection {
@@ -92,6 +95,7 @@ impl Default for ReplaySection {
             max_tokens: 512,
             seed: 0,
             batch: 8,
+            repeat: 1,
         }
     }
 }
@@ -113,6 +117,17 @@ impl ReplaySection {
     fn validate(&self) -> Result<(), PipelineError> {
         if self.prompts == 0 {
             return Ok(());
+        }
+        if !(1..=hat_train::config::MAX_REPEAT).contains(&self.repeat) {
+            return Err(PipelineError::Config {
+                path: "[replay]".into(),
+                message: format!(
+                    "repeat = {}: it must be from 1 to {} (times SFT draws the replay answers \
+                     in one epoch)",
+                    self.repeat,
+                    hat_train::config::MAX_REPEAT
+                ),
+            });
         }
         self.config(Path::new(""))
             .validate()
@@ -580,6 +595,7 @@ mod tests {
             "[replay]\nprompts = 10\ntemperature = 0.0\n",
             "[replay]\nprompts = 10\ntemperature = 3.0\n",
             "[replay]\nprompts = 1000000\n",
+            "[replay]\nprompts = 10\nrepeat = 0\n",
         ] {
             let c = PipelineConfig::from_str(bad, "p.toml").unwrap();
             let e = c.replay.validate().unwrap_err().to_string();

@@ -398,6 +398,9 @@ pub fn run(
         c.model = current.clone();
         c.data = files.clone();
         c.data.extend(replay.iter().map(|r| r.file.clone()));
+        if let Some(r) = replay.as_ref().filter(|_| cfg.replay.repeat > 1) {
+            c.repeat.insert(r.file.clone(), cfg.replay.repeat);
+        }
         ensure_exports(&mut c.export);
         let dir = out.join("sft");
         let row = stage(
