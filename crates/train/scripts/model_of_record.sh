@@ -32,7 +32,7 @@ mm=${MATMUL:-bf16}
 rp=${WITH_REPLAY:-}
 [ -z "$rp" ] || [[ "$rp" =~ ^[1-9][0-9]*$ ]] || { echo "WITH_REPLAY='$rp' is not a number of prompts (e.g. 600)" >&2; exit 2; }
 # every leg's recipe in full: nothing set in the caller's environment leaks into a leg
-unset STEPS FIRST FROM REPLAY RECOVERY CALLW NO_EVAL ELEMENT KEYWORD
+unset STEPS FIRST FROM REPLAY REPLAY_REPEAT RECOVERY CALLW NO_EVAL ELEMENT KEYWORD
 tag=; replay=()
 [ -n "$rp" ] && { tag=-rp$rp; replay=(REPLAY=$rp); }
 NO_EVAL=1 MATMUL= env "${replay[@]}" "$chain" 1
