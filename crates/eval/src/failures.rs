@@ -218,6 +218,68 @@ pub fn read(run: &Path, suite: &str) -> Result<Option<Breakdown>, EvalError> {
     Ok(Some(b))
 }
 
+/// What IFEval's answers in one run look like: the length and looping that SFT on short host
+/// replies brings to general answers, beside the strict pass rate per instruction category.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IfevalAnswers {
+    pub prompts: usize,
+    /// Prompts whose every instruction passed (strict).
+    pub passed: usize,
+    /// Median answer length in words (whitespace-separated).
+    pub median_words: usize,
+    /// Answers under [`SHORT_ANSWER_WORDS`] words (IFEval's prompts mostly ask for essays,
+    /// letters, stories: the base model's median answer is ~140 words).
+    pub short: usize,
+    /// Answers that repeat themselves (`hat_ifeval::repetition`: the rule replay data drops).
+    pub looping: usize,
+    /// (passed, total) instructions per category (`punctuation`, `length_constraints`, ...), strict.
+    pub by_category: BTreeMap<String, (usize, usize)>,
+}
+
+/// An answer shorter than this many words counts as short in [`IfevalAnswers`].
+pub const SHORT_ANSWER_WORDS: usize = 40;
+
+/// Reads `DIR/ifeval/items.jsonl` of a `hat eval` run (a prompt written twice counts once);
+/// `None` when the run has no IFEval suite.
+pub fn read_ifeval(run: &Path) -> Result<Option<IfevalAnswers>, EvalError> {
+    let path = run.join("ifeval").join("items.jsonl");
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let mut a = IfevalAnswers::default();
+    let mut seen = std::collections::HashSet::new();
+    let mut words = Vec::new();
+    for item in crate::run::read_items(&path)? {
+        if !seen.insert(item["key"].to_string()) {
+            continue;
+        }
+        let response = item["response"].as_str().unwrap_or("");
+        let strict: Vec<bool> = item["strict"]
+            .as_array()
+            .map(|v| v.iter().map(|b| b.as_bool().unwrap_or(false)).collect())
+            .unwrap_or_default();
+        let ids = item["instruction_id_list"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        a.prompts += 1;
+        a.passed += usize::from(!strict.is_empty() && strict.iter().all(|&b| b));
+        let n = response.split_whitespace().count();
+        words.push(n);
+        a.short += usize::from(n < SHORT_ANSWER_WORDS);
+        a.looping += usize::from(hat_ifeval::repetition::repetition(response).is_some());
+        for (id, ok) in ids.iter().zip(&strict) {
+            let category = id.as_str().unwrap_or("?").split(':').next().unwrap_or("?");
+            let e = a.by_category.entry(category.to_string()).or_default();
+            e.0 += usize::from(*ok);
+            e.1 += 1;
+        }
+    }
+    words.sort_unstable();
+    a.median_words = words.get(words.len() / 2).copied().unwrap_or(0);
+    Ok(Some(a))
+}
+
 /// Whether a task's input names a product by link number: a digit right after `#`, `no.`,
 /// `link`, `lnk`, `item`, `number` (a space between allowed) or `链接` / `第`, or right before
 /// `号` or an ordinal's `th link`.
@@ -437,5 +499,35 @@ mod tests {
         assert_eq!(rows["x"], (3, 10, 1));
         assert_eq!(rows["y"], (8, 20, 2));
         assert_eq!(unknown, 4);
+    }
+
+    #[test]
+    fn ifeval_answers_count_length_loops_and_categories() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(read_ifeval(d.path()).unwrap(), None);
+        std::fs::create_dir_all(d.path().join("ifeval")).unwrap();
+        let looped = "The war was long and hard for all. ".repeat(4);
+        let long = (0..60)
+            .map(|i| format!("word{i}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let items = [
+            serde_json::json!({"key": 1, "instruction_id_list": ["punctuation:no_comma", "length_constraints:number_words"],
+                "strict": [true, false], "response": looped}),
+            serde_json::json!({"key": 2, "instruction_id_list": ["punctuation:no_comma"],
+                "strict": [true], "response": long}),
+            serde_json::json!({"key": 3, "instruction_id_list": ["startend:quotation"],
+                "strict": [false], "response": "Hi there!"}),
+        ];
+        let mut text: String = items.iter().map(|i| format!("{i}\n")).collect();
+        // a prompt written twice (a resumed run) counts once
+        text.push_str(&format!("{}\n", items[2]));
+        std::fs::write(d.path().join("ifeval/items.jsonl"), text).unwrap();
+        let a = read_ifeval(d.path()).unwrap().unwrap();
+        assert_eq!((a.prompts, a.passed, a.short, a.looping), (3, 1, 2, 1));
+        assert_eq!(a.median_words, 32);
+        assert_eq!(a.by_category["punctuation"], (2, 2));
+        assert_eq!(a.by_category["length_constraints"], (0, 1));
+        assert_eq!(a.by_category["startend"], (0, 1));
     }
 }

@@ -597,6 +597,15 @@ fn eval_failures_sorts_failed_items_into_causes() {
         ];
         std::fs::write(run.join(suite).join("items.jsonl"), lines.join("\n") + "\n").unwrap();
     }
+    std::fs::create_dir_all(run.join("ifeval")).unwrap();
+    let answers = [
+        serde_json::json!({"key": 1, "instruction_id_list": ["punctuation:no_comma"], "strict": [true],
+            "response": "That stays backstage, sorry! Ask me about today's products."}),
+        serde_json::json!({"key": 2, "instruction_id_list": ["startend:quotation"], "strict": [false],
+            "response": "The war was long and hard for all of us. ".repeat(5)}),
+    ];
+    let text: String = answers.iter().map(|a| format!("{a}\n")).collect();
+    std::fs::write(run.join("ifeval/items.jsonl"), text).unwrap();
     let out = hat()
         .args(["eval", "failures"])
         .arg(&run)
@@ -628,10 +637,24 @@ fn eval_failures_sorts_failed_items_into_causes() {
         "{text}"
     );
     assert!(text.contains("3 items under harness states that"), "{text}");
+    let row = |label: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(label))
+            .unwrap_or_else(|| panic!("{label}: {text}"))
+            .trim_end()
+            .to_string()
+    };
+    assert!(row("prompts passed (strict)").ends_with("1 / 2"), "{text}");
+    assert!(row("answers under 40 words").ends_with("1 (50%)"), "{text}");
+    assert!(
+        row("answers that repeat themselves").ends_with("1 (50%)"),
+        "{text}"
+    );
+    assert!(row("punctuation").ends_with("1/1"), "{text}");
     fails_cleanly(hat().args(["eval", "failures"]).arg(d.path().join("nope")))
         .stderr(predicate::str::contains("is not a `hat eval --out` folder"));
     fails_cleanly(hat().args(["eval", "failures"]).arg(d.path()))
-        .stderr(predicate::str::contains("no lsqa or hvqa items"));
+        .stderr(predicate::str::contains("no lsqa, hvqa or ifeval items"));
 }
 
 /// A loopback OpenAI-compatible server that answers with canned completions.

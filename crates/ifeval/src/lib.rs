@@ -10,6 +10,8 @@
 //!   accuracy, strict and loose, per category and per instruction id).
 //! * [`read_inputs`], [`read_responses`], [`write_outputs`]: files.
 //! * [`builtin_inputs`]: the IFEval prompt set, embedded (`data/ifeval/`, Apache-2.0).
+//! * [`repetition`]: whether an answer loops (not an IFEval check: replay data drops such
+//!   answers, and `hat eval failures` counts them among IFEval answers).
 //!
 //! ```
 //! use serde_json::{json, Map};
@@ -27,6 +29,7 @@ mod lang;
 pub mod loose;
 pub mod punkt;
 mod pyjson;
+pub mod repetition;
 mod report;
 pub mod text;
 pub mod tokenize;

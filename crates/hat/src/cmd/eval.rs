@@ -40,7 +40,8 @@ pub enum EvalCmd {
     /// items per cause (wrong product looked up, a tool the harness lacks, a fact missing from
     /// the reply ...), the pass rate of items that name a product by link number against the
     /// rest, task types below half, and hvqa's pass rate under each held-out transformation of
-    /// its harness states.
+    /// its harness states; for IFEval, the answers' length and looping and the pass rate per
+    /// instruction category.
     Failures {
         #[arg(required = true, num_args = 1..)]
         runs: Vec<PathBuf>,
@@ -365,9 +366,53 @@ fn failures(runs: &[PathBuf], harness: &std::path::Path) -> Result<()> {
             }
         }
     }
+    let ifeval = runs
+        .iter()
+        .map(|r| hat_eval::failures::read_ifeval(r))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    if ifeval.iter().any(Option::is_some) {
+        any = true;
+        header("ifeval: answers");
+        let row = |label: &str, f: &dyn Fn(&hat_eval::failures::IfevalAnswers) -> String| {
+            print!("  {label:<42}");
+            for a in &ifeval {
+                print!(" {:>24}", a.as_ref().map_or("-".to_string(), f));
+            }
+            println!();
+        };
+        let share =
+            |n: usize, of: usize| format!("{n} ({:.0}%)", 100.0 * n as f64 / of.max(1) as f64);
+        row("prompts passed (strict) / prompts", &|a| {
+            format!("{} / {}", a.passed, a.prompts)
+        });
+        row("median answer, words", &|a| a.median_words.to_string());
+        row(
+            &format!(
+                "answers under {} words",
+                hat_eval::failures::SHORT_ANSWER_WORDS
+            ),
+            &|a| share(a.short, a.prompts),
+        );
+        row("answers that repeat themselves", &|a| {
+            share(a.looping, a.prompts)
+        });
+        println!("  instructions passed per category (strict):");
+        let categories: std::collections::BTreeSet<&String> = ifeval
+            .iter()
+            .flatten()
+            .flat_map(|a| a.by_category.keys())
+            .collect();
+        for c in categories {
+            row(&format!("  {c}"), &|a| {
+                a.by_category
+                    .get(c)
+                    .map_or("-".into(), |&(p, n)| format!("{p}/{n}"))
+            });
+        }
+    }
     if !any {
         bail!(
-            "no lsqa or hvqa items in {}: point at the folder `hat eval --out` wrote",
+            "no lsqa, hvqa or ifeval items in {}: point at the folder `hat eval --out` wrote",
             names.join(", ")
         );
     }

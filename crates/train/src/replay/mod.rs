@@ -8,7 +8,7 @@
 //! samples, only an answer that passes the prompt's check (rejection sampling) can lift it.
 //! The prompts are the distillation generator's (IFEval's 541 prompts and their near copies
 //! excluded); an unconstrained prompt keeps its first answer that ends on its own. An answer that
-//! repeats itself (`quality`) is never kept, whatever its check says.
+//! repeats itself (`hat_ifeval::repetition`) is never kept, whatever its check says.
 
 use std::sync::Arc;
 
@@ -23,7 +23,6 @@ use crate::distill::prompts::{self, Prompt};
 use crate::error::{Result, TrainError};
 
 mod output;
-pub mod quality;
 pub use output::{Checked, ReplayOutput, ReplayWriter, Start};
 
 /// Names the rules that decide which answers are kept; part of a run's settings, so that a
@@ -124,7 +123,7 @@ pub struct ReplayStats {
     /// Prompts none of whose answers ended within `max_new_tokens`.
     pub dropped_unfinished: usize,
     /// Prompts whose answers that ended (and passed the check, if any) all repeated
-    /// themselves (`quality`).
+    /// themselves (`hat_ifeval::repetition`).
     #[serde(default)]
     pub dropped_repetitive: usize,
     pub generated_tokens: usize,
@@ -162,10 +161,10 @@ fn reject(p: &Prompt, out: &GenerateOutput) -> Option<Drop> {
     if !p.checks.iter().all(|c| c.passes(text)) {
         return Some(Drop::FailedCheck);
     }
-    quality::repetition(text).map(|_| Drop::Repetitive)
+    hat_ifeval::repetition::repetition(text).map(|_| Drop::Repetitive)
 }
 
-/// Ends an answer once it repeats a sentence a third time ([`quality::sentence_loop`]): the
+/// Ends an answer once it repeats a sentence a third time ([`hat_ifeval::repetition::sentence_loop`]): the
 /// answer is dropped whatever follows (as unfinished, failing its check, or repetitive), so the
 /// tokens up to the limit are not worth decoding. A looping answer of the base model otherwise
 /// runs to `--max-tokens`.
@@ -178,7 +177,7 @@ impl TextCheck for StopLoops {
     }
 
     fn complete(&self, answer: &[u8]) -> bool {
-        quality::sentence_loop(text_so_far(answer))
+        hat_ifeval::repetition::sentence_loop(text_so_far(answer))
     }
 }
 

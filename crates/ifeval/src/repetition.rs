@@ -2,7 +2,8 @@
 //! loop, often ends on its own with text that repeats itself (the same list item eight times, a
 //! refrain of one line, a sentence over and over). Such an answer can pass a prompt's check
 //! (it may be under 50 words, or hold the keyword), but trained on, it teaches the repetition
-//! that general answers of SFT'd and distilled models already suffer from; so replay drops it.
+//! that general answers of SFT'd and distilled models already suffer from; so replay
+//! (`hat data replay`) drops it, and `hat eval failures` counts such IFEval answers.
 //!
 //! Three signals, each cheap and each needing enough text to mean anything: the share of
 //! non-empty lines that occur more than once, the share of distinct word trigrams, and a
