@@ -500,7 +500,7 @@ pub fn run_agent(
         used,
         &hashes,
         &wanted,
-        started.elapsed().as_secs_f64(),
+        wall_before(&dir, cfg.resume) + started.elapsed().as_secs_f64(),
     )?;
     // how the episodes ran, so a row measured another way says so
     s.detail["episode"] = episode;
@@ -524,6 +524,22 @@ impl Tally {
         self.passed += usize::from(ok);
         self.percent = 100.0 * self.passed as f64 / self.total as f64;
     }
+}
+
+/// The wall time a resumed suite already spent: the `wall_seconds` of the `results.json` it
+/// finds (a finished run resumed, or one resumed before), so that a resume that had little or
+/// nothing left to do does not report its own few seconds as the suite's time. A run killed
+/// before it wrote `results.json` leaves no such figure, and its part is not counted.
+fn wall_before(dir: &Path, resume: bool) -> f64 {
+    if !resume {
+        return 0.0;
+    }
+    std::fs::read(dir.join("results.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| v["wall_seconds"].as_f64())
+        .filter(|w| w.is_finite() && *w >= 0.0)
+        .unwrap_or(0.0)
 }
 
 /// Computes `results.json` from the items of `items.jsonl` this run asked for (`wanted`): a
@@ -711,7 +727,7 @@ pub fn run_ifeval(
         );
         o.insert(
             "wall_seconds".into(),
-            json!(started.elapsed().as_secs_f64()),
+            json!(wall_before(&dir, cfg.resume) + started.elapsed().as_secs_f64()),
         );
     }
     hat_ifeval::write_outputs_with(&report, &results, &dir)?;

@@ -90,6 +90,21 @@ fn runs_resume_and_refuse_to_overwrite() {
         .lines()
         .count();
     assert_eq!(lines, 25, "the first 10 items were not redone");
+    // a resume with nothing left to do reports the time the suite took, not its own instant
+    let results = d.path().join("lsqa/results.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    v["wall_seconds"] = serde_json::json!(1000.0);
+    std::fs::write(&results, v.to_string()).unwrap();
+    let again = run_agent(
+        Suite::Lsqa,
+        &cfg(d.path(), Some(25), true),
+        &mut Backend::Oracle,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let wall = again.detail["wall_seconds"].as_f64().unwrap();
+    assert!(wall >= 1000.0, "{wall}");
     // a resume whose episodes would run another way is refused, and changes nothing
     let mut other = cfg(d.path(), Some(30), true);
     other.episode.final_reply = true;
