@@ -21,7 +21,10 @@
 # model's checked answers to N general prompts (`hat data replay`, drawn per leg with seed
 # 40 + leg; ~15-25 min a leg on two cores since 2e900e0), legs and evaluation named with -rpN
 # (runs/chain-sc-rpN-leg1, ..., runs/eval-chain-sc-ft16-rpN-bf16-leg4); not a published recipe.
-# Usage: [HAT=path/to/hat] [MATMUL=f32] [WITH_REPLAY=600] crates/train/scripts/model_of_record.sh
+# WITH_REPLAY_REPEAT=K (with WITH_REPLAY) draws those answers K times an epoch in every leg
+# (`hat train sft --repeat`; a single leg 5 gave IFEval 14.6 / 16.7 / 22.2 at K = 1 / 4 / 8,
+# docs/results.md), named -rpNxK.
+# Usage: [HAT=path/to/hat] [MATMUL=f32] [WITH_REPLAY=600 [WITH_REPLAY_REPEAT=8]] crates/train/scripts/model_of_record.sh
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 chain=crates/train/scripts/hsa_chain.sh
@@ -31,10 +34,14 @@ mm=${MATMUL:-bf16}
 [ "$mm" = bf16 ] || [ "$mm" = f32 ] || { echo "MATMUL='$mm' is not f32 or bf16" >&2; exit 2; }
 rp=${WITH_REPLAY:-}
 [ -z "$rp" ] || [[ "$rp" =~ ^[1-9][0-9]*$ ]] || { echo "WITH_REPLAY='$rp' is not a number of prompts (e.g. 600)" >&2; exit 2; }
+rk=${WITH_REPLAY_REPEAT:-}
+[ -z "$rk" ] || [ -n "$rp" ] || { echo "WITH_REPLAY_REPEAT=K repeats the replay answers: set WITH_REPLAY=N as well" >&2; exit 2; }
+[ -z "$rk" ] || [[ "$rk" =~ ^[1-9][0-9]*$ ]] || { echo "WITH_REPLAY_REPEAT='$rk' is not a number of times (e.g. 8)" >&2; exit 2; }
 # every leg's recipe in full: nothing set in the caller's environment leaks into a leg
 unset STEPS FIRST FROM REPLAY REPLAY_REPEAT RECOVERY CALLW NO_EVAL ELEMENT KEYWORD
 tag=; replay=()
 [ -n "$rp" ] && { tag=-rp$rp; replay=(REPLAY=$rp); }
+[ -n "$rk" ] && { tag=-rp${rp}x$rk; replay=(REPLAY=$rp REPLAY_REPEAT=$rk); }
 NO_EVAL=1 MATMUL= env "${replay[@]}" "$chain" 1
 NO_EVAL=1 MATMUL=$mm FIRST=16 STEPS=60 FROM=runs/chain-sc$tag-leg1-hf env "${replay[@]}" "$chain" 2
 NO_EVAL=1 MATMUL=$mm FIRST=16 STEPS=100 env "${replay[@]}" "$chain" 3
