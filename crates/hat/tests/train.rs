@@ -63,44 +63,26 @@ fn train_plot_draws_runs_and_names_a_bad_metrics_line() {
     }
     let data = d.path().join("d.jsonl");
     std::fs::write(&data, "{}\n").unwrap();
-    fails_cleanly(
-        hat()
-            .args(["train", "sft", "--preset", "smoke", "--lr", "-1", "--data"])
+    let sft = |flags: &[&str], out: &str| {
+        let mut c = hat();
+        c.args(["train", "sft", "--preset", "smoke"])
+            .args(flags)
+            .arg("--data")
             .arg(&data)
             .arg("--out")
-            .arg(d.path().join("neg")),
-    )
-    .stderr(
+            .arg(d.path().join(out));
+        c
+    };
+    fails_cleanly(&mut sft(&["--lr", "-1"], "neg")).stderr(
         predicate::str::contains("optim.lr must be a positive number")
             .and(predicate::str::contains("config config").not()),
     );
     // --repeat: not FILE=K (a usage error), and a file that is not training data
-    hat()
-        .args([
-            "train", "sft", "--preset", "smoke", "--repeat", "x.jsonl", "--data",
-        ])
-        .arg(&data)
-        .arg("--out")
-        .arg(d.path().join("rep"))
+    sft(&["--repeat", "x.jsonl"], "rep")
         .assert()
         .code(2)
         .stderr(predicate::str::contains("is not FILE=K"));
-    fails_cleanly(
-        hat()
-            .args([
-                "train",
-                "sft",
-                "--preset",
-                "smoke",
-                "--repeat",
-                "other.jsonl=3",
-                "--data",
-            ])
-            .arg(&data)
-            .arg("--out")
-            .arg(d.path().join("rep")),
-    )
-    .stderr(
+    fails_cleanly(&mut sft(&["--repeat", "other.jsonl=3"], "rep")).stderr(
         predicate::str::contains("other.jsonl")
             .and(predicate::str::contains("not one of the data files")),
     );

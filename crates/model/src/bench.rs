@@ -233,7 +233,7 @@ fn time_shared(
     engine.set_shared_prefix_min(setting);
     let [(once, shared), (copies, plain)] = both?;
     // decoding shares whole blocks of keys: the prefix less a partial last block
-    let whole = prefix.len() / crate::attention::KEY_BLOCK * crate::attention::KEY_BLOCK;
+    let whole = crate::attention::whole_blocks(prefix.len());
     anyhow::ensure!(
         shared.iter().all(|x| x.shared_prefix_tokens >= whole),
         "the batch did not share its {}-token prefix",

@@ -117,7 +117,7 @@ impl Cache {
             return Self::stack(rows);
         }
         let min_shared = min_shared.max(1);
-        let shared = aligned_shared(Self::common_prefix(rows, min_shared)?);
+        let shared = crate::attention::whole_blocks(Self::common_prefix(rows, min_shared)?);
         if shared < min_shared {
             return Self::stack(rows);
         }
@@ -306,7 +306,7 @@ impl Cache {
         let keep_shared = if matched == shared {
             shared
         } else {
-            let m = aligned_shared(matched);
+            let m = crate::attention::whole_blocks(matched);
             if min_shared.is_some_and(|min| m >= min.max(1)) {
                 m
             } else {
@@ -439,12 +439,6 @@ impl Cache {
         }
         Ok(Cache { layers, pads })
     }
-}
-
-/// The longest shared prefix of `common` positions that ends on a block boundary of
-/// decoding's attention ([`crate::attention::KEY_BLOCK`]).
-fn aligned_shared(common: usize) -> usize {
-    common / crate::attention::KEY_BLOCK * crate::attention::KEY_BLOCK
 }
 
 /// How many of the first `limit` positions of two single-row f16 tensors

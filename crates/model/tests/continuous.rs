@@ -12,9 +12,7 @@ use hat_model::{ContinuousBatch, FinishReason, GenerateOutput, GenerateRequest};
 /// blocks of 64 keys), a prompt that begins differently, a sampled one with a repetition
 /// penalty, one that repeats itself (drafts), and one that may generate nothing.
 fn requests(ids: &[u32]) -> Vec<GenerateRequest> {
-    let start: Vec<u32> = (0..64)
-        .map(|i| ids[i % ids.len()] ^ (i as u32 / 11))
-        .collect();
+    let start = long_start(ids, 64);
     let shared = |n: usize, max: usize| GenerateRequest {
         cache_prefix_len: Some(69),
         ..GenerateRequest::new([start.as_slice(), &ids[..n]].concat(), max)

@@ -98,7 +98,7 @@ pub struct Overrides {
     /// Loss weight of tool-calling assistant turns.
     pub call_weight: Option<f32>,
     /// Data files whose packs each epoch holds more than once (`--repeat FILE=K`).
-    pub repeat: Vec<(PathBuf, usize)>,
+    pub repeat: BTreeMap<PathBuf, usize>,
 }
 
 /// Supervised fine-tuning run.
@@ -273,7 +273,7 @@ impl SftConfig {
             self.call_weight = w;
         }
         if !o.repeat.is_empty() {
-            self.repeat = o.repeat.iter().cloned().collect();
+            self.repeat = o.repeat.clone();
         }
     }
 
@@ -332,11 +332,12 @@ impl SftConfig {
         if let Some(x) = o.call_weight.filter(|x| *x != self.call_weight) {
             differs("call-weight", self.call_weight.to_string(), x.to_string())?;
         }
-        if !o.repeat.is_empty() {
-            let given: BTreeMap<PathBuf, usize> = o.repeat.iter().cloned().collect();
-            if given != self.repeat {
-                differs("repeat", format!("{:?}", self.repeat), format!("{given:?}"))?;
-            }
+        if !o.repeat.is_empty() && o.repeat != self.repeat {
+            differs(
+                "repeat",
+                format!("{:?}", self.repeat),
+                format!("{:?}", o.repeat),
+            )?;
         }
         if let Some(l) = o.lora.as_ref().filter(|l| Some(*l) != self.lora.as_ref()) {
             differs("lora-*", format!("{:?}", self.lora), format!("{l:?}"))?;
@@ -472,7 +473,7 @@ mod tests {
             ),
             (
                 Overrides {
-                    repeat: vec![("a.jsonl".into(), 4)],
+                    repeat: [("a.jsonl".into(), 4)].into(),
                     ..Default::default()
                 },
                 "--repeat",
@@ -540,7 +541,7 @@ mod tests {
         let mut r = saved();
         r.data.push("replay.jsonl".into());
         r.apply(&Overrides {
-            repeat: vec![("replay.jsonl".into(), 4)],
+            repeat: [("replay.jsonl".into(), 4)].into(),
             ..Default::default()
         });
         r.validate().unwrap();
@@ -553,7 +554,7 @@ mod tests {
         let mut again = r.clone();
         assert!(!again
             .resume_with(&Overrides {
-                repeat: vec![("replay.jsonl".into(), 4)],
+                repeat: [("replay.jsonl".into(), 4)].into(),
                 ..Default::default()
             })
             .unwrap());

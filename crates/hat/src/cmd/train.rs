@@ -173,7 +173,7 @@ fn resolve(a: &SftArgs) -> Result<(SftConfig, bool)> {
         lora: a.lora.config(a.run.seed),
         matmul: a.matmul,
         call_weight: a.call_weight,
-        repeat: a.repeat.clone(),
+        repeat: a.repeat.iter().cloned().collect(),
     };
     let saved = a.run.out.join("config.toml");
     if a.run.resume && saved.exists() {

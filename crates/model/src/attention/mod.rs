@@ -87,6 +87,12 @@ impl Partial {
 /// multiple of this long ([`crate::model::Cache::stack_shared`]).
 pub const KEY_BLOCK: usize = 64;
 
+/// The longest run of the first `n` positions that ends on a [`KEY_BLOCK`] boundary: how
+/// much of a common start can be shared in decoding without moving a row's block cuts.
+pub fn whole_blocks(n: usize) -> usize {
+    n / KEY_BLOCK * KEY_BLOCK
+}
+
 /// Queries per work item.
 const Q_BLOCK: usize = 64;
 /// Up to this many queries (decode, or a short tail after a cached prefix) read an f16
@@ -752,6 +758,17 @@ mod tests {
 
     /// Rows after a shared prefix: each row's output equals attention over the prefix
     /// followed by the row's own unpadded keys, computed alone.
+    /// The bits of every value of an f32 tensor, for exact comparisons.
+    fn bits(t: &Tensor) -> Vec<u32> {
+        t.flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect()
+    }
+
     /// Prompt attention gives a query the same bits however many queries its call holds
     /// (a prompt cut into chunks anywhere, a prefix-cache hit of any length), on every path
     /// and for f32 and f16 caches: what makes a split prompt's logits equal the whole one's.
@@ -769,15 +786,9 @@ mod tests {
                     let run = |from: usize, to: usize| {
                         let q = q.narrow(2, from, to - from).unwrap();
                         let (k, v) = (k.narrow(2, 0, to).unwrap(), v.narrow(2, 0, to).unwrap());
-                        causal_attention_on(isa, &q, &k, &v, &[0], 0.125, None, true)
-                            .unwrap()
-                            .flatten_all()
-                            .unwrap()
-                            .to_vec1::<f32>()
-                            .unwrap()
-                            .iter()
-                            .map(|x| x.to_bits())
-                            .collect::<Vec<_>>()
+                        bits(
+                            &causal_attention_on(isa, &q, &k, &v, &[0], 0.125, None, true).unwrap(),
+                        )
                     };
                     let whole = run(0, total);
                     let row = h * hd;
@@ -816,15 +827,6 @@ mod tests {
         let keys = |len: usize| f16(Tensor::randn(0f32, 1.0, (1, kvh, len, hd), &dev).unwrap());
         let (k, v) = (keys(n), keys(n));
         let q = Tensor::randn(0f32, 1.0, (1, h, 5, hd), &dev).unwrap();
-        let bits = |t: &Tensor| {
-            t.flatten_all()
-                .unwrap()
-                .to_vec1::<f32>()
-                .unwrap()
-                .iter()
-                .map(|x| x.to_bits())
-                .collect::<Vec<_>>()
-        };
         let last_q = q.narrow(2, 4, 1).unwrap();
         for isa in crate::simd::tests::paths("a_decoded_query_gives_the_same_bits_in_any_company") {
             let attend = |q: &Tensor, k: &Tensor, v: &Tensor, pads: &[usize], sh| {
