@@ -590,3 +590,67 @@ fn bench_train_times_the_packed_group_and_the_speedup() {
             predicate::str::contains("--group").and(predicate::str::contains("panicked").not()),
         );
 }
+
+/// `hat train merge`: a model halfway between two tiny models, exported as GGUF and as a
+/// Hugging Face folder; a bad ratio, format or model pair is a clear error and writes nothing.
+#[test]
+fn train_merge_interpolates_toward_the_base_and_refuses_bad_input() {
+    let d = tempfile::tempdir().unwrap();
+    let base = hat_train::fixture::tiny_model(&d.path().join("base"), 1, "qwen2").unwrap();
+    let tuned = hat_train::fixture::tiny_model(&d.path().join("tuned"), 2, "qwen2").unwrap();
+    let merge = |ratio: &str, format: &str, out: &std::path::Path| {
+        let mut c = hat();
+        c.args(["train", "merge", "--ratio", ratio, "--format", format])
+            .arg(&tuned)
+            .arg("--base")
+            .arg(&base)
+            .arg("--out")
+            .arg(out);
+        c
+    };
+    let hf = d.path().join("half-hf");
+    merge("0.5", "hf", &hf)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("0.5 x"));
+    let weights = |dir: &std::path::Path| {
+        hat_model::train::TrainModel::load(dir)
+            .unwrap()
+            .model
+            .weights()
+            .unwrap()
+            .into_iter()
+            .map(|(n, t)| (n, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
+            .collect::<std::collections::HashMap<_, _>>()
+    };
+    let (b, t, m) = (weights(&base), weights(&tuned), weights(&hf));
+    let name = "blk.0.ffn_down.weight";
+    for ((x, bx), tx) in m[name].iter().zip(&b[name]).zip(&t[name]) {
+        assert!((x - (bx + tx) / 2.0).abs() < 1e-6, "{x} {bx} {tx}");
+    }
+    let gguf = d.path().join("half.gguf");
+    merge("0.5", "q8_0", &gguf).assert().success();
+    hat().args(["model", "info"]).arg(&gguf).assert().success();
+    for (ratio, format, want) in [
+        ("2.5", "q8_0", "--ratio 2.5"),
+        ("nan", "q8_0", "--ratio NaN"),
+        ("0.5", "q5_k", "export format `q5_k`"),
+    ] {
+        let out = d.path().join(format!("bad-{ratio}-{format}"));
+        fails_cleanly(&mut merge(ratio, format, &out)).stderr(predicate::str::contains(want));
+        assert!(!out.exists());
+    }
+    let other = hat_train::fixture::tiny_model(&d.path().join("llama"), 3, "llama").unwrap();
+    let out = d.path().join("mixed.gguf");
+    fails_cleanly(
+        hat()
+            .args(["train", "merge", "--ratio", "0.5"])
+            .arg(&tuned)
+            .arg("--base")
+            .arg(&other)
+            .arg("--out")
+            .arg(&out),
+    )
+    .stderr(predicate::str::contains("differ in shape"));
+    assert!(!out.exists());
+}

@@ -2,7 +2,8 @@
 //! conversations sharing a prompt prefix are packed into one sequence ([`pack`]), and one
 //! training loop ([`stage`], with SFT in [`sft`]) runs the model crate's [`hat_model::train::TrainModel`] with
 //! AdamW ([`optim`]), checkpoints that resume exactly ([`checkpoint`]), export to GGUF
-//! ([`export`]) and curves drawn to PNG ([`plot`]). Every stage (SFT, on-policy distillation in
+//! ([`export`]), weight interpolation toward the starting model ([`merge`]) and curves drawn
+//! to PNG ([`plot`]). Every stage (SFT, on-policy distillation in
 //! [`distill`]) is a [`stage::Stage`] of the one loop in [`stage`].
 
 pub mod bench;
@@ -12,6 +13,7 @@ pub mod distill;
 pub mod error;
 pub mod export;
 pub mod fixture;
+pub mod merge;
 pub mod optim;
 pub mod pack;
 pub mod plot;

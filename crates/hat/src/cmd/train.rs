@@ -24,6 +24,10 @@ pub enum TrainCmd {
     Pipeline(crate::cmd::pipeline::PipelineArgs),
     /// Export a run's latest checkpoint as GGUF or as a Hugging Face folder.
     Export(ExportArgs),
+    /// Move a fine-tuned model's weights part of the way back to the model it started from
+    /// (WiSE-FT): base + ratio x (fine-tuned - base); trades task skill for general ability
+    /// without training.
+    Merge(MergeArgs),
     /// Draw loss, learning rate and gradient norm of one or more runs into one PNG.
     Plot(PlotArgs),
 }
@@ -160,6 +164,24 @@ pub struct ExportArgs {
     out: PathBuf,
 }
 
+#[derive(Args)]
+pub struct MergeArgs {
+    /// The fine-tuned model: a GGUF file or a Hugging Face folder (a run's `model-hf` export).
+    model: String,
+    /// The model its training started from (`default`, a GGUF file or a Hugging Face folder).
+    #[arg(long, default_value = "default")]
+    base: String,
+    /// How far from the base toward the fine-tuned model: 0 is the base, 1 the fine-tuned
+    /// model, up to 2 to extrapolate.
+    #[arg(long)]
+    ratio: f64,
+    /// GGUF f32, q8_0 or q4_0, or `hf` for a Hugging Face folder.
+    #[arg(long, default_value = "q8_0")]
+    format: String,
+    #[arg(long)]
+    out: PathBuf,
+}
+
 /// The run's config, and whether it must be (re)written to the run folder.
 fn resolve(a: &SftArgs) -> Result<(SftConfig, bool)> {
     let o = hat_train::config::Overrides {
@@ -221,7 +243,37 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
             println!("wrote {} (step {step})", a.out.display());
             Ok(())
         }
+        TrainCmd::Merge(a) => merge(a),
     }
+}
+
+fn merge(a: MergeArgs) -> Result<()> {
+    hat_train::export::check_formats(std::slice::from_ref(&a.format))?;
+    if !(a.ratio.is_finite() && hat_train::merge::RATIO_RANGE.contains(&a.ratio)) {
+        anyhow::bail!(
+            "--ratio {}: give a number from 0 (the base model) to 2; 1 is the fine-tuned model",
+            a.ratio
+        );
+    }
+    let source = model_path(&a.model);
+    let base = model_path(&a.base);
+    let tuned = hat_model::train::TrainModel::load(&source)
+        .with_context(|| format!("loading the fine-tuned model {}", source.display()))?
+        .model;
+    let start = hat_model::train::TrainModel::load(&base)
+        .with_context(|| format!("loading the base model {}", base.display()))?
+        .model;
+    hat_train::merge::interpolate(&tuned, &start, a.ratio)?;
+    drop(start);
+    hat_train::export::export(&tuned, &source, &a.format, &a.out)?;
+    println!(
+        "wrote {} ({} + {} x ({} - base))",
+        a.out.display(),
+        base.display(),
+        a.ratio,
+        source.display()
+    );
+    Ok(())
 }
 
 fn sft_cmd(a: SftArgs) -> Result<()> {

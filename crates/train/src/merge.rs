@@ -1,0 +1,235 @@
+//! Weight interpolation between a fine-tuned model and the model it started from
+//! (WiSE-FT, Wortsman et al. 2022): `θ = θ_base + ratio · (θ_tuned − θ_base)`.
+//!
+//! Fine-tuning on agent trajectories erodes general instruction following (IFEval); moving
+//! the weights part of the way back to the start is a training-free way to trade some of
+//! the fine-tune's gain for some of the general ability back. `ratio` 1 is the fine-tuned
+//! model, 0 the base; values above 1 extrapolate along the fine-tune's direction. The two
+//! models must have the same architecture and tensors (same names and shapes): a merge of
+//! unrelated models is refused, not averaged.
+
+use std::collections::HashMap;
+
+use candle_core::Tensor;
+use hat_model::train::TrainModel;
+use hat_model::{ModelConfig, RopeLayout};
+
+use crate::error::{Result, TrainError};
+
+/// The ratios [`interpolate`] accepts: from the base (0) to twice the fine-tune's step (2).
+pub const RATIO_RANGE: std::ops::RangeInclusive<f64> = 0.0..=2.0;
+
+/// Sets `tuned`'s weights to `base + ratio · (tuned − base)`, tensor by tensor.
+pub fn interpolate(tuned: &TrainModel, base: &TrainModel, ratio: f64) -> Result<()> {
+    if !(ratio.is_finite() && RATIO_RANGE.contains(&ratio)) {
+        return Err(TrainError::Invalid(format!(
+            "merge ratio {ratio}: give a number from {} (the base model) to {} (1 is the \
+             fine-tuned model)",
+            RATIO_RANGE.start(),
+            RATIO_RANGE.end()
+        )));
+    }
+    let (tc, bc) = (tuned.config(), base.config());
+    if !same_shape(tc, bc) {
+        return Err(TrainError::Invalid(format!(
+            "the two models differ in shape (fine-tuned: {}; base: {}): merge a fine-tuned \
+             model with the model its training started from",
+            describe(tuned),
+            describe(base)
+        )));
+    }
+    let base_weights: HashMap<String, Tensor> = base.weights()?.into_iter().collect();
+    let mut merged = HashMap::with_capacity(base_weights.len());
+    for (name, t) in tuned.weights()? {
+        let b = base_weights.get(&name).ok_or_else(|| {
+            TrainError::Invalid(format!(
+                "tensor `{name}` of the fine-tuned model is missing from the base model: \
+                 merge a fine-tuned model with the model its training started from"
+            ))
+        })?;
+        // A Hugging Face folder and a GGUF file of one llama model order the rows of q and k
+        // differently (half-split against interleaved rotary pairs): bring the base's rows
+        // into the fine-tuned model's order, or the average would mix unrelated rows.
+        let permuted;
+        let b = if bc.rope_layout != tc.rope_layout && is_rotary(&name) {
+            permuted = reorder_rows(b, bc.rope_layout, tc.head_dim)?;
+            &permuted
+        } else {
+            b
+        };
+        if b.shape() != t.shape() {
+            return Err(TrainError::Invalid(format!(
+                "tensor `{name}` has shape {:?} in the fine-tuned model and {:?} in the base",
+                t.shape().dims(),
+                b.shape().dims()
+            )));
+        }
+        // b + r (t - b), in f32 as the weights are held.
+        let m = (b + ((&t - b)? * ratio)?)?;
+        merged.insert(name, m);
+    }
+    if merged.len() != base_weights.len() {
+        return Err(TrainError::Invalid(format!(
+            "the base model has {} tensors, the fine-tuned model {}: merge a fine-tuned model \
+             with the model its training started from",
+            base_weights.len(),
+            merged.len()
+        )));
+    }
+    tuned.set_weights(&merged)?;
+    Ok(())
+}
+
+/// Whether two models have the same tensors and the same meaning for them (the numbers read
+/// from metadata compared as f32, which both formats can hold).
+fn same_shape(a: &ModelConfig, b: &ModelConfig) -> bool {
+    let close = |x: f64, y: f64| (x - y).abs() <= 1e-6 * x.abs().max(y.abs());
+    (
+        a.arch,
+        a.vocab_size,
+        a.hidden_size,
+        a.intermediate_size,
+        a.num_layers,
+        a.num_heads,
+        a.num_kv_heads,
+        a.head_dim,
+        a.tie_embeddings,
+        a.attn_bias,
+    ) == (
+        b.arch,
+        b.vocab_size,
+        b.hidden_size,
+        b.intermediate_size,
+        b.num_layers,
+        b.num_heads,
+        b.num_kv_heads,
+        b.head_dim,
+        b.tie_embeddings,
+        b.attn_bias,
+    ) && close(a.rms_eps, b.rms_eps)
+        && close(a.rope_theta as f64, b.rope_theta as f64)
+}
+
+/// The query and key projections, whose rows follow the rotary layout.
+fn is_rotary(name: &str) -> bool {
+    name.ends_with("attn_q.weight")
+        || name.ends_with("attn_k.weight")
+        || name.ends_with("attn_q.bias")
+        || name.ends_with("attn_k.bias")
+}
+
+/// `t`'s rows (per head of `head_dim`) from layout `from` into the other layout.
+fn reorder_rows(t: &Tensor, from: RopeLayout, head_dim: usize) -> Result<Tensor> {
+    let rows = t.dim(0)?;
+    let cols = t.elem_count() / rows.max(1);
+    let heads = rows / head_dim;
+    // half-split row (h, j, i) <-> interleaved row (h, i, j) for j < 2, i < head_dim / 2
+    let split = match from {
+        RopeLayout::HalfSplit => (heads, 2, head_dim / 2, cols),
+        RopeLayout::Interleaved => (heads, head_dim / 2, 2, cols),
+    };
+    Ok(t.reshape(split)?
+        .transpose(1, 2)?
+        .contiguous()?
+        .reshape(t.shape())?)
+}
+
+fn describe(m: &TrainModel) -> String {
+    let c = m.config();
+    format!(
+        "{} with {} layers, hidden size {}, vocabulary {}",
+        c.arch.name(),
+        c.num_layers,
+        c.hidden_size,
+        c.vocab_size
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixture::tiny_model;
+
+    fn load(dir: &std::path::Path, seed: u64) -> TrainModel {
+        tiny_model(dir, seed, "qwen2").unwrap();
+        TrainModel::load(dir).unwrap().model
+    }
+
+    fn weights(m: &TrainModel) -> HashMap<String, Vec<f32>> {
+        m.weights()
+            .unwrap()
+            .into_iter()
+            .map(|(n, t)| (n, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn a_merge_moves_every_weight_the_ratio_of_the_way_from_the_base() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = load(&dir.path().join("base"), 1);
+        let (b, t) = (weights(&base), {
+            let tuned = load(&dir.path().join("tuned"), 2);
+            weights(&tuned)
+        });
+        assert_ne!(b, t, "two seeds give two models");
+        for ratio in [0.0, 0.3, 1.0, 1.5] {
+            let tuned = load(&dir.path().join("tuned"), 2);
+            interpolate(&tuned, &base, ratio).unwrap();
+            let m = weights(&tuned);
+            assert_eq!(m.len(), b.len());
+            for (name, mv) in &m {
+                for ((x, bx), tx) in mv.iter().zip(&b[name]).zip(&t[name]) {
+                    let want = bx + ratio as f32 * (tx - bx);
+                    assert!(
+                        (x - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                        "{name} at ratio {ratio}: {x} against {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_gguf_base_merges_with_a_hugging_face_folder_row_for_row() {
+        // the base as GGUF (llama q/k rows interleaved), the fine-tuned model as a folder
+        // (half-split): the merge must pair each row with its own
+        let dir = tempfile::tempdir().unwrap();
+        tiny_model(&dir.path().join("base"), 1, "llama").unwrap();
+        let base_hf = TrainModel::load(&dir.path().join("base")).unwrap().model;
+        let gguf = dir.path().join("base.gguf");
+        crate::export::gguf(&base_hf, &dir.path().join("base"), "f32", &gguf).unwrap();
+        let base = TrainModel::load(&gguf).unwrap().model;
+        assert_ne!(base.config().rope_layout, base_hf.config().rope_layout);
+        let tuned = load_llama(&dir.path().join("tuned"), 2);
+        let (b, t) = (weights(&base_hf), weights(&tuned));
+        interpolate(&tuned, &base, 0.5).unwrap();
+        for (name, mv) in weights(&tuned) {
+            for ((x, bx), tx) in mv.iter().zip(&b[&name]).zip(&t[&name]) {
+                assert!((x - (bx + tx) / 2.0).abs() <= 1e-6, "{name}: {x} {bx} {tx}");
+            }
+        }
+    }
+
+    fn load_llama(dir: &std::path::Path, seed: u64) -> TrainModel {
+        tiny_model(dir, seed, "llama").unwrap();
+        TrainModel::load(dir).unwrap().model
+    }
+
+    #[test]
+    fn a_ratio_out_of_range_or_models_of_other_shapes_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = load(&dir.path().join("base"), 1);
+        let tuned = load(&dir.path().join("tuned"), 2);
+        let before = weights(&tuned);
+        for r in [-0.1, 2.5, f64::NAN, f64::INFINITY] {
+            let e = interpolate(&tuned, &base, r).unwrap_err().to_string();
+            assert!(e.contains("merge ratio"), "{e}");
+        }
+        let llama_dir = dir.path().join("llama");
+        tiny_model(&llama_dir, 3, "llama").unwrap();
+        let other = TrainModel::load(&llama_dir).unwrap().model;
+        let e = interpolate(&tuned, &other, 0.5).unwrap_err().to_string();
+        assert!(e.contains("differ in shape"), "{e}");
+        assert_eq!(weights(&tuned), before, "a refused merge changes nothing");
+    }
+}
