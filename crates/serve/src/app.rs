@@ -15,7 +15,7 @@ use crate::error::{Result, ServeError};
 use crate::harnesses::{Harnesses, Version};
 use crate::metrics::Metrics;
 use crate::stream::{valid_id, Meta, Stream};
-use crate::triage::TriageConfig;
+use crate::triage::{TriageConfig, Vocabulary};
 use crate::worker::{Command, Worker, WorkerConfig};
 
 /// How the server runs.
@@ -176,7 +176,8 @@ impl App {
             next_seq: 0,
             state: state.clone(),
         };
-        let stream = Arc::new(Stream::new(dir.clone(), meta, self.cfg.triage));
+        let vocabulary = Vocabulary::from_catalog(world.catalog());
+        let stream = Arc::new(Stream::new(dir.clone(), meta, self.cfg.triage, vocabulary));
         stream.save_meta().map_err(cleanup)?;
         let summary = serde_json::json!({"id": id, "seed": seed, "title": world.stream().title, "state": state});
         self.add_stream(stream, world)?;
@@ -490,7 +491,8 @@ fn restore(app: &App) -> Result<usize> {
         }
         match load_stream(&path, &id) {
             Ok((meta, world)) => {
-                let s = Arc::new(Stream::new(path.clone(), meta, app.cfg.triage));
+                let vocabulary = Vocabulary::from_catalog(world.catalog());
+                let s = Arc::new(Stream::new(path.clone(), meta, app.cfg.triage, vocabulary));
                 app.add_stream(s, world)?;
                 n += 1;
             }

@@ -18,6 +18,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::error::{Result, ServeError};
+use crate::triage::{classify_in, Class, Vocabulary};
+use hat_world::Event;
 
 /// The audience.
 #[derive(Debug, Clone)]
@@ -93,6 +95,8 @@ pub struct Arrival {
 /// Tasks to draw from, by catalog seed.
 pub struct Mix {
     pub by_world: Vec<(u64, Vec<Value>)>,
+    /// Each world's catalog words, as the server's triage sees them (for the trace).
+    pub vocabularies: Vec<Vocabulary>,
 }
 
 impl Mix {
@@ -107,8 +111,17 @@ impl Mix {
                 by.entry(t.world_seed).or_default().push(v);
             }
         }
+        let by_world: Vec<(u64, Vec<Value>)> = by.into_iter().collect();
+        let mut vocabularies = Vec::with_capacity(by_world.len());
+        for (seed, _) in &by_world {
+            let w = worlds
+                .get(*seed)
+                .map_err(|e| ServeError::internal("drawing the test tasks", e))?;
+            vocabularies.push(Vocabulary::from_catalog(w.catalog()));
+        }
         Ok(Mix {
-            by_world: by.into_iter().collect(),
+            by_world,
+            vocabularies,
         })
     }
 }
@@ -150,9 +163,12 @@ pub fn plan(a: &Audience, mix: &Mix) -> Vec<Arrival> {
 /// What happened to one event.
 #[derive(Debug, Clone)]
 struct Outcome {
+    /// Index into the run's arrival plan.
+    arrival: usize,
     kind: String,
     e2e: f64,
     server: Option<Value>,
+    text: String,
     /// A reply event with no text for viewers (the episode ran out of turns or failed its
     /// checks): it ends the event but says nothing.
     empty: bool,
@@ -161,11 +177,13 @@ struct Outcome {
 
 impl Outcome {
     /// An event that got no reply event (refused, failed, lost).
-    fn unanswered(kind: String) -> Self {
+    fn unanswered(arrival: usize, kind: String) -> Self {
         Outcome {
+            arrival,
             kind,
             e2e: 0.0,
             server: None,
+            text: String::new(),
             empty: false,
             tool_calls: 0,
         }
@@ -199,6 +217,68 @@ pub struct Report {
     /// Tool calls a reply made, on average.
     pub mean_tool_calls: f64,
     pub wall_s: f64,
+    /// Latency of the replies to each triage class (the classes that had replies).
+    pub by_class: Vec<ClassLatency>,
+    /// Every event of the run in arrival order (`hat bench serve --trace` writes it out).
+    #[serde(skip)]
+    pub trace: Vec<TraceRow>,
+}
+
+/// The replies to one triage class of events.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClassLatency {
+    pub class: Class,
+    pub replies: usize,
+    pub p50_s: f64,
+    pub p95_s: f64,
+    pub mean_queue_s: f64,
+}
+
+fn by_class(rows: &[TraceRow]) -> Vec<ClassLatency> {
+    Class::ALL
+        .iter()
+        .filter_map(|&c| {
+            let of: Vec<&TraceRow> = rows
+                .iter()
+                .filter(|r| r.class == Some(c) && r.outcome == "reply")
+                .collect();
+            if of.is_empty() {
+                return None;
+            }
+            let mut lat: Vec<f64> = of.iter().map(|r| r.e2e_s).collect();
+            lat.sort_by(f64::total_cmp);
+            let queue: f64 = of
+                .iter()
+                .filter_map(|r| r.latency.as_ref()?["queue"].as_f64())
+                .sum();
+            Some(ClassLatency {
+                class: c,
+                replies: of.len(),
+                p50_s: percentile(&lat, 50.0),
+                p95_s: percentile(&lat, 95.0),
+                mean_queue_s: queue / of.len() as f64,
+            })
+        })
+        .collect()
+}
+
+/// One event of a run: when it arrived, what triage made of it, and what came back.
+#[derive(Debug, Clone, Serialize)]
+pub struct TraceRow {
+    /// Seconds from the start of the run to the post.
+    pub at_s: f64,
+    pub stream: usize,
+    /// The triage class the server gives it.
+    pub class: Option<Class>,
+    pub event: Value,
+    /// `reply`, `dropped`, `rejected`, or what went wrong.
+    pub outcome: String,
+    /// Post to reply, seconds (0 without a reply).
+    pub e2e_s: f64,
+    /// The server's breakdown (queue, prefill, decode, tools and hooks).
+    pub latency: Option<Value>,
+    pub text: String,
+    pub tool_calls: usize,
 }
 
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -256,7 +336,7 @@ pub fn run(base: &str, label: &str, prefix: &str, a: &Audience, mix: &Mix) -> Re
     let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
     let t0 = Instant::now();
     let mut threads = Vec::with_capacity(arrivals.len());
-    for arr in &arrivals {
+    for (i, arr) in arrivals.iter().enumerate() {
         let wait = Duration::from_secs_f64(arr.at).saturating_sub(t0.elapsed());
         std::thread::sleep(wait);
         let url = format!("{base}/v1/streams/{prefix}-{}/events?wait=true", arr.stream);
@@ -266,17 +346,20 @@ pub fn run(base: &str, label: &str, prefix: &str, a: &Audience, mix: &Mix) -> Re
             let o = match post(&agent, &url, &event) {
                 Ok((200, v)) => {
                     let r = &v["results"][0];
+                    let text = r["text"].as_str().unwrap_or_default();
                     Outcome {
+                        arrival: i,
                         kind: r["type"].as_str().unwrap_or("none").to_string(),
                         e2e: sent.elapsed().as_secs_f64(),
                         server: r.get("latency").cloned(),
-                        empty: r["text"].as_str().is_none_or(|t| t.trim().is_empty()),
+                        text: text.to_string(),
+                        empty: text.trim().is_empty(),
                         tool_calls: r["tool_calls"].as_array().map_or(0, Vec::len),
                     }
                 }
-                Ok((429, _)) => Outcome::unanswered("rejected".into()),
-                Ok((code, v)) => Outcome::unanswered(format!("http {code}: {v}")),
-                Err(e) => Outcome::unanswered(format!("transport: {e}")),
+                Ok((429, _)) => Outcome::unanswered(i, "rejected".into()),
+                Ok((code, v)) => Outcome::unanswered(i, format!("http {code}: {v}")),
+                Err(e) => Outcome::unanswered(i, format!("transport: {e}")),
             };
             outcomes.lock().unwrap_or_else(|e| e.into_inner()).push(o);
         }));
@@ -286,6 +369,7 @@ pub fn run(base: &str, label: &str, prefix: &str, a: &Audience, mix: &Mix) -> Re
     }
     let wall = t0.elapsed().as_secs_f64();
     let outs = outcomes.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let rows = trace(&arrivals, &outs, mix);
     let replies: Vec<&Outcome> = outs.iter().filter(|o| o.kind == "reply").collect();
     let mut lat: Vec<f64> = replies.iter().map(|o| o.e2e).collect();
     lat.sort_by(f64::total_cmp);
@@ -327,7 +411,36 @@ pub fn run(base: &str, label: &str, prefix: &str, a: &Audience, mix: &Mix) -> Re
         mean_tool_calls: replies.iter().map(|o| o.tool_calls as f64).sum::<f64>()
             / replies.len().max(1) as f64,
         wall_s: wall,
+        by_class: by_class(&rows),
+        trace: rows,
     })
+}
+
+fn trace(arrivals: &[Arrival], outs: &[Outcome], mix: &Mix) -> Vec<TraceRow> {
+    let mut rows: Vec<TraceRow> = outs
+        .iter()
+        .filter_map(|o| {
+            let arr = arrivals.get(o.arrival)?;
+            Some(TraceRow {
+                at_s: arr.at,
+                stream: arr.stream,
+                class: serde_json::from_value::<Event>(arr.event.clone())
+                    .ok()
+                    .map(|e| {
+                        let n = mix.vocabularies.len().max(1);
+                        classify_in(&e, mix.vocabularies.get(arr.stream % n))
+                    }),
+                event: arr.event.clone(),
+                outcome: o.kind.clone(),
+                e2e_s: o.e2e,
+                latency: o.server.clone(),
+                text: o.text.clone(),
+                tool_calls: o.tool_calls,
+            })
+        })
+        .collect();
+    rows.sort_by(|x, y| x.at_s.total_cmp(&y.at_s).then(x.stream.cmp(&y.stream)));
+    rows
 }
 
 #[cfg(test)]
@@ -338,6 +451,7 @@ mod tests {
     fn the_plan_is_seeded_and_near_its_rate() {
         let mix = Mix {
             by_world: vec![(1, vec![json!({"type": "join", "viewer": "a"})])],
+            vocabularies: Vec::new(),
         };
         let a = Audience {
             streams: 4,
@@ -409,5 +523,55 @@ mod tests {
         assert_eq!(percentile(&v, 95.0), 95.0);
         assert_eq!(percentile(&v, 99.0), 99.0);
         assert!(percentile(&[], 50.0).is_nan());
+    }
+
+    #[test]
+    fn the_trace_lists_every_event_in_arrival_order_and_splits_latency_by_class() {
+        let ev = |v: Value| Arrival {
+            at: 0.0,
+            stream: 0,
+            event: v,
+        };
+        let mut arrivals = vec![
+            ev(json!({"type": "comment", "viewer": "a", "text": "#2 got black left anot"})),
+            ev(json!({"type": "viewer_join", "viewer": "b"})),
+            ev(json!({"type": "comment", "viewer": "c", "text": "price of no.3?"})),
+            ev(json!({"type": "comment", "viewer": "d", "text": "lol ur cat"})),
+        ];
+        for (i, a) in arrivals.iter_mut().enumerate() {
+            a.at = i as f64;
+        }
+        let reply = |arrival: usize, e2e: f64| Outcome {
+            arrival,
+            kind: "reply".into(),
+            e2e,
+            server: Some(json!({"queue": e2e / 2.0})),
+            text: "ok".into(),
+            empty: false,
+            tool_calls: 0,
+        };
+        // finished out of order; the last one was refused
+        let outs = vec![
+            reply(2, 3.0),
+            reply(0, 1.0),
+            reply(1, 0.5),
+            Outcome::unanswered(3, "rejected".into()),
+        ];
+        let mix = Mix {
+            by_world: Vec::new(),
+            vocabularies: Vec::new(),
+        };
+        let rows = trace(&arrivals, &outs, &mix);
+        let at: Vec<f64> = rows.iter().map(|r| r.at_s).collect();
+        assert_eq!(at, [0.0, 1.0, 2.0, 3.0]);
+        assert_eq!(rows[3].outcome, "rejected");
+        assert_eq!(rows[3].class, Some(Class::Chitchat));
+        let c = by_class(&rows);
+        let classes: Vec<Class> = c.iter().map(|c| c.class).collect();
+        // the refused chit-chat had no reply, so it has no row
+        assert_eq!(classes, [Class::Product, Class::Greeting]);
+        assert_eq!(c[0].replies, 2);
+        assert_eq!((c[0].p50_s, c[0].p95_s), (1.0, 3.0));
+        assert!((c[0].mean_queue_s - 1.0).abs() < 1e-9);
     }
 }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
 use crate::error::{Result, ServeError};
-use crate::triage::{Admission, Class, Dropped, Queue, TriageConfig};
+use crate::triage::{Admission, Class, Dropped, Queue, TriageConfig, Vocabulary};
 
 /// Events kept for clients that (re)connect with `Last-Event-ID` or `?after=`.
 pub const REPLAY: usize = 512;
@@ -246,13 +246,14 @@ pub struct Stream {
 }
 
 impl Stream {
-    pub fn new(dir: PathBuf, meta: Meta, triage: TriageConfig) -> Stream {
+    /// A stream whose triage classes comments by `vocabulary` (its catalog's words) too.
+    pub fn new(dir: PathBuf, meta: Meta, triage: TriageConfig, vocabulary: Vocabulary) -> Stream {
         let (tx, _) = broadcast::channel(REPLAY);
         let ids_dir = dir.clone();
         Stream {
             id: meta.id.clone(),
             dir,
-            queue: Mutex::new(Queue::new(triage)),
+            queue: Mutex::new(Queue::with_vocabulary(triage, vocabulary)),
             inner: Mutex::new(Inner {
                 // what meta.json says is handed out is reserved: the next id reserves more
                 reserved: Reserved {

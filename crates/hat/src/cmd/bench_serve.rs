@@ -67,6 +67,11 @@ pub struct ServeBenchArgs {
     no_peer: bool,
     #[arg(long)]
     json: bool,
+    /// Write every event of every run as a JSON line (run, arrival time, stream, triage class,
+    /// the event, outcome, end-to-end seconds, the server's breakdown, the reply): where the
+    /// tail comes from.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
 }
 
 /// The simulated audience the flags describe, for `streams` streams.
@@ -206,6 +211,22 @@ fn start_llama_server(
     Ok((child, format!("{url}/v1")))
 }
 
+fn write_trace(path: &std::path::Path, file: std::fs::File, reports: &[Report]) -> Result<()> {
+    use std::io::Write;
+    let mut w = std::io::BufWriter::new(file);
+    for r in reports {
+        for row in &r.trace {
+            let mut v = serde_json::to_value(row)?;
+            v["pipeline"] = r.label.clone().into();
+            v["streams"] = r.streams.into();
+            writeln!(w, "{v}")?;
+        }
+    }
+    w.flush()
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
 pub fn run(a: ServeBenchArgs) -> Result<()> {
     for &n in &a.streams {
         audience(&a, n).check()?;
@@ -217,6 +238,12 @@ pub fn run(a: ServeBenchArgs) -> Result<()> {
             path.display()
         );
     }
+    // created before the runs, so a path that cannot be written fails at once
+    let trace_file = a
+        .trace
+        .as_ref()
+        .map(|p| std::fs::File::create(p).with_context(|| format!("creating {}", p.display())))
+        .transpose()?;
     hat_model::threads::set_threads(a.threads);
     let mix = Mix::lsqa(304, 1)?;
     let format: hat_model::WeightFormat = a.format.parse()?;
@@ -255,6 +282,9 @@ pub fn run(a: ServeBenchArgs) -> Result<()> {
         )?);
         drop(server);
     }
+    if let (Some(p), Some(f)) = (&a.trace, trace_file) {
+        write_trace(p, f, &reports)?;
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
         return Ok(());
@@ -278,6 +308,23 @@ pub fn run(a: ServeBenchArgs) -> Result<()> {
             r.label, r.streams, r.sent, r.replies, r.empty_replies, r.errors + r.dropped + r.rejected, r.p50_s, r.p95_s, r.p99_s,
             r.replies_per_s, r.mean_tool_calls, r.mean_queue_s, r.mean_prefill_s, r.mean_decode_s, r.mean_tools_hooks_s
         );
+    }
+    println!("\nby triage class (`--trace FILE` writes every event):\n");
+    println!("| pipeline | streams | class | replies | P50 s | P95 s | queue s |");
+    println!("|---|---|---|---|---|---|---|");
+    for r in &reports {
+        for c in &r.by_class {
+            println!(
+                "| {} | {} | {} | {} | {:.2} | {:.2} | {:.2} |",
+                r.label,
+                r.streams,
+                c.class.as_str(),
+                c.replies,
+                c.p50_s,
+                c.p95_s,
+                c.mean_queue_s
+            );
+        }
     }
     let n = a.streams.len();
     if reports.len() == 2 * n {

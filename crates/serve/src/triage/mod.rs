@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 use hat_world::Event;
 use serde::Serialize;
 
+mod classify;
+pub use classify::{classify, classify_comment, classify_comment_in, classify_in, Vocabulary};
+
 /// What an event is about, most urgent first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -52,140 +55,6 @@ impl Class {
     fn is_social(self) -> bool {
         matches!(self, Class::Greeting | Class::Chitchat)
     }
-}
-
-const COMPLIANCE: &[&str] = &[
-    "fake",
-    "scam",
-    "counterfeit",
-    "refund",
-    "guarantee",
-    "cure",
-    "heal",
-    "medical",
-    "doctor",
-    "lawsuit",
-    "illegal",
-    "lose weight",
-    "weight loss",
-    "side effect",
-    "are you a bot",
-    "are you ai",
-    "are you an ai",
-    "are you real",
-    "are you human",
-    "robot",
-    "假",
-    "骗",
-    "退款",
-    "退货",
-    "机器人",
-    "真人",
-    "治疗",
-    "减肥",
-];
-
-const PRODUCT: &[&str] = &[
-    "price",
-    "how much",
-    "cost",
-    "size",
-    "stock",
-    "available",
-    "sold out",
-    "ship",
-    "deliver",
-    "coupon",
-    "discount",
-    "deal",
-    "sale",
-    "color",
-    "colour",
-    "material",
-    "link",
-    "compare",
-    "difference",
-    "which one",
-    "recommend",
-    "budget",
-    "return",
-    "warranty",
-    "fit",
-    "weight",
-    "cheaper",
-    "buy",
-    "order",
-    "多少钱",
-    "价格",
-    "有货",
-    "库存",
-    "尺码",
-    "发货",
-    "快递",
-    "优惠",
-    "链接",
-    "颜色",
-    "材质",
-    "推荐",
-];
-
-const GREETING: &[&str] = &[
-    "hi",
-    "hello",
-    "hey",
-    "good morning",
-    "good evening",
-    "good night",
-    "thanks",
-    "thank you",
-    "love you",
-    "bye",
-    "你好",
-    "大家好",
-    "谢谢",
-    "晚上好",
-];
-
-fn contains_word(text: &str, phrase: &str) -> bool {
-    if !phrase.is_ascii() {
-        return text.contains(phrase);
-    }
-    text.match_indices(phrase).any(|(i, _)| {
-        let before = text[..i].chars().next_back();
-        let after = text[i + phrase.len()..].chars().next();
-        !before.is_some_and(|c| c.is_alphanumeric()) && !after.is_some_and(|c| c.is_alphanumeric())
-    })
-}
-
-/// The class of an event.
-pub fn classify(event: &Event) -> Class {
-    match event {
-        Event::OperatorCue { .. } => Class::Operator,
-        Event::ViewerJoin { .. } | Event::Gift { .. } | Event::Purchase { .. } => Class::Greeting,
-        Event::Comment { text, .. } => classify_comment(text),
-    }
-}
-
-/// The class of a viewer's comment, from its words.
-pub fn classify_comment(text: &str) -> Class {
-    let t = text.to_lowercase();
-    if COMPLIANCE.iter().any(|p| contains_word(&t, p)) {
-        return Class::Compliance;
-    }
-    let question = t.contains('?') || t.contains('？') || t.contains('吗');
-    if PRODUCT.iter().any(|p| contains_word(&t, p))
-        || (question && t.chars().any(|c| c.is_ascii_digit()))
-    {
-        return Class::Product;
-    }
-    if GREETING.iter().any(|p| contains_word(&t, p)) && t.chars().count() <= 40 {
-        return Class::Greeting;
-    }
-    if question && t.chars().count() > 12 {
-        // a longer question is more likely about the goods than small talk
-        return Class::Product;
-    }
-    Class::Chitchat
 }
 
 /// Comment text compared for duplicates: case, spacing and trailing punctuation ignored.
@@ -347,6 +216,8 @@ pub struct Dropped {
 pub struct Queue {
     cfg: TriageConfig,
     items: VecDeque<Pending>,
+    /// The stream's catalog words: a comment naming the goods is a product question.
+    vocabulary: Option<Vocabulary>,
 }
 
 impl Queue {
@@ -354,6 +225,15 @@ impl Queue {
         Queue {
             cfg,
             items: VecDeque::new(),
+            vocabulary: None,
+        }
+    }
+
+    /// A queue that classes comments with the stream's catalog too.
+    pub fn with_vocabulary(cfg: TriageConfig, vocabulary: Vocabulary) -> Self {
+        Queue {
+            vocabulary: Some(vocabulary),
+            ..Queue::new(cfg)
         }
     }
 
@@ -377,7 +257,7 @@ impl Queue {
         event: Event,
         now: Instant,
     ) -> Result<(Admission, Option<Dropped>), Class> {
-        let class = classify(&event);
+        let class = classify_in(&event, self.vocabulary.as_ref());
         if let Event::Comment { text, .. } = &event {
             let key = dedup_key(text);
             if let Some(p) = self
@@ -497,25 +377,6 @@ mod tests {
 
     fn join(v: &str) -> Event {
         Event::ViewerJoin { viewer: v.into() }
-    }
-
-    #[test]
-    fn classes_follow_the_words() {
-        assert_eq!(
-            classify_comment("how much is the hoodie in M?"),
-            Class::Product
-        );
-        assert_eq!(
-            classify_comment("is this a fake brand??"),
-            Class::Compliance
-        );
-        assert_eq!(classify_comment("are you a bot"), Class::Compliance);
-        assert_eq!(classify_comment("hi Mia!"), Class::Greeting);
-        assert_eq!(classify_comment("lol the cat behind you"), Class::Chitchat);
-        assert_eq!(classify_comment("这个多少钱"), Class::Product);
-        // "hi" inside a word is not a greeting
-        assert_eq!(classify_comment("this is so chic"), Class::Chitchat);
-        assert_eq!(classify(&join("a")), Class::Greeting);
     }
 
     #[test]
