@@ -634,7 +634,11 @@ fn train_merge_interpolates_toward_the_base_and_refuses_bad_input() {
     for (ratio, format, want) in [
         ("2.5", "q8_0", "--ratio 2.5"),
         ("nan", "q8_0", "--ratio NaN"),
-        ("0.5", "q5_k", "export format `q5_k`"),
+        (
+            "0.5",
+            "q5_k",
+            "--format q5_k: give one of f32, q8_0, q4_0, hf",
+        ),
     ] {
         let out = d.path().join(format!("bad-{ratio}-{format}"));
         fails_cleanly(&mut merge(ratio, format, &out)).stderr(predicate::str::contains(want));
@@ -651,6 +655,17 @@ fn train_merge_interpolates_toward_the_base_and_refuses_bad_input() {
             .arg("--out")
             .arg(&out),
     )
-    .stderr(predicate::str::contains("differ in shape"));
+    .stderr(predicate::str::contains("differ in shape"))
+    .stderr(predicate::str::contains("architecture"));
     assert!(!out.exists());
+    // a folder that is not an earlier export is refused before anything is loaded
+    let taken = d.path().join("taken");
+    std::fs::create_dir(&taken).unwrap();
+    std::fs::write(taken.join("notes.txt"), "mine").unwrap();
+    fails_cleanly(&mut merge("0.5", "hf", &taken))
+        .stderr(predicate::str::contains("is not an earlier export"));
+    assert_eq!(
+        std::fs::read_to_string(taken.join("notes.txt")).unwrap(),
+        "mine"
+    );
 }

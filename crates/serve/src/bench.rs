@@ -247,16 +247,16 @@ fn by_class(rows: &[TraceRow]) -> Vec<ClassLatency> {
             }
             let mut lat: Vec<f64> = of.iter().map(|r| r.e2e_s).collect();
             lat.sort_by(f64::total_cmp);
-            let queue: f64 = of
+            let queue: Vec<f64> = of
                 .iter()
                 .filter_map(|r| r.latency.as_ref()?["queue"].as_f64())
-                .sum();
+                .collect();
             Some(ClassLatency {
                 class: c,
                 replies: of.len(),
                 p50_s: percentile(&lat, 50.0),
                 p95_s: percentile(&lat, 95.0),
-                mean_queue_s: queue / of.len() as f64,
+                mean_queue_s: queue.iter().sum::<f64>() / queue.len().max(1) as f64,
             })
         })
         .collect()
@@ -417,8 +417,10 @@ pub fn run(base: &str, label: &str, prefix: &str, a: &Audience, mix: &Mix) -> Re
 }
 
 fn trace(arrivals: &[Arrival], outs: &[Outcome], mix: &Mix) -> Vec<TraceRow> {
-    let mut rows: Vec<TraceRow> = outs
-        .iter()
+    let mut outs: Vec<&Outcome> = outs.iter().collect();
+    // the plan's order: a burst's events share their time and stream
+    outs.sort_by_key(|o| o.arrival);
+    outs.into_iter()
         .filter_map(|o| {
             let arr = arrivals.get(o.arrival)?;
             Some(TraceRow {
@@ -438,9 +440,7 @@ fn trace(arrivals: &[Arrival], outs: &[Outcome], mix: &Mix) -> Vec<TraceRow> {
                 tool_calls: o.tool_calls,
             })
         })
-        .collect();
-    rows.sort_by(|x, y| x.at_s.total_cmp(&y.at_s).then(x.stream.cmp(&y.stream)));
-    rows
+        .collect()
 }
 
 #[cfg(test)]

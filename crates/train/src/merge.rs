@@ -30,12 +30,12 @@ pub fn interpolate(tuned: &TrainModel, base: &TrainModel, ratio: f64) -> Result<
         )));
     }
     let (tc, bc) = (tuned.config(), base.config());
-    if !same_shape(tc, bc) {
+    let differ = shape_differences(tc, bc);
+    if !differ.is_empty() {
         return Err(TrainError::Invalid(format!(
-            "the two models differ in shape (fine-tuned: {}; base: {}): merge a fine-tuned \
-             model with the model its training started from",
-            describe(tuned),
-            describe(base)
+            "the two models differ in shape ({}; fine-tuned first, base second): merge a \
+             fine-tuned model with the model its training started from",
+            differ.join(", ")
         )));
     }
     let base_weights: HashMap<String, Tensor> = base.weights()?.into_iter().collect();
@@ -69,45 +69,69 @@ pub fn interpolate(tuned: &TrainModel, base: &TrainModel, ratio: f64) -> Result<
         merged.insert(name, m);
     }
     if merged.len() != base_weights.len() {
+        let mut missing: Vec<&str> = base_weights
+            .keys()
+            .filter(|n| !merged.contains_key(*n))
+            .map(String::as_str)
+            .collect();
+        missing.sort_unstable();
+        let more = missing.len().saturating_sub(3);
+        missing.truncate(3);
         return Err(TrainError::Invalid(format!(
-            "the base model has {} tensors, the fine-tuned model {}: merge a fine-tuned model \
-             with the model its training started from",
-            base_weights.len(),
-            merged.len()
+            "the fine-tuned model lacks tensors of the base model (`{}`{}): merge a \
+             fine-tuned model with the model its training started from",
+            missing.join("`, `"),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
         )));
     }
     tuned.set_weights(&merged)?;
     Ok(())
 }
 
-/// Whether two models have the same tensors and the same meaning for them (the numbers read
-/// from metadata compared as f32, which both formats can hold).
-fn same_shape(a: &ModelConfig, b: &ModelConfig) -> bool {
+/// The shape fields in which two models differ, each as `field a vs b` (none when the two have
+/// the same tensors with the same meaning; the numbers read from metadata compared as f32,
+/// which both formats can hold).
+fn shape_differences(a: &ModelConfig, b: &ModelConfig) -> Vec<String> {
     let close = |x: f64, y: f64| (x - y).abs() <= 1e-6 * x.abs().max(y.abs());
-    (
-        a.arch,
-        a.vocab_size,
-        a.hidden_size,
-        a.intermediate_size,
-        a.num_layers,
-        a.num_heads,
-        a.num_kv_heads,
-        a.head_dim,
-        a.tie_embeddings,
-        a.attn_bias,
-    ) == (
-        b.arch,
-        b.vocab_size,
-        b.hidden_size,
-        b.intermediate_size,
-        b.num_layers,
-        b.num_heads,
-        b.num_kv_heads,
-        b.head_dim,
-        b.tie_embeddings,
-        b.attn_bias,
-    ) && close(a.rms_eps, b.rms_eps)
-        && close(a.rope_theta as f64, b.rope_theta as f64)
+    let mut out = Vec::new();
+    let mut field = |name: &str, x: String, y: String, same: bool| {
+        if !same {
+            out.push(format!("{name} {x} vs {y}"));
+        }
+    };
+    let (an, bn) = (a.arch.name(), b.arch.name());
+    field("architecture", an.into(), bn.into(), a.arch == b.arch);
+    macro_rules! exact {
+        ($name:literal, $f:ident) => {
+            field($name, a.$f.to_string(), b.$f.to_string(), a.$f == b.$f)
+        };
+    }
+    exact!("vocabulary", vocab_size);
+    exact!("hidden size", hidden_size);
+    exact!("intermediate size", intermediate_size);
+    exact!("layers", num_layers);
+    exact!("heads", num_heads);
+    exact!("kv heads", num_kv_heads);
+    exact!("head size", head_dim);
+    exact!("tied embeddings", tie_embeddings);
+    exact!("attention bias", attn_bias);
+    field(
+        "rms eps",
+        a.rms_eps.to_string(),
+        b.rms_eps.to_string(),
+        close(a.rms_eps, b.rms_eps),
+    );
+    field(
+        "rope theta",
+        a.rope_theta.to_string(),
+        b.rope_theta.to_string(),
+        close(a.rope_theta as f64, b.rope_theta as f64),
+    );
+    out
 }
 
 /// The query and key projections, whose rows follow the rotary layout.
@@ -132,17 +156,6 @@ fn reorder_rows(t: &Tensor, from: RopeLayout, head_dim: usize) -> Result<Tensor>
         .transpose(1, 2)?
         .contiguous()?
         .reshape(t.shape())?)
-}
-
-fn describe(m: &TrainModel) -> String {
-    let c = m.config();
-    format!(
-        "{} with {} layers, hidden size {}, vocabulary {}",
-        c.arch.name(),
-        c.num_layers,
-        c.hidden_size,
-        c.vocab_size
-    )
 }
 
 #[cfg(test)]
@@ -230,6 +243,10 @@ mod tests {
         let other = TrainModel::load(&llama_dir).unwrap().model;
         let e = interpolate(&tuned, &other, 0.5).unwrap_err().to_string();
         assert!(e.contains("differ in shape"), "{e}");
+        assert!(
+            e.contains("architecture"),
+            "names the field that differs: {e}"
+        );
         assert_eq!(weights(&tuned), before, "a refused merge changes nothing");
     }
 }

@@ -67,9 +67,9 @@ pub struct ServeBenchArgs {
     no_peer: bool,
     #[arg(long)]
     json: bool,
-    /// Write every event of every run as a JSON line (run, arrival time, stream, triage class,
-    /// the event, outcome, end-to-end seconds, the server's breakdown, the reply): where the
-    /// tail comes from.
+    /// Write every event of every run as a JSON line (run, pipeline, streams, arrival time,
+    /// stream, triage class, the event, outcome, end-to-end seconds, the server's breakdown,
+    /// the reply): where the tail comes from. Each pipeline's runs are written as it finishes.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
 }
@@ -211,15 +211,22 @@ fn start_llama_server(
     Ok((child, format!("{url}/v1")))
 }
 
-fn write_trace(path: &std::path::Path, file: std::fs::File, reports: &[Report]) -> Result<()> {
+/// Appends the events of `reports` (runs `first..`) to the trace as JSON lines and flushes,
+/// so the runs finished so far are kept if a later one fails.
+fn write_trace(
+    w: &mut std::io::BufWriter<std::fs::File>,
+    path: &std::path::Path,
+    first: usize,
+    reports: &[Report],
+) -> Result<()> {
     use std::io::Write;
-    let mut w = std::io::BufWriter::new(file);
-    for r in reports {
+    for (k, r) in reports.iter().enumerate() {
         for row in &r.trace {
             let mut v = serde_json::to_value(row)?;
+            v["run"] = (first + k).into();
             v["pipeline"] = r.label.clone().into();
             v["streams"] = r.streams.into();
-            writeln!(w, "{v}")?;
+            writeln!(w, "{v}").with_context(|| format!("writing {}", path.display()))?;
         }
     }
     w.flush()
@@ -239,11 +246,15 @@ pub fn run(a: ServeBenchArgs) -> Result<()> {
         );
     }
     // created before the runs, so a path that cannot be written fails at once
-    let trace_file = a
-        .trace
-        .as_ref()
-        .map(|p| std::fs::File::create(p).with_context(|| format!("creating {}", p.display())))
-        .transpose()?;
+    let mut trace = match &a.trace {
+        Some(p) => Some((
+            std::io::BufWriter::new(
+                std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+            ),
+            p.as_path(),
+        )),
+        None => None,
+    };
     hat_model::threads::set_threads(a.threads);
     let mix = Mix::lsqa(304, 1)?;
     let format: hat_model::WeightFormat = a.format.parse()?;
@@ -254,6 +265,9 @@ pub fn run(a: ServeBenchArgs) -> Result<()> {
         a.max_tokens as usize,
     )?;
     let mut reports = pipeline(&a, "hat (embedded engine)", Box::new(local), &mix)?;
+    if let Some((w, p)) = trace.as_mut() {
+        write_trace(w, p, 0, &reports)?;
+    }
     if !a.no_peer {
         let bin = a
             .llama_server
@@ -274,16 +288,12 @@ pub fn run(a: ServeBenchArgs) -> Result<()> {
             max_tokens: a.max_tokens,
             timeout: Duration::from_secs(600),
         })?;
-        reports.extend(pipeline(
-            &a,
-            "hat serve + llama-server",
-            Box::new(peer),
-            &mix,
-        )?);
+        let peer = pipeline(&a, "hat serve + llama-server", Box::new(peer), &mix)?;
+        if let Some((w, p)) = trace.as_mut() {
+            write_trace(w, p, reports.len(), &peer)?;
+        }
+        reports.extend(peer);
         drop(server);
-    }
-    if let (Some(p), Some(f)) = (&a.trace, trace_file) {
-        write_trace(p, f, &reports)?;
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);

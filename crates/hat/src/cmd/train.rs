@@ -248,7 +248,17 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
 }
 
 fn merge(a: MergeArgs) -> Result<()> {
-    hat_train::export::check_formats(std::slice::from_ref(&a.format))?;
+    if !hat_train::export::FORMATS.contains(&a.format.as_str()) {
+        anyhow::bail!(
+            "--format {}: give one of {}",
+            a.format,
+            hat_train::export::FORMATS.join(", ")
+        );
+    }
+    // checked before minutes of loading and merging
+    if a.format == "hf" {
+        hat_train::export::check_hf_out(&a.out)?;
+    }
     if !(a.ratio.is_finite() && hat_train::merge::RATIO_RANGE.contains(&a.ratio)) {
         anyhow::bail!(
             "--ratio {}: give a number from 0 (the base model) to 2; 1 is the fine-tuned model",

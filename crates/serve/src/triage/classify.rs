@@ -13,8 +13,7 @@ use hat_world::{Catalog, Event};
 use super::Class;
 
 /// Comments the host must answer carefully: authenticity, refunds and after-sales, health
-/// and absolute claims (advertising rules forbid "the best", "number one"), whether the host
-/// is a person, and attempts to give the host orders.
+/// claims, whether the host is a person, and attempts to give the host orders.
 const COMPLIANCE: &[&str] = &[
     "fake",
     "scam",
@@ -23,15 +22,6 @@ const COMPLIANCE: &[&str] = &[
     "guarantee",
     "guaranteed",
     "promise",
-    "100%",
-    "effective",
-    "forever",
-    "lifetime",
-    "never fades",
-    "for everyone",
-    "lowest price",
-    "top 1",
-    "better than all",
     "cure",
     "heal",
     "medical",
@@ -42,14 +32,6 @@ const COMPLIANCE: &[&str] = &[
     "weight loss",
     "side effect",
     "side effects",
-    "the best",
-    "best quality",
-    "best seller",
-    "number one",
-    "nothing better",
-    "cheapest",
-    "safest",
-    "most popular",
     "defective",
     "broken",
     "scratch",
@@ -60,8 +42,6 @@ const COMPLIANCE: &[&str] = &[
     "after-sales",
     "customer service",
     "complaint",
-    "are you real",
-    "are u real",
     "robot",
     "bot",
     "ai",
@@ -70,17 +50,20 @@ const COMPLIANCE: &[&str] = &[
     "artificial",
     "computer",
     "generated",
-    "virtual",
     "human",
     "real girl",
     "pre recorded",
+    "or virtual",
+    "virtual host",
+    "virtual human",
+    "real person",
+    "are you real",
+    "are u real",
     "talking to a machine",
     "you a machine",
     "u a machine",
     "deepfake",
     "digital human",
-    "virtual host",
-    "real person",
     "answers from ai",
     "operator_cue",
     "ignore previous",
@@ -91,7 +74,11 @@ const COMPLIANCE: &[&str] = &[
     "system prompt",
     "the boss said",
     "repeat everything",
-    "假",
+    "假货",
+    "假的",
+    "是假",
+    "真假",
+    "假冒",
     "骗",
     "退款",
     "退货",
@@ -108,7 +95,29 @@ const COMPLIANCE: &[&str] = &[
     "老板同意",
 ];
 
-/// Words of buying and of the goods, whatever the catalog.
+/// Absolute claims, which advertising rules forbid a host to make ("the best", "number
+/// one"): compliance-sensitive when asked of the goods; "you're the best!!" is praise.
+const CLAIMS: &[&str] = &[
+    "the best",
+    "best quality",
+    "best seller",
+    "number one",
+    "top 1",
+    "nothing better",
+    "better than all",
+    "cheapest",
+    "safest",
+    "most popular",
+    "lowest price",
+    "100%",
+    "effective",
+    "forever",
+    "lifetime",
+    "never fades",
+    "for everyone",
+];
+
+/// Words of buying that mean the goods wherever they occur.
 const PRODUCT: &[&str] = &[
     "price",
     "how much",
@@ -123,23 +132,16 @@ const PRODUCT: &[&str] = &[
     "avail",
     "sold out",
     "sell out",
-    "left",
     "all gone",
     "purchasable",
-    "carry",
     "ship",
     "shipping",
     "deliver",
     "delivery",
     "courier",
-    "arrive",
-    "reach",
-    "how long",
     "how many days",
     "coupon",
     "discount",
-    "deal",
-    "deals",
     "sale",
     "color",
     "colour",
@@ -154,34 +156,25 @@ const PRODUCT: &[&str] = &[
     "compare",
     "difference",
     "diff",
-    "different",
     "vs",
-    "better",
-    "worth",
     "which one",
-    "this one",
-    "the one",
     "recommend",
     "suggest",
     "pick something",
-    "options",
     "budget",
-    "under",
-    "below",
     "yuan",
     "rmb",
-    "return",
     "warranty",
-    "fit",
-    "weight",
     "cheaper",
-    "cheap",
     "buy",
-    "order",
     "cart",
-    "total",
     "calc",
-    "version",
+    "sell",
+    "show me",
+    "can u show",
+    "can you show",
+    "do u have",
+    "do you have",
     "多少钱",
     "价格",
     "有货",
@@ -189,7 +182,6 @@ const PRODUCT: &[&str] = &[
     "尺码",
     "发货",
     "快递",
-    "多久",
     "几天",
     "什么时候到",
     "能到",
@@ -200,10 +192,43 @@ const PRODUCT: &[&str] = &[
     "成分",
     "推荐",
     "预算",
-    "以下",
-    "元",
     "¥",
     "$",
+];
+
+/// Words that are about the goods in a question ("any left in black", "worth it?") and about
+/// something else in small talk ("i left early", "feel better"): they count with a second
+/// such word (or a catalog word) or a question.
+const MAYBE_PRODUCT: &[&str] = &[
+    "left",
+    "carry",
+    "arrive",
+    "reach",
+    "better",
+    "different",
+    "worth",
+    "this one",
+    "the one",
+    "options",
+    "under",
+    "below",
+    "cheap",
+    "deal",
+    "deals",
+    "total",
+    "version",
+    "fit",
+    "weight",
+    "order",
+    "return",
+    "以下",
+];
+
+/// Words that make a comment a question or a request.
+const ASKING: &[&str] = &[
+    "what", "wat", "wut", "whats", "when", "how", "which", "where", "is", "are", "ar", "does",
+    "do", "can", "any", "got", "still", "have", "has", "pls", "plz", "please", "吗", "呢", "么",
+    "哪",
 ];
 
 const GREETING: &[&str] = &[
@@ -222,9 +247,6 @@ const GREETING: &[&str] = &[
     "谢谢",
     "晚上好",
 ];
-
-/// Catalog words too common to mean the goods ("home" is a category; "set" ends titles).
-const NOT_GOODS: &[&str] = &["home", "set", "the", "and", "for", "with", "one", "pro"];
 
 /// Whether `phrase` occurs in `text` as whole words (any occurrence for non-ASCII phrases,
 /// which are not written with spaces between words).
@@ -260,58 +282,83 @@ fn names_a_link(text: &str) -> bool {
             .any(|(i, _)| text[..i].ends_with(|c: char| c.is_ascii_digit()))
 }
 
-/// The words of one stream's catalog that tie a comment to its goods: product titles (with
-/// and without the brand), product-type words, colours and shades, the regions it ships to. Built once per
-/// stream; matching is whole words for English and substrings for Chinese.
+/// The words of one stream's catalog that tie a comment to its goods. Titles (with and
+/// without the brand) name the goods outright; product-type words, colours and the regions
+/// the stream ships to ("cap", "black", "Shanghai") also come up in small talk, so they count
+/// as [`MAYBE_PRODUCT`] words do. Matching is whole words for English and substrings for
+/// Chinese.
 #[derive(Debug, Clone, Default)]
 pub struct Vocabulary {
-    terms: Vec<String>,
+    titles: Vec<String>,
+    words: Vec<String>,
+}
+
+/// Catalog words too common to mean the goods ("home" is a category; "set" ends titles).
+const NOT_GOODS: &[&str] = &["home", "set", "the", "and", "for", "with", "one", "pro"];
+
+fn term(t: &str) -> Option<String> {
+    let t = t.trim().to_lowercase();
+    // one-letter sizes and short words match too much ("m" in "i'm")
+    let long_enough = if t.is_ascii() {
+        t.len() >= 3
+    } else {
+        t.chars().count() >= 2
+    };
+    (long_enough && !NOT_GOODS.contains(&t.as_str())).then_some(t)
 }
 
 impl Vocabulary {
     pub fn from_catalog(catalog: &Catalog) -> Vocabulary {
-        let mut terms: Vec<String> = Vec::new();
-        let mut add = |t: &str| {
-            let t = t.trim().to_lowercase();
-            // one-letter sizes and short words match too much ("m" in "i'm")
-            let long_enough = if t.is_ascii() {
-                t.len() >= 3
-            } else {
-                t.chars().count() >= 2
-            };
-            if long_enough && !NOT_GOODS.contains(&t.as_str()) {
-                terms.push(t);
-            }
-        };
+        let (mut titles, mut words) = (Vec::new(), Vec::new());
         for p in &catalog.products {
             // brands are left out alone: many are everyday words ("Happy", "Calm", "Nest")
-            add(&p.title);
-            add(&p.title_zh);
+            titles.extend(term(&p.title));
+            titles.extend(term(&p.title_zh));
             if let Some(name) = p.title.strip_prefix(p.brand.as_str()) {
-                add(name);
+                // a one-word name ("Sunscreen") is a product-type word
+                let to = if name.split_whitespace().count() > 1 {
+                    &mut titles
+                } else {
+                    &mut words
+                };
+                to.extend(term(name));
             }
-            for k in &p.keywords {
-                add(k);
-            }
-            for v in &p.variants {
-                if v.color != "standard" {
-                    add(&v.color);
-                }
-            }
+            words.extend(p.keywords.iter().filter_map(|k| term(k)));
+            words.extend(
+                p.variants
+                    .iter()
+                    .filter(|v| v.color != "standard")
+                    .filter_map(|v| term(&v.color)),
+            );
         }
         for r in &catalog.regions {
-            add(&r.name);
-            add(&r.name_zh);
+            words.extend(term(&r.name));
+            words.extend(term(&r.name_zh));
         }
-        terms.sort();
-        terms.dedup();
-        Vocabulary { terms }
+        for v in [&mut titles, &mut words] {
+            v.sort();
+            v.dedup();
+        }
+        Vocabulary { titles, words }
     }
 
-    /// Whether lowercased `text` names something this catalog holds.
-    pub fn mentions(&self, text: &str) -> bool {
-        self.terms.iter().any(|t| contains_word(text, t))
+    /// Whether lowercased `text` names one of this catalog's products.
+    pub fn names_a_product(&self, text: &str) -> bool {
+        self.titles.iter().any(|t| contains_word(text, t))
     }
+
+    /// How many of this catalog's everyday words (types, colours, regions) `text` holds.
+    fn words_in(&self, text: &str) -> usize {
+        self.words.iter().filter(|t| contains_word(text, t)).count()
+    }
+}
+
+/// An amount of money: digits followed by 元 or 块 ("350元", "90 块").
+fn names_money(text: &str) -> bool {
+    ["元", "块"].iter().any(|unit| {
+        text.match_indices(unit)
+            .any(|(i, _)| text[..i].trim_end().ends_with(|c: char| c.is_ascii_digit()))
+    })
 }
 
 /// The class of an event, from its words alone.
@@ -336,21 +383,32 @@ pub fn classify_comment(text: &str) -> Class {
 /// The class of a viewer's comment, from its words and the stream's catalog.
 pub fn classify_comment_in(text: &str, vocabulary: Option<&Vocabulary>) -> Class {
     let t = text.to_lowercase();
-    if COMPLIANCE.iter().any(|p| contains_word(&t, p)) {
+    let marked = t.contains('?') || t.contains('？') || t.contains('吗');
+    let asking = marked || ASKING.iter().any(|w| contains_word(&t, w));
+    let maybe = MAYBE_PRODUCT
+        .iter()
+        .filter(|w| contains_word(&t, w))
+        .count()
+        + vocabulary.map_or(0, |v| v.words_in(&t));
+    let goods = PRODUCT.iter().any(|p| contains_word(&t, p))
+        || names_a_link(&t)
+        || names_money(&t)
+        || vocabulary.is_some_and(|v| v.names_a_product(&t))
+        || maybe >= 2
+        || (maybe == 1 && asking);
+    let about_goods = goods || contains_word(&t, "it") || contains_word(&t, "this");
+    if COMPLIANCE.iter().any(|p| contains_word(&t, p))
+        || (about_goods && CLAIMS.iter().any(|p| contains_word(&t, p)))
+    {
         return Class::Compliance;
     }
-    let question = t.contains('?') || t.contains('？') || t.contains('吗');
-    if PRODUCT.iter().any(|p| contains_word(&t, p))
-        || names_a_link(&t)
-        || (question && t.chars().any(|c| c.is_ascii_digit()))
-        || vocabulary.is_some_and(|v| v.mentions(&t))
-    {
+    if goods || (marked && t.chars().any(|c| c.is_ascii_digit())) {
         return Class::Product;
     }
     if GREETING.iter().any(|p| contains_word(&t, p)) && t.chars().count() <= 40 {
         return Class::Greeting;
     }
-    if question && t.chars().count() > 12 {
+    if marked && t.chars().count() > 12 {
         // a longer question is more likely about the goods than small talk
         return Class::Product;
     }
@@ -382,6 +440,32 @@ mod tests {
             classify(&Event::ViewerJoin { viewer: "a".into() }),
             Class::Greeting
         );
+    }
+
+    #[test]
+    fn small_talk_that_shares_words_with_the_goods_stays_small_talk() {
+        let mut worlds = WorldCache::default();
+        let w = worlds.get(3).unwrap();
+        let v = Vocabulary::from_catalog(w.catalog());
+        let region = w.catalog().regions[0].name.to_lowercase();
+        let hello = format!("hello from {region}!");
+        for (t, want) in [
+            ("you're the best!!", Class::Chitchat),
+            ("love you forever", Class::Greeting),
+            ("virtual hug", Class::Chitchat),
+            ("放假了", Class::Chitchat),
+            ("元旦快乐", Class::Chitchat),
+            ("how long have you been live", Class::Chitchat),
+            ("i left early", Class::Chitchat),
+            ("feel better", Class::Chitchat),
+            (hello.as_str(), Class::Greeting),
+            // the same words asked of the goods
+            ("is it the best on the market", Class::Compliance),
+            ("any left in black", Class::Product),
+            ("under 90 块 pls", Class::Product),
+        ] {
+            assert_eq!(classify_comment_in(t, Some(&v)), want, "{t}");
+        }
     }
 
     #[test]
@@ -444,7 +528,8 @@ mod tests {
         // the Live-Stream QA test split words its comments in forms the rules were mostly not
         // written from (those came from the train split). With the words alone (before the
         // catalog) about half of these questions were product questions and 7% of the traps
-        // compliance; now 86% and 54% from the words, 93% with the catalog.
+        // compliance; now 83% and 47% from the words, 92% and 47% with the catalog, and 92% of
+        // the chit-chat stays social.
         let q = share(Split::Test, QUESTIONS, Class::Product);
         assert!(q >= 0.9, "product questions classed as product: {q:.3}");
         let c = share(

@@ -24,16 +24,23 @@ use crate::error::{io, Result, TrainError};
 /// Names the folder as an export of ours, so a later export may replace it.
 const MARKER: &str = "hat-export.json";
 
-/// Writes `model` as a Hugging Face folder at `out`, with the tokenizer and chat template of
-/// `source` (the GGUF file or folder the run started from). `out` must not exist, or be an
-/// earlier export (which is replaced once the new one is complete).
-pub fn hf_folder(model: &TrainModel, source: &Path, out: &Path) -> Result<()> {
+/// Whether `out` may receive a Hugging Face export: it must not exist, or be an earlier export.
+/// Callers with minutes of work before the export check it first.
+pub fn check_out(out: &Path) -> Result<()> {
     if out.exists() && !out.join(MARKER).is_file() {
         return Err(TrainError::Invalid(format!(
             "{} already exists and is not an earlier export: choose a new folder",
             out.display()
         )));
     }
+    Ok(())
+}
+
+/// Writes `model` as a Hugging Face folder at `out`, with the tokenizer and chat template of
+/// `source` (the GGUF file or folder the run started from). `out` must not exist, or be an
+/// earlier export (which is replaced once the new one is complete).
+pub fn hf_folder(model: &TrainModel, source: &Path, out: &Path) -> Result<()> {
+    check_out(out)?;
     let cfg = model.config();
     let tmp = out.with_file_name(format!(
         ".{}.tmp",

@@ -6,7 +6,7 @@
 
 mod hf;
 
-pub use hf::hf_folder;
+pub use hf::{check_out as check_hf_out, hf_folder};
 
 use std::collections::HashMap;
 use std::path::Path;
