@@ -198,6 +198,16 @@ pub trait ChatModel {
         Ok(Vec::new())
     }
 
+    /// [`ChatModel::step_turns`], calling `on_text` with each running turn's new text as it is
+    /// decoded. Models that cannot stream send nothing (the default): the text comes with the
+    /// ended turn.
+    fn step_turns_streaming(
+        &mut self,
+        _on_text: &mut dyn FnMut(TurnId, &str),
+    ) -> Result<Vec<(TurnId, Completion)>, AgentError> {
+        self.step_turns()
+    }
+
     /// Drops every running turn (a caller that gives up on them after an error).
     fn abort_turns(&mut self) {}
 

@@ -80,6 +80,8 @@ function describeEvent(e) {
 }
 
 function logLine(ev) {
+  // decoded text as it comes; the whole turn follows as a 'turn' event
+  if (ev.type === 'delta') return;
   const li = el('li', 'ev ev-' + ev.type);
   const head = el('span', 'kind', ev.type);
   li.append(head, ' ');

@@ -397,7 +397,14 @@ impl ChatModel for LocalModel {
     }
 
     fn step_turns(&mut self) -> Result<Vec<(TurnId, Completion)>, AgentError> {
-        let ended = match self.batch.step(&self.engine) {
+        self.step_turns_streaming(&mut |_, _| {})
+    }
+
+    fn step_turns_streaming(
+        &mut self,
+        on_text: &mut dyn FnMut(TurnId, &str),
+    ) -> Result<Vec<(TurnId, Completion)>, AgentError> {
+        let ended = match self.batch.step_streaming(&self.engine, on_text) {
             Ok(e) => e,
             Err(e) => {
                 self.turns.clear();

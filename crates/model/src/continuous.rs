@@ -21,7 +21,9 @@ use std::time::Instant;
 use candle_core::Tensor;
 
 use crate::error::Result;
-use crate::generate::{Engine, FinishReason, GenerateOutput, GenerateRequest, RowState};
+use crate::generate::{
+    Engine, FinishReason, GenerateOutput, GenerateRequest, RowState, TokenEvent,
+};
 use crate::model::Cache;
 use crate::speculate::Drafter;
 
@@ -77,6 +79,8 @@ struct Row {
     joined: Instant,
     /// Shared-prefix positions of the batch when it last decoded with the row.
     shared: usize,
+    /// Text of the token sampled at the join, for the next [`ContinuousBatch::step_streaming`].
+    unsent: String,
 }
 
 /// Requests decoding together, joining and leaving between steps (see the module docs).
@@ -123,11 +127,16 @@ impl ContinuousBatch {
         state.drafter = engine.speculative().then(Drafter::new);
         let id = self.next_id;
         self.next_id += 1;
+        let mut unsent = String::new();
         let pending = if req.max_new_tokens == 0 {
             state.finish = Some(FinishReason::Length);
             None
         } else {
-            let t = engine.step_row(&req, &mut state, &logits, None);
+            let mut keep = |ev: &TokenEvent| {
+                unsent.push_str(ev.text_delta);
+                true
+            };
+            let t = engine.step_row(&req, &mut state, &logits, Some(&mut keep));
             state.finish.is_none().then_some(t)
         };
         let mut row = Row {
@@ -139,6 +148,7 @@ impl ContinuousBatch {
             prefill_secs: t0.elapsed().as_secs_f64(),
             joined: Instant::now(),
             shared: 0,
+            unsent,
         };
         if row.pending.is_none() {
             self.ended.extend(Self::hand_out(&mut row));
@@ -161,7 +171,31 @@ impl ContinuousBatch {
     /// with drafts) and returns the requests that ended since the last step. An error fails
     /// every running request: the batch is empty afterwards.
     pub fn step(&mut self, engine: &Engine) -> Result<Vec<(RowId, GenerateOutput)>> {
-        match self.decode(engine) {
+        self.step_streaming(engine, &mut |_, _| {})
+    }
+
+    /// [`ContinuousBatch::step`], calling `on_text` with each row's new text as it is decoded
+    /// (complete UTF-8, held back where it could start a stop string, as
+    /// [`Engine::generate`]'s `on_token` gives it): the text of a row's first token comes
+    /// with the first step after it joined.
+    pub fn step_streaming(
+        &mut self,
+        engine: &Engine,
+        on_text: &mut dyn FnMut(RowId, &str),
+    ) -> Result<Vec<(RowId, GenerateOutput)>> {
+        for r in &mut self.rows {
+            if !r.unsent.is_empty() {
+                on_text(r.id, &std::mem::take(&mut r.unsent));
+            }
+        }
+        // between steps only rows that ended at their join wait here (a step hands out the
+        // rows it ends): they never decode, so their text goes out whole
+        for (id, out) in &self.ended {
+            if !out.text.is_empty() {
+                on_text(*id, &out.text);
+            }
+        }
+        match self.decode(engine, on_text) {
             Ok(()) => Ok(std::mem::take(&mut self.ended)),
             Err(e) => {
                 self.rows.clear();
@@ -188,7 +222,7 @@ impl ContinuousBatch {
         });
     }
 
-    fn decode(&mut self, engine: &Engine) -> Result<()> {
+    fn decode(&mut self, engine: &Engine, on_text: &mut dyn FnMut(RowId, &str)) -> Result<()> {
         let live = self.live_rows();
         if live.is_empty() {
             self.rows.clear();
@@ -216,7 +250,14 @@ impl ContinuousBatch {
                 return Ok(());
             };
             row.shared = shared;
-            let t = engine.decode_alone(&row.req, state, tok, cache, None)?;
+            let id = row.id;
+            let mut send = |ev: &TokenEvent| {
+                if !ev.text_delta.is_empty() {
+                    on_text(id, ev.text_delta);
+                }
+                true
+            };
+            let t = engine.decode_alone(&row.req, state, tok, cache, Some(&mut send))?;
             row.pending = state.finish.is_none().then_some(t);
         } else {
             let filler = engine.filler();
@@ -239,7 +280,14 @@ impl ContinuousBatch {
                 };
                 r.shared = shared;
                 let logits = Engine::last_row(&out, i)?;
-                let t = engine.step_row(&r.req, state, &logits, None);
+                let id = r.id;
+                let mut send = |ev: &TokenEvent| {
+                    if !ev.text_delta.is_empty() {
+                        on_text(id, ev.text_delta);
+                    }
+                    true
+                };
+                let t = engine.step_row(&r.req, state, &logits, Some(&mut send));
                 r.pending = state.finish.is_none().then_some(t);
             }
         }

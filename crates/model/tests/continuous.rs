@@ -32,7 +32,8 @@ fn requests(ids: &[u32]) -> Vec<GenerateRequest> {
 }
 
 /// Adds request `i` before step `at[i]`, steps until every request ended, and returns the
-/// outputs by request, checking each ends exactly once.
+/// outputs by request, checking each ends exactly once and that the text streamed for it
+/// while it decoded is its answer's text.
 fn run(
     eng: &hat_model::Engine,
     reqs: &[GenerateRequest],
@@ -41,6 +42,7 @@ fn run(
     let mut batch = ContinuousBatch::new();
     let mut ids = BTreeMap::new();
     let mut out: BTreeMap<usize, GenerateOutput> = BTreeMap::new();
+    let mut streamed: BTreeMap<usize, String> = BTreeMap::new();
     let mut most_rows = 0;
     let mut step = 0;
     while out.len() < reqs.len() {
@@ -51,8 +53,17 @@ fn run(
             }
         }
         most_rows = most_rows.max(batch.rows());
-        for (id, o) in batch.step(eng).unwrap() {
+        let ended = batch
+            .step_streaming(eng, &mut |id, text| {
+                let i = ids[&id];
+                assert!(!out.contains_key(&i), "text for request {i} after it ended");
+                streamed.entry(i).or_default().push_str(text);
+            })
+            .unwrap();
+        for (id, o) in ended {
             let i = ids[&id];
+            let got = streamed.remove(&i).unwrap_or_default();
+            assert_eq!(got, o.text, "request {i}: streamed text");
             assert!(out.insert(i, o).is_none(), "request {i} ended twice");
         }
         step += 1;

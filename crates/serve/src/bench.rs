@@ -7,7 +7,7 @@
 //! and hooks included). The report gives percentiles, throughput, drops and errors, and the
 //! server's own breakdown of where the time went.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -166,6 +166,10 @@ struct Outcome {
     /// Index into the run's arrival plan.
     arrival: usize,
     kind: String,
+    /// When it was posted.
+    sent: Instant,
+    /// The id the server gave the event its reply answers.
+    event_id: Option<u64>,
     e2e: f64,
     server: Option<Value>,
     text: String,
@@ -181,6 +185,8 @@ impl Outcome {
         Outcome {
             arrival,
             kind,
+            sent: Instant::now(),
+            event_id: None,
             e2e: 0.0,
             server: None,
             text: String::new(),
@@ -217,6 +223,12 @@ pub struct Report {
     /// Tool calls a reply made, on average.
     pub mean_tool_calls: f64,
     pub wall_s: f64,
+    /// Time to first token of the reply (post to the first decoded text of the model turn
+    /// that became the reply, from the stream's SSE): `None` for a model that does not
+    /// stream its turns (an `openai:` upstream), whose text comes with the whole turn.
+    pub ttft_p50_s: Option<f64>,
+    pub ttft_p95_s: Option<f64>,
+    pub ttft_p99_s: Option<f64>,
     /// Latency of the replies to each triage class (the classes that had replies).
     pub by_class: Vec<ClassLatency>,
     /// Every event of the run in arrival order (`hat bench serve --trace` writes it out).
@@ -275,6 +287,9 @@ pub struct TraceRow {
     pub outcome: String,
     /// Post to reply, seconds (0 without a reply).
     pub e2e_s: f64,
+    /// Post to the first decoded text of the turn that became the reply (see
+    /// [`Report::ttft_p50_s`]).
+    pub ttft_s: Option<f64>,
     /// The server's breakdown (queue, prefill, decode, tools and hooks).
     pub latency: Option<Value>,
     pub text: String,
@@ -332,6 +347,15 @@ pub fn run(base: &str, label: &str, prefix: &str, a: &Audience, mix: &Mix) -> Re
             ));
         }
     }
+    let first_text: FirstText = Arc::default();
+    for s in 0..a.streams {
+        follow(
+            &agent,
+            &format!("{base}/v1/streams/{prefix}-{s}/events"),
+            s,
+            first_text.clone(),
+        )?;
+    }
     let arrivals = plan(a, mix);
     let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
     let t0 = Instant::now();
@@ -350,6 +374,8 @@ pub fn run(base: &str, label: &str, prefix: &str, a: &Audience, mix: &Mix) -> Re
                     Outcome {
                         arrival: i,
                         kind: r["type"].as_str().unwrap_or("none").to_string(),
+                        sent,
+                        event_id: r["id"].as_u64(),
                         e2e: sent.elapsed().as_secs_f64(),
                         server: r.get("latency").cloned(),
                         text: text.to_string(),
@@ -369,7 +395,15 @@ pub fn run(base: &str, label: &str, prefix: &str, a: &Audience, mix: &Mix) -> Re
     }
     let wall = t0.elapsed().as_secs_f64();
     let outs = outcomes.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let rows = trace(&arrivals, &outs, mix);
+    let first = first_text.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let rows = trace(&arrivals, &outs, mix, &first);
+    let mut ttft: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.outcome == "reply")
+        .filter_map(|r| r.ttft_s)
+        .collect();
+    ttft.sort_by(f64::total_cmp);
+    let ttft_at = |p: f64| (!ttft.is_empty()).then(|| percentile(&ttft, p));
     let replies: Vec<&Outcome> = outs.iter().filter(|o| o.kind == "reply").collect();
     let mut lat: Vec<f64> = replies.iter().map(|o| o.e2e).collect();
     lat.sort_by(f64::total_cmp);
@@ -411,12 +445,59 @@ pub fn run(base: &str, label: &str, prefix: &str, a: &Audience, mix: &Mix) -> Re
         mean_tool_calls: replies.iter().map(|o| o.tool_calls as f64).sum::<f64>()
             / replies.len().max(1) as f64,
         wall_s: wall,
+        ttft_p50_s: ttft_at(50.0),
+        ttft_p95_s: ttft_at(95.0),
+        ttft_p99_s: ttft_at(99.0),
         by_class: by_class(&rows),
         trace: rows,
     })
 }
 
-fn trace(arrivals: &[Arrival], outs: &[Outcome], mix: &Mix) -> Vec<TraceRow> {
+/// When each event's model turns (by index) first sent decoded text, by (stream, event id).
+type FirstText = Arc<Mutex<HashMap<(usize, u64), BTreeMap<usize, Instant>>>>;
+
+/// Subscribes to stream `stream`'s events (`url`) and records, on a thread of its own until
+/// the server ends the stream of events, when each model turn's first text arrived.
+fn follow(agent: &ureq::Agent, url: &str, stream: usize, seen: FirstText) -> Result<()> {
+    // returns once the server has subscribed the client: no event of the run is missed
+    let r = agent
+        .get(url)
+        .call()
+        .map_err(|e| ServeError::internal("following a bench stream's events", e))?;
+    let reader = std::io::BufReader::new(r.into_reader());
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in reader.lines() {
+            let Ok(line) = line else { break };
+            let Some(data) = line.strip_prefix("data:") else {
+                continue;
+            };
+            let Ok(v) = serde_json::from_str::<Value>(data.trim()) else {
+                continue;
+            };
+            if v["type"] != "delta" {
+                continue;
+            }
+            if let (Some(id), Some(index)) = (v["id"].as_u64(), v["index"].as_u64()) {
+                let now = Instant::now();
+                seen.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry((stream, id))
+                    .or_default()
+                    .entry(index as usize)
+                    .or_insert(now);
+            }
+        }
+    });
+    Ok(())
+}
+
+fn trace(
+    arrivals: &[Arrival],
+    outs: &[Outcome],
+    mix: &Mix,
+    first_text: &HashMap<(usize, u64), BTreeMap<usize, Instant>>,
+) -> Vec<TraceRow> {
     let mut outs: Vec<&Outcome> = outs.iter().collect();
     // the plan's order: a burst's events share their time and stream
     outs.sort_by_key(|o| o.arrival);
@@ -435,6 +516,12 @@ fn trace(arrivals: &[Arrival], outs: &[Outcome], mix: &Mix) -> Vec<TraceRow> {
                 event: arr.event.clone(),
                 outcome: o.kind.clone(),
                 e2e_s: o.e2e,
+                // the reply is the episode's last turn
+                ttft_s: o
+                    .event_id
+                    .and_then(|id| first_text.get(&(arr.stream, id)))
+                    .and_then(|turns| turns.values().next_back())
+                    .map(|t| t.saturating_duration_since(o.sent).as_secs_f64()),
                 latency: o.server.clone(),
                 text: o.text.clone(),
                 tool_calls: o.tool_calls,
@@ -544,6 +631,8 @@ mod tests {
         let reply = |arrival: usize, e2e: f64| Outcome {
             arrival,
             kind: "reply".into(),
+            sent: Instant::now(),
+            event_id: None,
             e2e,
             server: Some(json!({"queue": e2e / 2.0})),
             text: "ok".into(),
@@ -561,7 +650,7 @@ mod tests {
             by_world: Vec::new(),
             vocabularies: Vec::new(),
         };
-        let rows = trace(&arrivals, &outs, &mix);
+        let rows = trace(&arrivals, &outs, &mix, &HashMap::new());
         let at: Vec<f64> = rows.iter().map(|r| r.at_s).collect();
         assert_eq!(at, [0.0, 1.0, 2.0, 3.0]);
         assert_eq!(rows[3].outcome, "rejected");

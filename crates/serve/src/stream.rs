@@ -74,6 +74,14 @@ pub enum Body {
         class: Class,
         harness: String,
     },
+    /// New text of the model turn `index` as it is decoded (on models that stream: the
+    /// embedded engine); the whole turn follows as [`Body::Turn`]. Like the turn, it is the
+    /// draft: what viewers see is the [`Body::Reply`] after reply hooks.
+    Delta {
+        id: u64,
+        index: usize,
+        text: String,
+    },
     /// One model turn as generated (tool calls in the harness's syntax, or the draft reply
     /// before reply hooks review it).
     Turn {
@@ -279,6 +287,17 @@ impl Stream {
 
     /// Appends to the event log and sends it to every subscriber.
     pub fn emit(&self, body: Body) {
+        self.send(body, true);
+    }
+
+    /// Sends to the subscribers connected now, outside the event log that a new subscriber
+    /// replays: decoded text ([`Body::Delta`]), which the turn's own event repeats whole, would
+    /// otherwise push a few replies' worth of it out of the log's [`REPLAY`] entries.
+    pub fn emit_live(&self, body: Body) {
+        self.send(body, false);
+    }
+
+    fn send(&self, body: Body, logged: bool) {
         let mut g = self.inner();
         let seq = g.next_seq();
         let ev = Arc::new(OutEvent {
@@ -286,11 +305,13 @@ impl Stream {
             at: unix_now(),
             body,
         });
-        if g.ring.len() == REPLAY {
-            g.ring.pop_front();
+        if logged {
+            if g.ring.len() == REPLAY {
+                g.ring.pop_front();
+            }
+            g.ring.push_back(ev.clone());
         }
-        g.ring.push_back(ev.clone());
-        // no subscriber is fine: the ring keeps it for the next one
+        // no subscriber is fine: the ring keeps a logged event for the next one
         let _ = self.tx.send(ev);
     }
 

@@ -637,8 +637,20 @@ impl Worker {
             }
         }
         let t0 = Instant::now();
-        let stepped = self.model.step_turns();
+        let mut deltas: Vec<(TurnId, String)> = Vec::new();
+        let stepped = self
+            .model
+            .step_turns_streaming(&mut |id, text| deltas.push((id, text.to_string())));
         let wall = t0.elapsed().as_secs_f64();
+        for (id, text) in deltas {
+            if let Some(s) = slots.iter().find(|s| s.turn == Some(id)) {
+                s.job.stream.emit_live(Body::Delta {
+                    id: s.job.pending.id,
+                    index: s.turns.len(),
+                    text,
+                });
+            }
+        }
         let mut answers = Vec::new();
         match stepped {
             Ok(ended) => {

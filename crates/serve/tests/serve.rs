@@ -488,6 +488,74 @@ fn a_stream_joins_a_continuous_batch_between_decode_steps() {
     r.stop();
 }
 
+/// A model that streams its turns sends each turn's text as `delta` events, before the
+/// turn's own event, to the clients connected at the time; a client that connects later
+/// replays the log without them (the turn events hold the same text whole).
+#[test]
+fn decoded_text_goes_to_live_subscribers_before_its_turn_and_stays_out_of_the_log() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let model = Stepwise::new(Duration::from_millis(1));
+    let r = start_with(config(dir.path()), Box::new(model), &harness_dir());
+    create(&r, "d");
+    // the call returns once the server has subscribed this client
+    let resp = ureq::AgentBuilder::new()
+        .timeout_read(Duration::from_secs(30))
+        .build()
+        .get(&r.url("/v1/streams/d/events"))
+        .call()
+        .unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut events: Vec<Value> = Vec::new();
+        for line in std::io::BufReader::new(resp.into_reader()).lines() {
+            let line = line.unwrap();
+            if let Some(data) = line.strip_prefix("data: ") {
+                let v: Value = serde_json::from_str(data).unwrap();
+                let done = v["type"] == "reply";
+                events.push(v);
+                if done {
+                    break;
+                }
+            }
+        }
+        events
+    });
+    let reply = ask(&r, "d", "please pin the first one");
+    let id = reply["id"].as_u64().unwrap();
+    let events = reader.join().unwrap();
+    let of = |kind: &str| -> Vec<&Value> {
+        events
+            .iter()
+            .filter(|e| e["type"] == kind && e["id"] == id)
+            .collect()
+    };
+    let turns = of("turn");
+    assert!(turns.len() >= 2, "a call and a reply: {events:?}");
+    for t in &turns {
+        let index = &t["index"];
+        let deltas: Vec<&Value> = of("delta")
+            .into_iter()
+            .filter(|d| &d["index"] == index)
+            .collect();
+        assert!(deltas.len() > 1, "turn {index} came in pieces: {deltas:?}");
+        let text: String = deltas.iter().map(|d| d["text"].as_str().unwrap()).collect();
+        assert_eq!(text, t["text"].as_str().unwrap(), "turn {index}");
+        let last = deltas
+            .iter()
+            .map(|d| d["seq"].as_u64().unwrap())
+            .max()
+            .unwrap();
+        assert!(
+            last < t["seq"].as_u64().unwrap(),
+            "turn {index}: text after its turn"
+        );
+    }
+    let (_, replayed) = sse_until(&r.url("/v1/streams/d/events?after=0"), "event: reply");
+    assert!(replayed.contains("event: turn"), "{replayed}");
+    assert!(!replayed.contains("event: delta"), "{replayed}");
+    r.stop();
+}
+
 #[test]
 fn openai_tool_calls_go_out_and_results_come_back_in_the_harness_syntax() {
     let dir = tempfile::tempdir().unwrap();

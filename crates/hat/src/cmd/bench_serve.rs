@@ -310,15 +310,21 @@ pub fn run(a: ServeBenchArgs) -> Result<()> {
         a.duration_s,
         hat_model::bench::machine()
     );
-    println!("| pipeline | streams | events | replies | of which silent | errors | P50 s | P95 s | P99 s | replies/s | calls a reply | queue s | prefill s | decode s | tools+hooks s |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| pipeline | streams | events | replies | of which silent | errors | P50 s | P95 s | P99 s | TTFT P50 / P95 s | replies/s | calls a reply | queue s | prefill s | decode s | tools+hooks s |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let secs = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.2}"));
     for r in &reports {
         println!(
-            "| {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            "| {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} / {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
             r.label, r.streams, r.sent, r.replies, r.empty_replies, r.errors + r.dropped + r.rejected, r.p50_s, r.p95_s, r.p99_s,
+            secs(r.ttft_p50_s), secs(r.ttft_p95_s),
             r.replies_per_s, r.mean_tool_calls, r.mean_queue_s, r.mean_prefill_s, r.mean_decode_s, r.mean_tools_hooks_s
         );
     }
+    println!(
+        "(TTFT: post to the first decoded text of the reply's model turn, over the stream's SSE; \
+         `-` where the model sends its turns whole)"
+    );
     println!("\nby triage class (`--trace FILE` writes every event):\n");
     println!("| pipeline | streams | class | replies | P50 s | P95 s | queue s |");
     println!("|---|---|---|---|---|---|---|");

@@ -133,10 +133,33 @@ impl ChatModel for Stepwise {
     }
 
     fn step_turns(&mut self) -> Result<Vec<(TurnId, Completion)>, AgentError> {
+        self.step_turns_streaming(&mut |_, _| {})
+    }
+
+    /// Each step sends the next 8 bytes of each running turn's text (to a character
+    /// boundary), the last step the rest.
+    fn step_turns_streaming(
+        &mut self,
+        on_text: &mut dyn FnMut(TurnId, &str),
+    ) -> Result<Vec<(TurnId, Completion)>, AgentError> {
         std::thread::sleep(self.step);
         let mut ended = Vec::new();
         self.running.retain_mut(|(id, left, c)| {
             *left -= 1;
+            let steps = 1 + c.text.len() / 8;
+            let done = steps - *left;
+            let upto = |k: usize| {
+                let mut b = (k * 8).min(c.text.len());
+                while !c.text.is_char_boundary(b) {
+                    b += 1;
+                }
+                b
+            };
+            let to = if *left == 0 { c.text.len() } else { upto(done) };
+            let from = upto(done - 1).min(to);
+            if from < to {
+                on_text(*id, &c.text[from..to]);
+            }
             if *left == 0 {
                 ended.push((*id, std::mem::take(c)));
             }
