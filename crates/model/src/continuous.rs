@@ -67,6 +67,19 @@ impl Engine {
     }
 }
 
+/// The engine's per-token callback that hands row `id`'s new text to `on_text`.
+fn text_of<'a>(
+    id: RowId,
+    on_text: &'a mut dyn FnMut(RowId, &str),
+) -> impl FnMut(&TokenEvent) -> bool + 'a {
+    move |ev| {
+        if !ev.text_delta.is_empty() {
+            on_text(id, ev.text_delta);
+        }
+        true
+    }
+}
+
 struct Row {
     id: RowId,
     req: GenerateRequest,
@@ -250,13 +263,7 @@ impl ContinuousBatch {
                 return Ok(());
             };
             row.shared = shared;
-            let id = row.id;
-            let mut send = |ev: &TokenEvent| {
-                if !ev.text_delta.is_empty() {
-                    on_text(id, ev.text_delta);
-                }
-                true
-            };
+            let mut send = text_of(row.id, on_text);
             let t = engine.decode_alone(&row.req, state, tok, cache, Some(&mut send))?;
             row.pending = state.finish.is_none().then_some(t);
         } else {
@@ -280,13 +287,7 @@ impl ContinuousBatch {
                 };
                 r.shared = shared;
                 let logits = Engine::last_row(&out, i)?;
-                let id = r.id;
-                let mut send = |ev: &TokenEvent| {
-                    if !ev.text_delta.is_empty() {
-                        on_text(id, ev.text_delta);
-                    }
-                    true
-                };
+                let mut send = text_of(r.id, on_text);
                 let t = engine.step_row(&r.req, state, &logits, Some(&mut send));
                 r.pending = state.finish.is_none().then_some(t);
             }

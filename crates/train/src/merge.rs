@@ -21,7 +21,8 @@ pub const RATIO_RANGE: std::ops::RangeInclusive<f64> = 0.0..=2.0;
 
 /// Sets `tuned`'s weights to `base + ratio · (tuned − base)`, tensor by tensor.
 pub fn interpolate(tuned: &TrainModel, base: &TrainModel, ratio: f64) -> Result<()> {
-    if !(ratio.is_finite() && RATIO_RANGE.contains(&ratio)) {
+    // NaN and the infinities are outside the range too
+    if !RATIO_RANGE.contains(&ratio) {
         return Err(TrainError::Invalid(format!(
             "merge ratio {ratio}: give a number from {} (the base model) to {} (1 is the \
              fine-tuned model)",

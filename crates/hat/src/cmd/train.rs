@@ -259,7 +259,7 @@ fn merge(a: MergeArgs) -> Result<()> {
     if a.format == "hf" {
         hat_train::export::check_hf_out(&a.out)?;
     }
-    if !(a.ratio.is_finite() && hat_train::merge::RATIO_RANGE.contains(&a.ratio)) {
+    if !hat_train::merge::RATIO_RANGE.contains(&a.ratio) {
         anyhow::bail!(
             "--ratio {}: give a number from 0 (the base model) to 2; 1 is the fine-tuned model",
             a.ratio
