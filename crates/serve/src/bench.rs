@@ -18,8 +18,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::error::{Result, ServeError};
-use crate::triage::{classify_in, Class, Vocabulary};
-use hat_world::Event;
+use crate::triage::Class;
 
 /// The audience.
 #[derive(Debug, Clone)]
@@ -95,8 +94,6 @@ pub struct Arrival {
 /// Tasks to draw from, by catalog seed.
 pub struct Mix {
     pub by_world: Vec<(u64, Vec<Value>)>,
-    /// Each world's catalog words, as the server's triage sees them (for the trace).
-    pub vocabularies: Vec<Vocabulary>,
 }
 
 impl Mix {
@@ -111,17 +108,8 @@ impl Mix {
                 by.entry(t.world_seed).or_default().push(v);
             }
         }
-        let by_world: Vec<(u64, Vec<Value>)> = by.into_iter().collect();
-        let mut vocabularies = Vec::with_capacity(by_world.len());
-        for (seed, _) in &by_world {
-            let w = worlds
-                .get(*seed)
-                .map_err(|e| ServeError::internal("drawing the test tasks", e))?;
-            vocabularies.push(Vocabulary::from_catalog(w.catalog()));
-        }
         Ok(Mix {
-            by_world,
-            vocabularies,
+            by_world: by.into_iter().collect(),
         })
     }
 }
@@ -280,7 +268,8 @@ pub struct TraceRow {
     /// Seconds from the start of the run to the post.
     pub at_s: f64,
     pub stream: usize,
-    /// The triage class the server gives it.
+    /// The triage class the server gave it (from the stream's `accepted` or `started`
+    /// event; `None` when it was refused before it was queued).
     pub class: Option<Class>,
     pub event: Value,
     /// `reply`, `dropped`, `rejected`, or what went wrong.
@@ -294,6 +283,18 @@ pub struct TraceRow {
     pub latency: Option<Value>,
     pub text: String,
     pub tool_calls: usize,
+    /// The tokens of each model turn of the reply, in order (from the stream's `turn`
+    /// events): where a slow reply's time went, a long prompt or a long answer.
+    pub turns: Vec<TurnTokens>,
+}
+
+/// One model turn's tokens, as the server reported them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TurnTokens {
+    pub prompt: usize,
+    /// Of `prompt`, the tokens found in the prefix cache.
+    pub cached: usize,
+    pub generated: usize,
 }
 
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -347,13 +348,13 @@ pub fn run(base: &str, label: &str, prefix: &str, a: &Audience, mix: &Mix) -> Re
             ));
         }
     }
-    let first_text: FirstText = Arc::default();
+    let seen: SeenBy = Arc::default();
     for s in 0..a.streams {
         follow(
             &agent,
             &format!("{base}/v1/streams/{prefix}-{s}/events"),
             s,
-            first_text.clone(),
+            seen.clone(),
         )?;
     }
     let arrivals = plan(a, mix);
@@ -395,8 +396,8 @@ pub fn run(base: &str, label: &str, prefix: &str, a: &Audience, mix: &Mix) -> Re
     }
     let wall = t0.elapsed().as_secs_f64();
     let outs = outcomes.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let first = first_text.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let rows = trace(&arrivals, &outs, mix, &first);
+    let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let rows = trace(&arrivals, &outs, &seen);
     let mut ttft: Vec<f64> = rows
         .iter()
         .filter(|r| r.outcome == "reply")
@@ -453,12 +454,23 @@ pub fn run(base: &str, label: &str, prefix: &str, a: &Audience, mix: &Mix) -> Re
     })
 }
 
-/// When each event's model turns (by index) first sent decoded text, by (stream, event id).
-type FirstText = Arc<Mutex<HashMap<(usize, u64), BTreeMap<usize, Instant>>>>;
+/// What a stream's events said about one event of the run.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    class: Option<Class>,
+    /// When each model turn (by index) first sent decoded text.
+    first_text: BTreeMap<usize, Instant>,
+    /// Each model turn's tokens, by index.
+    turns: BTreeMap<usize, TurnTokens>,
+}
+
+/// What the streams' events said, by (stream, event id).
+type SeenBy = Arc<Mutex<HashMap<(usize, u64), Seen>>>;
 
 /// Subscribes to stream `stream`'s events (`url`) and records, on a thread of its own until
-/// the server ends the stream of events, when each model turn's first text arrived.
-fn follow(agent: &ureq::Agent, url: &str, stream: usize, seen: FirstText) -> Result<()> {
+/// the server ends the stream of events, each event's class and when and how its model
+/// turns came.
+fn follow(agent: &ureq::Agent, url: &str, stream: usize, seen: SeenBy) -> Result<()> {
     // returns once the server has subscribed the client: no event of the run is missed
     let r = agent
         .get(url)
@@ -475,28 +487,67 @@ fn follow(agent: &ureq::Agent, url: &str, stream: usize, seen: FirstText) -> Res
             let Ok(v) = serde_json::from_str::<Value>(data.trim()) else {
                 continue;
             };
-            if v["type"] != "delta" {
-                continue;
-            }
-            if let (Some(id), Some(index)) = (v["id"].as_u64(), v["index"].as_u64()) {
-                let now = Instant::now();
-                seen.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry((stream, id))
-                    .or_default()
-                    .entry(index as usize)
-                    .or_insert(now);
-            }
+            note(
+                &mut seen.lock().unwrap_or_else(|e| e.into_inner()),
+                stream,
+                &v,
+                Instant::now(),
+            );
         }
     });
     Ok(())
 }
 
+/// Records what one stream event `v`, received at `now`, says about the run's events.
+fn note(seen: &mut HashMap<(usize, u64), Seen>, stream: usize, v: &Value, now: Instant) {
+    let Some(id) = v["id"].as_u64() else { return };
+    let class = || serde_json::from_value::<Class>(v["class"].clone()).ok();
+    let index = v["index"].as_u64().map(|i| i as usize);
+    match v["type"].as_str() {
+        // a queued event names its class; a merged or folded one gets it when it starts
+        Some("accepted") => {
+            if let Some(c) = class() {
+                seen.entry((stream, id)).or_default().class = Some(c);
+            }
+        }
+        Some("started") => {
+            if let Some(c) = class() {
+                let answers = v["answers"].as_array().into_iter().flatten();
+                for a in std::iter::once(id).chain(answers.filter_map(Value::as_u64)) {
+                    seen.entry((stream, a)).or_default().class = Some(c);
+                }
+            }
+        }
+        Some("delta") => {
+            if let Some(i) = index {
+                seen.entry((stream, id))
+                    .or_default()
+                    .first_text
+                    .entry(i)
+                    .or_insert(now);
+            }
+        }
+        Some("turn") => {
+            let n = |k: &str| v[k].as_u64().unwrap_or(0) as usize;
+            if let Some(i) = index {
+                seen.entry((stream, id)).or_default().turns.insert(
+                    i,
+                    TurnTokens {
+                        prompt: n("prompt_tokens"),
+                        cached: n("cached_tokens"),
+                        generated: n("generated_tokens"),
+                    },
+                );
+            }
+        }
+        _ => {}
+    }
+}
+
 fn trace(
     arrivals: &[Arrival],
     outs: &[Outcome],
-    mix: &Mix,
-    first_text: &HashMap<(usize, u64), BTreeMap<usize, Instant>>,
+    seen: &HashMap<(usize, u64), Seen>,
 ) -> Vec<TraceRow> {
     let mut outs: Vec<&Outcome> = outs.iter().collect();
     // the plan's order: a burst's events share their time and stream
@@ -504,27 +555,24 @@ fn trace(
     outs.into_iter()
         .filter_map(|o| {
             let arr = arrivals.get(o.arrival)?;
+            let s = o.event_id.and_then(|id| seen.get(&(arr.stream, id)));
             Some(TraceRow {
                 at_s: arr.at,
                 stream: arr.stream,
-                class: serde_json::from_value::<Event>(arr.event.clone())
-                    .ok()
-                    .map(|e| {
-                        let n = mix.vocabularies.len().max(1);
-                        classify_in(&e, mix.vocabularies.get(arr.stream % n))
-                    }),
+                class: s.and_then(|s| s.class),
                 event: arr.event.clone(),
                 outcome: o.kind.clone(),
                 e2e_s: o.e2e,
                 // the reply is the episode's last turn
-                ttft_s: o
-                    .event_id
-                    .and_then(|id| first_text.get(&(arr.stream, id)))
-                    .and_then(|turns| turns.values().next_back())
+                ttft_s: s
+                    .and_then(|s| s.first_text.values().next_back())
                     .map(|t| t.saturating_duration_since(o.sent).as_secs_f64()),
                 latency: o.server.clone(),
                 text: o.text.clone(),
                 tool_calls: o.tool_calls,
+                turns: s
+                    .map(|s| s.turns.values().copied().collect())
+                    .unwrap_or_default(),
             })
         })
         .collect()
@@ -538,7 +586,6 @@ mod tests {
     fn the_plan_is_seeded_and_near_its_rate() {
         let mix = Mix {
             by_world: vec![(1, vec![json!({"type": "join", "viewer": "a"})])],
-            vocabularies: Vec::new(),
         };
         let a = Audience {
             streams: 4,
@@ -640,21 +687,54 @@ mod tests {
             tool_calls: 0,
         };
         // finished out of order; the last one was refused
-        let outs = vec![
+        let mut outs = vec![
             reply(2, 3.0),
             reply(0, 1.0),
             reply(1, 0.5),
             Outcome::unanswered(3, "rejected".into()),
         ];
-        let mix = Mix {
-            by_world: Vec::new(),
-            vocabularies: Vec::new(),
-        };
-        let rows = trace(&arrivals, &outs, &mix, &HashMap::new());
+        // what the streams' events said: classes (the refused one was never accepted), and
+        // two turns of the first event
+        let mut seen = HashMap::new();
+        let t = Instant::now();
+        let events = [
+            json!({"type": "accepted", "id": 10, "status": "queued", "class": "product"}),
+            json!({"type": "accepted", "id": 11, "status": "queued", "class": "greeting"}),
+            json!({"type": "accepted", "id": 12, "status": "merged", "into": 10}),
+            json!({"type": "started", "id": 10, "answers": [12], "class": "product"}),
+            json!({"type": "turn", "id": 10, "index": 0, "prompt_tokens": 900, "cached_tokens": 880, "generated_tokens": 12}),
+            json!({"type": "turn", "id": 10, "index": 1, "prompt_tokens": 940, "cached_tokens": 912, "generated_tokens": 40}),
+            json!({"type": "delta", "id": 10, "index": 1, "text": "Yes"}),
+            json!({"type": "delta", "id": 10, "index": 1, "text": " it is"}),
+        ];
+        for (k, e) in events.iter().enumerate() {
+            note(&mut seen, 0, e, t + Duration::from_millis(k as u64));
+        }
+        assert_eq!(seen[&(0, 12)].class, Some(Class::Product));
+        for (o, id) in outs.iter_mut().zip([12, 10, 11]) {
+            o.event_id = Some(id);
+        }
+        let rows = trace(&arrivals, &outs, &seen);
         let at: Vec<f64> = rows.iter().map(|r| r.at_s).collect();
         assert_eq!(at, [0.0, 1.0, 2.0, 3.0]);
         assert_eq!(rows[3].outcome, "rejected");
-        assert_eq!(rows[3].class, Some(Class::Chitchat));
+        assert_eq!(rows[3].class, None);
+        assert_eq!(
+            rows[0].turns,
+            [
+                TurnTokens {
+                    prompt: 900,
+                    cached: 880,
+                    generated: 12
+                },
+                TurnTokens {
+                    prompt: 940,
+                    cached: 912,
+                    generated: 40
+                }
+            ]
+        );
+        assert!(rows[0].ttft_s.is_some() && rows[1].turns.is_empty());
         let c = by_class(&rows);
         let classes: Vec<Class> = c.iter().map(|c| c.class).collect();
         // the refused chit-chat had no reply, so it has no row

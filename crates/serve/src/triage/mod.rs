@@ -12,13 +12,13 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use hat_world::Event;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 mod classify;
 pub use classify::{classify, classify_comment, classify_comment_in, classify_in, Vocabulary};
 
 /// What an event is about, most urgent first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Class {
     /// The operator's cue (push the flash sale): the stream's own plan.
