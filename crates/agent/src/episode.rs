@@ -120,6 +120,11 @@ pub trait ChatModel {
     /// Sets the token limit of one answer (IFEval answers need more than an agent turn).
     fn set_max_tokens(&mut self, _max: u32) {}
 
+    /// Serving hint: end an answer that falls into a loop (the same sentence over and over)
+    /// after the loop's first copy, instead of decoding copies up to the token limit that
+    /// viewers would see and the next turn would read. Models that cannot ignore it.
+    fn stop_loops(&mut self, _on: bool) {}
+
     /// Serving hint: keep each prompt's computed state, so the next turn of the same
     /// conversation (after a tool result) starts from it. Models without such a cache
     /// ignore it.

@@ -77,6 +77,8 @@ pub struct LocalModel {
     recent: VecDeque<Vec<u32>>,
     /// Keep every prompt's state in the prefix cache for the conversation's next turn.
     pub cache_turns: bool,
+    /// End an answer that falls into a loop after its first copy ([`ChatModel::stop_loops`]).
+    pub stop_loops: bool,
     /// Name and content hash of the weights.
     pub name: String,
     pub hash: String,
@@ -139,6 +141,7 @@ impl LocalModel {
             system_len: VecDeque::new(),
             recent: VecDeque::new(),
             cache_turns: false,
+            stop_loops: false,
             name,
             hash,
             seen: HashMap::new(),
@@ -231,6 +234,7 @@ impl LocalModel {
         let mut req = GenerateRequest::new(tokens, self.max_new_tokens);
         req.cache_prefix_len = prefix;
         req.cache_whole_prompt = self.cache_turns;
+        req.stop_loops = self.stop_loops;
         Ok(req)
     }
 
@@ -302,6 +306,10 @@ impl ChatModel for LocalModel {
 
     fn keep_conversations_cached(&mut self, on: bool) {
         self.cache_turns = on;
+    }
+
+    fn stop_loops(&mut self, on: bool) {
+        self.stop_loops = on;
     }
 
     fn warm(&mut self, opening: &[Message]) -> Result<usize, AgentError> {

@@ -50,6 +50,11 @@ pub struct GenerateRequest {
     /// token the check refuses is not sampled (the sampler draws again without it).
     /// Log-probabilities stay those of the unconstrained model.
     pub check: Option<Arc<dyn TextCheck>>,
+    /// End the answer when it falls into a loop, keeping it up to the end of the loop's
+    /// first copy ([`crate::repetition`], [`FinishReason::Loop`]): for text that goes to
+    /// people (a live stream). Off by default, so evaluations and training data see what
+    /// the model writes.
+    pub stop_loops: bool,
 }
 
 impl GenerateRequest {
@@ -65,6 +70,7 @@ impl GenerateRequest {
             cache_whole_prompt: false,
             suppress_at_start: Vec::new(),
             check: None,
+            stop_loops: false,
         }
     }
 }
@@ -82,6 +88,9 @@ pub enum FinishReason {
     Cancelled,
     /// The request's check found the answer complete ([`TextCheck::complete`]).
     Complete,
+    /// The answer fell into a loop ([`GenerateRequest::stop_loops`]): `tokens`, their
+    /// log-probabilities and `text` end with the loop's first copy.
+    Loop,
 }
 
 /// A streamed token.
@@ -157,6 +166,8 @@ pub(crate) struct RowState {
     pub(crate) emitted: usize,
     pub(crate) finish: Option<FinishReason>,
     pub(crate) stop_at: Option<usize>,
+    /// Generated tokens the answer keeps when it ended in a loop (the rest were its copies).
+    pub(crate) keep_tokens: Option<usize>,
     /// Its prompt-lookup drafts, once it decodes with them (alone, or the last row of a
     /// batch left decoding).
     pub(crate) drafter: Option<Drafter>,
@@ -374,6 +385,7 @@ impl Engine {
             emitted: 0,
             finish: None,
             stop_at: None,
+            keep_tokens: None,
             drafter: None,
         })
     }
@@ -451,6 +463,24 @@ impl Engine {
         {
             row.finish = Some(FinishReason::Complete);
             safe = valid_len;
+        }
+        if row.finish.is_none() && !is_stop && req.stop_loops {
+            if let Some(keep) = crate::repetition::loop_start(&row.tokens) {
+                // the answer's text as it stood after its first `keep` tokens (each token's
+                // bytes were appended one by one), on a character boundary
+                let bytes: usize = row.tokens[..keep]
+                    .iter()
+                    .map(|&t| self.tokenizer.decode_bytes(&[t], true).len())
+                    .sum();
+                let mut p = bytes.min(valid_len);
+                while !text.is_char_boundary(p) {
+                    p -= 1;
+                }
+                row.finish = Some(FinishReason::Loop);
+                row.keep_tokens = Some(keep);
+                row.stop_at = Some(row.stop_at.map_or(p, |s| s.min(p)));
+                safe = p;
+            }
         }
         if row.finish.is_none() && row.tokens.len() >= req.max_new_tokens {
             row.finish = Some(FinishReason::Length);
@@ -611,9 +641,14 @@ impl Engine {
         if let Some(p) = row.stop_at {
             text.truncate(p);
         }
+        let (mut tokens, mut logprobs) = (row.tokens, row.logprobs);
+        if let Some(k) = row.keep_tokens {
+            tokens.truncate(k);
+            logprobs.truncate(k);
+        }
         GenerateOutput {
-            tokens: row.tokens,
-            logprobs: row.logprobs,
+            tokens,
+            logprobs,
             text,
             finish: row.finish.unwrap_or(FinishReason::Length),
             prompt_tokens,

@@ -23,6 +23,7 @@ pub mod loader;
 pub mod model;
 pub mod prefix_cache;
 pub mod qwen2;
+pub mod repetition;
 pub mod sampling;
 pub mod simd;
 mod speculate;

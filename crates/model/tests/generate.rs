@@ -685,3 +685,60 @@ fn an_answer_the_check_finds_complete_ends_there() {
     };
     assert_eq!(eng.generate(&never, None).unwrap().tokens, plain.tokens);
 }
+
+/// An answer that falls into a loop ends there with `stop_loops`, keeping the loop's first
+/// copy: the same tokens, log-probabilities and text as the plain answer's start, alone
+/// (with and without speculation), in a batch and in a continuous batch.
+#[test]
+fn a_looping_answer_ends_after_its_first_copy() {
+    let e = expected("llama");
+    let eng = eng();
+    let mut looped = 0;
+    // prompts of one token, repeated, make the fixture loop within its context
+    let prompts =
+        (0..e.ids.len()).flat_map(|t| [vec![e.ids[t]], vec![e.ids[t]; 4], e.ids[t..].to_vec()]);
+    for (start, prompt) in prompts.enumerate() {
+        let plain_req = GenerateRequest::new(prompt.clone(), 128 - prompt.len());
+        let plain = eng.generate(&plain_req, None).unwrap();
+        // the first point at which the plain answer's tail is a loop
+        let Some((n, keep)) = (1..=plain.tokens.len())
+            .find_map(|n| hat_model::repetition::loop_start(&plain.tokens[..n]).map(|k| (n, k)))
+        else {
+            continue;
+        };
+        looped += 1;
+        let req = GenerateRequest {
+            stop_loops: true,
+            ..plain_req.clone()
+        };
+        for speculate in [true, false] {
+            eng.set_speculative(speculate);
+            let r = eng.generate(&req, None).unwrap();
+            assert_eq!(r.finish, FinishReason::Loop, "prompt from {start}");
+            assert_eq!(
+                r.tokens,
+                plain.tokens[..keep],
+                "prompt from {start}, seen at {n}"
+            );
+            assert_eq!(r.logprobs, plain.logprobs[..keep]);
+            assert_eq!(r.text, eng.tokenizer.decode(&plain.tokens[..keep], true));
+            assert!(plain.text.starts_with(&r.text));
+        }
+        eng.set_speculative(true);
+        let batch = eng
+            .generate_batch(&[req.clone(), GenerateRequest::new(e.ids.clone(), 4)])
+            .unwrap();
+        assert_eq!(batch[0].finish, FinishReason::Loop);
+        assert_eq!(batch[0].tokens, plain.tokens[..keep]);
+        let continuous = eng
+            .generate_continuous(vec![GenerateRequest::new(e.ids.clone(), 4), req.clone()], 2)
+            .unwrap();
+        assert_eq!(continuous[1].finish, FinishReason::Loop);
+        assert_eq!(continuous[1].tokens, plain.tokens[..keep]);
+        assert_eq!(continuous[1].text, batch[0].text);
+    }
+    assert!(
+        looped > 0,
+        "no prompt of the fixture loops: the test checks nothing"
+    );
+}

@@ -36,6 +36,9 @@ pub struct ServeConfig {
     /// How calls are held to the active harness at decode time (see
     /// `hat_agent::episode::CallCheck`).
     pub calls: CallCheck,
+    /// An answer that falls into a loop ends after the loop's first copy (see
+    /// `hat_agent::ChatModel::stop_loops`), for every model of the server.
+    pub stop_loops: bool,
     /// `Authorization: Bearer <key>` required on `/v1/*` when set.
     pub api_key: Option<String>,
     /// A request waiting on the model longer than this fails with 504.
@@ -72,6 +75,7 @@ impl Default for ServeConfig {
             max_turns: 5,
             final_reply: true,
             calls: CallCheck::Grammar,
+            stop_loops: true,
             api_key: None,
             request_timeout: Duration::from_secs(120),
             watch: None,
@@ -275,11 +279,13 @@ impl Server {
         model.set_max_tokens(cfg.max_tokens);
         // an episode's next turn (after a tool result) continues its last prompt
         model.keep_conversations_cached(true);
+        model.stop_loops(cfg.stop_loops);
         let arm_models: Vec<Box<dyn ChatModel + Send>> = arm_models
             .into_iter()
             .map(|(_, mut m)| {
                 m.set_max_tokens(cfg.max_tokens);
                 m.keep_conversations_cached(true);
+                m.stop_loops(cfg.stop_loops);
                 m
             })
             .collect();

@@ -45,6 +45,38 @@ fn a_comment_gets_a_reply_naming_its_harness_and_latency() {
     r.stop();
 }
 
+/// The server asks its model to end an answer that falls into a loop after the loop's
+/// first copy (the engine does it, `hat_model::repetition`), unless told to keep loops
+/// (`hat serve --keep-loops`).
+#[test]
+fn the_server_asks_its_model_to_stop_loops_unless_told_to_keep_them() {
+    use std::sync::{Arc, Mutex};
+    struct Hinted(Arc<Mutex<Option<bool>>>);
+    impl hat_agent::episode::ChatModel for Hinted {
+        fn complete(
+            &mut self,
+            _: &[hat_harness::Message],
+        ) -> Result<String, hat_agent::AgentError> {
+            Ok("hi".into())
+        }
+        fn stop_loops(&mut self, on: bool) {
+            *self.0.lock().unwrap() = Some(on);
+        }
+    }
+    for stop in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let seen = Arc::new(Mutex::new(None));
+        let cfg = hat_serve::ServeConfig {
+            stop_loops: stop,
+            ..config(dir.path())
+        };
+        let r = start_with(cfg, Box::new(Hinted(seen.clone())), &harness_dir());
+        assert_eq!(*seen.lock().unwrap(), Some(stop));
+        r.stop();
+    }
+    assert!(hat_serve::ServeConfig::default().stop_loops);
+}
+
 /// Reads an SSE response until a line appears (the stream itself never ends).
 fn sse_until(url: &str, needle: &str) -> (u16, String) {
     use std::io::BufRead;

@@ -53,6 +53,10 @@ pub struct ServeBenchArgs {
     /// Let the last allowed turn call a tool too (as `hat serve --no-final-reply`).
     #[arg(long)]
     no_final_reply: bool,
+    /// Decode an answer that falls into a loop (the same sentence over and over) up to the
+    /// token limit; by default it ends after the loop's first copy.
+    #[arg(long)]
+    keep_loops: bool,
     /// How calls are held to the harness (as in `hat serve`).
     #[command(flatten)]
     calls: crate::cmd::serve::CallArgs,
@@ -93,6 +97,7 @@ fn cfg(a: &ServeBenchArgs, data: &std::path::Path, name: &str) -> ServeConfig {
         max_tokens: a.max_tokens,
         max_turns: a.max_turns,
         final_reply: !a.no_final_reply,
+        stop_loops: !a.keep_loops,
         calls: a.calls.check(),
         model_name: name.into(),
         // the bench measures latency, not triage: nothing goes stale during a run

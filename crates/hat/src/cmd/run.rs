@@ -36,6 +36,10 @@ pub struct RunArgs {
     /// in `hat serve`).
     #[arg(long)]
     no_final_reply: bool,
+    /// Decode an answer that falls into a loop up to the token limit (by default it ends
+    /// after the loop's first copy, as in `hat serve`).
+    #[arg(long)]
+    keep_loops: bool,
     /// How calls are held to the harness (as in `hat serve`).
     #[command(flatten)]
     calls: crate::cmd::serve::CallArgs,
@@ -48,6 +52,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         None => World::generate(a.seed)?,
     };
     let (identity, mut model) = chat_model(&a.model)?;
+    model.stop_loops(!a.keep_loops);
     let event = Event::Comment {
         viewer: a.viewer.clone(),
         text: a.comment.clone(),

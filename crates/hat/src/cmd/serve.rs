@@ -63,6 +63,10 @@ pub struct ServeArgs {
     /// nothing (by default the last turn must answer the viewer).
     #[arg(long)]
     no_final_reply: bool,
+    /// Decode an answer that falls into a loop (the same sentence over and over) up to the
+    /// token limit; by default it ends after the loop's first copy.
+    #[arg(long)]
+    keep_loops: bool,
     #[command(flatten)]
     calls: CallArgs,
     /// The name `/v1/models` lists (default: the model's file name).
@@ -193,6 +197,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         max_tokens: a.model.max_tokens,
         max_turns: a.max_turns,
         final_reply: !a.no_final_reply,
+        stop_loops: !a.keep_loops,
         calls: a.calls.check(),
         api_key,
         request_timeout: Duration::from_secs(a.model.request_timeout_s.max(60)),
