@@ -1378,3 +1378,26 @@ fn eval_scores_a_tasks_file_from_tasks_sample() {
         .success()
         .stdout(predicate::str::contains("100.0%").and(predicate::str::contains("19")));
 }
+
+/// `hat eval --stop-loops` asks the embedded engine to end looping answers; an endpoint
+/// decodes its own, so the flag is refused there instead of being recorded as if it applied.
+#[test]
+fn eval_stop_loops_is_refused_for_an_endpoint() {
+    let out = tempfile::tempdir().unwrap();
+    fails_cleanly(
+        hat()
+            .args([
+                "eval",
+                "--model",
+                "openai:x",
+                "--base-url",
+                "http://127.0.0.1:9",
+                "--stop-loops",
+                "--suite",
+                "lsqa",
+                "--out",
+            ])
+            .arg(out.path()),
+    )
+    .stderr(predicate::str::contains("--stop-loops needs the embedded engine"));
+}

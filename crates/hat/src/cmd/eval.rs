@@ -101,6 +101,11 @@ pub struct RunArgs {
     /// `--tool-names`. A serving setting: report it as a row of its own.
     #[arg(long)]
     call_grammar: bool,
+    /// End a looping answer after its first copy, as `hat serve` and `hat run` do
+    /// (`hat_model::repetition`; the published rows were measured without it; report it as a
+    /// row of its own). Recorded in each suite's decoding settings.
+    #[arg(long)]
+    stop_loops: bool,
     /// Model turns an agent episode may take at most (tool rounds and retries included).
     #[arg(long, default_value_t = hat_harness::hooks::DEFAULT_MODEL_TURNS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=32))]
     max_turns: usize,
@@ -139,7 +144,22 @@ fn backend(r: &RunArgs) -> Result<Backend> {
     if r.model.model.as_deref() == Some("oracle") {
         return Ok(Backend::Oracle);
     }
-    let (identity, model) = chat_model(&r.model)?;
+    if r.stop_loops
+        && r.model
+            .model
+            .as_deref()
+            .is_some_and(|m| m.starts_with("openai:"))
+    {
+        bail!("--stop-loops needs the embedded engine: an openai: model's server decodes its own answers (leave --stop-loops out)");
+    }
+    let (mut identity, mut model) = chat_model(&r.model)?;
+    if r.stop_loops {
+        model.stop_loops(true);
+        // named only when on, so runs from before it resume
+        if let Some(d) = identity.decoding.as_object_mut() {
+            d.insert("stop_loops".into(), serde_json::json!(true));
+        }
+    }
     Ok(Backend::Chat { identity, model })
 }
 
