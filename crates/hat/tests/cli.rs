@@ -1399,5 +1399,7 @@ fn eval_stop_loops_is_refused_for_an_endpoint() {
             ])
             .arg(out.path()),
     )
-    .stderr(predicate::str::contains("--stop-loops needs the embedded engine"));
+    .stderr(predicate::str::contains(
+        "--stop-loops needs the embedded engine",
+    ));
 }

@@ -261,9 +261,31 @@ fn contains_word(text: &str, phrase: &str) -> bool {
     })
 }
 
-/// A link number as viewers write it: `#7`, `no.7`, `no 7`, `number 7`, `7号`.
+/// Words after a number that make it a rank, not a link: "your #1 fan", "no.1 host".
+const RANKED: &[&str] = &[
+    "fan",
+    "fans",
+    "fangirl",
+    "supporter",
+    "supporters",
+    "host",
+    "streamer",
+    "viewer",
+    "queen",
+];
+
+/// A link number as viewers write it: `#7`, `no.7`, `no 7`, `number 7`, `7号`; not a rank
+/// ([`RANKED`]: "#1 fan").
 fn names_a_link(text: &str) -> bool {
-    let digit_after = |rest: &str| rest.trim_start().starts_with(|c: char| c.is_ascii_digit());
+    let digit_after = |rest: &str| {
+        let rest = rest.trim_start();
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let next = rest[digits..]
+            .split(|c: char| !c.is_alphanumeric())
+            .find(|w| !w.is_empty())
+            .unwrap_or("");
+        digits > 0 && !RANKED.contains(&next)
+    };
     let marked = |mark: &str| {
         text.match_indices(mark).any(|(i, _)| {
             let word_start = !text[..i]
@@ -479,8 +501,15 @@ mod tests {
         ] {
             assert_eq!(classify_comment(t), Class::Product, "{t}");
         }
-        // a number alone is not a link
+        // a number alone is not a link, nor a rank
         assert_eq!(classify_comment("no way lol"), Class::Chitchat);
+        for t in ["ur #1 fan here", "number 1 fan!!", "no.1 host fr"] {
+            assert_ne!(classify_comment(t), Class::Product, "{t}");
+        }
+        assert_eq!(
+            classify_comment("ur #1 fan here, is no.3 still on?"),
+            Class::Product
+        );
         assert_eq!(classify_comment("10/10 vibes"), Class::Chitchat);
     }
 
