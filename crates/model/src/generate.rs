@@ -148,6 +148,9 @@ pub struct Engine {
     /// A request decoded alone feeds prompt-lookup drafts with its pending token
     /// ([`crate::speculate`]); on by default, off with `HAT_NO_SPECULATION` set (any value).
     speculate: std::sync::atomic::AtomicBool,
+    /// Per token id, whether it writes only digits (and spaces): numbers are one symbol to
+    /// the loop rule ([`crate::repetition::loop_start_with`]); built on first use.
+    number_tokens: std::sync::OnceLock<Vec<bool>>,
 }
 
 /// Shortest common prefix that batched decode keeps once for all rows: below it, splitting
@@ -203,6 +206,7 @@ impl Engine {
             speculate: std::sync::atomic::AtomicBool::new(
                 std::env::var_os("HAT_NO_SPECULATION").is_none(),
             ),
+            number_tokens: std::sync::OnceLock::new(),
         })
     }
 
@@ -213,6 +217,19 @@ impl Engine {
     pub fn set_speculative(&self, on: bool) {
         self.speculate
             .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Which token ids write a number (digits, perhaps after spaces), by id.
+    fn number_tokens(&self) -> &[bool] {
+        self.number_tokens.get_or_init(|| {
+            (0..self.tokenizer.vocab_size() as u32)
+                .map(|t| {
+                    let b = self.tokenizer.decode_bytes(&[t], true);
+                    let digits = b.trim_ascii_start();
+                    !digits.is_empty() && digits.iter().all(u8::is_ascii_digit)
+                })
+                .collect()
+        })
     }
 
     /// The setting of [`Engine::set_speculative`].
@@ -465,7 +482,9 @@ impl Engine {
             safe = valid_len;
         }
         if row.finish.is_none() && !is_stop && req.stop_loops {
-            if let Some(keep) = crate::repetition::loop_start(&row.tokens) {
+            let numbers = self.number_tokens();
+            let is_number = |t: u32| numbers.get(t as usize).copied().unwrap_or(false);
+            if let Some(keep) = crate::repetition::loop_start_with(&row.tokens, is_number) {
                 // the answer's text as it stood after its first `keep` tokens (each token's
                 // bytes were appended one by one), on a character boundary
                 let bytes: usize = row.tokens[..keep]

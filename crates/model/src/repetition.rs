@@ -6,6 +6,11 @@
 //! request with [`crate::GenerateRequest::stop_loops`] ends when its answer's tail is such a
 //! loop and keeps only the answer up to the end of the loop's first copy
 //! ([`crate::FinishReason::Loop`]).
+//!
+//! Numbers count as one symbol whatever their digits ([`loop_start_with`]): a listing copied
+//! with counters that climb ("P1 #50 Cap | P2 #51 Cap | ... P10 #59 Cap") is a loop even
+//! where a tokenizer writes a digit a token, so copies differ in length when a counter gains a
+//! digit.
 
 /// Longest repeating unit looked for, in tokens.
 pub const MAX_PERIOD: usize = 64;
@@ -41,6 +46,27 @@ pub fn loop_start(tokens: &[u32]) -> Option<usize> {
         }
     }
     None
+}
+
+/// Symbol that stands for a run of number tokens in [`loop_start_with`].
+const NUMBER: u32 = u32::MAX;
+
+/// [`loop_start`] on the answer with every run of number tokens (`is_number`) read as one
+/// symbol, so copies that differ only in their numbers are copies. Returns the number of
+/// tokens to keep, as [`loop_start`] does.
+pub fn loop_start_with(tokens: &[u32], is_number: impl Fn(u32) -> bool) -> Option<usize> {
+    let mut symbols = Vec::with_capacity(tokens.len());
+    // where each symbol starts in `tokens`
+    let mut starts = Vec::with_capacity(tokens.len());
+    for (i, &t) in tokens.iter().enumerate() {
+        let s = if is_number(t) { NUMBER } else { t };
+        if s == NUMBER && symbols.last() == Some(&NUMBER) {
+            continue;
+        }
+        symbols.push(s);
+        starts.push(i);
+    }
+    loop_start(&symbols).map(|k| starts.get(k).copied().unwrap_or(tokens.len()))
 }
 
 /// Whether each of the last `run` tokens equals the token `p` before it; with `counter`,
@@ -127,6 +153,39 @@ mod tests {
         // 4-token unit whose first token counts: "1 a b c 2 a b c ..." is a numbered list
         let t: Vec<u32> = (0..20).flat_map(|k| [1000 + k, 1, 2, 3]).collect();
         assert_eq!(loop_start(&t), None);
+    }
+
+    #[test]
+    fn counters_that_gain_a_digit_still_make_a_loop() {
+        // "P1 #50 Yummy: | P2 #51 Yummy: | ...": digits are tokens 0-9, one a digit
+        let digits = |n: u32| {
+            n.to_string()
+                .bytes()
+                .map(|b| u32::from(b - b'0'))
+                .collect::<Vec<_>>()
+        };
+        let mut t = vec![500, 501];
+        let mut starts = Vec::new();
+        for k in 1..=12u32 {
+            starts.push(t.len());
+            t.push(100); // "P"
+            t.extend(digits(k));
+            t.push(101); // "#"
+            t.extend(digits(49 + k));
+            t.extend([102, 103, 104]); // " Yummy: |"
+        }
+        let is_digit = |x: u32| x < 10;
+        assert_eq!(loop_start(&t), None, "two counters a copy are not one");
+        // as the engine checks it: after every token; the first copy is kept, whole
+        let keep = (1..=t.len())
+            .find_map(|n| loop_start_with(&t[..n], is_digit))
+            .unwrap();
+        assert_eq!(keep, starts[1]);
+        // numbers that differ in a list of different things do not make one
+        let list: Vec<u32> = (0..12u32)
+            .flat_map(|k| [100, k % 10, 200 + k, 201 + k, 104])
+            .collect();
+        assert_eq!(loop_start_with(&list, is_digit), None);
     }
 
     proptest! {
