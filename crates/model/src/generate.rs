@@ -169,6 +169,8 @@ pub(crate) struct RowState {
     pub(crate) emitted: usize,
     pub(crate) finish: Option<FinishReason>,
     pub(crate) stop_at: Option<usize>,
+    /// The answer as the loop rule reads it (fed only under `stop_loops`).
+    pub(crate) loops: crate::repetition::LoopWatch,
     /// Generated tokens the answer keeps when it ended in a loop (the rest were its copies).
     pub(crate) keep_tokens: Option<usize>,
     /// Its prompt-lookup drafts, once it decodes with them (alone, or the last row of a
@@ -402,6 +404,7 @@ impl Engine {
             emitted: 0,
             finish: None,
             stop_at: None,
+            loops: Default::default(),
             keep_tokens: None,
             drafter: None,
         })
@@ -482,9 +485,12 @@ impl Engine {
             safe = valid_len;
         }
         if row.finish.is_none() && !is_stop && req.stop_loops {
-            let numbers = self.number_tokens();
-            let is_number = |t: u32| numbers.get(t as usize).copied().unwrap_or(false);
-            if let Some(keep) = crate::repetition::loop_start_with(&row.tokens, is_number) {
+            let is_number = self
+                .number_tokens()
+                .get(tok as usize)
+                .copied()
+                .unwrap_or(false);
+            if let Some(keep) = row.loops.push(tok, is_number) {
                 // the answer's text as it stood after its first `keep` tokens (each token's
                 // bytes were appended one by one), on a character boundary
                 let bytes: usize = row.tokens[..keep]
@@ -497,7 +503,8 @@ impl Engine {
                 }
                 row.finish = Some(FinishReason::Loop);
                 row.keep_tokens = Some(keep);
-                row.stop_at = Some(row.stop_at.map_or(p, |s| s.min(p)));
+                // no stop string was found: it would have finished the row
+                row.stop_at = Some(p);
                 safe = p;
             }
         }

@@ -7,7 +7,7 @@
 //! loop and keeps only the answer up to the end of the loop's first copy
 //! ([`crate::FinishReason::Loop`]).
 //!
-//! Numbers count as one symbol whatever their digits ([`loop_start_with`]): a listing copied
+//! Numbers count as one symbol whatever their digits ([`LoopWatch`]): a listing copied
 //! with counters that climb ("P1 #50 Cap | P2 #51 Cap | ... P10 #59 Cap") is a loop even
 //! where a tokenizer writes a digit a token, so copies differ in length when a counter gains a
 //! digit.
@@ -48,25 +48,42 @@ pub fn loop_start(tokens: &[u32]) -> Option<usize> {
     None
 }
 
-/// Symbol that stands for a run of number tokens in [`loop_start_with`].
+/// Symbol that stands for a run of number tokens ([`LoopWatch`]).
 const NUMBER: u32 = u32::MAX;
 
-/// [`loop_start`] on the answer with every run of number tokens (`is_number`) read as one
-/// symbol, so copies that differ only in their numbers are copies. Returns the number of
-/// tokens to keep, as [`loop_start`] does.
-pub fn loop_start_with(tokens: &[u32], is_number: impl Fn(u32) -> bool) -> Option<usize> {
-    let mut symbols = Vec::with_capacity(tokens.len());
-    // where each symbol starts in `tokens`
-    let mut starts = Vec::with_capacity(tokens.len());
-    for (i, &t) in tokens.iter().enumerate() {
-        let s = if is_number(t) { NUMBER } else { t };
-        if s == NUMBER && symbols.last() == Some(&NUMBER) {
-            continue;
+/// An answer's tokens as the loop rule reads them, kept as the answer grows (a decoding row
+/// holds one, so a check after each token rebuilds nothing): every run of number tokens is
+/// one symbol, so copies that differ only in their numbers are copies.
+#[derive(Debug, Clone, Default)]
+pub struct LoopWatch {
+    symbols: Vec<u32>,
+    /// Where each symbol starts among the tokens.
+    starts: Vec<usize>,
+    tokens: usize,
+}
+
+impl LoopWatch {
+    /// Takes the answer's next token; returns the number of tokens to keep when the answer's
+    /// tail is now a loop, as [`loop_start`] does.
+    pub fn push(&mut self, token: u32, is_number: bool) -> Option<usize> {
+        let at = self.tokens;
+        self.tokens += 1;
+        let s = if is_number { NUMBER } else { token };
+        if !(s == NUMBER && self.symbols.last() == Some(&NUMBER)) {
+            self.symbols.push(s);
+            self.starts.push(at);
         }
-        symbols.push(s);
-        starts.push(i);
+        loop_start(&self.symbols).map(|k| self.starts.get(k).copied().unwrap_or(self.tokens))
     }
-    loop_start(&symbols).map(|k| starts.get(k).copied().unwrap_or(tokens.len()))
+}
+
+/// [`loop_start`] on the answer with every run of number tokens (`is_number`) read as one
+/// symbol ([`LoopWatch`]). Returns the number of tokens to keep, as [`loop_start`] does.
+pub fn loop_start_with(tokens: &[u32], is_number: impl Fn(u32) -> bool) -> Option<usize> {
+    let mut watch = LoopWatch::default();
+    tokens
+        .iter()
+        .fold(None, |_, &t| watch.push(t, is_number(t)))
 }
 
 /// Whether each of the last `run` tokens equals the token `p` before it; with `counter`,

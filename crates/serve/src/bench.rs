@@ -396,7 +396,8 @@ pub fn run(base: &str, label: &str, prefix: &str, a: &Audience, mix: &Mix) -> Re
     }
     let wall = t0.elapsed().as_secs_f64();
     let outs = outcomes.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    // the followers keep running until the server ends the streams: take what they saw
+    let seen = std::mem::take(&mut *seen.lock().unwrap_or_else(|e| e.into_inner()));
     let rows = trace(&arrivals, &outs, &seen);
     let mut ttft: Vec<f64> = rows
         .iter()
