@@ -17,10 +17,11 @@ pub fn tokenizer_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/qwen2")
 }
 
-/// Writes a tiny `qwen2` (q/k/v biases) or `llama` model with random weights drawn from
-/// `seed` into `dir`, and returns `dir`.
+/// Writes a tiny `qwen2` (q/k/v biases), `llama`, or `llama+bias` (llama with
+/// `attention_bias`) model with random weights drawn from `seed` into `dir`, and returns `dir`.
 pub fn tiny_model(dir: &Path, seed: u64, arch: &str) -> Result<PathBuf> {
     let qwen2 = arch == "qwen2";
+    let bias = qwen2 || arch == "llama+bias";
     std::fs::create_dir_all(dir).map_err(io(dir.display()))?;
     let fx = tokenizer_dir();
     for f in ["tokenizer.json", "tokenizer_config.json"] {
@@ -31,7 +32,8 @@ pub fn tiny_model(dir: &Path, seed: u64, arch: &str) -> Result<PathBuf> {
     let hd = hidden / heads;
     let config = serde_json::json!({
         "architectures": [if qwen2 { "Qwen2ForCausalLM" } else { "LlamaForCausalLM" }],
-        "model_type": arch,
+        "model_type": if qwen2 { "qwen2" } else { "llama" },
+        "attention_bias": bias,
         "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
         "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": hd,
         "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
@@ -66,7 +68,7 @@ pub fn tiny_model(dir: &Path, seed: u64, arch: &str) -> Result<PathBuf> {
         ] {
             w.insert(format!("{p}.{name}.weight"), rand(&[o, n], 0.3)?);
         }
-        if qwen2 {
+        if bias {
             for (name, n) in [
                 ("q_proj", heads * hd),
                 ("k_proj", kv * hd),

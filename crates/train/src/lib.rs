@@ -19,6 +19,7 @@ pub mod pack;
 pub mod plot;
 pub mod replay;
 pub mod rl;
+pub mod rotary;
 pub mod sft;
 pub mod snapshot;
 pub mod stage;

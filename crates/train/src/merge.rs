@@ -12,9 +12,10 @@ use std::collections::HashMap;
 
 use candle_core::Tensor;
 use hat_model::train::TrainModel;
-use hat_model::{ModelConfig, RopeLayout};
+use hat_model::ModelConfig;
 
 use crate::error::{Result, TrainError};
+use crate::rotary::{is_rotary, reorder_rows};
 
 /// The ratios [`interpolate`] accepts: from the base (0) to twice the fine-tune's step (2).
 pub const RATIO_RANGE: std::ops::RangeInclusive<f64> = 0.0..=2.0;
@@ -133,30 +134,6 @@ fn shape_differences(a: &ModelConfig, b: &ModelConfig) -> Vec<String> {
         close(a.rope_theta as f64, b.rope_theta as f64),
     );
     out
-}
-
-/// The query and key projections, whose rows follow the rotary layout.
-fn is_rotary(name: &str) -> bool {
-    name.ends_with("attn_q.weight")
-        || name.ends_with("attn_k.weight")
-        || name.ends_with("attn_q.bias")
-        || name.ends_with("attn_k.bias")
-}
-
-/// `t`'s rows (per head of `head_dim`) from layout `from` into the other layout.
-fn reorder_rows(t: &Tensor, from: RopeLayout, head_dim: usize) -> Result<Tensor> {
-    let rows = t.dim(0)?;
-    let cols = t.elem_count() / rows.max(1);
-    let heads = rows / head_dim;
-    // half-split row (h, j, i) <-> interleaved row (h, i, j) for j < 2, i < head_dim / 2
-    let split = match from {
-        RopeLayout::HalfSplit => (heads, 2, head_dim / 2, cols),
-        RopeLayout::Interleaved => (heads, head_dim / 2, 2, cols),
-    };
-    Ok(t.reshape(split)?
-        .transpose(1, 2)?
-        .contiguous()?
-        .reshape(t.shape())?)
 }
 
 #[cfg(test)]

@@ -84,21 +84,15 @@ pub fn hf_folder(model: &TrainModel, source: &Path, out: &Path) -> Result<()> {
     )?;
 
     let mut tensors: HashMap<String, Tensor> = HashMap::new();
-    // GGUF llama q/k rows are permuted for the interleaved rotary layout; transformers uses the
-    // half-split one.
+    // GGUF llama q/k rows (and biases) are permuted for the interleaved rotary layout;
+    // transformers uses the half-split one.
     let unpermute = cfg.arch == Architecture::Llama && cfg.rope_layout == RopeLayout::Interleaved;
     for (name, mut t) in model.weights()? {
         let hf = hat_model::hf::hf_name(&name).ok_or_else(|| {
             TrainError::Invalid(format!("tensor `{name}` has no Hugging Face name"))
         })?;
-        if unpermute && (name.ends_with("attn_q.weight") || name.ends_with("attn_k.weight")) {
-            let (rows, cols) = t.dims2()?;
-            let heads = rows / cfg.head_dim;
-            t = t
-                .reshape((heads, cfg.head_dim / 2, 2, cols))?
-                .transpose(1, 2)?
-                .contiguous()?
-                .reshape((rows, cols))?;
+        if unpermute && crate::rotary::is_rotary(&name) {
+            t = crate::rotary::reorder_rows(&t, RopeLayout::Interleaved, cfg.head_dim)?;
         }
         tensors.insert(hf, t.contiguous()?);
     }

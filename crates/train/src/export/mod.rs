@@ -159,18 +159,13 @@ pub fn gguf(model: &TrainModel, source: &Path, format: &str, out: &Path) -> Resu
         m.remove("general.quantization_version");
         m
     };
-    // Hugging Face llama weights use the half-split rotary layout; GGUF llama tensors are
-    // permuted for the interleaved one.
+    // Hugging Face llama weights use the half-split rotary layout; GGUF llama tensors (q/k
+    // weights and biases) are permuted for the interleaved one.
     let permute = cfg.arch == Architecture::Llama && cfg.rope_layout == RopeLayout::HalfSplit;
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
     for (name, mut t) in model.weights()? {
-        if permute && (name.ends_with("attn_q.weight") || name.ends_with("attn_k.weight")) {
-            let (rows, cols) = t.dims2()?;
-            let heads = rows / cfg.head_dim;
-            t = t
-                .reshape((heads, 2, cfg.head_dim / 2, cols))?
-                .transpose(1, 2)?
-                .reshape((rows, cols))?;
+        if permute && crate::rotary::is_rotary(&name) {
+            t = crate::rotary::reorder_rows(&t, RopeLayout::HalfSplit, cfg.head_dim)?;
         }
         let quantise = t.rank() == 2 && t.dim(1)? % dt.block_size() == 0;
         let q = QTensor::quantize(&t, if quantise { dt } else { GgmlDType::F32 })?;
