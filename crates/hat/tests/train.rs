@@ -136,6 +136,21 @@ fn train_distill_runs_resumes_and_exports_on_a_tiny_model() {
     assert!(lines.contains("rollout_mismatch"), "{lines}");
     fails_cleanly(base("3").arg("--resume").args(["--lr", "0.5"]))
         .stderr(predicate::str::contains("only --max-steps may change"));
+    // a new run over this one (no --resume) is refused before it writes anything: it used to
+    // overwrite the config and metrics, and its checkpoints were pruned as older than the
+    // old run's
+    fails_cleanly(&mut base("4")).stderr(
+        predicate::str::contains("already holds a run (checkpoint step-000003)")
+            .and(predicate::str::contains("--resume")),
+    );
+    assert_eq!(
+        std::fs::read_to_string(run.join("config.toml")).unwrap(),
+        saved
+    );
+    assert_eq!(
+        std::fs::read_to_string(run.join("metrics.jsonl")).unwrap(),
+        lines
+    );
     let out = d.path().join("distilled.gguf");
     hat()
         .args(["train", "export", "--format", "f32"])

@@ -42,6 +42,13 @@ pub enum TrainError {
          not shortened (give --max-steps {step} or more, or start a new run folder)"
     )]
     Shortened { step: usize, max_steps: usize },
+    #[error(
+        "{} already holds a run (checkpoint {checkpoint}): add --resume to continue it, or give \
+         another --out (a new run here would overwrite its config and metrics, and its \
+         checkpoints would prune the new run's)",
+        out.display()
+    )]
+    RunExists { out: PathBuf, checkpoint: String },
     #[error("{0}")]
     Invalid(String),
     #[error("rollout: {0}")]

@@ -145,6 +145,17 @@ pub fn zero_gradients(n: usize) -> Vec<Vec<f32>> {
     vec![Vec::new(); n]
 }
 
+/// Refuses a new run (`resume` false) in a folder that holds a run's checkpoints.
+pub fn refuse_existing(out: &Path, resume: bool) -> Result<()> {
+    match checkpoint::existing(out) {
+        Some(checkpoint) if !resume => Err(TrainError::RunExists {
+            out: out.to_path_buf(),
+            checkpoint,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Runs (or resumes) `stage` on `model` in the run folder `out`; returns the last export.
 pub fn train(
     s: &LoopSettings,
@@ -155,6 +166,7 @@ pub fn train(
     on: &mut dyn FnMut(Event),
 ) -> Result<PathBuf> {
     hat_model::train::set_matmul_precision(s.matmul.into())?;
+    refuse_existing(out, resume)?;
     std::fs::create_dir_all(out).map_err(io(out.display()))?;
     let sizes: Vec<usize> = model.vars().iter().map(|(_, v)| v.elem_count()).collect();
     let mut opt = AdamW::new(s.optim, &sizes);
@@ -186,10 +198,20 @@ pub fn train(
             .collect(),
         _ => Vec::new(),
     };
-    let mut metrics = std::fs::File::create(&metrics_path).map_err(io(metrics_path.display()))?;
+    // the kept lines go to a new file that replaces the old one whole: a run killed here
+    // keeps its log
+    let tmp = out.join(".metrics.jsonl.tmp");
+    let mut text = String::new();
     for l in kept {
-        writeln!(metrics, "{l}").map_err(io(metrics_path.display()))?;
+        text.push_str(&l);
+        text.push('\n');
     }
+    std::fs::write(&tmp, text).map_err(io(tmp.display()))?;
+    std::fs::rename(&tmp, &metrics_path).map_err(io(metrics_path.display()))?;
+    let mut metrics = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&metrics_path)
+        .map_err(io(metrics_path.display()))?;
     let vars = model.vars().to_vec();
     stage.start(model, &state)?;
     let mut save_due = false;

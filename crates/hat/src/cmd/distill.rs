@@ -124,9 +124,12 @@ fn apply(c: &mut DistillConfig, a: &DistillArgs) {
 
 pub fn run(a: DistillArgs) -> Result<()> {
     let (cfg, write) = resolve(&a)?;
-    run_stage(&a.run.out, write.then(|| cfg.to_toml()), |on| {
-        distill::run(&cfg, &a.run.out, a.run.resume, on)
-    })
+    run_stage(
+        &a.run.out,
+        a.run.resume,
+        write.then(|| cfg.to_toml()),
+        |on| distill::run(&cfg, &a.run.out, a.run.resume, on),
+    )
 }
 
 impl StageConfig for DistillConfig {

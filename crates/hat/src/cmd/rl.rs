@@ -122,9 +122,12 @@ fn apply(c: &mut RlConfig, a: &RlArgs) {
 
 pub fn run(a: RlArgs) -> Result<()> {
     let (cfg, write) = resolve(&a)?;
-    run_stage(&a.run.out, write.then(|| cfg.to_toml()), |on| {
-        rl::run(&cfg, &a.run.out, a.run.resume, on)
-    })
+    run_stage(
+        &a.run.out,
+        a.run.resume,
+        write.then(|| cfg.to_toml()),
+        |on| rl::run(&cfg, &a.run.out, a.run.resume, on),
+    )
 }
 
 impl StageConfig for RlConfig {

@@ -288,18 +288,24 @@ fn merge(a: MergeArgs) -> Result<()> {
 
 fn sft_cmd(a: SftArgs) -> Result<()> {
     let (cfg, write) = resolve(&a)?;
-    run_stage(&a.run.out, write.then(|| cfg.to_toml()), |on| {
-        sft::run(&cfg, &a.run.out, a.run.resume, on)
-    })
+    run_stage(
+        &a.run.out,
+        a.run.resume,
+        write.then(|| cfg.to_toml()),
+        |on| sft::run(&cfg, &a.run.out, a.run.resume, on),
+    )
 }
 
 /// Runs a stage in `out`: writes its resolved config (when new or extended), shows progress,
-/// prints the last export.
+/// prints the last export. A new run (`resume` false) over an earlier run's checkpoints is
+/// refused before anything is written.
 pub(crate) fn run_stage(
     out: &std::path::Path,
+    resume: bool,
     config_toml: Option<String>,
     train: impl FnOnce(&mut dyn FnMut(Event)) -> hat_train::Result<PathBuf>,
 ) -> Result<()> {
+    hat_train::stage::refuse_existing(out, resume)?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     if let Some(text) = config_toml {
         let saved = out.join("config.toml");

@@ -339,7 +339,10 @@ fn trim_rollouts(out: &Path, step: usize) -> Result<()> {
         })
         .flat_map(|l| [l, "\n"])
         .collect();
-    std::fs::write(&path, kept).map_err(io(path.display()))
+    // replaced whole, so a run killed here keeps its log
+    let tmp = out.join(".rollouts.jsonl.tmp");
+    std::fs::write(&tmp, kept).map_err(io(tmp.display()))?;
+    std::fs::rename(&tmp, &path).map_err(io(path.display()))
 }
 
 impl Stage for RlStage {
