@@ -250,12 +250,12 @@ impl Harness {
                     "inputSchema must be a JSON Schema with \"type\": \"object\"",
                 ));
             }
-            let cycle = crate::schema_refs::same_instance_ref_cycle(&t.input_schema);
+            let cycle = crate::schema_refs::problem(&t.input_schema);
             if let Some(c) = &cycle {
                 problems.push(Problem::new(
                     &file,
                     here("$ref"),
-                    format!("inputSchema: {c} (a validator would recurse forever; make each reference reach a property or an item)"),
+                    format!("inputSchema: {c}"),
                 ));
             }
             for why in crate::schema_lint::unsatisfiable(&t.input_schema) {

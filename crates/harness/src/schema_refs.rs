@@ -3,6 +3,11 @@
 //! value. A cycle of references that stays on the same instance location (`$ref`, `allOf`,
 //! `anyOf`, `oneOf`, `not`, `if`/`then`/`else`, `$defs` chains) never does, and a validator
 //! following it recurses without end. Such schemas are refused when the harness is checked.
+//!
+//! The check follows local JSON Pointers (`#`, `#/$defs/a`, percent-encoded or not, as the
+//! validator reads them). References it cannot follow (anchors, `$id` bases, `$dynamicRef`,
+//! other documents) are refused as well: a cycle through one of them would pass the check and
+//! crash the process that validates a call.
 
 use std::collections::HashMap;
 
@@ -16,10 +21,21 @@ const SAME_INSTANCE_MANY: [&str; 3] = ["allOf", "anyOf", "oneOf"];
 const MAX_NODES: usize = 100_000;
 const MAX_DEPTH: usize = 256;
 
-/// The first `$ref` cycle that never descends into the instance, as the chain of JSON
-/// Pointers (`#/$defs/a -> #/$defs/b -> #/$defs/a`), or a message when the schema is too
-/// large or deep to check; `None` when there is no such cycle.
-pub fn same_instance_ref_cycle(schema: &Value) -> Option<String> {
+/// Keywords that move references off the document's own JSON Pointers: refused.
+const UNFOLLOWED: [&str; 6] = [
+    "$anchor",
+    "$dynamicAnchor",
+    "$dynamicRef",
+    "$recursiveAnchor",
+    "$recursiveRef",
+    "$id",
+];
+
+/// What is wrong with the schema's references, with what to do: the first `$ref` cycle that
+/// never descends into the instance, as the chain of JSON Pointers (`#/$defs/a -> #/$defs/b
+/// -> #/$defs/a`), a reference the check cannot follow, or a schema too large or deep to
+/// check; `None` when the references are fine.
+pub fn problem(schema: &Value) -> Option<String> {
     let mut state: HashMap<String, u8> = HashMap::new(); // 1: on the path, 2: done
     let mut path: Vec<String> = Vec::new();
     let mut budget = MAX_NODES;
@@ -31,6 +47,27 @@ pub fn same_instance_ref_cycle(schema: &Value) -> Option<String> {
             return Some(too_large());
         }
         budget -= 1;
+        if let Some(o) = v.as_object() {
+            // a string value: the keyword itself, not a property named like it
+            let at_root = p == "#";
+            for k in UNFOLLOWED {
+                if o.get(k).is_some_and(Value::is_string) && !(at_root && k == "$id") {
+                    return Some(format!(
+                        "`{k}` at {p}: references are checked as local JSON Pointers only; \
+                         refer with `\"$ref\": \"#/$defs/name\"` instead"
+                    ));
+                }
+            }
+            if let Some(r) = o.get("$ref").and_then(Value::as_str) {
+                if resolve(schema, r).is_none() {
+                    return Some(format!(
+                        "`$ref` `{r}` at {p} does not lead to a part of this schema: use a \
+                         local JSON Pointer such as `#/$defs/name` (other documents and \
+                         anchors are not followed)"
+                    ));
+                }
+            }
+        }
         if v.is_object() && !state.contains_key(&p) {
             if let Some(found) = visit(schema, v, p.clone(), &mut state, &mut path, &mut budget) {
                 return Some(found);
@@ -75,7 +112,8 @@ fn visit(
             let mut chain: Vec<&str> = path[from..].iter().map(String::as_str).collect();
             chain.push(&ptr);
             return Some(format!(
-                "a `$ref` cycle that never reaches a property or an item: {}",
+                "a `$ref` cycle that never reaches a property or an item: {} (a validator \
+                 would recurse forever; make each reference reach a property or an item)",
                 chain.join(" -> ")
             ));
         }
@@ -91,7 +129,7 @@ fn visit(
     if let Some(obj) = node.as_object() {
         if let Some(r) = obj.get("$ref").and_then(Value::as_str) {
             if let Some(target) = resolve(root, r) {
-                next.push((normalise(r), target));
+                next.push((normalise(&decode(r)), target));
             }
         }
         for k in SAME_INSTANCE_ONE {
@@ -130,9 +168,18 @@ fn normalise(r: &str) -> String {
     }
 }
 
-/// Resolves a local reference (`#`, `#/$defs/a`); other references are left to the
-/// validator.
+/// A reference with its percent-escapes decoded (`#/%24defs/a` is `#/$defs/a`, as the
+/// validator reads it).
+fn decode(r: &str) -> String {
+    percent_encoding::percent_decode_str(r)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+/// Resolves a local reference (`#`, `#/$defs/a`, percent-encoded or not); `None` for
+/// anything else.
 fn resolve<'a>(root: &'a Value, r: &str) -> Option<&'a Value> {
+    let r = decode(r);
     let pointer = r.strip_prefix('#')?;
     if pointer.is_empty() {
         return Some(root);
@@ -152,15 +199,51 @@ mod tests {
             "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
             "properties": {"x": {"$ref": "#/$defs/a"}}
         });
-        let m = same_instance_ref_cycle(&s).unwrap();
+        let m = problem(&s).unwrap();
         assert!(m.contains("#/$defs/a -> #/$defs/b -> #/$defs/a"), "{m}");
     }
 
     #[test]
     fn self_reference_and_allof_cycles_are_found() {
-        assert!(same_instance_ref_cycle(&json!({"$ref": "#"})).is_some());
+        assert!(problem(&json!({"$ref": "#"})).is_some());
         let s = json!({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}, "type": "object"});
-        assert!(same_instance_ref_cycle(&s).is_some());
+        assert!(problem(&s).is_some());
+    }
+
+    #[test]
+    fn a_cycle_behind_percent_escapes_is_found() {
+        let s = json!({
+            "type": "object", "$ref": "#/%24defs/a",
+            "$defs": {"a": {"$ref": "#/%24defs/b"}, "b": {"$ref": "#/$defs/a"}}
+        });
+        let m = problem(&s).unwrap();
+        assert!(m.contains("#/$defs/a -> #/$defs/b -> #/$defs/a"), "{m}");
+    }
+
+    #[test]
+    fn references_the_check_cannot_follow_are_refused() {
+        // an anchor cycle: the validator follows it, this check would not
+        let anchors = json!({
+            "type": "object", "$ref": "#A",
+            "$defs": {"a": {"$anchor": "A", "$ref": "#B"}, "b": {"$anchor": "B", "$ref": "#A"}}
+        });
+        let m = problem(&anchors).unwrap();
+        assert!(
+            m.contains("`$ref` `#A`") && m.contains("#/$defs/name"),
+            "{m}"
+        );
+        let remote = json!({"type": "object", "$ref": "https://example.com/s.json"});
+        assert!(problem(&remote)
+            .unwrap()
+            .contains("does not lead to a part"));
+        let dangling = json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/none"}}});
+        assert!(problem(&dangling).is_some());
+        let sub_id = json!({"type": "object", "properties": {"x": {"$id": "x.json"}}});
+        assert!(problem(&sub_id).unwrap().contains("`$id`"));
+        // properties named like the keywords are data, not references
+        let named = json!({"type": "object", "$id": "tool.json", "properties": {
+            "$ref": {"type": "string"}, "$id": {"type": "string"}, "$anchor": {"type": "integer"}}});
+        assert_eq!(problem(&named), None);
     }
 
     #[test]
@@ -171,8 +254,8 @@ mod tests {
                 "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
             "properties": {"root": {"$ref": "#/$defs/node"}}
         });
-        assert_eq!(same_instance_ref_cycle(&tree), None);
+        assert_eq!(problem(&tree), None);
         let plain = json!({"type": "object", "properties": {"product_id": {"type": "string"}}});
-        assert_eq!(same_instance_ref_cycle(&plain), None);
+        assert_eq!(problem(&plain), None);
     }
 }
