@@ -14,64 +14,41 @@ pub const MAX_TEXT_FILES: usize = 256;
 pub const MAX_TEXT_FILE_BYTES: usize = 1 << 20;
 
 /// A harness folder as text: relative path (with `/`) to contents, and the paths with an
-/// executable bit (command hooks' scripts). Files that are not UTF-8 are listed in the third
-/// value and left out of the first: the console shows them but cannot edit them.
+/// executable bit (command hooks' scripts). Harness files that cannot be edited as text (not
+/// UTF-8, or too large) are listed in the third value and left out of the first: the console
+/// shows them but cannot edit them.
 pub type TextFiles = (
     std::collections::BTreeMap<String, String>,
     Vec<String>,
     Vec<String>,
 );
 
-/// Reads a harness folder as text for the console's editor.
+/// Reads a harness folder as text for the console's editor: the files that make up the
+/// harness as `hat harness check` reads them (`hat_harness::files::read_dir`), so a `.git`
+/// folder, notes or an evaluation's output kept in the folder are neither shown nor counted.
 pub fn read_text_files(dir: &Path) -> Result<TextFiles> {
-    let mut files = std::collections::BTreeMap::new();
-    let (mut exec, mut binary) = (Vec::new(), Vec::new());
-    let mut stack = vec![(dir.to_path_buf(), String::new())];
-    let mut seen = 0usize;
-    while let Some((d, prefix)) = stack.pop() {
-        let rd = std::fs::read_dir(&d)
-            .map_err(|e| ServeError::internal(format!("reading {}", d.display()), e))?;
-        let mut entries: Vec<_> = rd.filter_map(|e| e.ok()).collect();
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            let name = e.file_name().to_string_lossy().to_string();
-            let rel = format!("{prefix}{name}");
-            let Ok(ft) = e.file_type() else { continue };
-            if ft.is_dir() {
-                if rel.split('/').count() < MAX_ARCHIVE_DEPTH {
-                    stack.push((e.path(), format!("{rel}/")));
-                }
-                continue;
-            }
-            if !ft.is_file() {
-                continue;
-            }
-            seen += 1;
-            if seen > MAX_TEXT_FILES {
-                return Err(ServeError::bad(
-                    "files",
-                    format!("the harness has more than {MAX_TEXT_FILES} files"),
-                ));
-            }
-            let bytes = std::fs::read(e.path())
-                .map_err(|err| ServeError::internal(format!("reading {rel}"), err))?;
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::PermissionsExt;
-                if e.metadata()
-                    .is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
-                {
-                    exec.push(rel.clone());
-                }
-            }
-            match String::from_utf8(bytes) {
-                Ok(s) if s.len() <= MAX_TEXT_FILE_BYTES => {
-                    files.insert(rel, s);
-                }
-                _ => binary.push(rel),
-            }
+    let (files, problems) = hat_harness::files::read_dir(dir).map_err(|e| {
+        ServeError::internal(format!("reading the harness in {}", dir.display()), e)
+    })?;
+    let mut exec = Vec::new();
+    #[cfg(unix)]
+    for rel in files.keys() {
+        use std::os::unix::fs::PermissionsExt;
+        if std::fs::metadata(dir.join(rel)).is_ok_and(|m| m.permissions().mode() & 0o111 != 0) {
+            exec.push(rel.clone());
         }
     }
+    // harness files the reader could not take as text (links and devices are not files of
+    // the harness: left out)
+    let mut binary: Vec<String> = problems
+        .into_iter()
+        .map(|p| p.file)
+        .filter(|rel| {
+            std::fs::symlink_metadata(dir.join(rel)).is_ok_and(|m| m.file_type().is_file())
+        })
+        .collect();
+    binary.sort();
+    binary.dedup();
     Ok((files, exec, binary))
 }
 
@@ -110,6 +87,15 @@ pub fn write_text_files(
                 "`{}` is not a relative path inside the harness folder",
                 hat_harness::text::truncate_chars(rel, 80)
             )));
+        }
+        // `hooks` and `hooks/a.sh` cannot both be written: one would be a file and a folder
+        let folder = format!("{rel}/");
+        if let Some((below, _)) = files.range(folder.clone()..).next() {
+            if below.starts_with(&folder) {
+                return Err(bad(format!(
+                    "`{rel}` is a file and `{below}` puts a file inside it: rename one of them"
+                )));
+            }
         }
         if text.len() > MAX_TEXT_FILE_BYTES {
             return Err(bad(format!(
@@ -168,5 +154,56 @@ pub fn write_text_files(
             format!("moving the edit to {}", dest.display()),
             e,
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_editor_reads_the_harness_files_and_nothing_else_in_the_folder() {
+        let d = tempfile::tempdir().unwrap();
+        let w = |rel: &str, bytes: &[u8]| {
+            let p = d.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, bytes).unwrap();
+        };
+        w("harness.toml", b"name = \"h\"\r\n");
+        w("tools/a.json", b"{}");
+        w("hooks/bin/filter", &[0x7f, b'E', b'L', b'F', 0xff, 0xfe]);
+        // a git checkout and an evaluation's output beside the harness: more files than an
+        // edit may hold, none of them the harness's
+        for i in 0..300 {
+            w(&format!(".git/objects/{i}"), b"x");
+            w(&format!("runs/eval/{i}.json"), b"{}");
+        }
+        w("README.md", b"notes");
+        let (files, _exec, binary) = read_text_files(d.path()).unwrap();
+        assert_eq!(
+            files.keys().collect::<Vec<_>>(),
+            ["harness.toml", "tools/a.json"]
+        );
+        assert_eq!(files["harness.toml"], "name = \"h\"\n");
+        assert_eq!(binary, ["hooks/bin/filter"]);
+    }
+
+    #[test]
+    fn an_edit_naming_a_path_as_both_file_and_folder_is_a_bad_request() {
+        let d = tempfile::tempdir().unwrap();
+        let files: std::collections::BTreeMap<String, String> = [
+            ("harness.toml", "name = 'h'"),
+            ("hooks", "x"),
+            ("hooks/a.sh", "echo"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let e = write_text_files(&files, &[], d.path()).unwrap_err();
+        assert!(matches!(e, ServeError::BadRequest { .. }), "{e}");
+        assert!(
+            e.to_string().contains("`hooks` is a file and `hooks/a.sh`"),
+            "{e}"
+        );
     }
 }
