@@ -127,6 +127,10 @@ pub struct ChatInput {
     pub add_generation_prompt: bool,
 }
 
+/// Template instructions one render may execute: real chat templates need a few hundred a
+/// message; this allows thousands of messages with tools.
+pub const TEMPLATE_FUEL: u64 = 5_000_000;
+
 impl ChatTemplate {
     /// Compiles `source`; `bos`/`eos` fill `bos_token`/`eos_token`.
     pub fn new(source: &str, bos: &str, eos: &str) -> Result<Self> {
@@ -134,6 +138,9 @@ impl ChatTemplate {
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        // a template comes with the model file: a runaway loop in it stops with an error
+        // instead of stalling every turn
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.add_filter("tojson", tojson);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
@@ -307,6 +314,31 @@ mod tests {
     use serde_json::json;
 
     const SMOL: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    #[test]
+    fn a_runaway_template_stops_with_an_error() {
+        let t = ChatTemplate::new(
+            "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+            "",
+            "",
+        )
+        .unwrap();
+        let e = t.render(&ChatInput::default()).unwrap_err().to_string();
+        assert!(e.contains("fuel"), "{e}");
+        // a long conversation in a real template stays far within the budget
+        let smol = ChatTemplate::new(SMOL, "<|im_start|>", "<|im_end|>").unwrap();
+        let messages = (0..2000)
+            .map(
+                |i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": "hi"}),
+            )
+            .collect();
+        smol.render(&ChatInput {
+            messages,
+            tools: None,
+            add_generation_prompt: true,
+        })
+        .unwrap();
+    }
 
     #[test]
     fn renders_smollm_template() {

@@ -71,6 +71,10 @@ pub struct ModelConfig {
 /// The longest context a model file may declare (SmolLM2: 8,192; the largest open models:
 /// about a million).
 pub const MAX_CONTEXT: usize = 1 << 21;
+/// The most layers and attention heads a model file may declare (the largest open models
+/// have a few hundred layers and at most a few hundred heads).
+pub const MAX_LAYERS: usize = 4096;
+pub const MAX_HEADS: usize = 4096;
 
 impl ModelConfig {
     /// Inverse frequencies of the rotary embedding, after scaling.
@@ -116,6 +120,21 @@ impl ModelConfig {
         ];
         if let Some((what, _)) = sizes.iter().find(|(_, n)| *n == 0) {
             return Err(Error::InvalidArgument(format!("model config: {what} is 0")));
+        }
+        // Tables are built per layer and head before any tensor is read: a damaged count
+        // (4e9 layers) would exhaust memory instead of failing on the first missing tensor.
+        let bounds = [
+            ("layers", self.num_layers, MAX_LAYERS),
+            ("attention heads", self.num_heads, MAX_HEADS),
+            ("kv heads", self.num_kv_heads, MAX_HEADS),
+        ];
+        if let Some((what, n, max)) = bounds.iter().find(|(_, n, max)| n > max) {
+            return Err(Error::InvalidArgument(format!(
+                "model config: {n} {what}, more than any model has (at most {max}); is the \
+                 file damaged? (GGUF `*.block_count` / `*.attention.head_count[_kv]`, \
+                 config.json `num_hidden_layers` / `num_attention_heads` / \
+                 `num_key_value_heads`)"
+            )));
         }
         if !(self.rms_eps.is_finite() && self.rms_eps > 0.0 && self.rms_eps < 1.0) {
             return Err(Error::InvalidArgument(format!(
@@ -269,6 +288,8 @@ mod tests {
                 serde_json::json!(4_294_967_295u64),
             ),
             ("max_position_embeddings", serde_json::json!(0)),
+            // a damaged layer count built per-layer tables until memory ran out
+            ("num_hidden_layers", serde_json::json!(4_000_000_000u64)),
         ] {
             let mut w = v.clone();
             w[k] = bad;

@@ -80,6 +80,7 @@ fn split_layer(rest: &str) -> Option<(&str, &str, &str)> {
 pub struct HfFolder {
     dir: PathBuf,
     config: Value,
+    tokenizer_config: Value,
 }
 
 impl HfFolder {
@@ -89,9 +90,17 @@ impl HfFolder {
             return Err(Error::ModelNotFound(dir.to_path_buf()));
         }
         let config = read_json(&dir.join("config.json"))?;
+        let tokenizer_config = match read_json(&dir.join("tokenizer_config.json")) {
+            Ok(v) => v,
+            Err(Error::ModelNotFound(_)) => Value::Null,
+            // a file that is there but does not parse would silently lose the chat template
+            // and the special tokens
+            Err(e) => return Err(e),
+        };
         Ok(Self {
             dir: dir.to_path_buf(),
             config,
+            tokenizer_config,
         })
     }
 
@@ -129,9 +138,9 @@ impl HfFolder {
         Ok(map)
     }
 
-    /// `tokenizer_config.json`, if present.
-    fn tokenizer_config(&self) -> Value {
-        read_json(&self.dir.join("tokenizer_config.json")).unwrap_or(Value::Null)
+    /// `tokenizer_config.json` (null when the folder has none).
+    fn tokenizer_config(&self) -> &Value {
+        &self.tokenizer_config
     }
 
     /// Chat template from `chat_template.jinja` or `tokenizer_config.json`.
@@ -154,7 +163,7 @@ impl HfFolder {
     pub fn tokenizer_spec(&self) -> Result<TokenizerSpec> {
         let path = self.dir.join("tokenizer.json");
         let tj = read_json(&path)?;
-        tokenizer_spec_from_json(&tj, &self.tokenizer_config())
+        tokenizer_spec_from_json(&tj, self.tokenizer_config())
     }
 }
 
@@ -165,6 +174,10 @@ fn token_content(v: &Value) -> Option<String> {
         _ => None,
     }
 }
+
+/// Token ids past this are refused: the largest vocabularies in use have a few hundred
+/// thousand entries.
+const MAX_TOKEN_ID: u64 = 1 << 24;
 
 /// Builds a tokenizer spec from parsed `tokenizer.json` and `tokenizer_config.json`.
 pub fn tokenizer_spec_from_json(tj: &Value, tc: &Value) -> Result<TokenizerSpec> {
@@ -178,16 +191,23 @@ pub fn tokenizer_spec_from_json(tj: &Value, tc: &Value) -> Result<TokenizerSpec>
     let vocab = model["vocab"]
         .as_object()
         .ok_or_else(|| Error::Missing("tokenizer.json model.vocab".into()))?;
-    let mut size = vocab
-        .values()
-        .filter_map(Value::as_u64)
-        .max()
-        .map_or(0, |m| m as usize + 1);
     let added = tj["added_tokens"].as_array().cloned().unwrap_or_default();
-    for a in &added {
-        if let Some(id) = a["id"].as_u64() {
-            size = size.max(id as usize + 1);
+    // ids index a table as long as the largest: a corrupt id must not size it
+    let ids = vocab.iter().map(|(t, id)| (t.as_str(), id.as_u64())).chain(
+        added
+            .iter()
+            .map(|a| (a["content"].as_str().unwrap_or("?"), a["id"].as_u64())),
+    );
+    let mut size = 0usize;
+    for (t, id) in ids {
+        let Some(id) = id else { continue };
+        if id >= MAX_TOKEN_ID {
+            return Err(Error::Tokenizer(format!(
+                "token {t:?} has id {id}; a vocabulary's ids run from 0 to fewer than \
+                 {MAX_TOKEN_ID} (is tokenizer.json damaged?)"
+            )));
         }
+        size = size.max(id as usize + 1);
     }
     let mut tokens = vec![String::new(); size];
     let mut kinds = vec![TokenKind::Normal; size];
@@ -338,5 +358,21 @@ mod tests {
             assert_eq!(hf_name(&gguf_name(hf).unwrap()).as_deref(), Some(hf));
         }
         assert!(hf_name("rope_freqs.weight").is_none());
+    }
+
+    #[test]
+    fn a_damaged_tokenizer_is_an_error_not_a_crash_or_a_silent_default() {
+        let tj = |id: u64| serde_json::json!({"model": {"type": "BPE", "vocab": {"a": 0, "b": id}, "merges": []}});
+        let e = tokenizer_spec_from_json(&tj(u64::MAX), &Value::Null).unwrap_err();
+        assert!(e.to_string().contains("\"b\" has id"), "{e}");
+        assert!(tokenizer_spec_from_json(&tj(1_000_000_000_000), &Value::Null).is_err());
+        // a tokenizer_config.json that does not parse fails the open: it holds the chat
+        // template and the special tokens
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("config.json"), "{}").unwrap();
+        HfFolder::open(d.path()).unwrap();
+        std::fs::write(d.path().join("tokenizer_config.json"), "{\"a\": 1,}").unwrap();
+        let e = HfFolder::open(d.path()).err().unwrap().to_string();
+        assert!(e.contains("tokenizer_config.json"), "{e}");
     }
 }

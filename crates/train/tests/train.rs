@@ -429,6 +429,14 @@ fn a_bad_dataset_line_is_named_by_file_and_line() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("d.jsonl:3:"), "{e}");
+    // a byte that is not UTF-8 (a Latin-1 export) is named by line too
+    let mut bytes = format!("{good}\n").into_bytes();
+    bytes.extend(b"{\"messages\": \"caf\xe9\"}\n");
+    std::fs::write(&data, bytes).unwrap();
+    let e = hat_train::tokens::read_jsonl(&data)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("d.jsonl:2:") && e.contains("not UTF-8"), "{e}");
 }
 
 #[test]
