@@ -71,7 +71,7 @@ pub fn prepare(cfg: &SftConfig, enc: &Encoder, max_positions: usize) -> Result<P
         use rayon::prelude::*;
         trajs
             .par_iter()
-            .map(|t| enc.encode(&t.id, &t.record.messages))
+            .map(|t| enc.encode_within(&t.id, &t.record.messages, limit))
             .collect()
     };
     let mut samples = Vec::with_capacity(trajs.len());

@@ -96,7 +96,23 @@ impl Encoder {
 
     /// Tokens and loss mask of a conversation; `id` names it in errors.
     pub fn encode(&self, id: &str, messages: &[Message]) -> Result<Sample> {
+        self.encode_within(id, messages, usize::MAX)
+    }
+
+    /// [`Self::encode`] for a conversation that may be longer than `limit` tokens: such a
+    /// conversation comes back unmasked (its tokens only, for the caller to drop or refuse),
+    /// without the render of every prefix that finding the assistant spans takes (quadratic in
+    /// the turns: hours for an imported chat of thousands of turns).
+    pub fn encode_within(&self, id: &str, messages: &[Message], limit: usize) -> Result<Sample> {
         let tokens = self.tokens(messages, false)?;
+        if tokens.len() > limit {
+            return Ok(Sample {
+                id: id.to_string(),
+                mask: vec![false; tokens.len()],
+                tokens,
+                weight: Vec::new(),
+            });
+        }
         let mut mask = vec![false; tokens.len()];
         let mut weight = Vec::new();
         let eog = self.tok.eog_tokens();

@@ -210,6 +210,12 @@ fn the_mask_covers_assistant_tokens_and_their_end_of_turn_only() {
             learned_text(&enc, &s),
             "hello there<|im_end|>it is 42<|im_end|>"
         );
+        // within a limit the same sample; past it the tokens alone, for the caller to drop
+        let within = enc.encode_within("c", &conv, s.tokens.len()).unwrap();
+        assert_eq!((&within.tokens, &within.mask), (&s.tokens, &s.mask));
+        let past = enc.encode_within("c", &conv, s.tokens.len() - 1).unwrap();
+        assert_eq!(past.tokens, s.tokens);
+        assert!(past.mask.iter().all(|m| !m));
     }
 }
 
