@@ -151,6 +151,14 @@ fn train_distill_runs_resumes_and_exports_on_a_tiny_model() {
         std::fs::read_to_string(run.join("metrics.jsonl")).unwrap(),
         lines
     );
+    // a finished run whose checkpoints are gone (as the pipeline leaves a stage) is not
+    // resumed from step 0 over its model
+    std::fs::create_dir_all(run.join("model-hf")).unwrap();
+    std::fs::rename(run.join("checkpoints"), d.path().join("ck")).unwrap();
+    fails_cleanly(base("4").arg("--resume"))
+        .stderr(predicate::str::contains("no checkpoints to resume from"));
+    std::fs::remove_dir(run.join("model-hf")).unwrap();
+    std::fs::rename(d.path().join("ck"), run.join("checkpoints")).unwrap();
     let out = d.path().join("distilled.gguf");
     hat()
         .args(["train", "export", "--format", "f32"])

@@ -88,18 +88,27 @@ pub fn save(
     std::fs::write(&latest_tmp, &name).map_err(io(latest_tmp.display()))?;
     std::fs::rename(&latest_tmp, root.join(LATEST)).map_err(io(root.display()))?;
     // prune older complete checkpoints
-    let mut all: Vec<String> = std::fs::read_dir(&root)
-        .map_err(io(root.display()))?
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("step-"))
-        .collect();
-    all.sort();
+    let all = by_step(&root).map_err(io(root.display()))?;
     let n = all.len();
-    for old in all.into_iter().take(n.saturating_sub(keep.max(1))) {
+    for (_, old) in all.into_iter().take(n.saturating_sub(keep.max(1))) {
         let _ = std::fs::remove_dir_all(root.join(old));
     }
     Ok(dst)
+}
+
+/// The checkpoint folders under `root` (`step-N`), oldest first by step number (names past
+/// step 999,999 have more digits and would sort before older ones as text).
+fn by_step(root: &Path) -> std::io::Result<Vec<(u64, String)>> {
+    let mut all: Vec<(u64, String)> = std::fs::read_dir(root)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let step = name.strip_prefix("step-")?.parse().ok()?;
+            Some((step, name))
+        })
+        .collect();
+    all.sort();
+    Ok(all)
 }
 
 /// The model a run started from (`model` in its `config.toml`, whichever stage wrote it),
@@ -201,12 +210,7 @@ fn read_meta(dir: &Path) -> Result<serde_json::Value> {
 /// the `latest` pointer when no folder is left), for refusing to start a new run over it.
 pub fn existing(run: &Path) -> Option<String> {
     let root = ckpt_root(run);
-    let newest = std::fs::read_dir(&root)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("step-"))
-        .max();
+    let newest = by_step(&root).ok()?.pop().map(|(_, name)| name);
     newest.or_else(|| root.join(LATEST).is_file().then(|| LATEST.to_string()))
 }
 
@@ -284,5 +288,22 @@ mod tests {
             let e = latest(d.path()).unwrap_err().to_string();
             assert!(e.contains("checkpoint folder's name"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn checkpoints_order_by_step_number_past_a_million_steps() {
+        let d = tempfile::tempdir().unwrap();
+        let root = ckpt_root(d.path());
+        for n in [
+            "step-999995",
+            "step-1000000",
+            "step-000010",
+            ".tmp-step-000011",
+        ] {
+            std::fs::create_dir_all(root.join(n)).unwrap();
+        }
+        let names: Vec<String> = by_step(&root).unwrap().into_iter().map(|x| x.1).collect();
+        assert_eq!(names, ["step-000010", "step-999995", "step-1000000"]);
+        assert_eq!(existing(d.path()).as_deref(), Some("step-1000000"));
     }
 }

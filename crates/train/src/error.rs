@@ -49,6 +49,16 @@ pub enum TrainError {
         out.display()
     )]
     RunExists { out: PathBuf, checkpoint: String },
+    #[error(
+        "{} holds a finished run's model ({}) but no checkpoints to resume from (`hat train \
+         pipeline` removes them unless keep_checkpoints = true): a run here would start again \
+         from step 0 and replace that model; to train it further, give --model {} and a new \
+         --out",
+        out.display(),
+        model.display(),
+        model.display()
+    )]
+    CheckpointsGone { out: PathBuf, model: PathBuf },
     #[error("{0}")]
     Invalid(String),
     #[error("rollout: {0}")]

@@ -145,14 +145,27 @@ pub fn zero_gradients(n: usize) -> Vec<Vec<f32>> {
     vec![Vec::new(); n]
 }
 
-/// Refuses a new run (`resume` false) in a folder that holds a run's checkpoints.
+/// Refuses a new run (`resume` false) in a folder that holds a run's checkpoints, and any
+/// run in a folder whose run finished and lost its checkpoints (`hat train pipeline` removes
+/// them): it would start from step 0 and replace the exported model.
 pub fn refuse_existing(out: &Path, resume: bool) -> Result<()> {
     match checkpoint::existing(out) {
         Some(checkpoint) if !resume => Err(TrainError::RunExists {
             out: out.to_path_buf(),
             checkpoint,
         }),
-        _ => Ok(()),
+        Some(_) => Ok(()),
+        None => match crate::export::FORMATS
+            .iter()
+            .map(|f| crate::export::run_output(out, f))
+            .find(|p| p.exists())
+        {
+            Some(model) => Err(TrainError::CheckpointsGone {
+                out: out.to_path_buf(),
+                model,
+            }),
+            None => Ok(()),
+        },
     }
 }
 
