@@ -386,7 +386,14 @@ pub fn run_agent(
     if !done.is_empty() {
         // runs from before this file was written ran the defaults
         let mut before = match std::fs::read(&episode_path) {
-            Ok(b) => serde_json::from_slice(&b).unwrap_or(Value::Null),
+            Ok(b) => serde_json::from_slice(&b).map_err(|e| EvalError::Parse {
+                file: episode_path.display().to_string(),
+                line: e.line(),
+                message: format!(
+                    "{e}: the settings the finished items ran with cannot be read; if they \
+                     were these flags, delete the file and resume, or choose another --out"
+                ),
+            })?,
             Err(_) => json!({
                 "max_turns": EpisodeConfig::default().max_turns,
                 "final_reply": false,
@@ -407,8 +414,7 @@ pub fn run_agent(
             )));
         }
     }
-    std::fs::write(&episode_path, episode.to_string())
-        .map_err(|e| EvalError::io(&episode_path, e))?;
+    write_json(&episode_path, &episode)?;
     let mut todo: Vec<(usize, &suite::AgentItem)> = items
         .iter()
         .enumerate()

@@ -106,6 +106,8 @@ pub fn tasks_file(
     let h = Harness::load(harness_dir)?;
     let text = std::fs::read_to_string(path).map_err(|e| EvalError::io(path, e))?;
     let mut items = Vec::new();
+    // results are kept by task id: a second task with an id would be run and then lost
+    let mut first_line: std::collections::HashMap<String, usize> = Default::default();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim_start_matches('\u{feff}').trim();
         if line.is_empty() {
@@ -131,6 +133,12 @@ pub fn tasks_file(
             )));
         }
         hat_tasks::expect(&task, &h, world).map_err(|e| bad(format!("task {}: {e}", task.id)))?;
+        if let Some(first) = first_line.insert(task.id.clone(), i + 1) {
+            return Err(bad(format!(
+                "task id `{}` is already the id of line {first}: give every task its own id",
+                task.id
+            )));
+        }
         items.push(AgentItem { task, state: 0 });
         if items.len() > MAX_TASKS_FILE {
             return Err(EvalError::Usage(format!(

@@ -354,6 +354,17 @@ fn a_tasks_file_replaces_the_built_in_items_and_names_a_bad_line() {
         .unwrap()
         .to_string();
     assert!(e.contains("tasks.jsonl") && e.contains('2'), "{e}");
+    // a copied line keeps its id: its result would replace the first one's
+    std::fs::write(&file, format!("{}\n{}\n{}\n", lines[0], lines[1], lines[0])).unwrap();
+    c.out_dir = dir.path().join("out-dup");
+    let e = hat_eval::run::run_agent(Suite::Lsqa, &c, &mut Backend::Oracle, &mut |_, _| {})
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("tasks.jsonl:3") && e.contains("already the id of line 1"),
+        "{e}"
+    );
     // Red-team finding: an unknown on_stage or attribute was accepted, or failed later as
     // "cannot compute gold" without the file.
     let fact = tasks

@@ -119,6 +119,8 @@ fn data(
         hat_augment::Pool::Train,
         d.seed,
     )?;
+    // a generation cut off mid-line (a kill, a full disk) resumes as `hat data gen --resume`
+    hat_agent::jsonl::repair_tail(&path).map_err(io(&path))?;
     let skip = hat_data::gen::existing_keys(&path)?;
     let mut f = std::fs::OpenOptions::new()
         .create(true)

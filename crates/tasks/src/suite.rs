@@ -28,6 +28,12 @@ impl WorldCache {
         self.worlds.get(&seed)
     }
 
+    /// Drops every world but `seed`'s (a cache that serves one episode at a time need not
+    /// keep what earlier episodes used).
+    pub fn keep_only(&mut self, seed: u64) {
+        self.worlds.retain(|s, _| *s == seed);
+    }
+
     pub fn get(&mut self, seed: u64) -> Result<&World, TaskError> {
         match self.worlds.entry(seed) {
             std::collections::btree_map::Entry::Occupied(e) => Ok(e.into_mut()),
@@ -201,6 +207,17 @@ pub struct SceneTask {
 mod tests {
     use super::*;
     use crate::task::Intent;
+
+    #[test]
+    fn a_cache_keeps_only_the_world_it_is_told_to() {
+        let mut worlds = WorldCache::default();
+        worlds.get(1).unwrap();
+        worlds.get(2).unwrap();
+        worlds.keep_only(2);
+        assert!(worlds.peek(1).is_none() && worlds.peek(2).is_some());
+        worlds.keep_only(3);
+        assert!(worlds.peek(2).is_none());
+    }
 
     #[test]
     fn scenes_share_world_stage_and_recent_and_nothing_else() {

@@ -120,10 +120,22 @@ impl Env {
         pass_weight: f64,
     ) -> Result<Vec<Group>> {
         let draws = (0..n).map(|_| self.draw(rng)).collect::<Result<Vec<_>>>()?;
+        // Slot 0 holds every world (the task set was generated into it, and draws read it);
+        // the others keep only this step's world, or a run's slots would each grow to every
+        // world of the task set.
+        for s in self.slots.iter_mut().skip((n * g).max(1)) {
+            *s = WorldCache::default();
+        }
         for (d, draw) in draws.iter().enumerate() {
             let seed = self.tasks[draw.task].world_seed;
             for j in 0..g {
-                self.slot(d * g + j, seed)?;
+                let i = d * g + j;
+                if i > 0 {
+                    if let Some(s) = self.slots.get_mut(i) {
+                        s.keep_only(seed);
+                    }
+                }
+                self.slot(i, seed)?;
             }
         }
         let cfg = EpisodeConfig {
