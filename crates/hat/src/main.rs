@@ -49,7 +49,7 @@ enum Command {
     /// Measure speed.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCmd),
-    /// Train models: supervised fine-tuning, export.
+    /// Train models: the three HAT stages (SFT, distillation, RL), the pipeline, export, merge, plots.
     #[command(subcommand)]
     Train(cmd::train::TrainCmd),
     /// Serve live streams and an OpenAI-compatible API.
