@@ -108,6 +108,9 @@ pub struct App {
     pub closing: tokio::sync::watch::Sender<bool>,
     /// Serialises stream creation (id choice and folder).
     pub create_lock: tokio::sync::Mutex<()>,
+    /// One regression-gate run at a time: a run is a whole evaluation (minutes), and retried
+    /// clicks would queue runs on the blocking pool that nothing cancels.
+    pub gate_slot: Arc<tokio::sync::Semaphore>,
     /// An exclusive lock on `<data_dir>/.lock`, held while the server lives: two servers on one
     /// data folder would overwrite each other's streams.
     pub data_lock: std::fs::File,
@@ -323,6 +326,7 @@ impl Server {
             stop,
             closing: tokio::sync::watch::channel(false).0,
             create_lock: tokio::sync::Mutex::new(()),
+            gate_slot: Arc::new(tokio::sync::Semaphore::new(1)),
             data_lock,
         });
         let restored = restore(&app)?;

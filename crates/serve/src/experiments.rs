@@ -210,7 +210,11 @@ impl Experiments {
              CREATE TABLE IF NOT EXISTS outcomes (experiment TEXT NOT NULL, viewer TEXT NOT NULL,
                 arm INTEGER NOT NULL, kind TEXT NOT NULL, amount REAL NOT NULL, at REAL NOT NULL);
              CREATE TABLE IF NOT EXISTS crossed (experiment TEXT NOT NULL, viewer TEXT NOT NULL,
-                PRIMARY KEY (experiment, viewer));",
+                PRIMARY KEY (experiment, viewer));
+             -- reports read one experiment's rows: without these every report scans the
+             -- rows of every experiment ever run
+             CREATE INDEX IF NOT EXISTS replies_by_experiment ON replies (experiment);
+             CREATE INDEX IF NOT EXISTS outcomes_by_experiment ON outcomes (experiment);",
         )
         .map_err(db_err)?;
         // a store from before `caught` existed

@@ -198,10 +198,9 @@ impl Metrics {
 
     pub fn set_harness(&self, hash: &str) {
         let mut a = self.active_hash.lock().unwrap_or_else(|e| e.into_inner());
-        if !a.is_empty() {
-            self.harness
-                .get_or_create(&vec![("hash".into(), a.clone())])
-                .set(0);
+        if !a.is_empty() && *a != hash {
+            // one series per live version, not one for every version ever served
+            self.harness.remove(&vec![("hash".into(), a.clone())]);
         }
         self.harness
             .get_or_create(&vec![("hash".into(), hash.into())])

@@ -596,3 +596,55 @@ fn rand_id() -> u64 {
     static N: AtomicU64 = AtomicU64::new(0);
     N.fetch_add(1, Ordering::SeqCst)
 }
+
+/// A gate that reports when a run starts and finishes only when the test says so.
+struct Held {
+    started: std::sync::Mutex<std::sync::mpsc::Sender<std::path::PathBuf>>,
+    finish: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl hat_serve::harnesses::SwapGate for Held {
+    fn check(&self, new: &std::path::Path, _active: &std::path::Path) -> Result<String, String> {
+        let _ = self.started.lock().unwrap().send(new.to_path_buf());
+        let _ = self.finish.lock().unwrap().recv();
+        // the folder under review is still there, whatever the client did meanwhile
+        if new.join("harness.toml").is_file() {
+            Ok("gate passed".into())
+        } else {
+            Err("the folder under review is gone".into())
+        }
+    }
+}
+
+/// Audit finding: gate runs (whole evaluations) piled up on the blocking pool when a client
+/// clicked again, and a client that left had the folder under review deleted mid-run.
+#[test]
+fn one_gate_run_at_a_time_and_a_run_keeps_its_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let (finish, finish_rx) = std::sync::mpsc::channel();
+    let mut cfg = config(dir.path());
+    cfg.gate = Some(hat_serve::harnesses::Gate(std::sync::Arc::new(Held {
+        started: std::sync::Mutex::new(started_tx),
+        finish: std::sync::Mutex::new(finish_rx),
+    })));
+    let r = start(cfg, Duration::ZERO);
+    let files = edited_files(&r, "Ann");
+    let url = r.url("/v1/harness/check");
+    let body = json!({"files": files, "gate": true});
+    let first = {
+        let (url, body) = (url.clone(), body.clone());
+        std::thread::spawn(move || json("POST", &url, &body))
+    };
+    let folder = started.recv().unwrap();
+    // a second run while the first is under way is refused, not queued
+    let (code, v) = json("POST", &url, &body);
+    assert_eq!(code, 429, "{v}");
+    assert!(v.to_string().contains("already under way"), "{v}");
+    finish.send(()).unwrap();
+    let (code, v) = first.join().unwrap();
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["gate"]["passed"], true, "{v}");
+    // a checked edit leaves nothing behind once its run is over
+    assert!(!folder.exists(), "{}", folder.display());
+}

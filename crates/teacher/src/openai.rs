@@ -13,6 +13,9 @@ use hat_harness::{Message, Role};
 use hat_agent::episode::{ChatModel, Completion, TurnRule};
 use hat_agent::AgentError;
 
+/// The largest chat-completion response read from an endpoint.
+const MAX_RESPONSE_BYTES: u64 = 16 << 20;
+
 #[derive(Debug, Clone)]
 pub struct OpenAiConfig {
     /// e.g. `http://127.0.0.1:8000/v1`
@@ -197,9 +200,14 @@ impl OpenAiTeacher {
                 return Err(err(transport_message(&t, self.cfg.timeout)))
             }
         };
-        let v: Value = resp
-            .into_json()
-            .map_err(|e| err(format!("response is not JSON: {e}")))?;
+        // a chat completion is kilobytes: an endpoint streaming more is refused, not held
+        use std::io::Read;
+        let v: Value = serde_json::from_reader(resp.into_reader().take(MAX_RESPONSE_BYTES))
+            .map_err(|e| {
+                err(format!(
+                    "response is not JSON (or is over {MAX_RESPONSE_BYTES} bytes): {e}"
+                ))
+            })?;
         v["choices"][0]["message"]["content"]
             .as_str()
             .map(str::to_string)

@@ -37,7 +37,7 @@ struct PathRequest {
 }
 
 /// Runs the regression gate (when the server has one) on a loaded version.
-async fn gated(app: &App, loaded: Result<Version>) -> Result<Version> {
+async fn gated(app: &App, loaded: Result<Version>, wait: Wait) -> Result<Version> {
     let v = loaded?;
     let Some(gate) = app.cfg.gate.clone() else {
         return Ok(v);
@@ -49,9 +49,32 @@ async fn gated(app: &App, loaded: Result<Version>) -> Result<Version> {
     let (Some(new), Some(old)) = (v.harness.root.clone(), active.harness.root.clone()) else {
         return Ok(v);
     };
-    let verdict = tokio::task::spawn_blocking(move || gate.0.check(&new, &old))
-        .await
-        .map_err(|e| ServeError::internal("the regression gate", e))?;
+    let slot = match wait {
+        Wait::Queue => app.gate_slot.clone().acquire_owned().await.ok(),
+        Wait::Refuse => Some(app.gate_slot.clone().try_acquire_owned().map_err(|_| {
+            ServeError::Overloaded(
+                "a regression gate run is already under way (a whole evaluation); retry when \
+                 it has answered"
+                    .into(),
+            )
+        })?),
+    };
+    // The run holds its own claim on the new folder and the gate's slot: a client that
+    // leaves does not stop the blocking run, and must not delete the folder under it.
+    let dir = new.clone();
+    let hold = tokio::task::spawn_blocking({
+        let h = app.harnesses.clone();
+        move || h.hold(|| Ok((dir, String::new(), false)))
+    })
+    .await
+    .map_err(|e| ServeError::internal("the regression gate", e))??;
+    let verdict = tokio::task::spawn_blocking(move || {
+        let verdict = gate.0.check(&new, &old);
+        drop((hold, slot));
+        verdict
+    })
+    .await
+    .map_err(|e| ServeError::internal("the regression gate", e))?;
     match verdict {
         Ok(report) => {
             tracing::info!(%report, "gate passed");
@@ -61,13 +84,24 @@ async fn gated(app: &App, loaded: Result<Version>) -> Result<Version> {
     }
 }
 
+/// Whether a gate run waits for one under way (the folder watcher) or is refused (a request).
+#[derive(Clone, Copy)]
+enum Wait {
+    Queue,
+    Refuse,
+}
+
 /// Checks a loaded version and makes it active, or records why not.
-fn activate(app: &App, loaded: Result<Version>, source: &str) -> Result<Json<Value>> {
+async fn activate(app: &Arc<App>, loaded: Result<Version>, source: &str) -> Result<Json<Value>> {
     match loaded {
         Ok(v) => {
             let hash = v.hash().to_string();
             let summary = v.harness.summary();
-            let changed = app.harnesses.activate(v);
+            // the history is saved with an fsync: off the runtime's few threads
+            let a = app.clone();
+            let changed = tokio::task::spawn_blocking(move || a.harnesses.activate(v))
+                .await
+                .map_err(|e| ServeError::internal("activating the harness", e))?;
             app.metrics.set_harness(&hash);
             tracing::info!(harness = %hash, %source, changed, "harness activated");
             Ok(Json(
@@ -211,8 +245,8 @@ pub async fn upload(
         .map_err(|e| ServeError::internal("loading the harness", e))?;
         (loaded, source, None)
     };
-    let loaded = gated(&app, loaded).await;
-    let answer = activate(&app, loaded, &source);
+    let loaded = gated(&app, loaded, Wait::Refuse).await;
+    let answer = activate(&app, loaded, &source).await;
     // held until activated: a refused upload leaves nothing behind on the server's disk
     release(held).await;
     answer
@@ -239,7 +273,10 @@ pub async fn rollback(
     b: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>> {
     let r: RollbackRequest = parse(&body(b)?)?;
-    let v = app.harnesses.rollback(&r.hash)?;
+    let a = app.clone();
+    let v = tokio::task::spawn_blocking(move || a.harnesses.rollback(&r.hash))
+        .await
+        .map_err(|e| ServeError::internal("rolling back", e))??;
     app.metrics.set_harness(v.hash());
     tracing::info!(harness = %v.hash(), "rolled back");
     Ok(Json(
@@ -285,8 +322,8 @@ pub async fn watch(app: Arc<App>, dir: PathBuf) {
                 continue;
             }
         }
-        let loaded = gated(&app, loaded).await;
-        let _ = activate(&app, loaded, &source);
+        let loaded = gated(&app, loaded, Wait::Queue).await;
+        let _ = activate(&app, loaded, &source).await;
     }
 }
 
@@ -431,7 +468,7 @@ pub async fn check(
     let hash = v.hash().to_string();
     let summary = v.harness.summary();
     let verdict = if r.gate && app.cfg.gate.is_some() {
-        Some(gated(&app, Ok(v)).await)
+        Some(gated(&app, Ok(v), Wait::Refuse).await)
     } else {
         None
     };
@@ -463,8 +500,8 @@ pub async fn save(
         .as_ref()
         .map(|v| v.source.clone())
         .unwrap_or_else(|_| "console edit".to_string());
-    let loaded = gated(&app, loaded).await;
-    let answer = activate(&app, loaded, &source);
+    let loaded = gated(&app, loaded, Wait::Refuse).await;
+    let answer = activate(&app, loaded, &source).await;
     // a refused edit's new folder goes with the hold; an activated one is live and stays
     release(held).await;
     answer
