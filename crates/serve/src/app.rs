@@ -2,6 +2,7 @@
 //! engine worker started) and its shutdown (in-flight replies finish, state is saved).
 
 use std::collections::HashMap;
+use std::future::IntoFuture;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
@@ -62,6 +63,9 @@ pub struct ServeConfig {
     pub harness_roots: Vec<PathBuf>,
     /// Evaluation and training runs shown by `GET /v1/runs` (the console's charts).
     pub runs_dir: Option<PathBuf>,
+    /// How long a shutdown waits for open connections (a client sending its body a byte at
+    /// a time, a response nobody reads) before closing them and stopping anyway.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for ServeConfig {
@@ -87,6 +91,7 @@ impl Default for ServeConfig {
             default_stream: None,
             harness_roots: Vec::new(),
             runs_dir: None,
+            shutdown_grace: Duration::from_secs(30),
         }
     }
 }
@@ -385,13 +390,33 @@ impl Server {
             tokio::spawn(crate::api::harness::watch(self.app.clone(), dir));
         }
         let closing = self.app.closing.clone();
+        let (fired, on_fire) = tokio::sync::oneshot::channel::<()>();
         let shutdown = async move {
             shutdown.await;
             let _ = closing.send(true);
+            let _ = fired.send(());
         };
-        let served = axum::serve(listener, router)
+        let serving = axum::serve(listener, router)
             .with_graceful_shutdown(shutdown)
-            .await;
+            .into_future();
+        // A graceful shutdown waits for every open connection: one that never finishes must
+        // not keep the worker from stopping and saving.
+        let grace = self.app.cfg.shutdown_grace;
+        let served = tokio::select! {
+            r = serving => r,
+            () = async move {
+                if on_fire.await.is_err() {
+                    return std::future::pending().await;
+                }
+                tokio::time::sleep(grace).await;
+            } => {
+                tracing::warn!(
+                    grace_s = grace.as_secs_f64(),
+                    "connections still open after the shutdown grace: closing them"
+                );
+                Ok(())
+            }
+        };
         self.app.stop.store(true, Ordering::SeqCst);
         let _ = self.app.tx.send(Command::Wake);
         let worker = self.worker;

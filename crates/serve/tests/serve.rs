@@ -531,6 +531,35 @@ fn shutdown_ends_open_event_streams() {
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
 }
 
+/// Audit finding: a client that sends its body a byte at a time (or never finishes it) held a
+/// graceful shutdown forever, so the worker never stopped and saved. After the grace the
+/// server closes such connections and stops.
+#[test]
+fn shutdown_does_not_wait_forever_on_a_request_that_never_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.shutdown_grace = Duration::from_millis(100);
+    let r = start(cfg, Duration::ZERO);
+    create(&r, "demo");
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(r.addr()).unwrap();
+    s.write_all(
+        b"POST /v1/streams/demo/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"ev",
+    )
+    .unwrap();
+    // the request is being read when shutdown starts: wait until the server has it
+    let (code, _) = get(&r.url("/v1/streams/demo"));
+    assert_eq!(code, 200);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        r.stop();
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the server waited on a request that never ends");
+    drop(s);
+}
+
 /// A scripted model that records the openings it is asked to warm and the system prompts of
 /// the turns it answers.
 struct Recording {

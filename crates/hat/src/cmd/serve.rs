@@ -287,6 +287,17 @@ pub(crate) async fn shutdown_signal() {
         _ = ctrl_c => {},
         _ = term => {},
     }
+    eprintln!(
+        "shutting down: replies in flight finish and state is saved (Ctrl-C again to quit now)"
+    );
+    // the handler replaced Ctrl-C's default: a second one must still end the process
+    tokio::spawn(async {
+        let _ = tokio::signal::ctrl_c().await;
+        eprintln!(
+            "second interrupt: quitting without waiting (streams keep their last saved reply)"
+        );
+        std::process::exit(130);
+    });
 }
 
 #[cfg(test)]
