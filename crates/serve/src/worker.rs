@@ -264,7 +264,7 @@ impl Worker {
             if !picked.is_empty() {
                 // replies change their streams' recent activity and history
                 warm.dirty.extend(0..streams.len());
-                deferred = self.round(&streams, picked, &mut next);
+                deferred = self.round(&streams, picked, &mut next, !chats.is_empty());
             } else if chats.is_empty() {
                 // idle: warm one stream's opening, then look for work again
                 if let Some(i) = warm.dirty.pop_first() {
@@ -530,6 +530,7 @@ impl Worker {
         streams: &[Live],
         picked: Vec<(usize, Pending)>,
         next: &mut usize,
+        chats_queued: bool,
     ) -> Vec<Command> {
         let arena: Arena<Job> = Arena::new();
         let mut slots: Vec<Slot<'_>> = Vec::new();
@@ -572,7 +573,9 @@ impl Worker {
             // chat jobs whose clients gave up meanwhile are dropped now, not after the round
             deferred.retain(worth_keeping);
             deferred.extend(self.rx.try_iter().filter(worth_keeping));
-            let others_wait = !deferred.is_empty() && began.elapsed() > MAX_ROUND;
+            // chat requests queued before the round count too: with only the new arrivals a
+            // backlog waited until every stream's queue ran dry
+            let others_wait = (chats_queued || !deferred.is_empty()) && began.elapsed() > MAX_ROUND;
             if others_wait || self.stop.load(Ordering::SeqCst) {
                 continue;
             }

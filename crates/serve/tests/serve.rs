@@ -840,6 +840,50 @@ fn within_30s(what: &str, f: impl Fn() -> bool) {
     panic!("not within 30 s: {what}");
 }
 
+/// Audit finding: a streamed chat request's deadline started only once generation had
+/// finished, so one queued behind a busy model waited with no limit. It ends with a timeout
+/// event after the request timeout, whatever the model is doing.
+#[test]
+fn a_streamed_chat_request_ends_at_its_deadline_while_the_model_is_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = hat_serve::ServeConfig {
+        request_timeout: Duration::from_secs(1),
+        ..config(dir.path())
+    };
+    let (release, held) = std::sync::mpsc::channel();
+    let r = start_with(
+        cfg,
+        Box::new(Held(std::sync::Mutex::new(held))),
+        &harness_dir(),
+    );
+    // declared after the server, so a failing assertion releases the model before the
+    // server's drop waits for it
+    let release = release;
+    create(&r, "q");
+    let (code, v) = json(
+        "POST",
+        &r.url("/v1/streams/q/events"),
+        &json!({"type": "comment", "viewer": "a", "text": "hello"}),
+    );
+    assert_eq!(code, 202, "{v}");
+    within_30s("the comment is in flight", || {
+        !get(&r.url("/v1/streams/q")).1["in_flight"].is_null()
+    });
+    let url = r.url("/v1/chat/completions");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let req = json!({"model": "hat", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+        let _ = tx.send(post_text(&url, &req));
+    });
+    let (code, text) = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the streamed request waited on the busy model past its deadline");
+    assert_eq!(code, 200, "{text}");
+    assert!(text.contains("timed out after 1 s"), "{text}");
+    drop(release);
+    r.stop();
+}
+
 /// Review finding: in `[like, comment]` sent to a full queue the likes were counted before
 /// the comment was refused with 429, so the client's retry counted them twice.
 #[test]

@@ -273,8 +273,11 @@ pub async fn chat(
     let id = format!("chatcmpl-{:x}", (unix_now() * 1e6) as u64);
     let created = unix_now() as u64;
     let timeout = app.cfg.request_timeout;
+    // the deadline runs from the request, not from the end of generation: a streamed request
+    // queued behind busy streams must still end (with a timeout event) rather than wait unseen
+    let deadline = tokio::time::Instant::now() + timeout;
     let Some(delta_rx) = delta_rx else {
-        let out = tokio::time::timeout(timeout, done_rx).await;
+        let out = tokio::time::timeout_at(deadline, done_rx).await;
         let stream = req.stream;
         drop(place);
         let c = match out {
@@ -351,11 +354,12 @@ pub async fn chat(
         None,
     ))]);
     let deltas = UnboundedReceiverStream::new(delta_rx)
+        .take_until(tokio::time::sleep_until(deadline))
         .map(move |d| Ok(c1(json!({"content": d}), None, None)));
     // The place moves into the stream's last part: a client that hangs up drops the stream,
     // and this future with it, polled or not.
     let tail = stream::once(async move {
-        let out = tokio::time::timeout(timeout, done_rx).await;
+        let out = tokio::time::timeout_at(deadline, done_rx).await;
         drop(place);
         let mut evs = Vec::new();
         match out {
