@@ -648,3 +648,30 @@ fn one_gate_run_at_a_time_and_a_run_keeps_its_folder() {
     // a checked edit leaves nothing behind once its run is over
     assert!(!folder.exists(), "{}", folder.display());
 }
+
+/// Audit finding: a prompt template is rendered when a harness is checked, and a few dozen
+/// `~` concatenations build gigabytes (fuel counts instructions, not bytes). Without an API
+/// key, a client's harness may not bring a template of its own.
+#[test]
+fn without_an_api_key_a_client_harness_brings_no_template_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(config(dir.path()), Duration::ZERO);
+    let active = get(&r.url("/v1/harness")).1["active"].clone();
+    let mut files = edited_files(&r, "Ann");
+    let toml = files["harness.toml"]
+        .as_str()
+        .unwrap()
+        .replace("[prompt]\n", "[prompt]\ntemplate = \"prompts/p.j2\"\n");
+    files.insert("harness.toml".into(), json!(toml));
+    // a small template here; the point is that none is rendered at all
+    files.insert(
+        "prompts/p.j2".into(),
+        json!("{% set s = 'x' %}{% set s = s ~ s %}{{ s }} {{ harness.persona.name }}"),
+    );
+    for route in ["/v1/harness/check", "/v1/harness/files"] {
+        let (code, v) = json("POST", &r.url(route), &json!({"files": files}));
+        assert_eq!(code, 400, "{route}: {v}");
+        assert!(v.to_string().contains("prompt template of its own"), "{v}");
+    }
+    assert_eq!(get(&r.url("/v1/harness")).1["active"], active);
+}

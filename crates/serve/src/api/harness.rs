@@ -150,6 +150,30 @@ fn no_commands_in_uploads(v: Version) -> Result<Version> {
     ))
 }
 
+/// Without an API key, a harness written by a client may not bring a prompt template of its
+/// own (it may keep the active version's unchanged): the template is rendered as soon as the
+/// harness is checked, and a few dozen string concatenations in one can exhaust the server's
+/// memory (fuel bounds a template's instructions, not the bytes they build).
+fn no_new_template(dir: &std::path::Path, active: &Version) -> Result<()> {
+    let (files, _) = hat_harness::files::read_dir(dir)
+        .map_err(|e| ServeError::internal("reading the harness", e))?;
+    let Some(spec) = hat_harness::files::parse(&files).0 else {
+        return Ok(()); // the load that follows reports what is wrong
+    };
+    match &spec.template {
+        Some(t) if active.harness.spec.template.as_deref() != Some(t.as_str()) => {
+            Err(ServeError::bad(
+                "template",
+                "this server has no API key, so a harness from a client cannot bring a prompt \
+                 template of its own ([prompt] template); start hat serve with \
+                 --server-api-key-env so only operators can change it, use a built-in layout \
+                 ([prompt] format), or put the harness in a folder on the server",
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// A harness whose command hooks can all start ([`hat_harness::Harness::unrunnable_hooks`]):
 /// one that cannot would let every reply through under `on_error = "allow"`.
 fn runnable(v: Version) -> Result<Version> {
@@ -182,13 +206,20 @@ pub async fn upload(
         let (loaded, source, held) = tokio::task::spawn_blocking(move || {
             match history.hold(|| unpack_zip(&b, &root, trusted)) {
                 Ok((held, source)) => {
-                    let loaded = load_dir(held.dir(), source.clone()).and_then(|v| {
-                        if trusted {
-                            runnable(v)
-                        } else {
-                            no_commands_in_uploads(v)
-                        }
-                    });
+                    let vetted = if trusted {
+                        Ok(())
+                    } else {
+                        no_new_template(held.dir(), &history.active())
+                    };
+                    let loaded = vetted
+                        .and_then(|()| load_dir(held.dir(), source.clone()))
+                        .and_then(|v| {
+                            if trusted {
+                                runnable(v)
+                            } else {
+                                no_commands_in_uploads(v)
+                            }
+                        });
                     (loaded, source, Some(held))
                 }
                 Err(e) => (Err(e), "upload".to_string(), None),
@@ -233,6 +264,9 @@ pub async fn upload(
         let s = source.clone();
         let history = app.harnesses.clone();
         let loaded = tokio::task::spawn_blocking(move || {
+            if written_by_clients {
+                no_new_template(&path, &history.active())?;
+            }
             load_dir(&path, s).and_then(|v| {
                 if written_by_clients && !history.knows(v.hash()) {
                     no_commands_in_uploads(v)
@@ -404,6 +438,9 @@ async fn load_edit(app: &App, r: &EditRequest) -> Result<(Version, Held)> {
                 .collect()
         };
         let (held, source) = history.hold(|| write_text_files(&files, &exec, &root))?;
+        if !trusted {
+            no_new_template(held.dir(), &active)?;
+        }
         let loaded = load_dir(held.dir(), source).and_then(|v| {
             if trusted {
                 Ok(v)
