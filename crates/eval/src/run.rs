@@ -390,8 +390,9 @@ pub fn run_agent(
                 file: episode_path.display().to_string(),
                 line: e.line(),
                 message: format!(
-                    "{e}: the settings the finished items ran with cannot be read; if they \
-                     were these flags, delete the file and resume, or choose another --out"
+                    "{e}: the settings the finished items ran with cannot be read; these flags \
+                     run with {episode}: if the finished items ran with the same, write that \
+                     into the file and resume, or choose another --out"
                 ),
             })?,
             Err(_) => json!({

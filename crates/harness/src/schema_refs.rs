@@ -21,6 +21,17 @@ const SAME_INSTANCE_MANY: [&str; 3] = ["allOf", "anyOf", "oneOf"];
 const MAX_NODES: usize = 100_000;
 const MAX_DEPTH: usize = 256;
 
+/// Keywords whose values are data, not subschemas.
+const DATA: [&str; 5] = ["default", "examples", "example", "const", "enum"];
+/// Keywords whose values map names to subschemas (the names are not keywords).
+const MAPS: [&str; 5] = [
+    "properties",
+    "patternProperties",
+    "$defs",
+    "definitions",
+    "dependentSchemas",
+];
+
 /// Keywords that move references off the document's own JSON Pointers: refused.
 const UNFOLLOWED: [&str; 6] = [
     "$anchor",
@@ -41,13 +52,14 @@ pub fn problem(schema: &Value) -> Option<String> {
     let mut budget = MAX_NODES;
     // every object in the document may start a same-instance chain (the root, `$defs`
     // entries, subschemas under descending keywords)
-    let mut stack = vec![("#".to_string(), schema)];
-    while let Some((p, v)) = stack.pop() {
+    // (pointer, value, whether the value is a map of named subschemas such as `properties`)
+    let mut stack = vec![("#".to_string(), schema, false)];
+    while let Some((p, v, map)) = stack.pop() {
         if budget == 0 {
             return Some(too_large());
         }
         budget -= 1;
-        if let Some(o) = v.as_object() {
+        if let Some(o) = v.as_object().filter(|_| !map) {
             // a string value: the keyword itself, not a property named like it
             let at_root = p == "#";
             for k in UNFOLLOWED {
@@ -68,7 +80,7 @@ pub fn problem(schema: &Value) -> Option<String> {
                 }
             }
         }
-        if v.is_object() && !state.contains_key(&p) {
+        if v.is_object() && !map && !state.contains_key(&p) {
             if let Some(found) = visit(schema, v, p.clone(), &mut state, &mut path, &mut budget) {
                 return Some(found);
             }
@@ -76,12 +88,18 @@ pub fn problem(schema: &Value) -> Option<String> {
         match v {
             Value::Object(o) => {
                 for (k, c) in o {
-                    stack.push((format!("{p}/{}", escape(k)), c));
+                    // a schema's data (defaults, examples, constants) is not schema: a `$ref`
+                    // string in an example is text, and no validator follows it
+                    if !map && DATA.contains(&k.as_str()) {
+                        continue;
+                    }
+                    let is_map = !map && MAPS.contains(&k.as_str());
+                    stack.push((format!("{p}/{}", escape(k)), c, is_map));
                 }
             }
             Value::Array(a) => {
                 for (i, c) in a.iter().enumerate() {
-                    stack.push((format!("{p}/{i}"), c));
+                    stack.push((format!("{p}/{i}"), c, false));
                 }
             }
             _ => {}
@@ -244,6 +262,13 @@ mod tests {
         let named = json!({"type": "object", "$id": "tool.json", "properties": {
             "$ref": {"type": "string"}, "$id": {"type": "string"}, "$anchor": {"type": "integer"}}});
         assert_eq!(problem(&named), None);
+        // and so are a schema's defaults and examples
+        let data = json!({"type": "object", "properties": {"x": {"type": "object",
+            "default": {"$ref": "https://example.com"}, "examples": [{"$id": "a"}]}}});
+        assert_eq!(problem(&data), None);
+        // a property named `default` is a schema all the same
+        let hidden = json!({"type": "object", "properties": {"default": {"$ref": "#A"}}});
+        assert!(problem(&hidden).is_some());
     }
 
     #[test]

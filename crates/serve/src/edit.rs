@@ -27,9 +27,8 @@ pub type TextFiles = (
 /// harness as `hat harness check` reads them (`hat_harness::files::read_dir`), so a `.git`
 /// folder, notes or an evaluation's output kept in the folder are neither shown nor counted.
 pub fn read_text_files(dir: &Path) -> Result<TextFiles> {
-    let (files, problems) = hat_harness::files::read_dir(dir).map_err(|e| {
-        ServeError::internal(format!("reading the harness in {}", dir.display()), e)
-    })?;
+    let (files, problems) =
+        hat_harness::files::read_dir(dir).map_err(crate::api::harness::harness_error)?;
     let mut exec = Vec::new();
     #[cfg(unix)]
     for rel in files.keys() {

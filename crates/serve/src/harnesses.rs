@@ -416,6 +416,9 @@ impl Harnesses {
     {
         let mut held = self.held_folders();
         let (dir, source, created) = write()?;
+        // one key per folder however it is named (`runs/serve/...` by a request, the absolute
+        // root of a loaded harness by the gate): holds on one folder must count together
+        let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
         let entry = held.entry(dir.clone()).or_insert((0, false));
         entry.0 += 1;
         entry.1 |= created;
@@ -667,6 +670,34 @@ mod tests {
             w.write_all(data).unwrap();
         }
         w.finish().unwrap().into_inner()
+    }
+
+    /// Review finding: a request held its folder as `runs/serve/...` (a relative --data-dir)
+    /// and the gate as the loaded harness's absolute root, so the request's release deleted the
+    /// folder under the gate's run. Holds on one folder count together however it is named.
+    #[test]
+    fn holds_on_one_folder_count_together_under_any_name() {
+        let base = std::env::current_dir().unwrap();
+        let root = tempfile::tempdir_in(&base).unwrap();
+        let demo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../harnesses/livestream");
+        let h = Arc::new(Harnesses::new(load_dir(&demo, "demo".into()).unwrap()));
+        let absolute = root.path().join("edit-1");
+        std::fs::create_dir_all(&absolute).unwrap();
+        let relative = absolute.strip_prefix(&base).unwrap().to_path_buf();
+        assert!(relative.is_relative());
+        let (by_request, _) = h
+            .hold(|| Ok((relative.clone(), "edit".into(), true)))
+            .unwrap();
+        let (by_gate, _) = h
+            .hold(|| Ok((absolute.clone(), String::new(), false)))
+            .unwrap();
+        drop(by_request);
+        assert!(absolute.is_dir(), "released under the gate");
+        drop(by_gate);
+        assert!(
+            !absolute.exists(),
+            "the last release removes a folder a request created"
+        );
     }
 
     /// Red-team finding: an empty zip or a file and a folder of one name gave a 500 naming

@@ -205,7 +205,6 @@ fn read_meta(dir: &Path) -> Result<serde_json::Value> {
     )?)
 }
 
-/// The step of a run's newest checkpoint (`None` before the first), without loading weights:
 /// Whether `run` holds a run's checkpoints: the name of the newest checkpoint folder (or of
 /// the `latest` pointer when no folder is left), for refusing to start a new run over it.
 pub fn existing(run: &Path) -> Option<String> {
@@ -214,6 +213,7 @@ pub fn existing(run: &Path) -> Option<String> {
     newest.or_else(|| root.join(LATEST).is_file().then(|| LATEST.to_string()))
 }
 
+/// The step of a run's newest checkpoint (`None` before the first), without loading weights:
 /// what a resumed run may not be shortened below.
 pub fn latest_step(run: &Path) -> Result<Option<usize>> {
     let Some(dir) = latest(run)? else {

@@ -53,7 +53,7 @@ pub enum TrainError {
         "{} holds a finished run's model ({}) but no checkpoints to resume from (`hat train \
          pipeline` removes them unless keep_checkpoints = true): a run here would start again \
          from step 0 and replace that model; to train it further, give --model {} and a new \
-         --out",
+         --out (to redo a pipeline stage, delete its folder and resume the pipeline)",
         out.display(),
         model.display(),
         model.display()

@@ -155,7 +155,8 @@ pub fn refuse_existing(out: &Path, resume: bool) -> Result<()> {
             checkpoint,
         }),
         Some(_) => Ok(()),
-        None => match crate::export::FORMATS
+        // the Hugging Face export first: what a next stage or a further run starts from
+        None => match ["hf", "f32", "q8_0", "q4_0"]
             .iter()
             .map(|f| crate::export::run_output(out, f))
             .find(|p| p.exists())

@@ -104,7 +104,12 @@ impl Encoder {
     /// without the render of every prefix that finding the assistant spans takes (quadratic in
     /// the turns: hours for an imported chat of thousands of turns).
     pub fn encode_within(&self, id: &str, messages: &[Message], limit: usize) -> Result<Sample> {
-        let tokens = self.tokens(messages, false)?;
+        let tokens = self.tokens(messages, false).map_err(|e| {
+            TrainError::Invalid(format!(
+                "{id}: {e} (a conversation the chat template cannot render, or one so long it \
+                 runs out of the template's fuel: remove it from the data)"
+            ))
+        })?;
         if tokens.len() > limit {
             return Ok(Sample {
                 id: id.to_string(),

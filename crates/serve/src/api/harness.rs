@@ -102,7 +102,8 @@ async fn activate(app: &Arc<App>, loaded: Result<Version>, source: &str) -> Resu
             let changed = tokio::task::spawn_blocking(move || a.harnesses.activate(v))
                 .await
                 .map_err(|e| ServeError::internal("activating the harness", e))?;
-            app.metrics.set_harness(&hash);
+            // the version live now: another activation may have finished in between
+            app.metrics.set_harness(app.harnesses.active().hash());
             tracing::info!(harness = %hash, %source, changed, "harness activated");
             Ok(Json(
                 json!({"active": hash, "changed": changed, "summary": summary}),
@@ -155,8 +156,7 @@ fn no_commands_in_uploads(v: Version) -> Result<Version> {
 /// harness is checked, and a few dozen string concatenations in one can exhaust the server's
 /// memory (fuel bounds a template's instructions, not the bytes they build).
 fn no_new_template(dir: &std::path::Path, active: &Version) -> Result<()> {
-    let (files, _) = hat_harness::files::read_dir(dir)
-        .map_err(|e| ServeError::internal("reading the harness", e))?;
+    let (files, _) = hat_harness::files::read_dir(dir).map_err(harness_error)?;
     let Some(spec) = hat_harness::files::parse(&files).0 else {
         return Ok(()); // the load that follows reports what is wrong
     };
@@ -171,6 +171,15 @@ fn no_new_template(dir: &std::path::Path, active: &Version) -> Result<()> {
             ))
         }
         _ => Ok(()),
+    }
+}
+
+/// A harness folder that cannot be read as one: its problems (422) when it breaks the
+/// reader's limits, an internal error when the disk fails.
+pub(crate) fn harness_error(e: hat_harness::HarnessError) -> ServeError {
+    match e {
+        hat_harness::HarnessError::Invalid(problems) => ServeError::InvalidHarness(problems),
+        e => ServeError::internal("reading the harness", e),
     }
 }
 
@@ -264,7 +273,8 @@ pub async fn upload(
         let s = source.clone();
         let history = app.harnesses.clone();
         let loaded = tokio::task::spawn_blocking(move || {
-            if written_by_clients {
+            // a folder a version of the history runs from was checked when it went in
+            if written_by_clients && !history.uses_dir(&path) {
                 no_new_template(&path, &history.active())?;
             }
             load_dir(&path, s).and_then(|v| {
@@ -311,7 +321,7 @@ pub async fn rollback(
     let v = tokio::task::spawn_blocking(move || a.harnesses.rollback(&r.hash))
         .await
         .map_err(|e| ServeError::internal("rolling back", e))??;
-    app.metrics.set_harness(v.hash());
+    app.metrics.set_harness(app.harnesses.active().hash());
     tracing::info!(harness = %v.hash(), "rolled back");
     Ok(Json(
         json!({"active": v.hash(), "summary": v.harness.summary()}),

@@ -16,7 +16,6 @@ use futures_util::stream::{self, StreamExt};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use std::collections::HashMap;
 
@@ -353,13 +352,37 @@ pub async fn chat(
         None,
         None,
     ))]);
-    let deltas = UnboundedReceiverStream::new(delta_rx)
-        .take_until(tokio::time::sleep_until(deadline))
-        .map(move |d| Ok(c1(json!({"content": d}), None, None)));
+    // The deadline holds until the first token: a request that waits in the queue past it
+    // ends with a timeout event; one whose answer has begun streams to its end (its length
+    // is bounded by max_tokens) and then waits the request timeout again for the finish.
+    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let deltas = {
+        let started = started.clone();
+        stream::unfold((delta_rx, started), move |(mut rx, started)| async move {
+            let next = if started.load(std::sync::atomic::Ordering::Relaxed) {
+                rx.recv().await
+            } else {
+                tokio::time::timeout_at(deadline, rx.recv())
+                    .await
+                    .ok()
+                    .flatten()
+            };
+            next.map(|d| {
+                started.store(true, std::sync::atomic::Ordering::Relaxed);
+                (d, (rx, started))
+            })
+        })
+        .map(move |d| Ok(c1(json!({"content": d}), None, None)))
+    };
     // The place moves into the stream's last part: a client that hangs up drops the stream,
     // and this future with it, polled or not.
     let tail = stream::once(async move {
-        let out = tokio::time::timeout_at(deadline, done_rx).await;
+        let finish_by = if started.load(std::sync::atomic::Ordering::Relaxed) {
+            tokio::time::Instant::now() + timeout
+        } else {
+            deadline
+        };
+        let out = tokio::time::timeout_at(finish_by, done_rx).await;
         drop(place);
         let mut evs = Vec::new();
         match out {
