@@ -143,5 +143,16 @@ probe bom-skill ok "$HAT" harness check "$W/h"
 probe temperature-minus-1 err "$HAT" run --harness "$PROD" --model openai:x --base-url http://127.0.0.1:$PORT/v1 --temperature -1 --comment hi
 copy; printf '#!/bin/sh\nhead -c 100000 /dev/zero | tr "\\0" x\n' > "$W/h/hooks/no-medical-claims.sh"
 probe hook-output-100KB ok "$HAT" run --harness "$W/h" --model openai:x --base-url http://127.0.0.1:$PORT/v1 --comment hi
+# 12. session 39's read-throughs
+copy; python3 - "$W/h/tools/check_stock.json" <<'PY'
+import json, sys
+p = sys.argv[1]; t = json.load(open(p))
+t['inputSchema']['$defs'] = {"a": {"$ref": "#/%24defs/b"}, "b": {"$ref": "#/%24defs/a"}}
+t['inputSchema']['properties']['product_id'] = {"$ref": "#/%24defs/a"}
+json.dump(t, open(p, 'w'))
+PY
+probe schema-ref-cycle-escaped err "$HAT" harness check "$W/h"
+printf '{"messages": "caf\xe9"}\n' > "$W/latin1.jsonl"
+probe data-stats-latin1 err "$HAT" data stats "$W/latin1.jsonl"
 echo "failures: $fails"
 exit $((fails > 0))
