@@ -884,6 +884,59 @@ fn a_streamed_chat_request_ends_at_its_deadline_while_the_model_is_busy() {
     r.stop();
 }
 
+/// Audit finding: a round of stream replies yielded only to chat requests that arrived during
+/// it, so requests already queued waited until every stream's queue ran dry: under a steady
+/// flood of comments, never (they timed out). Now a round yields to them after `MAX_ROUND`.
+#[test]
+fn queued_chat_requests_are_served_while_streams_stay_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = hat_serve::ServeConfig {
+        request_timeout: Duration::from_secs(20),
+        ..config(dir.path())
+    };
+    let r = start(cfg, Duration::from_millis(20));
+    for s in ["a", "b"] {
+        create(&r, s);
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let (base, stop) = (r.url(""), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                for s in ["a", "b"] {
+                    n += 1;
+                    let text = format!("question {n} about item {}", n * 7919 % 1000);
+                    let _ = json(
+                        "POST",
+                        &format!("{base}/v1/streams/{s}/events"),
+                        &json!({"type": "comment", "viewer": format!("v{n}"), "text": text}),
+                    );
+                }
+            }
+        })
+    };
+    within_30s("the streams are busy", || {
+        !get(&r.url("/v1/streams/a")).1["in_flight"].is_null()
+    });
+    let chats: Vec<_> = (0..2)
+        .map(|i| {
+            let url = r.url("/v1/chat/completions");
+            std::thread::spawn(move || {
+                let req = json!({"model": "hat", "messages": [{"role": "user", "content": format!("hello {i}")}]});
+                json("POST", &url, &req)
+            })
+        })
+        .collect();
+    let answers: Vec<(u16, Value)> = chats.into_iter().map(|c| c.join().unwrap()).collect();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    flood.join().unwrap();
+    for (code, v) in answers {
+        assert_eq!(code, 200, "{v}");
+    }
+    r.stop();
+}
+
 /// Review finding: in `[like, comment]` sent to a full queue the likes were counted before
 /// the comment was refused with 429, so the client's retry counted them twice.
 #[test]
