@@ -2,7 +2,8 @@
 # Trains the stage-1 model of record from the base model in one resumable command: the legs
 # of docs/results.md that led to leg 5 with replay drawn 8 times an epoch, extended to 120
 # steps (lsqa 79.1 / hvqa 62.4 / IFEval 23.8; 500 one-pack steps in all), each with the recipe
-# it was published with:
+# it was published with (rebuilt from the base model in session 39 with binary dc19b11: lsqa
+# 80.9 / hvqa 56.5 / IFEval 20.0, a rerun's spread from the published figures below):
 #   leg 1  failing kinds weighted, shared scenes, 120 steps, f32 products  -> runs/chain-sc-leg1
 #   leg 2  + 16 first-turn extras a scene, 60 steps, bf16 products          -> runs/chain-sc-ft16-bf16-leg2
 #   leg 3  the same on fresh data, 100 steps                                -> runs/chain-sc-ft16-bf16-leg3
