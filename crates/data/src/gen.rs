@@ -211,14 +211,7 @@ pub fn existing_keys(path: &Path) -> Result<HashSet<(String, String)>, DataError
         Err(e) => return Err(DataError::Io(path.display().to_string(), e)),
     };
     for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
-        let line = line.map_err(|e| match e.kind() {
-            std::io::ErrorKind::InvalidData => DataError::Parse {
-                file: path.display().to_string(),
-                line: i + 1,
-                message: "not UTF-8 text: save the file as UTF-8".into(),
-            },
-            _ => DataError::Io(path.display().to_string(), e),
-        })?;
+        let line = crate::jsonl_line(path, i, line)?;
         if line.trim().is_empty() {
             continue;
         }

@@ -36,3 +36,20 @@ pub enum DataError {
     #[error("cannot serialise a record: {0}")]
     Json(#[from] serde_json::Error),
 }
+
+/// Line `i` (0-based) of the JSON-lines file `path`, as `BufRead::lines` gave it: a line that
+/// is not UTF-8 is that line's error (named by number), any other failure the file's.
+pub(crate) fn jsonl_line(
+    path: &std::path::Path,
+    i: usize,
+    line: std::io::Result<String>,
+) -> Result<String, DataError> {
+    line.map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidData => DataError::Parse {
+            file: path.display().to_string(),
+            line: i + 1,
+            message: "not UTF-8 text: save the file as UTF-8".into(),
+        },
+        _ => DataError::Io(path.display().to_string(), e),
+    })
+}

@@ -598,12 +598,12 @@ fn rand_id() -> u64 {
 }
 
 /// A gate that reports when a run starts and finishes only when the test says so.
-struct Held {
+struct PausedGate {
     started: std::sync::Mutex<std::sync::mpsc::Sender<std::path::PathBuf>>,
     finish: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
 }
 
-impl hat_serve::harnesses::SwapGate for Held {
+impl hat_serve::harnesses::SwapGate for PausedGate {
     fn check(&self, new: &std::path::Path, _active: &std::path::Path) -> Result<String, String> {
         let _ = self.started.lock().unwrap().send(new.to_path_buf());
         let _ = self.finish.lock().unwrap().recv();
@@ -624,10 +624,12 @@ fn one_gate_run_at_a_time_and_a_run_keeps_its_folder() {
     let (started_tx, started) = std::sync::mpsc::channel();
     let (finish, finish_rx) = std::sync::mpsc::channel();
     let mut cfg = config(dir.path());
-    cfg.gate = Some(hat_serve::harnesses::Gate(std::sync::Arc::new(Held {
-        started: std::sync::Mutex::new(started_tx),
-        finish: std::sync::Mutex::new(finish_rx),
-    })));
+    cfg.gate = Some(hat_serve::harnesses::Gate(std::sync::Arc::new(
+        PausedGate {
+            started: std::sync::Mutex::new(started_tx),
+            finish: std::sync::Mutex::new(finish_rx),
+        },
+    )));
     let r = start(cfg, Duration::ZERO);
     let files = edited_files(&r, "Ann");
     let url = r.url("/v1/harness/check");

@@ -501,6 +501,17 @@ fn a_second_server_on_the_same_data_folder_is_refused() {
     r.stop();
 }
 
+/// Stops the server on a thread of its own and fails with `what` if that takes longer than
+/// `secs` (a shutdown that hangs fails the test instead of hanging it).
+fn stops_within(r: Running, secs: u64, what: &str) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        r.stop();
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(Duration::from_secs(secs)).expect(what);
+}
+
 /// A client that keeps following a stream (the console does) must not hold a graceful
 /// shutdown forever: the event streams end when shutdown starts.
 #[test]
@@ -520,13 +531,7 @@ fn shutdown_ends_open_event_streams() {
         String::from_utf8_lossy(&buf).to_string()
     });
     std::thread::sleep(Duration::from_millis(200));
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        r.stop();
-        let _ = tx.send(());
-    });
-    rx.recv_timeout(Duration::from_secs(30))
-        .expect("the server stopped with an event stream open");
+    stops_within(r, 30, "the server stopped with an event stream open");
     let text = reader.join().unwrap();
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
 }
@@ -550,13 +555,7 @@ fn shutdown_does_not_wait_forever_on_a_request_that_never_ends() {
     // the request is being read when shutdown starts: wait until the server has it
     let (code, _) = get(&r.url("/v1/streams/demo"));
     assert_eq!(code, 200);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        r.stop();
-        let _ = tx.send(());
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .expect("the server waited on a request that never ends");
+    stops_within(r, 60, "the server waited on a request that never ends");
     drop(s);
 }
 

@@ -170,19 +170,25 @@ pub struct Trajectory {
     pub record: Record,
 }
 
+/// Line `i` (0-based) of the JSON-lines file `path`, as `BufRead::lines` gave it: a line that
+/// is not UTF-8 is that line's error (named by number), any other failure the file's.
+pub(crate) fn jsonl_line(path: &Path, i: usize, line: std::io::Result<String>) -> Result<String> {
+    line.map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidData => TrainError::Data {
+            file: path.display().to_string(),
+            line: i + 1,
+            message: "not UTF-8 text: save the file as UTF-8".into(),
+        },
+        _ => io(path.display())(e),
+    })
+}
+
 /// Reads `hat data gen` JSONL; a line that does not parse is an error naming file and line.
 pub fn read_jsonl(path: &Path) -> Result<Vec<Trajectory>> {
     let f = std::fs::File::open(path).map_err(io(path.display()))?;
     let mut out = Vec::new();
     for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
-        let line = line.map_err(|e| match e.kind() {
-            std::io::ErrorKind::InvalidData => TrainError::Data {
-                file: path.display().to_string(),
-                line: i + 1,
-                message: "not UTF-8 text: save the file as UTF-8".into(),
-            },
-            _ => io(path.display())(e),
-        })?;
+        let line = jsonl_line(path, i, line)?;
         if line.trim().is_empty() {
             continue;
         }

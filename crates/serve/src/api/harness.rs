@@ -155,12 +155,13 @@ fn no_commands_in_uploads(v: Version) -> Result<Version> {
 /// own (it may keep the active version's unchanged): the template is rendered as soon as the
 /// harness is checked, and a few dozen string concatenations in one can exhaust the server's
 /// memory (fuel bounds a template's instructions, not the bytes they build).
-fn no_new_template(dir: &std::path::Path, active: &Version) -> Result<()> {
-    let (files, _) = hat_harness::files::read_dir(dir).map_err(harness_error)?;
-    let Some(spec) = hat_harness::files::parse(&files).0 else {
+fn no_new_template(files: &BTreeMap<String, String>, active: &Version) -> Result<()> {
+    let Some(spec) = hat_harness::files::parse(files).0 else {
         return Ok(()); // the load that follows reports what is wrong
     };
-    match &spec.template {
+    // compared as the reader keeps files (line ends normalised), as the active one was read
+    let theirs = spec.template.as_deref().map(hat_harness::files::normalize);
+    match theirs {
         Some(t) if active.harness.spec.template.as_deref() != Some(t.as_str()) => {
             Err(ServeError::bad(
                 "template",
@@ -218,7 +219,9 @@ pub async fn upload(
                     let vetted = if trusted {
                         Ok(())
                     } else {
-                        no_new_template(held.dir(), &history.active())
+                        hat_harness::files::read_dir(held.dir())
+                            .map_err(harness_error)
+                            .and_then(|(files, _)| no_new_template(&files, &history.active()))
                     };
                     let loaded = vetted
                         .and_then(|()| load_dir(held.dir(), source.clone()))
@@ -275,7 +278,8 @@ pub async fn upload(
         let loaded = tokio::task::spawn_blocking(move || {
             // a folder a version of the history runs from was checked when it went in
             if written_by_clients && !history.uses_dir(&path) {
-                no_new_template(&path, &history.active())?;
+                let (files, _) = hat_harness::files::read_dir(&path).map_err(harness_error)?;
+                no_new_template(&files, &history.active())?;
             }
             load_dir(&path, s).and_then(|v| {
                 if written_by_clients && !history.knows(v.hash()) {
@@ -447,10 +451,11 @@ async fn load_edit(app: &App, r: &EditRequest) -> Result<(Version, Held)> {
                 .cloned()
                 .collect()
         };
-        let (held, source) = history.hold(|| write_text_files(&files, &exec, &root))?;
+        // refused before anything is written
         if !trusted {
-            no_new_template(held.dir(), &active)?;
+            no_new_template(&files, &active)?;
         }
+        let (held, source) = history.hold(|| write_text_files(&files, &exec, &root))?;
         let loaded = load_dir(held.dir(), source).and_then(|v| {
             if trusted {
                 Ok(v)

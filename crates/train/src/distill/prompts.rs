@@ -398,14 +398,7 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<Prompt>> {
     let f = std::fs::File::open(path).map_err(io(path.display()))?;
     let mut out = Vec::new();
     for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
-        let line = line.map_err(|e| match e.kind() {
-            std::io::ErrorKind::InvalidData => TrainError::Data {
-                file: path.display().to_string(),
-                line: i + 1,
-                message: "not UTF-8 text: save the file as UTF-8".into(),
-            },
-            _ => io(path.display())(e),
-        })?;
+        let line = crate::tokens::jsonl_line(path, i, line)?;
         let line = line.trim().trim_start_matches('\u{feff}');
         if line.is_empty() {
             continue;

@@ -79,9 +79,15 @@ impl Env {
         })
     }
 
+    /// Builds world `seed` in slot `i`. Slot 0 keeps every world (the task set was generated
+    /// into it, and draws read it); the others keep only the world they serve now, or over a
+    /// run each would grow to every world of the task set.
     fn slot(&mut self, i: usize, seed: u64) -> Result<()> {
         while self.slots.len() <= i {
             self.slots.push(WorldCache::default());
+        }
+        if i > 0 {
+            self.slots[i].keep_only(seed);
         }
         self.slots[i].get(seed).map_err(env)?;
         Ok(())
@@ -120,22 +126,14 @@ impl Env {
         pass_weight: f64,
     ) -> Result<Vec<Group>> {
         let draws = (0..n).map(|_| self.draw(rng)).collect::<Result<Vec<_>>>()?;
-        // Slot 0 holds every world (the task set was generated into it, and draws read it);
-        // the others keep only this step's world, or a run's slots would each grow to every
-        // world of the task set.
+        // slots this step does not use hold nothing
         for s in self.slots.iter_mut().skip((n * g).max(1)) {
             *s = WorldCache::default();
         }
         for (d, draw) in draws.iter().enumerate() {
             let seed = self.tasks[draw.task].world_seed;
             for j in 0..g {
-                let i = d * g + j;
-                if i > 0 {
-                    if let Some(s) = self.slots.get_mut(i) {
-                        s.keep_only(seed);
-                    }
-                }
-                self.slot(i, seed)?;
+                self.slot(d * g + j, seed)?;
             }
         }
         let cfg = EpisodeConfig {
