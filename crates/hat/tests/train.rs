@@ -177,6 +177,36 @@ fn train_distill_runs_resumes_and_exports_on_a_tiny_model() {
     .stderr(predicate::str::contains("--model"));
 }
 
+/// `default` in a stage's TOML config names the fetched default model, as the flag does: it
+/// used to be read as a file named `default` ("model not found: default").
+#[test]
+fn train_config_files_read_default_as_the_default_model() {
+    let d = tempfile::tempdir().unwrap();
+    let home = d.path().join("home");
+    // the fixture stands where `hat model fetch` puts the default model
+    let default = home.join("models").join(hat_model::fetch::DEFAULT_FILE);
+    hat_train::fixture::tiny_model(&default, 1, "qwen2").unwrap();
+    let cfg = d.path().join("distill.toml");
+    std::fs::write(
+        &cfg,
+        "model = \"default\"\nteacher = \"default\"\nprompts_per_step = 2\n\
+         max_new_tokens = 16\ngeneral_prompts = 50\nval_prompts = 2\n",
+    )
+    .unwrap();
+    hat()
+        .env("HAT_HOME", &home)
+        .args(["train", "distill", "--max-steps", "1"])
+        .args(["--rollout-format", "f32", "--config"])
+        .arg(&cfg)
+        .arg("--out")
+        .arg(d.path().join("run"))
+        .assert()
+        .success();
+    let saved = std::fs::read_to_string(d.path().join("run/config.toml")).unwrap();
+    assert!(!saved.contains("\"default\""), "{saved}");
+    assert!(saved.contains(hat_model::fetch::DEFAULT_FILE), "{saved}");
+}
+
 /// `hat train sft --lora-rank`: adapters are what the run saves, and the export is a whole
 /// model; a resume with another rank is refused by flag.
 #[test]

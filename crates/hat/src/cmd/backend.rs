@@ -50,6 +50,14 @@ pub fn model_path(model: &str) -> std::path::PathBuf {
     }
 }
 
+/// A model path read from a config file: `default` there means what it means on the command
+/// line (the fetched SmolLM2-135M-Instruct), not a file named `default`.
+pub fn config_model(p: &mut std::path::PathBuf) {
+    if p.as_os_str() == "default" {
+        *p = hat_model::fetch::default_model_path();
+    }
+}
+
 /// An endpoint's sampling temperature: 0 (greedy) to 2.
 pub fn check_temperature(t: f64) -> Result<()> {
     if !(t.is_finite() && (0.0..=2.0).contains(&t)) {

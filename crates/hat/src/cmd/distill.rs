@@ -7,7 +7,7 @@ use clap::Args;
 
 use hat_train::distill::{self, DistillConfig};
 
-use crate::cmd::backend::model_path;
+use crate::cmd::backend::{config_model, model_path};
 use crate::cmd::train::{run_stage, stage_config, LoraArgs, Resolved, RunArgs, StageConfig};
 
 #[derive(Args)]
@@ -63,6 +63,11 @@ fn resolve(a: &DistillArgs) -> Result<(DistillConfig, bool)> {
         c.teacher = model_path("default");
     }
     apply(&mut c, a);
+    config_model(&mut c.model);
+    config_model(&mut c.teacher);
+    if let Some(t) = &mut c.stream_teacher {
+        config_model(t);
+    }
     if c.model.as_os_str().is_empty() {
         bail!("--model: give the student to distil (the stage-1 model, e.g. runs/hsa-sft/model-hf or a GGUF export)");
     }

@@ -7,7 +7,7 @@ use clap::Args;
 
 use hat_train::rl::{self, RlConfig};
 
-use crate::cmd::backend::model_path;
+use crate::cmd::backend::{config_model, model_path};
 use crate::cmd::train::{run_stage, stage_config, LoraArgs, Resolved, RunArgs, StageConfig};
 
 #[derive(Args)]
@@ -59,6 +59,10 @@ fn resolve(a: &RlArgs) -> Result<(RlConfig, bool)> {
         Resolved::New(c) => c,
     };
     apply(&mut c, a);
+    config_model(&mut c.model);
+    if let Some(r) = &mut c.reference {
+        config_model(r);
+    }
     if c.model.as_os_str().is_empty() {
         bail!("--model: give the weights to train (the stage-1 or stage-2 model, e.g. runs/hsa-sft/model-hf or a GGUF export)");
     }

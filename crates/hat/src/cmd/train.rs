@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::cmd::backend::model_path;
+use crate::cmd::backend::{config_model, model_path};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
@@ -216,6 +216,7 @@ fn resolve(a: &SftArgs) -> Result<(SftConfig, bool)> {
         c.model = model_path("default");
     }
     c.apply(&o);
+    config_model(&mut c.model);
     c.validate()?;
     Ok((c, true))
 }
