@@ -2,7 +2,6 @@
 //! engine worker started) and its shutdown (in-flight replies finish, state is saved).
 
 use std::collections::HashMap;
-use std::future::IntoFuture;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
@@ -66,6 +65,14 @@ pub struct ServeConfig {
     /// How long a shutdown waits for open connections (a client sending its body a byte at
     /// a time, a response nobody reads) before closing them and stopping anyway.
     pub shutdown_grace: Duration,
+    /// A connection closes when a request's headers have not arrived this long after it was
+    /// ready for them (a client sending nothing, or a byte a minute; an idle keep-alive).
+    pub header_timeout: Duration,
+    /// A request whose body has not all arrived this long after its handler began reading
+    /// it fails with 408 (the largest upload, 16 MiB, needs ~300 KB/s at the default).
+    pub body_timeout: Duration,
+    /// Open connections at most; past it new ones wait to be accepted.
+    pub max_connections: usize,
 }
 
 impl Default for ServeConfig {
@@ -92,6 +99,9 @@ impl Default for ServeConfig {
             harness_roots: Vec::new(),
             runs_dir: None,
             shutdown_grace: Duration::from_secs(30),
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(60),
+            max_connections: 1024,
         }
     }
 }
@@ -390,38 +400,33 @@ impl Server {
             tokio::spawn(crate::api::harness::watch(self.app.clone(), dir));
         }
         let closing = self.app.closing.clone();
-        let (fired, on_fire) = tokio::sync::oneshot::channel::<()>();
-        let shutdown = async move {
-            shutdown.await;
-            let _ = closing.send(true);
-            let _ = fired.send(());
+        let limits = crate::conn::Limits {
+            header_timeout: self.app.cfg.header_timeout,
+            body_timeout: self.app.cfg.body_timeout,
+            max_connections: self.app.cfg.max_connections,
         };
-        let serving = axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown)
-            .into_future();
-        // A graceful shutdown waits for every open connection: one that never finishes must
-        // not keep the worker from stopping and saving.
+        let serving = crate::conn::serve(listener, router, limits, closing.subscribe());
+        // Shutdown waits for every open connection: one that never finishes must not keep
+        // the worker from stopping and saving.
         let grace = self.app.cfg.shutdown_grace;
-        let served = tokio::select! {
-            r = serving => r,
+        tokio::select! {
+            () = serving => {}
             () = async move {
-                if on_fire.await.is_err() {
-                    return std::future::pending().await;
-                }
+                shutdown.await;
+                let _ = closing.send(true);
                 tokio::time::sleep(grace).await;
             } => {
                 tracing::warn!(
                     grace_s = grace.as_secs_f64(),
                     "connections still open after the shutdown grace: closing them"
                 );
-                Ok(())
             }
-        };
+        }
         self.app.stop.store(true, Ordering::SeqCst);
         let _ = self.app.tx.send(Command::Wake);
         let worker = self.worker;
         let _ = tokio::task::spawn_blocking(move || worker.join()).await;
-        served.map_err(|e| ServeError::internal("serving", e))
+        Ok(())
     }
 }
 

@@ -43,6 +43,9 @@ pub enum ServeError {
     ShuttingDown,
     #[error("timed out after {0} s")]
     Timeout(u64),
+    /// The client sent its request body too slowly ([`crate::conn::BodyDeadline`]).
+    #[error("{0}")]
+    SlowBody(String),
     #[error("model: {0}")]
     Model(String),
     #[error("{context}: {message}")]
@@ -78,6 +81,7 @@ impl ServeError {
             }
             ServeError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             ServeError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ServeError::SlowBody(_) => StatusCode::REQUEST_TIMEOUT,
             ServeError::Model(_) => StatusCode::BAD_GATEWAY,
             ServeError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -96,6 +100,7 @@ impl ServeError {
             ServeError::GateFailed(_) => "gate_failed",
             ServeError::ShuttingDown => "unavailable",
             ServeError::Timeout(_) => "timeout",
+            ServeError::SlowBody(_) => "request_timeout",
             ServeError::Model(_) => "model_error",
             ServeError::Internal { .. } => "server_error",
         }

@@ -15,6 +15,7 @@
 pub mod api;
 pub mod app;
 pub mod bench;
+pub mod conn;
 pub mod edit;
 pub mod error;
 pub mod experiments;

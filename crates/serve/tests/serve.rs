@@ -559,6 +559,96 @@ fn shutdown_does_not_wait_forever_on_a_request_that_never_ends() {
     drop(s);
 }
 
+/// Reads from `s` until the server closes the connection (bounded: 30 s); what arrived.
+fn read_until_closed(s: &mut std::net::TcpStream) -> String {
+    use std::io::Read;
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match s.read(&mut chunk) {
+            Ok(0) => return String::from_utf8_lossy(&buf).to_string(),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return String::from_utf8_lossy(&buf).to_string()
+            }
+            Err(e) => panic!(
+                "the server kept the connection open: {e} (read so far: {})",
+                String::from_utf8_lossy(&buf)
+            ),
+        }
+    }
+}
+
+/// Audit finding: a client that opened connections and sent its headers a byte at a time (or
+/// nothing, "slowloris") held a task and a socket each for ever; a request's body likewise.
+/// Headers and bodies now have deadlines (`header_timeout`, `body_timeout`: 408).
+#[test]
+fn slow_clients_are_cut_off_and_the_server_keeps_serving() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.header_timeout = Duration::from_millis(300);
+    cfg.body_timeout = Duration::from_millis(300);
+    let r = start(cfg, Duration::ZERO);
+    create(&r, "demo");
+    // nothing sent, and half a request line: both closed
+    let mut idle = std::net::TcpStream::connect(r.addr()).unwrap();
+    let mut half = std::net::TcpStream::connect(r.addr()).unwrap();
+    half.write_all(b"GET /health HT").unwrap();
+    assert_eq!(read_until_closed(&mut idle), "");
+    let text = read_until_closed(&mut half);
+    assert!(!text.contains("200 OK"), "{text}");
+    // a body that stops part-way: 408 naming the deadline
+    let mut slow = std::net::TcpStream::connect(r.addr()).unwrap();
+    slow.write_all(
+        b"POST /v1/streams/demo/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"ev",
+    )
+    .unwrap();
+    let text = read_until_closed(&mut slow);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("did not arrive within"), "{text}");
+    let (code, _) = get(&r.url("/v1/streams/demo"));
+    assert_eq!(code, 200);
+}
+
+/// Past `max_connections` a new connection waits to be accepted until one closes.
+#[test]
+fn connections_past_the_cap_wait_for_one_to_close() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_connections = 1;
+    let r = start(cfg, Duration::ZERO);
+    let holder = std::net::TcpStream::connect(r.addr()).unwrap();
+    // the holder is accepted once the server answers a request on it
+    let mut holder = holder;
+    holder
+        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = holder.read(&mut buf).unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    let mut waiting = std::net::TcpStream::connect(r.addr()).unwrap();
+    waiting
+        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    waiting
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let e = waiting.read(&mut buf).unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        "{e}"
+    );
+    drop(holder);
+    let text = read_until_closed(&mut waiting);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+}
+
 /// A scripted model that records the openings it is asked to warm and the system prompts of
 /// the turns it answers.
 struct Recording {

@@ -49,6 +49,16 @@ pub struct ServeArgs {
     /// Streams the server holds at most (beyond: POST /v1/streams answers 429).
     #[arg(long, default_value_t = 256, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     max_streams: usize,
+    /// Seconds a client has to send a request's headers (a connection that sends nothing, or
+    /// a keep-alive connection left idle, is closed after this).
+    #[arg(long, default_value_t = 30, value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=3_600))]
+    header_timeout_s: u64,
+    /// Seconds a client has to send a request's body once the server reads it (beyond: 408).
+    #[arg(long, default_value_t = 60, value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=3_600))]
+    body_timeout_s: u64,
+    /// Open connections at most (SSE subscribers included); more wait to be accepted.
+    #[arg(long, default_value_t = 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    max_connections: usize,
     /// Seconds a question may wait before it is dropped (greetings and chit-chat: a third).
     #[arg(long, default_value_t = 60, value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=86_400))]
     stale_s: u64,
@@ -205,6 +215,9 @@ pub fn run(a: ServeArgs) -> Result<()> {
         model_name: a.served_name.clone().unwrap_or(identity.name.clone()),
         default_stream: (!a.default_stream.is_empty()).then(|| (a.default_stream.clone(), 1)),
         runs_dir: Some(a.runs.clone()),
+        header_timeout: Duration::from_secs(a.header_timeout_s),
+        body_timeout: Duration::from_secs(a.body_timeout_s),
+        max_connections: a.max_connections,
         // Versions of the served harness usually sit beside it.
         harness_roots: vec![a
             .harness
