@@ -236,6 +236,27 @@ mod tests {
         }
     }
 
+    /// Slot 0 keeps every world (draws read them); the other slots keep only the world they
+    /// serve now (they grew to every world of the task set, once per slot).
+    #[test]
+    fn rollout_slots_past_the_first_keep_only_their_world() {
+        let mut env = super::Env::new(Vec::new(), 4, 7).unwrap();
+        let mut seeds: Vec<u64> = env.tasks.iter().map(|t| t.world_seed).collect();
+        seeds.dedup();
+        let (a, b) = (seeds[0], 1_000_003);
+        for i in [0, 2] {
+            env.slot(i, a).unwrap();
+            env.slot(i, b).unwrap();
+        }
+        assert!(env.slots[0].peek(a).is_some() && env.slots[0].peek(b).is_some());
+        assert!(
+            env.slots[2].peek(a).is_none(),
+            "slot 2 kept an earlier world"
+        );
+        assert!(env.slots[2].peek(b).is_some());
+        assert!(env.slots[1].peek(a).is_none() && env.slots[1].peek(b).is_none());
+    }
+
     #[test]
     fn the_pass_weight_moves_reward_from_partial_credit_to_the_verdict() {
         let wrong = score(3, 5);
