@@ -368,6 +368,9 @@ impl CallGrammar {
                 return false;
             }
         }
+        if self.breaks_leading_markup(&buf, old) {
+            return false;
+        }
         let r = Reader {
             b: &buf,
             one_line: self.one_line,
@@ -384,6 +387,26 @@ impl CallGrammar {
             }
         }
         true
+    }
+
+    /// Whether `buf`'s bytes from `old` on make an answer that starts with markup (`<`, `[`,
+    /// `{` or a backtick) start otherwise than its harness's call opener. No reply to a
+    /// viewer starts that way, and a compact model on an unseen syntax writes a call of its
+    /// own making there (`<call>{"product_id": "P6"}` where the harness reads
+    /// `CALL get_product(...)`), which no parser reads: it is held to the opener instead.
+    fn breaks_leading_markup(&self, buf: &[u8], old: usize) -> bool {
+        let Some(p) = buf.iter().position(|c| !c.is_ascii_whitespace() && *c != 0) else {
+            return false;
+        };
+        if !matches!(buf[p], b'<' | b'[' | b'{' | b'`') {
+            return false;
+        }
+        let text = &buf[p..];
+        let n = text.len().min(self.opener.len());
+        match (0..n).find(|&i| text[i] != self.opener[i]) {
+            Some(i) => p + i >= old,
+            None => false,
+        }
     }
 
     /// Where the next call starts at or after `from`.
@@ -687,12 +710,36 @@ mod tests {
     #[test]
     fn another_syntaxs_markup_is_refused_anywhere() {
         let g = grammar(CallSyntax::Function);
-        let t = "<function=t_3876>{\"sku\": \"P3\"}</function>";
-        assert_eq!(first_refused(&g, t), Some("<function".len()));
+        let t = "ok <function=t_3876>{\"sku\": \"P3\"}</function>";
+        assert_eq!(first_refused(&g, t), Some("ok <function".len()));
         let t = "ok</tool_call>";
         assert_eq!(first_refused(&g, t), Some(t.len() - 1));
         let g = grammar(CallSyntax::JsonTags);
         assert_eq!(first_refused(&g, "done</tool_call> bye"), None);
+    }
+
+    /// Calls of the model's own making (seen on held-out `function` states) are refused at
+    /// their first byte that leaves the opener; markup later in an answer is prose.
+    #[test]
+    fn an_answer_that_starts_with_markup_starts_a_call() {
+        let g = grammar(CallSyntax::Function);
+        for t in ["<call>{\"sku\": \"P6\"}", "[call>{", " {\"sku\"", "`x`"] {
+            assert_eq!(
+                first_refused(&g, t),
+                Some(t.find(|c: char| c != ' ').unwrap()),
+                "{t}"
+            );
+        }
+        for t in ["Hi! <3", "ok [AI]", "CALL t_3876(sku=\"P3\")", "\n"] {
+            assert_eq!(first_refused(&g, t), None, "{t}");
+        }
+        let g = grammar(CallSyntax::JsonTags);
+        assert_eq!(first_refused(&g, "<call>{"), Some(1));
+        assert_eq!(first_refused(&g, "[tool_call]"), Some(0));
+        let t = r#"<tool_call>{"name": "t_3876", "arguments": {"sku": "P3"}}</tool_call>"#;
+        assert_eq!(first_refused(&g, t), None);
+        // text written before the check is not judged again
+        assert!(g.admits(b"<call>", b"x"));
     }
 
     #[test]
