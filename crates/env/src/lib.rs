@@ -394,15 +394,14 @@ pub fn router(cfg: EnvConfig, cat: Catalogue) -> Router {
         .with_state(app)
 }
 
-/// Serves until `shutdown` resolves.
+/// Serves until `shutdown` resolves, with [`hat_http`]'s default limits on slow clients and
+/// open connections (a trainer elsewhere on the network reaches it like any client).
 pub async fn serve(
     router: Router,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), EnvError> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    hat_http::serve_until(listener, router, hat_http::Limits::default(), shutdown).await;
     Ok(())
 }
 

@@ -400,12 +400,12 @@ impl Server {
             tokio::spawn(crate::api::harness::watch(self.app.clone(), dir));
         }
         let closing = self.app.closing.clone();
-        let limits = crate::conn::Limits {
+        let limits = hat_http::Limits {
             header_timeout: self.app.cfg.header_timeout,
             body_timeout: self.app.cfg.body_timeout,
             max_connections: self.app.cfg.max_connections,
         };
-        let serving = crate::conn::serve(listener, router, limits, closing.subscribe());
+        let serving = hat_http::serve(listener, router, limits, closing.subscribe());
         // Shutdown waits for every open connection: one that never finishes must not keep
         // the worker from stopping and saving.
         let grace = self.app.cfg.shutdown_grace;

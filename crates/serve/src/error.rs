@@ -43,7 +43,7 @@ pub enum ServeError {
     ShuttingDown,
     #[error("timed out after {0} s")]
     Timeout(u64),
-    /// The client sent its request body too slowly ([`crate::conn::BodyDeadline`]).
+    /// The client sent its request body too slowly ([`hat_http::BodyDeadline`]).
     #[error("{0}")]
     SlowBody(String),
     #[error("model: {0}")]

@@ -15,7 +15,6 @@
 pub mod api;
 pub mod app;
 pub mod bench;
-pub mod conn;
 pub mod edit;
 pub mod error;
 pub mod experiments;

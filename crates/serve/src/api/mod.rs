@@ -184,7 +184,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// A body read as bytes, with the limit's rejection as a JSON error.
 pub fn body(b: std::result::Result<Bytes, BytesRejection>) -> Result<Bytes> {
     b.map_err(|e| match e {
-        BytesRejection::FailedToBufferBody(f) if crate::conn::is_slow_body(&f) => {
+        BytesRejection::FailedToBufferBody(f) if hat_http::is_slow_body(&f) => {
             ServeError::SlowBody(format!(
                 "{}; send it faster, or raise `hat serve --body-timeout-s`",
                 f.body_text()

@@ -1,11 +1,12 @@
-//! Connections: the server's accept loop, with the limits a server reachable by anyone needs
-//! and `axum::serve` leaves unset. A client that opens a connection and sends its headers a
-//! byte a minute (or nothing: "slowloris"), or its body that way, held a task and a socket
-//! for ever, and enough of them exhaust the process's file descriptors. Here:
+//! The accept loop of hat's HTTP servers (`hat serve`, `hat env serve`), with the limits a
+//! server reachable by anyone needs and `axum::serve` leaves unset. A client that opens a
+//! connection and sends its headers a byte a minute (or nothing: "slowloris"), or its body
+//! that way, held a task and a socket for ever, and enough of them exhaust the process's file
+//! descriptors. Here:
 //! - a request's headers must arrive within `header_timeout` of the connection being ready
 //!   for them (which also closes idle keep-alive connections);
 //! - a request's body must arrive within `body_timeout` of the handler starting to read it
-//!   (408, see [`BodyDeadline`]);
+//!   ([`BodyDeadline`]; `hat serve` answers 408);
 //! - at most `max_connections` are open; past that the loop stops accepting until one closes
 //!   (new clients wait in the kernel's backlog instead of costing memory here).
 //!
@@ -27,12 +28,40 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::{watch, Semaphore};
 
-/// Limits on what a client may hold open (see the module docs).
+/// Limits on what a client may hold open (see the crate docs).
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub header_timeout: Duration,
     pub body_timeout: Duration,
     pub max_connections: usize,
+}
+
+impl Default for Limits {
+    /// 30 s for headers, 60 s for a body, 1,024 connections.
+    fn default() -> Self {
+        Limits {
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(60),
+            max_connections: 1024,
+        }
+    }
+}
+
+/// [`serve`] until `shutdown` resolves.
+pub async fn serve_until(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    limits: Limits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let (closing, watch) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = closing.send(true);
+        // the loop and its connections hold receivers; keep the sender until they are done
+        closing.closed().await;
+    });
+    serve(listener, router, limits, watch).await;
 }
 
 /// Serves `router` on `listener` until `closing` turns true, then waits for the open
@@ -186,4 +215,71 @@ pub fn is_slow_body(e: &(dyn std::error::Error + 'static)) -> bool {
         cur = e.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::{get, post};
+    use std::io::{Read, Write};
+
+    fn read_to_close(s: &mut std::net::TcpStream) -> String {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut buf = Vec::new();
+        match s.read_to_end(&mut buf) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("the server kept the connection open: {e}"),
+        }
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+
+    /// A silent client and a slow body are cut off, a request is answered, and the loop ends
+    /// when shutdown comes.
+    #[test]
+    fn slow_clients_are_cut_off_and_shutdown_ends_the_loop() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new()
+            .route("/", get(|| async { "hi" }))
+            .route("/echo", post(|body: String| async move { body }));
+        let limits = Limits {
+            header_timeout: Duration::from_millis(200),
+            body_timeout: Duration::from_millis(200),
+            max_connections: 4,
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = rt.spawn(serve_until(listener, router, limits, async {
+            let _ = stopped.await;
+        }));
+        let mut silent = std::net::TcpStream::connect(addr).unwrap();
+        assert_eq!(read_to_close(&mut silent), "");
+        let mut slow = std::net::TcpStream::connect(addr).unwrap();
+        slow.write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nab")
+            .unwrap();
+        let text = read_to_close(&mut slow);
+        assert!(text.contains("did not arrive within"), "{text}");
+        let mut ok = std::net::TcpStream::connect(addr).unwrap();
+        ok.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let text = read_to_close(&mut ok);
+        assert!(
+            text.starts_with("HTTP/1.1 200") && text.ends_with("hi"),
+            "{text}"
+        );
+        stop.send(()).unwrap();
+        rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(30), server)
+                .await
+                .expect("the loop ended after shutdown")
+                .unwrap()
+        });
+    }
 }
