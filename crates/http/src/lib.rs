@@ -76,7 +76,10 @@ pub async fn serve(
     let router = router.layer(axum::middleware::from_fn(move |req, next| {
         deadline(body_timeout, req, next)
     }));
-    let slots = limits.max_connections.clamp(1, Semaphore::MAX_PERMITS);
+    // the shutdown takes them all back in one `acquire_many`, which counts in u32
+    let slots = limits
+        .max_connections
+        .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
     let open = Arc::new(Semaphore::new(slots));
     let timer = TokioTimer::new();
     loop {

@@ -65,14 +65,10 @@ pub struct ServeConfig {
     /// How long a shutdown waits for open connections (a client sending its body a byte at
     /// a time, a response nobody reads) before closing them and stopping anyway.
     pub shutdown_grace: Duration,
-    /// A connection closes when a request's headers have not arrived this long after it was
-    /// ready for them (a client sending nothing, or a byte a minute; an idle keep-alive).
-    pub header_timeout: Duration,
-    /// A request whose body has not all arrived this long after its handler began reading
-    /// it fails with 408 (the largest upload, 16 MiB, needs ~300 KB/s at the default).
-    pub body_timeout: Duration,
-    /// Open connections at most; past it new ones wait to be accepted.
-    pub max_connections: usize,
+    /// What a client may hold open: deadlines for a request's headers (also closing an idle
+    /// keep-alive) and its body (408 past it; the largest upload, 16 MiB, needs ~300 KB/s at
+    /// the default 60 s), and the most open connections.
+    pub connections: hat_http::Limits,
 }
 
 impl Default for ServeConfig {
@@ -99,9 +95,7 @@ impl Default for ServeConfig {
             harness_roots: Vec::new(),
             runs_dir: None,
             shutdown_grace: Duration::from_secs(30),
-            header_timeout: Duration::from_secs(30),
-            body_timeout: Duration::from_secs(60),
-            max_connections: 1024,
+            connections: hat_http::Limits::default(),
         }
     }
 }
@@ -400,12 +394,12 @@ impl Server {
             tokio::spawn(crate::api::harness::watch(self.app.clone(), dir));
         }
         let closing = self.app.closing.clone();
-        let limits = hat_http::Limits {
-            header_timeout: self.app.cfg.header_timeout,
-            body_timeout: self.app.cfg.body_timeout,
-            max_connections: self.app.cfg.max_connections,
-        };
-        let serving = hat_http::serve(listener, router, limits, closing.subscribe());
+        let serving = hat_http::serve(
+            listener,
+            router,
+            self.app.cfg.connections,
+            closing.subscribe(),
+        );
         // Shutdown waits for every open connection: one that never finishes must not keep
         // the worker from stopping and saving.
         let grace = self.app.cfg.shutdown_grace;

@@ -588,8 +588,8 @@ fn slow_clients_are_cut_off_and_the_server_keeps_serving() {
     use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
-    cfg.header_timeout = Duration::from_millis(300);
-    cfg.body_timeout = Duration::from_millis(300);
+    cfg.connections.header_timeout = Duration::from_millis(300);
+    cfg.connections.body_timeout = Duration::from_millis(300);
     let r = start(cfg, Duration::ZERO);
     create(&r, "demo");
     // nothing sent, and half a request line: both closed
@@ -618,7 +618,7 @@ fn connections_past_the_cap_wait_for_one_to_close() {
     use std::io::{Read, Write};
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
-    cfg.max_connections = 1;
+    cfg.connections.max_connections = 1;
     let r = start(cfg, Duration::ZERO);
     let holder = std::net::TcpStream::connect(r.addr()).unwrap();
     // the holder is accepted once the server answers a request on it

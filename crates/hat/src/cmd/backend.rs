@@ -54,7 +54,7 @@ pub fn model_path(model: &str) -> std::path::PathBuf {
 /// line (the fetched SmolLM2-135M-Instruct), not a file named `default`.
 pub fn config_model(p: &mut std::path::PathBuf) {
     if p.as_os_str() == "default" {
-        *p = hat_model::fetch::default_model_path();
+        *p = model_path("default");
     }
 }
 

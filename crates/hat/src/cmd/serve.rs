@@ -215,9 +215,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
         model_name: a.served_name.clone().unwrap_or(identity.name.clone()),
         default_stream: (!a.default_stream.is_empty()).then(|| (a.default_stream.clone(), 1)),
         runs_dir: Some(a.runs.clone()),
-        header_timeout: Duration::from_secs(a.header_timeout_s),
-        body_timeout: Duration::from_secs(a.body_timeout_s),
-        max_connections: a.max_connections,
+        connections: hat_http::Limits {
+            header_timeout: Duration::from_secs(a.header_timeout_s),
+            body_timeout: Duration::from_secs(a.body_timeout_s),
+            max_connections: a.max_connections,
+        },
         // Versions of the served harness usually sit beside it.
         harness_roots: vec![a
             .harness
