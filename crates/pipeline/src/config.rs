@@ -73,6 +73,9 @@ impl Default for DataSection {
 pub struct ReplaySection {
     /// General prompts to answer (0: no replay data).
     pub prompts: usize,
+    /// Which generator writes them: `basic` (half with one constraint) or `broad` (zero to
+    /// three constraints of 29 kinds).
+    pub prompt_set: hat_train::distill::prompts::GeneralSet,
     /// Answers tried per prompt until one passes: the first greedy, the rest sampled.
     pub samples: usize,
     pub temperature: f32,
@@ -90,6 +93,7 @@ impl Default for ReplaySection {
     fn default() -> Self {
         Self {
             prompts: 0,
+            prompt_set: hat_train::distill::prompts::GeneralSet::Basic,
             samples: 4,
             temperature: 0.8,
             max_tokens: 512,
@@ -105,6 +109,7 @@ impl ReplaySection {
     pub fn config(&self, model: &Path) -> hat_train::replay::ReplayConfig {
         hat_train::replay::ReplayConfig {
             prompts: self.prompts,
+            prompt_set: self.prompt_set,
             samples: self.samples,
             temperature: self.temperature,
             max_new_tokens: self.max_tokens,

@@ -124,6 +124,11 @@ pub struct ReplayArgs {
     /// look-alikes are dropped first).
     #[arg(long, default_value_t = 600, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=prompts_max()))]
     prompts: usize,
+    /// Which generator writes the prompts: basic (half of them with one of 18 constraints;
+    /// every published run before session 41) or broad (zero to three constraints of 29
+    /// kinds, in several wordings).
+    #[arg(long, default_value = "basic")]
+    prompt_set: hat_train::distill::prompts::GeneralSet,
     /// Answers tried per prompt until one passes: the first greedy, the rest sampled.
     #[arg(long, default_value_t = 4, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
     samples: usize,
@@ -169,6 +174,7 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
     let format: hat_model::WeightFormat = a.format.parse().map_err(anyhow::Error::msg)?;
     let cfg = hat_train::replay::ReplayConfig {
         prompts: a.prompts,
+        prompt_set: a.prompt_set,
         samples: a.samples,
         temperature: a.temperature,
         max_new_tokens: a.max_tokens,

@@ -10,6 +10,7 @@
 //! model without pulling the agent away from what stage 1 taught. The sampled ids are what
 //! the engine computed on; the trainer never re-tokenises text.
 
+mod broad;
 pub mod prompts;
 pub mod score;
 
@@ -46,8 +47,10 @@ pub struct DistillConfig {
     pub teacher: PathBuf,
     /// The teacher of live-stream prompts; unset: the student's starting weights.
     pub stream_teacher: Option<PathBuf>,
-    /// Generated general prompts ([`prompts::general`]).
+    /// Generated general prompts.
     pub general_prompts: usize,
+    /// Which generator writes them (`basic` or `broad`; [`prompts::GeneralSet`]).
+    pub general_set: prompts::GeneralSet,
     /// More general prompts, JSONL (`{"prompt": ...}` or `{"messages": [...]}` per line).
     pub prompt_files: Vec<PathBuf>,
     /// `hat data gen` files whose openings (system prompt + viewer event) are stream prompts.
@@ -91,6 +94,7 @@ impl Default for DistillConfig {
             teacher: PathBuf::new(),
             stream_teacher: None,
             general_prompts: 4000,
+            general_set: prompts::GeneralSet::Basic,
             prompt_files: Vec::new(),
             stream_data: Vec::new(),
             stream_share: 0.25,
@@ -226,7 +230,7 @@ pub struct PromptSet {
 /// Builds the run's prompts: generated and file prompts minus IFEval look-alikes, the first
 /// `val_prompts` of them held out, and the stream prompts.
 pub fn prompt_set(cfg: &DistillConfig) -> Result<PromptSet> {
-    let mut general = prompts::general(cfg.general_prompts, cfg.seed);
+    let mut general = cfg.general_set.generate(cfg.general_prompts, cfg.seed);
     for f in &cfg.prompt_files {
         general.extend(prompts::read_jsonl(f)?);
     }

@@ -61,7 +61,7 @@ pub enum Check {
 }
 
 impl Check {
-    fn ifeval(id: &str, kwargs: serde_json::Value) -> Self {
+    pub(super) fn ifeval(id: &str, kwargs: serde_json::Value) -> Self {
         let map = kwargs.as_object().cloned().unwrap_or_default();
         // the arguments are built here, from the generator's own values
         Check::Ifeval(
@@ -130,7 +130,7 @@ impl Check {
 }
 
 impl Prompt {
-    fn user(id: String, text: String, checks: Vec<Check>) -> Self {
+    pub(super) fn user(id: String, text: String, checks: Vec<Check>) -> Self {
         Self {
             id,
             messages: vec![Message::user(text)],
@@ -149,7 +149,7 @@ impl Prompt {
     }
 }
 
-const TOPICS: &[&str] = &[
+pub(super) const TOPICS: &[&str] = &[
     "composting at home",
     "the history of the bicycle",
     "learning a second language as an adult",
@@ -222,7 +222,7 @@ const TOPICS: &[&str] = &[
     "how maps are made",
 ];
 
-const TASKS: &[&str] = &[
+pub(super) const TASKS: &[&str] = &[
     "Explain {t} to a ten-year-old.",
     "Write a short blog post about {t}.",
     "Give me some practical tips about {t}.",
@@ -322,12 +322,53 @@ fn constraint_check(i: usize, v: &Fill) -> Check {
     }
 }
 
-const KEYWORDS: &[&str] = &[
+pub(super) const KEYWORDS: &[&str] = &[
     "window", "harvest", "signal", "gentle", "orbit", "lantern", "ladder", "river", "puzzle",
     "market", "compass", "shadow", "velvet", "engine", "meadow", "ticket",
 ];
 
-/// `n` generated general prompts, reproducible from `seed`.
+/// Which generator writes the general prompts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GeneralSet {
+    /// Half the prompts with one of 18 constraints, one wording each ([`general`]); the set
+    /// every published run before session 41 used.
+    #[default]
+    Basic,
+    /// Zero to three constraints a prompt, of 29 kinds in several wordings
+    /// ([`super::broad::general`]).
+    Broad,
+}
+
+impl GeneralSet {
+    pub fn name(self) -> &'static str {
+        match self {
+            GeneralSet::Basic => "basic",
+            GeneralSet::Broad => "broad",
+        }
+    }
+
+    /// `n` prompts of this set, reproducible from `seed`.
+    pub fn generate(self, n: usize, seed: u64) -> Vec<Prompt> {
+        match self {
+            GeneralSet::Basic => general(n, seed),
+            GeneralSet::Broad => super::broad::general(n, seed),
+        }
+    }
+}
+
+impl std::str::FromStr for GeneralSet {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "basic" => Ok(GeneralSet::Basic),
+            "broad" => Ok(GeneralSet::Broad),
+            _ => Err(format!("`{s}` is not a prompt set: give basic or broad")),
+        }
+    }
+}
+
+/// `n` generated general prompts of the basic set, reproducible from `seed`.
 pub fn general(n: usize, seed: u64) -> Vec<Prompt> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x4449_5354_494c);
     let mut seen = HashSet::new();

@@ -34,6 +34,8 @@ pub const KEEP_RULES: &str = "check+repetition-v1";
 pub struct ReplayConfig {
     /// Generated prompts to answer (before IFEval look-alikes are removed).
     pub prompts: usize,
+    /// Which generator writes them.
+    pub prompt_set: prompts::GeneralSet,
     /// Answers tried per prompt: the first greedy, the others sampled.
     pub samples: usize,
     /// Temperature of the sampled tries.
@@ -97,12 +99,17 @@ impl ReplayConfig {
     /// What decides a run's records, saved with an unfinished run and compared on resume:
     /// these settings, the model file and weight format, the build and the keep rules.
     pub fn settings(&self, format: &str) -> serde_json::Value {
-        json!({
+        let mut s = json!({
             "model": self.model_name, "format": format, "prompts": self.prompts,
             "samples": self.samples, "temperature": self.temperature,
             "max_tokens": self.max_new_tokens, "seed": self.seed, "batch": self.batch,
             "version": env!("CARGO_PKG_VERSION"), "keep": KEEP_RULES,
-        })
+        });
+        // named only when not the basic set, so runs started before the broad set resume
+        if self.prompt_set != prompts::GeneralSet::Basic {
+            s["prompt_set"] = json!(self.prompt_set.name());
+        }
+        s
     }
 }
 
@@ -229,7 +236,7 @@ pub fn generate(
     cfg.validate()
         .map_err(|b| TrainError::Invalid(format!("replay: {} {}", b.key, b.problem)))?;
     let (prompts, excluded) = prompts::exclude_near(
-        prompts::general(cfg.prompts, cfg.seed),
+        cfg.prompt_set.generate(cfg.prompts, cfg.seed),
         &prompts::ifeval_prompts(),
         0.5,
     );
