@@ -589,6 +589,64 @@ fn data_replay_accounts_for_every_prompt_and_resumes() {
         .stderr(predicate::str::contains("% of the loss"));
 }
 
+/// `hat data replay --prompt-set broad`: the broad generator's prompts (ids `broad-N`, some with
+/// several constraints, each kept answer passing all of them); a resume under the other set is
+/// refused as other settings; an unknown set is named with the ones there are.
+#[test]
+fn data_replay_draws_from_the_broad_prompt_set() {
+    let d = tempfile::tempdir().unwrap();
+    let fixture = hat_train::fixture::tiny_model(&d.path().join("m"), 1, "qwen2").unwrap();
+    let run = |set: &str, out: &std::path::Path| {
+        let mut c = hat();
+        c.args(["data", "replay", "--prompts", "40", "--samples", "2"])
+            .args(["--max-tokens", "64", "--batch", "4", "--threads", "1"])
+            .args(["--prompt-set", set])
+            .arg("--model")
+            .arg(&fixture)
+            .arg("--out")
+            .arg(out);
+        c
+    };
+    let out = d.path().join("broad.jsonl");
+    run("broad", &out).assert().success();
+    let text = std::fs::read_to_string(&out).unwrap();
+    // the tiny model ends some answers within 64 tokens (seeded, so always the same ones)
+    assert!(text.lines().count() > 0);
+    for l in text.lines() {
+        let r: hat_data::Record = serde_json::from_str(l).unwrap();
+        assert!(r.task_id.starts_with("replay-broad-"), "{}", r.task_id);
+    }
+    // the settings a broad run saves name its set, so a basic resume is refused
+    let partial = d.path().join("again.jsonl");
+    std::fs::write(d.path().join("again.jsonl.partial"), "").unwrap();
+    let settings = serde_json::json!({
+        "model": fixture.display().to_string(), "format": "original", "prompts": 40,
+        "samples": 2, "temperature": 0.8f32, "max_tokens": 64, "seed": 0, "batch": 4,
+        "version": env!("CARGO_PKG_VERSION"), "keep": hat_train::replay::KEEP_RULES,
+        "prompt_set": "broad",
+    });
+    let state = serde_json::json!({
+        "settings": settings,
+        "stats": {"prompts": 40, "excluded": 0, "settled": 0, "kept": 0, "kept_constrained": 0,
+                  "dropped_failed_check": 0, "dropped_unfinished": 0, "generated_tokens": 0},
+        "partial_bytes": 0,
+    });
+    std::fs::write(
+        d.path().join("again.jsonl.partial.state"),
+        state.to_string(),
+    )
+    .unwrap();
+    fails_cleanly(run("basic", &partial).arg("--resume"))
+        .stderr(predicate::str::contains("other settings"));
+    run("broad", &partial).arg("--resume").assert().success();
+    assert_eq!(std::fs::read_to_string(&partial).unwrap(), text);
+    // a usage error (exit 2, as clap answers every bad flag value)
+    run("wide", &d.path().join("x.jsonl"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("basic or broad"));
+}
+
 /// `hat bench train --unpacked` on the tiny fixture: the three workloads in order (the packed
 /// group before its conversations one by one) and the packing speed-up line.
 #[test]

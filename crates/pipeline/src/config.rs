@@ -595,6 +595,15 @@ mod tests {
         assert_eq!(c.replay.prompts, 300);
         assert_eq!(c.replay.samples, 4, "the rest keeps its defaults");
         c.replay.validate().unwrap();
+        let c =
+            PipelineConfig::from_str("[replay]\nprompts = 30\nprompt_set = \"broad\"\n", "p.toml")
+                .unwrap();
+        let set = c.replay.config(Path::new("m")).prompt_set;
+        assert_eq!(set, hat_train::distill::prompts::GeneralSet::Broad);
+        let e = PipelineConfig::from_str("[replay]\nprompt_set = \"wide\"\n", "p.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("prompt_set") || e.contains("wide"), "{e}");
         for bad in [
             "[replay]\nprompts = 10\nsamples = 0\n",
             "[replay]\nprompts = 10\ntemperature = 0.0\n",

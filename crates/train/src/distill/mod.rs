@@ -636,4 +636,22 @@ mod tests {
         };
         assert!(!prompt_set(&cfg).unwrap().general.is_empty());
     }
+
+    #[test]
+    fn general_set_in_a_config_picks_the_generator() {
+        let cfg: DistillConfig =
+            toml::from_str("general_prompts = 40\ngeneral_set = \"broad\"\nstream_share = 0.0\n")
+                .unwrap();
+        let ps = prompt_set(&cfg).unwrap();
+        assert!(ps
+            .general
+            .iter()
+            .chain(&ps.val)
+            .all(|p| p.id.starts_with("broad-")));
+        let basic: DistillConfig =
+            toml::from_str("general_prompts = 40\nstream_share = 0.0\n").unwrap();
+        let ps = prompt_set(&basic).unwrap();
+        assert!(ps.general.iter().all(|p| p.id.starts_with("gen-")));
+        assert!(toml::from_str::<DistillConfig>("general_set = \"wide\"\n").is_err());
+    }
 }
