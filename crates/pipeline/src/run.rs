@@ -477,6 +477,16 @@ fn add_row(
     write_report(cfg, out, report)
 }
 
+/// A duration for the report: tenths under ten seconds (the oracle writes a quick preset's
+/// data in well under a second, which whole seconds showed as "0 s").
+fn seconds(s: f64) -> String {
+    if s < 10.0 {
+        format!("{s:.1} s")
+    } else {
+        format!("{s:.0} s")
+    }
+}
+
 fn write_report(cfg: &PipelineConfig, out: &Path, report: &Report) -> Result<(), PipelineError> {
     let suites: Vec<String> = cfg
         .eval
@@ -486,7 +496,7 @@ fn write_report(cfg: &PipelineConfig, out: &Path, report: &Report) -> Result<(),
         .collect();
     let mut md = String::from("# HAT pipeline report\n\n");
     md.push_str(&format!(
-        "Base model `{}`, harness `{}`; data: {} ({:.0} s to generate).{}\n\n",
+        "Base model `{}`, harness `{}`; data: {} ({}).{}\n\n",
         cfg.model.display(),
         cfg.harness_dir.display(),
         report
@@ -495,7 +505,12 @@ fn write_report(cfg: &PipelineConfig, out: &Path, report: &Report) -> Result<(),
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
             .join(", "),
-        report.data_seconds,
+        // files named in `[data]` were made elsewhere: no generation time to report
+        if cfg.data.files.is_empty() {
+            format!("{} to generate", seconds(report.data_seconds))
+        } else {
+            "given in [data]".to_string()
+        },
         match cfg.eval.limit {
             Some(n) => format!(" Scores on the first {n} items of each suite only."),
             None => String::new(),
@@ -505,7 +520,7 @@ fn write_report(cfg: &PipelineConfig, out: &Path, report: &Report) -> Result<(),
         md.push_str(&format!(
             "Replay data mixed into SFT: {}, {} answers of the base model ({} to constrained \
              prompts) from {} prompts, {} dropped for failing their check, {} for repeating \
-             themselves, {} for not ending ({:.0} s to generate).\n\n",
+             themselves, {} for not ending ({} to generate).\n\n",
             r.file.display(),
             r.stats.kept,
             r.stats.kept_constrained,
@@ -513,7 +528,7 @@ fn write_report(cfg: &PipelineConfig, out: &Path, report: &Report) -> Result<(),
             r.stats.dropped_failed_check,
             r.stats.dropped_repetitive,
             r.stats.dropped_unfinished,
-            r.seconds
+            seconds(r.seconds)
         ));
     }
     md.push_str("| stage |");
@@ -563,6 +578,13 @@ fn write_report(cfg: &PipelineConfig, out: &Path, report: &Report) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn report_durations_keep_tenths_under_ten_seconds() {
+        assert_eq!(seconds(0.43), "0.4 s");
+        assert_eq!(seconds(9.96), "10.0 s");
+        assert_eq!(seconds(73.6), "74 s");
+    }
 
     /// A resumed pipeline rebuilds its report from `stage.json` and `replay.done.json`; it must
     /// read back the very seconds it wrote (serde_json's `float_roundtrip`), or a finished run
