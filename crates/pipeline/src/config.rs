@@ -76,6 +76,9 @@ pub struct ReplaySection {
     /// Which generator writes them: `basic` (half with one constraint) or `broad` (zero to
     /// three constraints of 29 kinds).
     pub prompt_set: hat_train::distill::prompts::GeneralSet,
+    /// Keep answers edited by program to meet what they missed where no try passes
+    /// (`hat data replay --repair`; broad prompts only).
+    pub repair: bool,
     /// Answers tried per prompt until one passes: the first greedy, the rest sampled.
     pub samples: usize,
     pub temperature: f32,
@@ -94,6 +97,7 @@ impl Default for ReplaySection {
         Self {
             prompts: 0,
             prompt_set: hat_train::distill::prompts::GeneralSet::Basic,
+            repair: false,
             samples: 4,
             temperature: 0.8,
             max_tokens: 512,
@@ -116,6 +120,7 @@ impl ReplaySection {
             seed: self.seed,
             batch: self.batch,
             model_name: model.display().to_string(),
+            repair: self.repair,
         }
     }
 

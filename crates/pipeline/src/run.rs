@@ -519,11 +519,12 @@ fn write_report(cfg: &PipelineConfig, out: &Path, report: &Report) -> Result<(),
     if let Some(r) = &report.replay {
         md.push_str(&format!(
             "Replay data mixed into SFT: {}, {} answers of the base model ({} to constrained \
-             prompts) from {} prompts, {} dropped for failing their check, {} for repeating \
+             prompts, {} repaired) from {} prompts, {} dropped for failing their check, {} for repeating \
              themselves, {} for not ending ({} to generate).\n\n",
             r.file.display(),
             r.stats.kept,
             r.stats.kept_constrained,
+            r.stats.kept_repaired,
             r.stats.prompts,
             r.stats.dropped_failed_check,
             r.stats.dropped_repetitive,

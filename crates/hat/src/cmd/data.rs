@@ -129,6 +129,12 @@ pub struct ReplayArgs {
     /// kinds, in several wordings).
     #[arg(long, default_value = "basic")]
     prompt_set: hat_train::distill::prompts::GeneralSet,
+    /// Where no try passes, keep the first that ended without repeating itself once edited
+    /// by program to meet the constraints it missed (its case, quotes, a first word, a title,
+    /// an ending line, its commas, a JSON wrapper), if it then passes every check. Only the
+    /// broad set's prompts carry such edits.
+    #[arg(long)]
+    repair: bool,
     /// Answers tried per prompt until one passes: the first greedy, the rest sampled.
     #[arg(long, default_value_t = 4, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
     samples: usize,
@@ -181,6 +187,7 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
         seed: a.seed,
         batch: a.batch,
         model_name: a.model.clone(),
+        repair: a.repair,
     };
     if let Err(b) = cfg.validate() {
         bail!("--{} {}", b.key.replace('_', "-"), b.problem);
@@ -219,13 +226,18 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
     pb.finish_and_clear();
     writer.finish()?;
     println!(
-        "wrote {} answers to {} ({} of them to constrained prompts) from {} prompts ({} IFEval \
+        "wrote {} answers to {} ({} of them to constrained prompts{}) from {} prompts ({} IFEval \
          look-alikes dropped before): {} dropped for failing their check on every try, {} for \
          repeating themselves, {} for never ending within {} tokens; {} tokens generated \
          ({:.0}s in this run)",
         stats.kept,
         a.out.display(),
         stats.kept_constrained,
+        if a.repair {
+            format!(", {} of those repaired", stats.kept_repaired)
+        } else {
+            String::new()
+        },
         stats.prompts,
         stats.excluded,
         stats.dropped_failed_check,

@@ -18,7 +18,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
-use super::prompts::{Check, Prompt, KEYWORDS, TASKS, TOPICS};
+use super::prompts::{Check, Prompt, Repair, KEYWORDS, TASKS, TOPICS};
 
 /// Parts of an answer a constraint governs; constraints of one prompt claim disjoint parts.
 mod slot {
@@ -40,6 +40,8 @@ struct Draw<'a> {
     rng: &'a mut ChaCha8Rng,
     /// The request the constraints are added to (what `combination:repeat_prompt` repeats).
     task: &'a str,
+    /// Its topic (a repaired answer's title).
+    topic: &'a str,
 }
 
 impl Draw<'_> {
@@ -54,10 +56,11 @@ impl Draw<'_> {
     }
 }
 
-/// One kind of constraint: the parts of the answer it claims, and how to word and check it.
+/// One kind of constraint: the parts of the answer it claims, and how to word it, check it
+/// and, where an edit by program can, repair an answer that misses it.
 struct Kind {
     slots: u16,
-    make: fn(&mut Draw) -> (String, Check),
+    make: fn(&mut Draw) -> (String, Check, Option<Repair>),
 }
 
 fn ifeval(id: &str, kwargs: serde_json::Value) -> Check {
@@ -95,7 +98,7 @@ const KINDS: &[Kind] = &[
                 "length_constraints:number_words",
                 json!({"num_words": n, "relation": "less than"}),
             );
-            (t.replace("{n}", &n.to_string()), check)
+            (t.replace("{n}", &n.to_string()), check, None)
         },
     },
     Kind {
@@ -111,7 +114,7 @@ const KINDS: &[Kind] = &[
                 "length_constraints:number_words",
                 json!({"num_words": n, "relation": "at least"}),
             );
-            (t.replace("{n}", &n.to_string()), check)
+            (t.replace("{n}", &n.to_string()), check, None)
         },
     },
     Kind {
@@ -126,7 +129,7 @@ const KINDS: &[Kind] = &[
                 "length_constraints:number_sentences",
                 json!({"num_sentences": n, "relation": "less than"}),
             );
-            (t.replace("{n}", &n.to_string()), check)
+            (t.replace("{n}", &n.to_string()), check, None)
         },
     },
     Kind {
@@ -141,7 +144,7 @@ const KINDS: &[Kind] = &[
                 "length_constraints:number_sentences",
                 json!({"num_sentences": n, "relation": "at least"}),
             );
-            (t.replace("{n}", &n.to_string()), check)
+            (t.replace("{n}", &n.to_string()), check, None)
         },
     },
     Kind {
@@ -155,6 +158,7 @@ const KINDS: &[Kind] = &[
             (
                 t.replace("{n}", &n.to_string()),
                 Check::DashBullets(n as usize),
+                None,
             )
         },
     },
@@ -170,7 +174,7 @@ const KINDS: &[Kind] = &[
                 "detectable_format:number_bullet_lists",
                 json!({"num_bullets": n}),
             );
-            (t.replace("{n}", &n.to_string()), check)
+            (t.replace("{n}", &n.to_string()), check, None)
         },
     },
     Kind {
@@ -180,7 +184,11 @@ const KINDS: &[Kind] = &[
                 "Write everything in lowercase letters, with no capitals at all.",
                 "Use only lowercase letters; not a single capital letter.",
             ]);
-            (t.into(), ifeval("change_case:english_lowercase", json!({})))
+            (
+                t.into(),
+                ifeval("change_case:english_lowercase", json!({})),
+                Some(Repair::Lowercase),
+            )
         },
     },
     Kind {
@@ -190,7 +198,11 @@ const KINDS: &[Kind] = &[
                 "Write the whole answer in capital letters.",
                 "Your entire reply must be in English and in UPPERCASE letters only.",
             ]);
-            (t.into(), ifeval("change_case:english_capital", json!({})))
+            (
+                t.into(),
+                ifeval("change_case:english_capital", json!({})),
+                Some(Repair::Uppercase),
+            )
         },
     },
     Kind {
@@ -205,7 +217,7 @@ const KINDS: &[Kind] = &[
                 "change_case:capital_word_frequency",
                 json!({"capital_frequency": n, "capital_relation": "at least"}),
             );
-            (t.replace("{n}", &n.to_string()), check)
+            (t.replace("{n}", &n.to_string()), check, None)
         },
     },
     Kind {
@@ -218,7 +230,7 @@ const KINDS: &[Kind] = &[
                 "Be sure to use the words {k1} and {k2}.",
             ]);
             let check = ifeval("keywords:existence", json!({"keywords": [k1, k2]}));
-            (t.replace("{k1}", k1).replace("{k2}", k2), check)
+            (t.replace("{k1}", k1).replace("{k2}", k2), check, None)
         },
     },
     Kind {
@@ -234,7 +246,11 @@ const KINDS: &[Kind] = &[
                 "keywords:frequency",
                 json!({"keyword": k, "frequency": n, "relation": "at least"}),
             );
-            (t.replace("{k}", k).replace("{n}", &n.to_string()), check)
+            (
+                t.replace("{k}", k).replace("{n}", &n.to_string()),
+                check,
+                None,
+            )
         },
     },
     Kind {
@@ -246,7 +262,7 @@ const KINDS: &[Kind] = &[
                 "Avoid the word {w} completely.",
             ]);
             let check = ifeval("keywords:forbidden_words", json!({"forbidden_words": [w]}));
-            (t.replace("{w}", w), check)
+            (t.replace("{w}", w), check, None)
         },
     },
     Kind {
@@ -262,7 +278,11 @@ const KINDS: &[Kind] = &[
                 "keywords:letter_frequency",
                 json!({"letter": l, "let_frequency": n, "let_relation": "at least"}),
             );
-            (t.replace("{l}", l).replace("{n}", &n.to_string()), check)
+            (
+                t.replace("{l}", l).replace("{n}", &n.to_string()),
+                check,
+                None,
+            )
         },
     },
     Kind {
@@ -274,7 +294,7 @@ const KINDS: &[Kind] = &[
                 "Reply only in {l}.",
             ]);
             let check = ifeval("language:response_language", json!({"language": code}));
-            (t.replace("{l}", name), check)
+            (t.replace("{l}", name), check, None)
         },
     },
     Kind {
@@ -286,7 +306,7 @@ const KINDS: &[Kind] = &[
                 "End your answer with the phrase \"{e}\" and write nothing after it.",
             ]);
             let check = ifeval("startend:end_checker", json!({"end_phrase": e}));
-            (t.replace("{e}", e), check)
+            (t.replace("{e}", e), check, Some(Repair::Append(e.into())))
         },
     },
     Kind {
@@ -296,7 +316,16 @@ const KINDS: &[Kind] = &[
                 "Give the answer a title in double angle brackets, like <<my title>>.",
                 "Start with a title wrapped in double angular brackets, such as <<a title>>.",
             ]);
-            (t.into(), ifeval("detectable_format:title", json!({})))
+            let mut cs = d.topic.chars();
+            let title = cs
+                .next()
+                .map(|c| c.to_uppercase().collect::<String>() + cs.as_str());
+            let repair = Repair::Prepend(format!("<<{}>>", title.unwrap_or_default()));
+            (
+                t.into(),
+                ifeval("detectable_format:title", json!({})),
+                Some(repair),
+            )
         },
     },
     Kind {
@@ -311,7 +340,7 @@ const KINDS: &[Kind] = &[
                 "length_constraints:number_paragraphs",
                 json!({"num_paragraphs": n}),
             );
-            (t.replace("{n}", &n.to_string()), check)
+            (t.replace("{n}", &n.to_string()), check, None)
         },
     },
     Kind {
@@ -332,7 +361,7 @@ const KINDS: &[Kind] = &[
                 .replace("{n}", &n.to_string())
                 .replace("{i}", ORDINALS[i])
                 .replace("{w}", w);
-            (t, check)
+            (t, check, None)
         },
     },
     Kind {
@@ -348,7 +377,11 @@ const KINDS: &[Kind] = &[
                 "detectable_format:multiple_sections",
                 json!({"section_spliter": s, "num_sections": n}),
             );
-            (t.replace("{n}", &n.to_string()).replace("{s}", s), check)
+            (
+                t.replace("{n}", &n.to_string()).replace("{s}", s),
+                check,
+                None,
+            )
         },
     },
     Kind {
@@ -358,7 +391,11 @@ const KINDS: &[Kind] = &[
                 "Put the whole answer inside double quotation marks.",
                 "Wrap your entire response in double quotes.",
             ]);
-            (t.into(), ifeval("startend:quotation", json!({})))
+            (
+                t.into(),
+                ifeval("startend:quotation", json!({})),
+                Some(Repair::Quote),
+            )
         },
     },
     Kind {
@@ -368,7 +405,11 @@ const KINDS: &[Kind] = &[
                 "Format the whole answer as valid JSON.",
                 "Your entire output must be JSON; you may wrap it in a markdown code block.",
             ]);
-            (t.into(), ifeval("detectable_format:json_format", json!({})))
+            (
+                t.into(),
+                ifeval("detectable_format:json_format", json!({})),
+                Some(Repair::Json),
+            )
         },
     },
     Kind {
@@ -379,7 +420,11 @@ const KINDS: &[Kind] = &[
                 "Avoid commas entirely in your reply.",
                 "Write it without a single comma.",
             ]);
-            (t.into(), ifeval("punctuation:no_comma", json!({})))
+            (
+                t.into(),
+                ifeval("punctuation:no_comma", json!({})),
+                Some(Repair::NoCommas),
+            )
         },
     },
     Kind {
@@ -394,7 +439,13 @@ const KINDS: &[Kind] = &[
                 "detectable_content:postscript",
                 json!({"postscript_marker": m}),
             );
-            (t.replace("{m}", m), check)
+            let note = d.pick(&[
+                "Thanks for reading!",
+                "Have a great day.",
+                "Feel free to ask if anything is unclear.",
+            ]);
+            let repair = Repair::Append(format!("{m} {note}"));
+            (t.replace("{m}", m), check, Some(repair))
         },
     },
     Kind {
@@ -408,6 +459,7 @@ const KINDS: &[Kind] = &[
             (
                 t.replace("{n}", &n.to_string()),
                 Check::BoldPhrases(n as usize),
+                None,
             )
         },
     },
@@ -423,7 +475,7 @@ const KINDS: &[Kind] = &[
                 "detectable_format:number_highlighted_sections",
                 json!({"num_highlights": n}),
             );
-            (t.replace("{n}", &n.to_string()), check)
+            (t.replace("{n}", &n.to_string()), check, None)
         },
     },
     Kind {
@@ -438,7 +490,7 @@ const KINDS: &[Kind] = &[
                 "detectable_content:number_placeholders",
                 json!({"num_placeholders": n}),
             );
-            (t.replace("{n}", &n.to_string()), check)
+            (t.replace("{n}", &n.to_string()), check, None)
         },
     },
     Kind {
@@ -449,7 +501,11 @@ const KINDS: &[Kind] = &[
                 "Begin the answer with the word \"{w}\".",
                 "The first word of your reply must be \"{w}\".",
             ]);
-            (t.replace("{w}", w), Check::FirstWord(w.to_lowercase()))
+            (
+                t.replace("{w}", w),
+                Check::FirstWord(w.to_lowercase()),
+                Some(Repair::FirstWord(w.into())),
+            )
         },
     },
     Kind {
@@ -459,7 +515,7 @@ const KINDS: &[Kind] = &[
                 "Answer in two sections, labelled PART 1 and PART 2.",
                 "Structure the reply as PART 1 followed by PART 2.",
             ]);
-            (t.into(), Check::TwoParts)
+            (t.into(), Check::TwoParts, None)
         },
     },
     Kind {
@@ -469,7 +525,16 @@ const KINDS: &[Kind] = &[
                 "Include a question for the reader at the end.",
                 "Close with a question to the reader.",
             ]);
-            (t.into(), Check::EndsWithQuestion)
+            let q = d.pick(&[
+                "What do you think?",
+                "Which part would you try first?",
+                "Do you have any questions about it?",
+            ]);
+            (
+                t.into(),
+                Check::EndsWithQuestion,
+                Some(Repair::Append(q.into())),
+            )
         },
     },
     Kind {
@@ -479,7 +544,11 @@ const KINDS: &[Kind] = &[
                 "Give two different answers, separated by six asterisks: ******.",
                 "Write two distinct versions, and put a line of six asterisks (******) between them.",
             ]);
-            (t.into(), ifeval("combination:two_responses", json!({})))
+            (
+                t.into(),
+                ifeval("combination:two_responses", json!({})),
+                None,
+            )
         },
     },
     Kind {
@@ -493,7 +562,7 @@ const KINDS: &[Kind] = &[
                 "combination:repeat_prompt",
                 json!({"prompt_to_repeat": d.task}),
             );
-            (t.into(), check)
+            (t.into(), check, Some(Repair::Prepend(d.task.to_string())))
         },
     },
 ];
@@ -530,6 +599,7 @@ pub fn general(n: usize, seed: u64) -> Vec<Prompt> {
         }
         let mut text = task.clone();
         let mut checks = Vec::new();
+        let mut repairs = Vec::new();
         let mut taken = 0u16;
         let mut used = Vec::new();
         for _ in 0..want {
@@ -541,15 +611,19 @@ pub fn general(n: usize, seed: u64) -> Vec<Prompt> {
             };
             used.push(k);
             taken |= KINDS[k].slots;
-            let (words, check) = (KINDS[k].make)(&mut Draw {
+            let (words, check, repair) = (KINDS[k].make)(&mut Draw {
                 rng: &mut rng,
                 task: &task,
+                topic,
             });
             text = format!("{text} {words}");
             checks.push(check);
+            repairs.extend(repair);
         }
         if seen.insert(text.clone()) {
-            out.push(Prompt::user(format!("broad-{}", out.len()), text, checks));
+            let mut p = Prompt::user(format!("broad-{}", out.len()), text, checks);
+            p.repairs = repairs;
+            out.push(p);
             misses = 0;
         } else {
             misses += 1;
@@ -585,9 +659,10 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         for _ in 0..20 {
             for (k, kind) in KINDS.iter().enumerate() {
-                let (words, _) = (kind.make)(&mut Draw {
+                let (words, _, _) = (kind.make)(&mut Draw {
                     rng: &mut rng,
                     task: "Explain tea.",
+                    topic: "tea",
                 });
                 assert!(!words.contains('{'), "kind {k}: {words}");
                 drawn[k] += 1;
@@ -621,6 +696,32 @@ mod tests {
         let good = format!("{task} Here is my answer.");
         assert!(p.checks[0].passes(&good), "{}", p.request());
         assert!(!p.checks[0].passes("Here is my answer."));
+    }
+
+    /// An answer that says what it says, with none of the forms asked for: repaired, it
+    /// meets every constraint of a prompt whose constraints all have a repair.
+    #[test]
+    fn repairs_make_a_plain_answer_meet_every_repairable_constraint() {
+        let plain = "Composting turns food scraps into soil, and it is easy to start at home. \
+                     You need a bin, some leaves and a little patience.";
+        let ps = general(4000, 6);
+        let all: Vec<&Prompt> = ps
+            .iter()
+            .filter(|p| !p.checks.is_empty() && p.repairs.len() == p.checks.len())
+            .collect();
+        assert!(all.len() > 400, "{}", all.len());
+        let mut kinds = HashSet::new();
+        for p in &all {
+            let fixed = Repair::apply_all(&p.repairs, plain);
+            for (c, r) in p.checks.iter().zip(&p.repairs) {
+                kinds.insert(std::mem::discriminant(r));
+                assert!(c.passes(&fixed), "{}\n{fixed}\n{c:?}", p.request());
+            }
+        }
+        assert_eq!(kinds.len(), 8, "every kind of edit was tried");
+        // and the plain answer itself meets none of the ones it was repaired for
+        let single: Vec<&&Prompt> = all.iter().filter(|p| p.checks.len() == 1).collect();
+        assert!(single.iter().all(|p| !p.checks[0].passes(plain)));
     }
 
     #[test]

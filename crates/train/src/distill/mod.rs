@@ -596,6 +596,7 @@ mod tests {
             messages: vec![m(Role::System, system), m(Role::User, event)],
             source: Source::Stream,
             checks: Vec::new(),
+            repairs: Vec::new(),
         }
     }
 

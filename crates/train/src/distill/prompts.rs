@@ -39,6 +39,80 @@ pub struct Prompt {
     /// What a compliant answer satisfies: the generator's constraint, checked by program
     /// (empty for unconstrained and file prompts).
     pub checks: Vec<Check>,
+    /// Edits that make an answer meet one of `checks` without changing what it says (only
+    /// the broad set writes them; `hat data replay --repair` uses them).
+    pub repairs: Vec<Repair>,
+}
+
+/// An edit by program that makes an answer satisfy one constraint: its case, its quotes,
+/// a line before or after it, a first word, its commas, a JSON wrapper. A model that cannot
+/// yet follow such an instruction on its own never writes a passing answer to learn from;
+/// its answer, edited, shows it what following the instruction looks like.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Repair {
+    Lowercase,
+    Uppercase,
+    /// The whole answer inside double quotation marks.
+    Quote,
+    /// A line and a blank line before the answer (a repeated request, a `<<title>>`).
+    Prepend(String),
+    /// The word and a comma before the answer, whose first letter is lowered (unless "I").
+    FirstWord(String),
+    /// A blank line and a line after the answer (an ending phrase, a postscript, a question).
+    Append(String),
+    /// Every comma removed (", " becomes " ").
+    NoCommas,
+    /// The answer as the string value of `{"answer": ...}`.
+    Json,
+}
+
+impl Repair {
+    /// When an edit is made, among a prompt's: the added words first (so that the commas
+    /// they bring go too), then the commas, the JSON wrapper, the case, and the quotes
+    /// around everything last.
+    fn order(&self) -> u8 {
+        match self {
+            Repair::Prepend(_) | Repair::FirstWord(_) | Repair::Append(_) => 0,
+            Repair::NoCommas => 1,
+            Repair::Json => 2,
+            Repair::Lowercase | Repair::Uppercase => 3,
+            Repair::Quote => 4,
+        }
+    }
+
+    fn apply(&self, answer: &str) -> String {
+        let a = answer.trim();
+        match self {
+            Repair::Lowercase => a.to_lowercase(),
+            Repair::Uppercase => a.to_uppercase(),
+            Repair::Quote => format!("\"{}\"", a.trim_matches('"')),
+            Repair::Prepend(line) => format!("{line}\n\n{a}"),
+            Repair::FirstWord(w) => {
+                let keep = a.starts_with("I ") || a.starts_with("I'");
+                let mut cs = a.chars();
+                let first = cs.next().map(|c| {
+                    if keep {
+                        c.to_string()
+                    } else {
+                        c.to_lowercase().to_string()
+                    }
+                });
+                format!("{w}, {}{}", first.unwrap_or_default(), cs.as_str())
+            }
+            Repair::Append(line) => format!("{a}\n\n{line}"),
+            Repair::NoCommas => a.replace(", ", " ").replace(',', ""),
+            Repair::Json => serde_json::to_string_pretty(&serde_json::json!({ "answer": a }))
+                .unwrap_or_default(),
+        }
+    }
+
+    /// `answer` with every edit of `repairs` made, in their order.
+    pub fn apply_all(repairs: &[Repair], answer: &str) -> String {
+        let mut rs: Vec<&Repair> = repairs.iter().collect();
+        rs.sort_by_key(|r| r.order());
+        rs.iter()
+            .fold(answer.trim().to_string(), |text, r| r.apply(&text))
+    }
 }
 
 /// One verifiable constraint of a generated prompt: an IFEval instruction with its arguments
@@ -136,6 +210,7 @@ impl Prompt {
             messages: vec![Message::user(text)],
             source: Source::General,
             checks,
+            repairs: Vec::new(),
         }
     }
     /// The text of the last user turn (what duplicate checks compare).
@@ -462,6 +537,7 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<Prompt>> {
                 messages: m,
                 source: Source::General,
                 checks: Vec::new(),
+                repairs: Vec::new(),
             },
             _ => {
                 return Err(bad(
@@ -490,6 +566,7 @@ pub fn stream(path: &Path) -> Result<Vec<Prompt>> {
                 messages: t.record.messages[..first].to_vec(),
                 source: Source::Stream,
                 checks: Vec::new(),
+                repairs: Vec::new(),
             })
         })
         .collect())

@@ -29,6 +29,9 @@ pub use output::{Checked, ReplayOutput, ReplayWriter, Start};
 /// run is never resumed by a build that keeps other answers.
 pub const KEEP_RULES: &str = "check+repetition-v1";
 
+/// Names the edits `repair` makes ([`prompts::Repair`]), saved with a run that repairs.
+pub const REPAIR_RULES: &str = "repair-v1";
+
 /// What to generate.
 #[derive(Debug, Clone)]
 pub struct ReplayConfig {
@@ -46,6 +49,9 @@ pub struct ReplayConfig {
     pub batch: usize,
     /// Names the answering model in each record's `teacher` field.
     pub model_name: String,
+    /// Where no try passes, keep the first try that ended without repeating itself, edited by
+    /// its prompt's repairs ([`prompts::Repair`]), if it then passes every check.
+    pub repair: bool,
 }
 
 /// A setting of [`ReplayConfig`] that cannot work: the key (as `hat data replay` and the
@@ -105,9 +111,12 @@ impl ReplayConfig {
             "max_tokens": self.max_new_tokens, "seed": self.seed, "batch": self.batch,
             "version": env!("CARGO_PKG_VERSION"), "keep": KEEP_RULES,
         });
-        // named only when not the basic set, so runs started before the broad set resume
+        // named only when not the defaults, so runs started before these settings resume
         if self.prompt_set != prompts::GeneralSet::Basic {
             s["prompt_set"] = json!(self.prompt_set.name());
+        }
+        if self.repair {
+            s["repair"] = json!(REPAIR_RULES);
         }
         s
     }
@@ -125,6 +134,9 @@ pub struct ReplayStats {
     pub kept: usize,
     /// Kept answers whose prompt had a constraint (each passed its check).
     pub kept_constrained: usize,
+    /// Kept answers that passed only once repaired (counted in `kept` and `kept_constrained`).
+    #[serde(default)]
+    pub kept_repaired: usize,
     /// Prompts with an answer that ended on its own but failed the check (and none passing).
     pub dropped_failed_check: usize,
     /// Prompts none of whose answers ended within `max_new_tokens`.
@@ -169,6 +181,18 @@ fn reject(p: &Prompt, out: &GenerateOutput) -> Option<Drop> {
         return Some(Drop::FailedCheck);
     }
     hat_ifeval::repetition::repetition(text).map(|_| Drop::Repetitive)
+}
+
+/// `answer` (which ended on its own and failed a check) edited by its prompt's repairs, when
+/// it does not repeat itself and then passes every check.
+fn repair(p: &Prompt, answer: &str) -> Option<String> {
+    if p.repairs.is_empty() || hat_ifeval::repetition::repetition(answer.trim_end()).is_some() {
+        return None;
+    }
+    let fixed = prompts::Repair::apply_all(&p.repairs, answer);
+    (p.checks.iter().all(|c| c.passes(&fixed))
+        && hat_ifeval::repetition::repetition(&fixed).is_none())
+    .then_some(fixed)
 }
 
 /// Ends an answer once it repeats a sentence a third time ([`hat_ifeval::repetition::sentence_loop`]): the
@@ -275,6 +299,8 @@ pub fn generate(
         }
         // per prompt of the chunk: the kept answer, or why its last try failed
         let mut kept: Vec<Option<(String, usize)>> = vec![None; range.len()];
+        // and the first try that passes once repaired, kept if no try passes as it is
+        let mut repaired: Vec<Option<(String, usize)>> = vec![None; range.len()];
         let mut last_drop = vec![Drop::Unfinished; range.len()];
         for try_no in 0..cfg.samples {
             let open: Vec<usize> = (0..range.len()).filter(|&k| kept[k].is_none()).collect();
@@ -298,23 +324,37 @@ pub fn generate(
                 .zip(engine.generate_continuous(reqs, cfg.batch)?)
             {
                 stats.generated_tokens += out.tokens.len();
-                match reject(&prompts[range.start + k], &out) {
+                let p = &prompts[range.start + k];
+                match reject(p, &out) {
                     None => kept[k] = Some((out.text, try_no)),
                     // counted under the weightiest reason of its tries (see `Drop`)
-                    Some(d) => last_drop[k] = last_drop[k].max(d),
+                    Some(d) => {
+                        last_drop[k] = last_drop[k].max(d);
+                        if cfg.repair && d == Drop::FailedCheck && repaired[k].is_none() {
+                            repaired[k] = repair(p, &out.text).map(|t| (t, try_no));
+                        }
+                    }
                 }
             }
         }
         let mut records = Vec::new();
-        for (k, found) in kept.into_iter().enumerate() {
+        for (k, (found, fixed)) in kept.into_iter().zip(repaired).enumerate() {
             let p = &prompts[range.start + k];
-            match found {
-                Some((text, try_no)) => {
+            match (found, fixed) {
+                (Some((text, try_no)), _) => {
                     stats.kept += 1;
                     stats.kept_constrained += usize::from(!p.checks.is_empty());
                     records.push(record(p, &text, try_no, &cfg.model_name));
                 }
-                None => match last_drop[k] {
+                (None, Some((text, try_no))) => {
+                    stats.kept += 1;
+                    stats.kept_constrained += 1;
+                    stats.kept_repaired += 1;
+                    let mut r = record(p, &text, try_no, &cfg.model_name);
+                    r.score["repaired"] = json!(true);
+                    records.push(r);
+                }
+                (None, None) => match last_drop[k] {
                     Drop::FailedCheck => stats.dropped_failed_check += 1,
                     Drop::Repetitive => stats.dropped_repetitive += 1,
                     Drop::Unfinished => stats.dropped_unfinished += 1,
@@ -379,5 +419,42 @@ mod tests {
         assert_eq!(r.messages[1].content, "Is it?");
         assert_eq!(r.task_type, "general_constrained");
         assert_eq!(r.score["try"], 2);
+    }
+
+    #[test]
+    fn a_repair_is_kept_only_when_every_check_then_passes() {
+        let broad = prompts::GeneralSet::Broad.generate(3000, 8);
+        // one constraint, lowercase: the edit makes any answer pass
+        let p = broad
+            .iter()
+            .find(|p| p.checks.len() == 1 && p.repairs == [prompts::Repair::Lowercase])
+            .unwrap();
+        let answer = "Sure, Here is a short answer about it.";
+        assert_eq!(
+            reject(p, &out(answer, FinishReason::StopToken(2))),
+            Some(Drop::FailedCheck)
+        );
+        assert_eq!(
+            repair(p, answer).as_deref(),
+            Some("sure, here is a short answer about it.")
+        );
+        // an answer that loops is not worth repairing
+        let looped = "It is a fine day for a walk in the park. ".repeat(4);
+        assert_eq!(repair(p, &looped), None);
+        // a constraint with no edit (a word count here) still has to pass on its own
+        let p = broad
+            .iter()
+            .find(|p| {
+                p.checks.len() == 2
+                    && p.repairs == [prompts::Repair::Lowercase]
+                    && p.request().contains("at least")
+                    && p.request().contains("words")
+            })
+            .unwrap();
+        assert_eq!(repair(p, answer), None, "{}", p.request());
+        // and a prompt without edits (the basic set's) is never repaired
+        let basic = prompts::general(50, 1);
+        let q = basic.iter().find(|p| !p.checks.is_empty()).unwrap();
+        assert_eq!(repair(q, answer), None);
     }
 }
