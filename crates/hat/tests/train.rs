@@ -640,6 +640,25 @@ fn data_replay_draws_from_the_broad_prompt_set() {
         .stderr(predicate::str::contains("other settings"));
     run("broad", &partial).arg("--resume").assert().success();
     assert_eq!(std::fs::read_to_string(&partial).unwrap(), text);
+    // with --repair, the answers edited to pass are counted and marked, and it keeps at
+    // least every answer kept without
+    let fixed = d.path().join("fixed.jsonl");
+    let said = run("broad", &fixed).arg("--repair").assert().success();
+    let said = String::from_utf8(said.get_output().stdout.clone()).unwrap();
+    assert!(said.contains("of those repaired"), "{said}");
+    let repaired = std::fs::read_to_string(&fixed).unwrap();
+    assert!(repaired.lines().count() >= text.lines().count());
+    let marked = repaired
+        .lines()
+        .filter(|l| {
+            let r: hat_data::Record = serde_json::from_str(l).unwrap();
+            r.score.get("repaired").is_some()
+        })
+        .count();
+    assert!(
+        said.contains(&format!(", {marked} of those repaired")),
+        "{said}"
+    );
     // a usage error (exit 2, as clap answers every bad flag value)
     run("wide", &d.path().join("x.jsonl"))
         .assert()
