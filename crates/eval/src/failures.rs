@@ -234,6 +234,9 @@ pub struct IfevalAnswers {
     pub looping: usize,
     /// (passed, total) instructions per category (`punctuation`, `length_constraints`, ...), strict.
     pub by_category: BTreeMap<String, (usize, usize)>,
+    /// (passed, total) per instruction (`punctuation:no_comma`, ...), strict: where a
+    /// category's change comes from.
+    pub by_instruction: BTreeMap<String, (usize, usize)>,
 }
 
 /// An answer shorter than this many words counts as short in [`IfevalAnswers`].
@@ -269,10 +272,13 @@ pub fn read_ifeval(run: &Path) -> Result<Option<IfevalAnswers>, EvalError> {
         a.short += usize::from(n < SHORT_ANSWER_WORDS);
         a.looping += usize::from(hat_ifeval::repetition::repetition(response).is_some());
         for (id, ok) in ids.iter().zip(&strict) {
-            let category = id.as_str().unwrap_or("?").split(':').next().unwrap_or("?");
-            let e = a.by_category.entry(category.to_string()).or_default();
-            e.0 += usize::from(*ok);
-            e.1 += 1;
+            let id = id.as_str().unwrap_or("?");
+            let category = id.split(':').next().unwrap_or("?");
+            for (map, key) in [(&mut a.by_category, category), (&mut a.by_instruction, id)] {
+                let e = map.entry(key.to_string()).or_default();
+                e.0 += usize::from(*ok);
+                e.1 += 1;
+            }
         }
     }
     words.sort_unstable();
@@ -529,5 +535,8 @@ mod tests {
         assert_eq!(a.by_category["punctuation"], (2, 2));
         assert_eq!(a.by_category["length_constraints"], (0, 1));
         assert_eq!(a.by_category["startend"], (0, 1));
+        assert_eq!(a.by_instruction["punctuation:no_comma"], (2, 2));
+        assert_eq!(a.by_instruction["length_constraints:number_words"], (0, 1));
+        assert_eq!(a.by_instruction.len(), 3);
     }
 }

@@ -394,7 +394,7 @@ fn failures(runs: &[PathBuf], harness: &std::path::Path) -> Result<()> {
         any = true;
         header("ifeval: answers");
         let row = |label: &str, f: &dyn Fn(&hat_eval::failures::IfevalAnswers) -> String| {
-            print!("  {label:<42}");
+            print!("  {label:<50}");
             for a in &ifeval {
                 print!(" {:>24}", a.as_ref().map_or("-".to_string(), f));
             }
@@ -426,6 +426,19 @@ fn failures(runs: &[PathBuf], harness: &std::path::Path) -> Result<()> {
             row(&format!("  {c}"), &|a| {
                 a.by_category
                     .get(c)
+                    .map_or("-".into(), |&(p, n)| format!("{p}/{n}"))
+            });
+        }
+        println!("  instructions passed per instruction (strict):");
+        let ids: std::collections::BTreeSet<&String> = ifeval
+            .iter()
+            .flatten()
+            .flat_map(|a| a.by_instruction.keys())
+            .collect();
+        for id in ids {
+            row(&format!("  {id}"), &|a| {
+                a.by_instruction
+                    .get(id)
                     .map_or("-".into(), |&(p, n)| format!("{p}/{n}"))
             });
         }
