@@ -659,6 +659,9 @@ fn data_replay_draws_from_the_broad_prompt_set() {
         said.contains(&format!(", {marked} of those repaired")),
         "{said}"
     );
+    fails_cleanly(run("basic", &d.path().join("y.jsonl")).arg("--repair")).stderr(
+        predicate::str::contains("--repair needs the broad prompt set"),
+    );
     // a usage error (exit 2, as clap answers every bad flag value)
     run("wide", &d.path().join("x.jsonl"))
         .assert()

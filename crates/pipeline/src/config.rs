@@ -615,6 +615,7 @@ mod tests {
             "[replay]\nprompts = 10\ntemperature = 3.0\n",
             "[replay]\nprompts = 1000000\n",
             "[replay]\nprompts = 10\nrepeat = 0\n",
+            "[replay]\nprompts = 10\nrepair = true\n",
         ] {
             let c = PipelineConfig::from_str(bad, "p.toml").unwrap();
             let e = c.replay.validate().unwrap_err().to_string();

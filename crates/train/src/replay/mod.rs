@@ -91,6 +91,14 @@ impl ReplayConfig {
                 format!("must be between 0 and 2, not {}", self.temperature),
             );
         }
+        if self.repair && self.prompt_set == prompts::GeneralSet::Basic {
+            return bad(
+                "repair",
+                "needs the broad prompt set (--prompt-set broad; prompt_set = \"broad\" in a \
+                 pipeline's [replay]): the basic set's prompts carry no edits"
+                    .into(),
+            );
+        }
         if self.temperature == 0.0 && self.samples > 1 {
             return bad(
                 "temperature",
