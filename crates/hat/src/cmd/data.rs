@@ -120,8 +120,8 @@ pub struct ReplayArgs {
     /// Compute threads (0 = all cores; at most 256).
     #[arg(long, default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=256))]
     threads: usize,
-    /// General prompts to answer (about half carry a verifiable constraint; IFEval
-    /// look-alikes are dropped first).
+    /// General prompts to answer (half of the basic set's carry a verifiable constraint,
+    /// four in five of the broad set's one to three; IFEval look-alikes are dropped first).
     #[arg(long, default_value_t = 600, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=prompts_max()))]
     prompts: usize,
     /// Which generator writes the prompts: basic (half of them with one of 18 constraints;

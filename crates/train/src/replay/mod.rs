@@ -9,6 +9,12 @@
 //! The prompts are the distillation generator's (IFEval's 541 prompts and their near copies
 //! excluded); an unconstrained prompt keeps its first answer that ends on its own. An answer that
 //! repeats itself (`hat_ifeval::repetition`) is never kept, whatever its check says.
+//!
+//! With `repair` (broad prompts only), a prompt none of whose tries passes keeps its first
+//! finished, non-looping try edited by program to meet the constraints that have an edit
+//! ([`prompts::Repair`]: case, quotes, a line before or after, commas, JSON), if every check
+//! then passes: the base model never writes in capitals or inside quotes on its own, so
+//! sampling alone gives nothing to learn those instructions from.
 
 use std::sync::Arc;
 
