@@ -74,7 +74,7 @@ pub struct ReplaySection {
     /// General prompts to answer (0: no replay data).
     pub prompts: usize,
     /// Which generator writes them: `basic` (half with one constraint) or `broad` (zero to
-    /// three constraints of 29 kinds).
+    /// three constraints of 31 kinds).
     pub prompt_set: hat_train::distill::prompts::GeneralSet,
     /// Keep answers edited by program to meet what they missed where no try passes
     /// (`hat data replay --repair`; broad prompts only).

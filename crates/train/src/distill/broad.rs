@@ -1,5 +1,5 @@
 //! The broad general prompt set: the basic set's requests with zero to three verifiable
-//! constraints each, drawn from 29 kinds in several wordings (length in words and sentences,
+//! constraints each, drawn from 31 kinds in several wordings (length in words and sentences,
 //! case, keywords and their frequency, letters, language, bullets, sections, paragraphs,
 //! placeholders, highlights, endings, postscripts, repeating the request, two answers, ...).
 //!
@@ -9,7 +9,7 @@
 //! prompt that combines several. A model that is to follow instructions it has not seen needs
 //! many kinds, in several wordings, combined. Constraints that cannot hold together (lowercase
 //! and capitals, two openings, two endings, JSON and anything else) are never drawn together:
-//! each claims parts of the answer ([`Slot`]) and two constraints never share one.
+//! each claims parts of the answer ([`slot`]) and two constraints never share one.
 
 use std::collections::HashSet;
 

@@ -410,7 +410,7 @@ pub enum GeneralSet {
     /// every published run before session 41 used.
     #[default]
     Basic,
-    /// Zero to three constraints a prompt, of 29 kinds in several wordings
+    /// Zero to three constraints a prompt, of 31 kinds in several wordings
     /// ([`super::broad::general`]).
     Broad,
 }
