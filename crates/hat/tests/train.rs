@@ -159,6 +159,28 @@ fn train_distill_runs_resumes_and_exports_on_a_tiny_model() {
         .stderr(predicate::str::contains("no checkpoints to resume from"));
     std::fs::remove_dir(run.join("model-hf")).unwrap();
     std::fs::rename(d.path().join("ck"), run.join("checkpoints")).unwrap();
+    // the broad prompt set, chosen on the command line, is what the saved config says
+    let broad = d.path().join("broad");
+    hat()
+        .args([
+            "train",
+            "distill",
+            "--preset",
+            "smoke",
+            "--rollout-format",
+            "f32",
+        ])
+        .args(["--max-steps", "1", "--general-set", "broad"])
+        .arg("--model")
+        .arg(&fixture)
+        .arg("--teacher")
+        .arg(&fixture)
+        .arg("--out")
+        .arg(&broad)
+        .assert()
+        .success();
+    let cfg = std::fs::read_to_string(broad.join("config.toml")).unwrap();
+    assert!(cfg.contains("general_set = \"broad\""), "{cfg}");
     let out = d.path().join("distilled.gguf");
     hat()
         .args(["train", "export", "--format", "f32"])

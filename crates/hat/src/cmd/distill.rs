@@ -38,6 +38,10 @@ pub struct DistillArgs {
     /// Generated general prompts.
     #[arg(long)]
     general_prompts: Option<usize>,
+    /// Which generator writes them: basic (half with one of 18 constraints) or broad (zero
+    /// to three constraints of 31 kinds, several wordings each).
+    #[arg(long)]
+    general_set: Option<hat_train::distill::prompts::GeneralSet>,
     #[command(flatten)]
     run: RunArgs,
     #[command(flatten)]
@@ -103,6 +107,9 @@ fn apply(c: &mut DistillConfig, a: &DistillArgs) {
     }
     if let Some(x) = a.general_prompts {
         c.general_prompts = x;
+    }
+    if let Some(x) = a.general_set {
+        c.general_set = x;
     }
     if let Some(x) = a.run.max_steps {
         c.max_steps = x;
