@@ -125,7 +125,7 @@ pub struct ReplayArgs {
     #[arg(long, default_value_t = 600, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=prompts_max()))]
     prompts: usize,
     /// Which generator writes the prompts: basic (half of them with one of 18 constraints;
-    /// every published run before session 41) or broad (zero to three constraints of 29
+    /// every published run before session 41) or broad (zero to three constraints of 31
     /// kinds, in several wordings).
     #[arg(long, default_value = "basic")]
     prompt_set: hat_train::distill::prompts::GeneralSet,

@@ -4,8 +4,9 @@
 //!
 //! The generator writes requests of many kinds (explain, list, write, compare, plan, ...) on
 //! many topics, half of them with a verifiable constraint (length, case, keywords, format,
-//! ending, ...). It is our own text; IFEval's 541 prompts are only used to exclude anything
-//! that resembles them ([`exclude_near`]).
+//! ending, ...); the broad set ([`GeneralSet::Broad`], `broad.rs`) gives the same requests up
+//! to three constraints of 31 kinds. It is our own text; IFEval's 541 prompts are only used to
+//! exclude anything that resembles them ([`exclude_near`]).
 
 use std::collections::HashSet;
 use std::io::BufRead;
