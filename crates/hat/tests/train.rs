@@ -95,7 +95,7 @@ fn train_distill_runs_resumes_and_exports_on_a_tiny_model() {
     let d = tempfile::tempdir().unwrap();
     let fixture = hat_train::fixture::tiny_model(&d.path().join("m"), 1, "qwen2").unwrap();
     let run = d.path().join("run");
-    let base = |steps: &str| {
+    let into = |out: &std::path::Path, steps: &str| {
         let mut c = hat();
         c.args([
             "train",
@@ -110,10 +110,11 @@ fn train_distill_runs_resumes_and_exports_on_a_tiny_model() {
         .arg("--teacher")
         .arg(&fixture)
         .arg("--out")
-        .arg(&run)
+        .arg(out)
         .args(["--max-steps", steps]);
         c
     };
+    let base = |steps: &str| into(&run, steps);
     base("2")
         .assert()
         .success()
@@ -161,22 +162,8 @@ fn train_distill_runs_resumes_and_exports_on_a_tiny_model() {
     std::fs::rename(d.path().join("ck"), run.join("checkpoints")).unwrap();
     // the broad prompt set, chosen on the command line, is what the saved config says
     let broad = d.path().join("broad");
-    hat()
-        .args([
-            "train",
-            "distill",
-            "--preset",
-            "smoke",
-            "--rollout-format",
-            "f32",
-        ])
-        .args(["--max-steps", "1", "--general-set", "broad"])
-        .arg("--model")
-        .arg(&fixture)
-        .arg("--teacher")
-        .arg(&fixture)
-        .arg("--out")
-        .arg(&broad)
+    into(&broad, "1")
+        .args(["--general-set", "broad"])
         .assert()
         .success();
     let cfg = std::fs::read_to_string(broad.join("config.toml")).unwrap();

@@ -416,32 +416,26 @@ fn failures(runs: &[PathBuf], harness: &std::path::Path) -> Result<()> {
         row("answers that repeat themselves", &|a| {
             share(a.looping, a.prompts)
         });
-        println!("  instructions passed per category (strict):");
-        let categories: std::collections::BTreeSet<&String> = ifeval
-            .iter()
-            .flatten()
-            .flat_map(|a| a.by_category.keys())
-            .collect();
-        for c in categories {
-            row(&format!("  {c}"), &|a| {
-                a.by_category
-                    .get(c)
-                    .map_or("-".into(), |&(p, n)| format!("{p}/{n}"))
-            });
-        }
-        println!("  instructions passed per instruction (strict):");
-        let ids: std::collections::BTreeSet<&String> = ifeval
-            .iter()
-            .flatten()
-            .flat_map(|a| a.by_instruction.keys())
-            .collect();
-        for id in ids {
-            row(&format!("  {id}"), &|a| {
-                a.by_instruction
-                    .get(id)
-                    .map_or("-".into(), |&(p, n)| format!("{p}/{n}"))
-            });
-        }
+        type Counts = std::collections::BTreeMap<String, (usize, usize)>;
+        // one row per key of any run's counts, "passed/total" in each run's column
+        let table =
+            |title: &str, counts: &dyn Fn(&hat_eval::failures::IfevalAnswers) -> &Counts| {
+                println!("  instructions passed per {title} (strict):");
+                let keys: std::collections::BTreeSet<&String> = ifeval
+                    .iter()
+                    .flatten()
+                    .flat_map(|a| counts(a).keys())
+                    .collect();
+                for k in keys {
+                    row(&format!("  {k}"), &|a| {
+                        counts(a)
+                            .get(k)
+                            .map_or("-".into(), |&(p, n)| format!("{p}/{n}"))
+                    });
+                }
+            };
+        table("category", &|a| &a.by_category);
+        table("instruction", &|a| &a.by_instruction);
     }
     if !any {
         bail!(
