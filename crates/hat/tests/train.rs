@@ -230,7 +230,8 @@ fn train_sft_with_lora_saves_adapters_and_exports_a_merged_model() {
                 {"role": "user", "content": format!("viewer {i}: price of the coat?")},
                 {"role": "assistant", "content": "The coat is 99."}
             ],
-            "tools": [], "harness_name": "h", "harness_hash": "x", "variant": "base",
+            "tools": [{"type": "function", "function": {"name": "get_product"}}],
+            "harness_name": "h", "harness_hash": "x", "variant": "base",
             "call_syntax": "json-tags", "task_id": format!("t{i}"), "task_type": "t",
             "split": "train", "lang": "en", "calls": [], "teacher": "oracle", "score": {}
         })
@@ -262,13 +263,24 @@ fn train_sft_with_lora_saves_adapters_and_exports_a_merged_model() {
     // a call weight is saved with the run; a weight of 0 would learn no call
     let weighted = d.path().join("weighted");
     sft_to("4", &weighted)
-        .args(["--call-weight", "3"])
+        .args(["--call-weight", "3", "--decision-weight", "4"])
         .assert()
-        .success();
+        .success()
+        .stderr(predicate::str::contains("loss tokens weighted"));
     let saved = std::fs::read_to_string(weighted.join("config.toml")).unwrap();
     assert!(saved.contains("call_weight = 3.0"), "{saved}");
+    assert!(saved.contains("decision_weight = 4.0"), "{saved}");
+    fails_cleanly(
+        sft_to("4", &weighted)
+            .arg("--resume")
+            .args(["--decision-weight", "2"]),
+    )
+    .stderr(predicate::str::contains("--decision-weight"));
     fails_cleanly(sft_to("4", &d.path().join("zero")).args(["--call-weight", "0"])).stderr(
         predicate::str::contains("call_weight must be a number above 0"),
+    );
+    fails_cleanly(sft_to("4", &d.path().join("zero")).args(["--decision-weight", "0"])).stderr(
+        predicate::str::contains("decision_weight must be a number above 0"),
     );
     // the smoke preset's 3 steps are done: a resume may extend them, not cut them
     fails_cleanly(sft("4").arg("--resume").args(["--max-steps", "1"]))

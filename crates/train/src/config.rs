@@ -97,6 +97,8 @@ pub struct Overrides {
     pub matmul: Option<Matmul>,
     /// Loss weight of tool-calling assistant turns.
     pub call_weight: Option<f32>,
+    /// Loss weight of the decision tokens of agent trajectories.
+    pub decision_weight: Option<f32>,
     /// Data files whose packs each epoch holds more than once (`--repeat FILE=K`).
     pub repeat: BTreeMap<PathBuf, usize>,
 }
@@ -138,6 +140,12 @@ pub struct SftConfig {
     /// its tokens; validation stays unweighted, so runs with different weights compare.
     #[serde(skip_serializing_if = "is_one")]
     pub call_weight: f32,
+    /// How many times the loss of a decision token of an agent trajectory counts: the first
+    /// token of each assistant turn and the tokens of a call's argument values
+    /// (`Encoder::with_decision_weight`; 1: like any other token). Validation stays
+    /// unweighted.
+    #[serde(skip_serializing_if = "is_one")]
+    pub decision_weight: f32,
     /// Data files drawn more often: each epoch holds the training packs of such a file K
     /// times (its held-out trajectories once), so a small file (general-ability replay
     /// answers) takes a larger share of the steps without more of it being generated. Keys
@@ -173,6 +181,7 @@ impl Default for SftConfig {
             lora: None,
             matmul: Matmul::F32,
             call_weight: 1.0,
+            decision_weight: 1.0,
             repeat: BTreeMap::new(),
         }
     }
@@ -272,6 +281,9 @@ impl SftConfig {
         if let Some(w) = o.call_weight {
             self.call_weight = w;
         }
+        if let Some(w) = o.decision_weight {
+            self.decision_weight = w;
+        }
         if !o.repeat.is_empty() {
             self.repeat = o.repeat.clone();
         }
@@ -332,6 +344,13 @@ impl SftConfig {
         if let Some(x) = o.call_weight.filter(|x| *x != self.call_weight) {
             differs("call-weight", self.call_weight.to_string(), x.to_string())?;
         }
+        if let Some(x) = o.decision_weight.filter(|x| *x != self.decision_weight) {
+            differs(
+                "decision-weight",
+                self.decision_weight.to_string(),
+                x.to_string(),
+            )?;
+        }
         if !o.repeat.is_empty() && o.repeat != self.repeat {
             differs(
                 "repeat",
@@ -378,6 +397,9 @@ impl SftConfig {
         }
         if !(self.call_weight > 0.0 && self.call_weight <= 100.0) {
             return bad("call_weight must be a number above 0 and at most 100 (1: unweighted)");
+        }
+        if !(self.decision_weight > 0.0 && self.decision_weight <= 100.0) {
+            return bad("decision_weight must be a number above 0 and at most 100 (1: unweighted)");
         }
         if !(self.optim.lr > 0.0 && self.optim.lr.is_finite()) {
             return bad("optim.lr must be a positive number");

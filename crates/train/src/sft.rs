@@ -32,6 +32,9 @@ pub struct Prepared {
     pub packed_tokens: usize,
     pub unpacked_tokens: usize,
     pub loss_tokens: usize,
+    /// Loss-carrying tokens of all samples (held-out ones included) whose loss counts other
+    /// than once (`call_weight`, `decision_weight`), so a user sees the weights found tokens.
+    pub weighted_tokens: usize,
     /// Per data file, in the config's order: what it holds (all its samples, held-out ones
     /// included), so the share each source has of the loss is visible when files are mixed.
     pub by_file: Vec<FileShare>,
@@ -71,12 +74,13 @@ pub fn prepare(cfg: &SftConfig, enc: &Encoder, max_positions: usize) -> Result<P
         use rayon::prelude::*;
         trajs
             .par_iter()
-            .map(|t| enc.encode_within(&t.id, &t.record.messages, limit))
+            .map(|t| enc.encode_record(t, limit))
             .collect()
     };
     let mut samples = Vec::with_capacity(trajs.len());
     let mut sample_file = Vec::with_capacity(trajs.len());
     let mut dropped = 0;
+    let mut weighted_tokens = 0;
     for (s, fi) in encoded.into_iter().zip(file_of) {
         let s = s?;
         if s.tokens.len() > limit {
@@ -98,6 +102,12 @@ pub fn prepare(cfg: &SftConfig, enc: &Encoder, max_positions: usize) -> Result<P
         share.trajectories += 1;
         share.tokens += s.tokens.len();
         share.loss_tokens += s.mask.iter().filter(|m| **m).count();
+        weighted_tokens += s
+            .weight
+            .iter()
+            .zip(&s.mask)
+            .filter(|(w, m)| **m && **w != 1.0)
+            .count();
         samples.push(s);
         sample_file.push(fi);
     }
@@ -149,6 +159,7 @@ pub fn prepare(cfg: &SftConfig, enc: &Encoder, max_positions: usize) -> Result<P
         packed_tokens: train.iter().map(|p| p.seq.len()).sum(),
         unpacked_tokens: train.iter().map(|p| p.unpacked_tokens).sum(),
         loss_tokens: train.iter().map(|p| p.seq.targets.len()).sum(),
+        weighted_tokens,
         trajectories: tr.len() + va.len(),
         dropped_too_long: dropped,
         by_file,
@@ -290,7 +301,8 @@ pub fn run(
     let loaded = TrainModel::load_maybe_lora(&cfg.model, cfg.lora.as_ref())?;
     let model = loaded.model;
     let enc = Encoder::new(loaded.tokenizer, loaded.chat_template.as_deref())?
-        .with_call_weight(cfg.call_weight);
+        .with_call_weight(cfg.call_weight)
+        .with_decision_weight(cfg.decision_weight);
     let data = prepare(cfg, &enc, model.max_positions())?;
     on(Event::Prepared(&data));
     if data.train.is_empty() {

@@ -47,6 +47,64 @@ pub struct Encoder {
     template: ChatTemplate,
     /// Loss weight of an assistant turn that calls a tool (1: as any other turn).
     call_weight: f32,
+    /// Loss weight of the decision tokens of agent trajectories (1: as any other token).
+    decision_weight: f32,
+}
+
+/// What a record says about its decisions, for [`Encoder::with_decision_weight`].
+struct Decisions {
+    /// The argument values of its calls as the call text spells them (`P5`, `30`).
+    values: Vec<String>,
+}
+
+impl Decisions {
+    /// Of an agent trajectory (one with tools or calls); `None` for a general answer, whose
+    /// first token is not a choice between calling and replying.
+    fn of(record: &Record) -> Option<Self> {
+        let has_tools = record.tools.as_array().is_some_and(|t| !t.is_empty());
+        if !has_tools && record.calls.is_empty() {
+            return None;
+        }
+        let mut values = Vec::new();
+        for c in &record.calls {
+            leaf_values(&c.arguments, &mut values);
+        }
+        values.sort();
+        values.dedup();
+        Some(Self { values })
+    }
+}
+
+/// The scalar leaves of a call's arguments, as text (strings as they are, numbers and
+/// booleans as JSON writes them).
+fn leaf_values(v: &serde_json::Value, out: &mut Vec<String>) {
+    use serde_json::Value;
+    match v {
+        Value::String(s) if !s.trim().is_empty() => out.push(s.clone()),
+        Value::Number(n) => out.push(n.to_string()),
+        Value::Bool(b) => out.push(b.to_string()),
+        Value::Array(a) => a.iter().for_each(|x| leaf_values(x, out)),
+        Value::Object(o) => o.values().for_each(|x| leaf_values(x, out)),
+        _ => {}
+    }
+}
+
+/// Byte ranges of `text` where one of `values` stands as a whole word (no letter or digit
+/// right before or after it: `P5` in `{"id":"P5"}` or `id=P5`, not in `P51`).
+fn value_spans(text: &str, values: &[String]) -> Vec<(usize, usize)> {
+    let word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+    let mut spans = Vec::new();
+    for v in values {
+        let mut from = 0;
+        while let Some(at) = text[from..].find(v.as_str()) {
+            let (a, b) = (from + at, from + at + v.len());
+            if !word(text[..a].chars().next_back()) && !word(text[b..].chars().next()) {
+                spans.push((a, b));
+            }
+            from = a + v.chars().next().map_or(1, char::len_utf8);
+        }
+    }
+    spans
 }
 
 impl Encoder {
@@ -62,6 +120,7 @@ impl Encoder {
             tok,
             template,
             call_weight: 1.0,
+            decision_weight: 1.0,
         })
     }
 
@@ -71,6 +130,19 @@ impl Encoder {
     /// plain SFT gradient. Validation stays unweighted.
     pub fn with_call_weight(mut self, w: f32) -> Self {
         self.call_weight = w;
+        self
+    }
+
+    /// Counts the loss of the decision tokens of agent trajectories `w` times, as
+    /// [`Self::encode_record`] finds them: the first token of every trained assistant turn
+    /// (calling or replying; under a call syntax, which opener) and, in a turn that calls a
+    /// tool, the tokens that spell the call's argument values (which product, colour, region).
+    /// The wrong-product look-up, the commonest failure of trained models, is decided by one
+    /// or two such tokens among a trajectory's hundreds. A token that is also in a weighted
+    /// calling turn counts the larger of the two weights. General answers (no tools, no
+    /// calls) are left alone. Validation stays unweighted.
+    pub fn with_decision_weight(mut self, w: f32) -> Self {
+        self.decision_weight = w;
         self
     }
 
@@ -104,6 +176,25 @@ impl Encoder {
     /// without the render of every prefix that finding the assistant spans takes (quadratic in
     /// the turns: hours for an imported chat of thousands of turns).
     pub fn encode_within(&self, id: &str, messages: &[Message], limit: usize) -> Result<Sample> {
+        self.encode_inner(id, messages, limit, None)
+    }
+
+    /// [`Self::encode_within`] for a dataset line: its record's calls tell which tokens are
+    /// decisions ([`Self::with_decision_weight`]).
+    pub fn encode_record(&self, t: &Trajectory, limit: usize) -> Result<Sample> {
+        let decisions = (self.decision_weight != 1.0)
+            .then(|| Decisions::of(&t.record))
+            .flatten();
+        self.encode_inner(&t.id, &t.record.messages, limit, decisions.as_ref())
+    }
+
+    fn encode_inner(
+        &self,
+        id: &str,
+        messages: &[Message],
+        limit: usize,
+        decisions: Option<&Decisions>,
+    ) -> Result<Sample> {
         let tokens = self.tokens(messages, false).map_err(|e| {
             TrainError::Invalid(format!(
                 "{id}: {e} (a conversation the chat template cannot render, or one so long it \
@@ -140,16 +231,28 @@ impl Encoder {
             }
             let calls = messages.get(k + 1).is_some_and(|n| n.role == Role::Tool);
             let c = if calls { self.call_weight } else { 1.0 };
-            if c != 1.0 && weight.is_empty() {
+            if (c != 1.0 || decisions.is_some()) && weight.is_empty() {
                 weight = vec![1.0; tokens.len()];
             }
+            let mut end = before.len();
             for i in before.len()..after.len() {
                 mask[i] = true;
                 if let Some(x) = weight.get_mut(i) {
                     *x = c;
                 }
+                end = i + 1;
                 if eog.contains(&tokens[i]) {
                     break;
+                }
+            }
+            if let Some(d) = decisions.filter(|_| end > before.len()) {
+                let dw = self.decision_weight;
+                let mut lift = |i: usize| weight[i] = weight[i].max(dw);
+                lift(before.len());
+                if calls && !d.values.is_empty() {
+                    self.lift_values(&tokens[before.len()..end], &d.values, |j| {
+                        lift(before.len() + j)
+                    });
                 }
             }
         }
@@ -159,6 +262,29 @@ impl Encoder {
             mask,
             weight,
         })
+    }
+}
+
+impl Encoder {
+    /// Calls `lift(j)` for each token `j` of `span` that overlaps an argument value.
+    fn lift_values(&self, span: &[u32], values: &[String], mut lift: impl FnMut(usize)) {
+        let mut bytes = Vec::new();
+        let mut ends = Vec::with_capacity(span.len());
+        for &t in span {
+            bytes.extend(self.tok.token_bytes(t));
+            ends.push(bytes.len());
+        }
+        // a span cut inside a multi-byte character reads as replacement characters there,
+        // which no value matches; the offsets stay the tokens' own
+        let text = String::from_utf8_lossy(&bytes);
+        if text.len() != bytes.len() {
+            return;
+        }
+        for (a, b) in value_spans(&text, values) {
+            let first = ends.partition_point(|&e| e <= a);
+            let last = ends.partition_point(|&e| e < b);
+            (first..=last.min(span.len() - 1)).for_each(&mut lift);
+        }
     }
 }
 
@@ -230,4 +356,32 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<Trajectory>> {
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_counts_only_as_a_whole_word() {
+        let v = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let text = r#"{"id":"P5"} P51 xP5 id=P5 P5"#;
+        let spans = value_spans(text, &v(&["P5"]));
+        let got: Vec<&str> = spans.iter().map(|&(a, b)| &text[a..b]).collect();
+        assert_eq!(got, ["P5", "P5", "P5"]);
+        assert_eq!(spans[0].0, 7);
+        // non-ASCII values and neighbours are found by character, not by byte
+        let zh = "运到江苏要几天 江苏";
+        assert_eq!(value_spans(zh, &v(&["江苏"])).len(), 1);
+        assert_eq!(value_spans("size: M, Maple", &v(&["M"])), [(6, 7)]);
+    }
+
+    #[test]
+    fn leaf_values_spell_numbers_as_json_does() {
+        let mut out = Vec::new();
+        let args = serde_json::json!({"a": "P5", "b": 30, "c": 19.9, "d": {"e": [true, " "]}});
+        leaf_values(&args, &mut out);
+        out.sort();
+        assert_eq!(out, ["19.9", "30", "P5", "true"]);
+    }
 }

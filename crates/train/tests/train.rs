@@ -249,6 +249,79 @@ fn a_call_weight_counts_the_turns_a_tool_result_follows() {
 }
 
 #[test]
+fn a_decision_weight_counts_each_turns_first_token_and_the_call_values() {
+    use hat_data::Record;
+    use hat_harness::ToolCall;
+    use hat_train::tokens::Trajectory;
+    let conv = msgs(&[
+        (Role::User, "is no.3 in stock"),
+        (
+            Role::Assistant,
+            r#"<tool_call>{"name":"get","arguments":{"id":"P5"}}</tool_call>"#,
+        ),
+        (Role::Tool, r#"{"id":"P5","stock":7}"#),
+        (Role::Assistant, "P5 has 7 left, P51 none"),
+    ]);
+    let record = |tools: serde_json::Value, calls: Vec<ToolCall>| Trajectory {
+        id: "t".into(),
+        record: Record {
+            messages: conv.clone(),
+            tools,
+            harness_name: "h".into(),
+            harness_hash: "x".into(),
+            variant: "base".into(),
+            call_syntax: "json-tags".into(),
+            task_id: "t".into(),
+            task_type: "variant_stock".into(),
+            split: "train".into(),
+            lang: "en".into(),
+            calls,
+            teacher: "oracle".into(),
+            score: serde_json::Value::Null,
+        },
+    };
+    let call = ToolCall {
+        name: "get".into(),
+        arguments: serde_json::json!({"id": "P5"}),
+    };
+    let agent = record(serde_json::json!([{"type": "function"}]), vec![call]);
+    let general = record(serde_json::json!([]), vec![]);
+    for template in [SMOLLM2_TEMPLATE, QWEN2_STYLE] {
+        let plain = encoder(template).encode("t", &conv).unwrap();
+        let enc = encoder(template).with_decision_weight(4.0);
+        let s = enc.encode_record(&agent, usize::MAX).unwrap();
+        assert_eq!((&s.tokens, &s.mask), (&plain.tokens, &plain.mask));
+        // the first token of each trained turn
+        let starts: Vec<usize> = (1..s.mask.len())
+            .filter(|&i| s.mask[i] && !s.mask[i - 1])
+            .collect();
+        assert_eq!(starts.len(), 2);
+        assert!(starts.iter().all(|&i| s.weight[i] == 4.0));
+        // beyond them, only the tokens spelling the call's value; the reply's `P5` is phrasing
+        let rest: Vec<u32> = (0..s.tokens.len())
+            .filter(|&i| s.weight[i] == 4.0 && !starts.contains(&i))
+            .map(|i| s.tokens[i])
+            .collect();
+        let text = enc.tokenizer().decode(&rest, false);
+        assert!(text.contains("P5"), "{text:?}");
+        assert!(!text.contains("get") && !text.contains("left"), "{text:?}");
+        assert!(s.weight.iter().all(|&w| w == 1.0 || w == 4.0));
+        // a general answer is left alone; an encoder without the weight too
+        let g = enc.encode_record(&general, usize::MAX).unwrap();
+        assert!(g.weight.is_empty());
+        let p = encoder(template).encode_record(&agent, usize::MAX).unwrap();
+        assert!(p.weight.is_empty());
+        // with a call weight too, a token counts the larger of the two
+        let both = encoder(template)
+            .with_call_weight(3.0)
+            .with_decision_weight(2.0);
+        let b = both.encode_record(&agent, usize::MAX).unwrap();
+        assert_eq!(b.weight[starts[0]], 3.0);
+        assert_eq!(b.weight[starts[1]], 2.0);
+    }
+}
+
+#[test]
 fn an_assistant_turn_with_weight_0_is_context() {
     // a recovery detour: the wrong call is not learned, the correction and reply are
     let plain = msgs(&[

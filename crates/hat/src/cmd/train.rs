@@ -99,6 +99,11 @@ pub struct SftArgs {
     /// gradient. Validation loss stays unweighted.
     #[arg(long)]
     call_weight: Option<f32>,
+    /// Count the loss of the decision tokens of agent trajectories this many times (default
+    /// 1): the first token of each assistant turn (call or reply) and the tokens of a call's
+    /// argument values (which product, colour, region). Validation loss stays unweighted.
+    #[arg(long)]
+    decision_weight: Option<f32>,
     /// Draw a data file more often: each epoch holds its training packs K times (FILE=K, the
     /// file as --data names it; repeatable). For a small file that should carry a larger share
     /// of the steps, e.g. `hat data replay` answers mixed into agent data.
@@ -195,6 +200,7 @@ fn resolve(a: &SftArgs) -> Result<(SftConfig, bool)> {
         lora: a.lora.config(a.run.seed),
         matmul: a.matmul,
         call_weight: a.call_weight,
+        decision_weight: a.decision_weight,
         repeat: a.repeat.iter().cloned().collect(),
     };
     let saved = a.run.out.join("config.toml");
@@ -428,6 +434,12 @@ pub(crate) fn report(bar: &mut Option<indicatif::ProgressBar>, e: Event) {
                 p.unpacked_tokens as f64 / p.packed_tokens.max(1) as f64,
                 p.loss_tokens
             );
+            if p.weighted_tokens > 0 {
+                eprintln!(
+                    "  {} loss tokens weighted (--call-weight / --decision-weight)",
+                    p.weighted_tokens
+                );
+            }
             if p.by_file.len() > 1 {
                 // a repeated file's share counts each of its repeats
                 let all: usize = p.by_file.iter().map(|f| f.loss_tokens * f.repeat).sum();
