@@ -141,7 +141,7 @@ pub struct SftConfig {
     #[serde(skip_serializing_if = "is_one")]
     pub call_weight: f32,
     /// How many times the loss of a decision token of an agent trajectory counts: the first
-    /// token of each assistant turn and the tokens of a call's argument values
+    /// token of each assistant turn and the tokens of a call's tool name and argument values
     /// (`Encoder::with_decision_weight`; 1: like any other token). Validation stays
     /// unweighted.
     #[serde(skip_serializing_if = "is_one")]

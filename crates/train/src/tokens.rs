@@ -53,7 +53,8 @@ pub struct Encoder {
 
 /// What a record says about its decisions, for [`Encoder::with_decision_weight`].
 struct Decisions {
-    /// The argument values of its calls as the call text spells them (`P5`, `30`).
+    /// The tool names and argument values of its calls as the call text spells them
+    /// (`get_product`, `P5`, `30`).
     values: Vec<String>,
 }
 
@@ -67,6 +68,7 @@ impl Decisions {
         }
         let mut values = Vec::new();
         for c in &record.calls {
+            values.push(c.name.clone());
             leaf_values(&c.arguments, &mut values);
         }
         values.sort();
@@ -136,9 +138,10 @@ impl Encoder {
     /// Counts the loss of the decision tokens of agent trajectories `w` times, as
     /// [`Self::encode_record`] finds them: the first token of every trained assistant turn
     /// (calling or replying; under a call syntax, which opener) and, in a turn that calls a
-    /// tool, the tokens that spell the call's argument values (which product, colour, region).
-    /// The wrong-product look-up, the commonest failure of trained models, is decided by one
-    /// or two such tokens among a trajectory's hundreds. A token that is also in a weighted
+    /// tool, the tokens that spell the tool's name and the call's argument values (which tool,
+    /// which product, colour, region). The wrong tool and the wrong product, the commonest
+    /// failures of trained models, are decided by a few such tokens among a trajectory's
+    /// hundreds. A token that is also in a weighted
     /// calling turn counts the larger of the two weights. General answers (no tools, no
     /// calls) are left alone. Validation stays unweighted.
     pub fn with_decision_weight(mut self, w: f32) -> Self {

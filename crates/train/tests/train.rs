@@ -297,14 +297,14 @@ fn a_decision_weight_counts_each_turns_first_token_and_the_call_values() {
             .collect();
         assert_eq!(starts.len(), 2);
         assert!(starts.iter().all(|&i| s.weight[i] == 4.0));
-        // beyond them, only the tokens spelling the call's value; the reply's `P5` is phrasing
+        // beyond them, only the tokens spelling the tool and the value; the reply's `P5` is phrasing
         let rest: Vec<u32> = (0..s.tokens.len())
             .filter(|&i| s.weight[i] == 4.0 && !starts.contains(&i))
             .map(|i| s.tokens[i])
             .collect();
         let text = enc.tokenizer().decode(&rest, false);
-        assert!(text.contains("P5"), "{text:?}");
-        assert!(!text.contains("get") && !text.contains("left"), "{text:?}");
+        assert!(text.contains("P5") && text.contains("get"), "{text:?}");
+        assert!(!text.contains("name") && !text.contains("left"), "{text:?}");
         assert!(s.weight.iter().all(|&w| w == 1.0 || w == 4.0));
         // a general answer is left alone; an encoder without the weight too
         let g = enc.encode_record(&general, usize::MAX).unwrap();

@@ -101,7 +101,7 @@ pub struct SftArgs {
     call_weight: Option<f32>,
     /// Count the loss of the decision tokens of agent trajectories this many times (default
     /// 1): the first token of each assistant turn (call or reply) and the tokens of a call's
-    /// argument values (which product, colour, region). Validation loss stays unweighted.
+    /// tool name and argument values (which tool, product, colour, region). Validation loss stays unweighted.
     #[arg(long)]
     decision_weight: Option<f32>,
     /// Draw a data file more often: each epoch holds its training packs K times (FILE=K, the
