@@ -207,8 +207,8 @@ fn answers_packed_on_their_shared_prompt_score_exactly_as_one_by_one() {
             Answer::new(format!("a{k}"), p, &sampled, &lp).unwrap()
         })
         .collect();
-    let packed = score(&model, &teacher, &answers, 4096).unwrap();
-    let alone = score(&model, &teacher, &answers, 0).unwrap();
+    let packed = score(&model, &teacher, &answers, 4096, 1.0).unwrap();
+    let alone = score(&model, &teacher, &answers, 0, 1.0).unwrap();
     assert_eq!((packed.len(), alone.len()), (1, 3));
     let p = &packed[0];
     assert_eq!(p.answer_tokens, 5 + 7 + 9);
@@ -306,4 +306,31 @@ fn scene_prompts_sampled_from_a_cached_prefix_and_packed_stay_exact() {
         "{} tokens for 4 answers",
         s.tokens
     );
+}
+
+/// A teacher temperature below 1 sharpens the target: a student equal to its teacher has no
+/// KL to it at 1 and some at 0.5, where the teacher's likelihood of the samples is reported
+/// unchanged (it is the teacher's, not the target's).
+#[test]
+fn a_teacher_temperature_sharpens_the_target() {
+    use hat_train::distill::score::{score, Answer};
+    let dir = tempfile::tempdir().unwrap();
+    let m = common::tiny_model(&dir.path().join("m"), 3);
+    let model = hat_model::train::TrainModel::load(&m).unwrap().model;
+    let teacher = hat_train::snapshot::load_engine(&m, hat_model::WeightFormat::F32).unwrap();
+    let vocab = model.config().vocab_size as u32;
+    let prompt: Vec<u32> = (0..20).map(|i| (i * 7 + 3) % vocab).collect();
+    let sampled: Vec<u32> = (0..8).map(|i| (i * 17 + 1) % vocab).collect();
+    let answers = [Answer::new("a".into(), prompt, &sampled, &[0.0; 8]).unwrap()];
+    let at = |t: f32| {
+        let s = score(&model, &teacher, &answers, 0, t).unwrap();
+        (s[0].kl.to_scalar::<f32>().unwrap(), s[0].teacher_nll)
+    };
+    let (kl1, nll1) = at(1.0);
+    let (kl_half, nll_half) = at(0.5);
+    let (kl_quarter, _) = at(0.25);
+    assert!(kl1.abs() < 1e-4, "KL to itself: {kl1}");
+    assert!(kl_half > 1e-3, "KL to its sharpened self: {kl_half}");
+    assert!(kl_quarter > kl_half, "{kl_quarter} vs {kl_half}");
+    assert_eq!(nll1, nll_half);
 }

@@ -55,6 +55,13 @@ pub struct DistillArgs {
     /// Weight format of the rollout snapshot: q8_0 (fast) or f32 (the trainer's numbers).
     #[arg(long)]
     rollout_format: Option<String>,
+    /// Sampling temperature of the student's answers (default 1: its own distribution).
+    #[arg(long)]
+    temperature: Option<f32>,
+    /// Temperature of the teachers' distributions (default 1); below 1 pulls the student
+    /// toward each teacher's most likely tokens, what greedy decoding keeps.
+    #[arg(long)]
+    teacher_temperature: Option<f32>,
 }
 
 /// The config with the flags applied: to a saved run (only --max-steps may change) or a new one.
@@ -128,6 +135,12 @@ fn apply(c: &mut DistillConfig, a: &DistillArgs) {
     }
     if let Some(x) = &a.rollout_format {
         c.rollout_format = x.clone();
+    }
+    if let Some(x) = a.temperature {
+        c.temperature = x;
+    }
+    if let Some(x) = a.teacher_temperature {
+        c.teacher_temperature = x;
     }
     if let Some(l) = a.lora.config(a.run.seed) {
         c.lora = Some(l);

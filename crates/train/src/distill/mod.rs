@@ -69,6 +69,13 @@ pub struct DistillConfig {
     pub max_new_tokens: usize,
     /// Sampling temperature of the student's rollouts (1.0: its own distribution).
     pub temperature: f32,
+    /// Temperature of the teachers' distributions the student is pulled toward (1.0: as
+    /// they are). Below 1 the target is sharpened toward each teacher's most likely tokens,
+    /// which is what greedy decoding (how the suites and the server answer) keeps: matched at
+    /// 1.0, a student whose end-of-answer token is likely but not the likeliest at the
+    /// teacher's stopping points writes on past them when decoded greedily.
+    #[serde(skip_serializing_if = "is_one")]
+    pub teacher_temperature: f32,
     /// Weight format of the rollout snapshot: `q8_0` (fast) or `f32` (the trainer's numbers).
     pub rollout_format: String,
     /// General prompts held out; their reverse KL is the validation loss.
@@ -104,6 +111,7 @@ impl Default for DistillConfig {
             prompts_per_step: 8,
             max_new_tokens: 192,
             temperature: 1.0,
+            teacher_temperature: 1.0,
             rollout_format: "q8_0".into(),
             val_prompts: 8,
             eval_every: 10,
@@ -119,6 +127,10 @@ impl Default for DistillConfig {
             lora: None,
         }
     }
+}
+
+fn is_one(x: &f32) -> bool {
+    *x == 1.0
 }
 
 /// Most generated general prompts a run may ask for (the generator's space is a few hundred
@@ -208,6 +220,11 @@ impl DistillConfig {
         }
         if !(self.temperature > 0.0 && self.temperature.is_finite()) {
             return bad("temperature must be positive (on-policy sampling)".into());
+        }
+        if !(self.teacher_temperature >= 0.05 && self.teacher_temperature <= 10.0) {
+            return bad(
+                "teacher_temperature must be from 0.05 to 10 (1: the teachers as they are)".into(),
+            );
         }
         crate::snapshot::check_format(&self.rollout_format, "rollout_format")?;
         if !(self.optim.lr > 0.0 && self.optim.lr.is_finite()) {
@@ -452,8 +469,9 @@ impl DistillStage {
             }
         }
         let st = self.stream_teacher.as_ref().unwrap_or(&self.teacher);
-        let mut out = score::score(model, st, &stream, self.cfg.pack_tokens)?;
-        out.extend(score::score(model, &self.teacher, &general, 0)?);
+        let t = self.cfg.teacher_temperature;
+        let mut out = score::score(model, st, &stream, self.cfg.pack_tokens, t)?;
+        out.extend(score::score(model, &self.teacher, &general, 0, t)?);
         Ok(out)
     }
 }
@@ -583,6 +601,23 @@ pub fn run(
 mod tests {
     use super::*;
     use hat_harness::{Message, Role};
+
+    #[test]
+    fn a_teacher_temperature_is_saved_only_when_set_and_must_be_sane() {
+        let mut c = DistillConfig {
+            model: "m".into(),
+            teacher: "t".into(),
+            stream_share: 0.0,
+            ..DistillConfig::default()
+        };
+        assert!(!c.to_toml().contains("teacher_temperature"));
+        c.teacher_temperature = 0.5;
+        assert!(c.to_toml().contains("teacher_temperature = 0.5"));
+        c.validate().unwrap();
+        c.teacher_temperature = 0.0;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("teacher_temperature must be from 0.05"), "{e}");
+    }
 
     fn stream_prompt(id: &str, system: &str, event: &str) -> Prompt {
         let m = |role, c: &str| Message {

@@ -74,13 +74,15 @@ pub struct Scored {
     pub teacher_nll: f64,
 }
 
-/// Scores `answers` (none empty) against `teacher`: consecutive answers are packed on the
-/// prefix they share while a pack stays within `max_tokens` (0: every answer alone).
+/// Scores `answers` (none empty) against `teacher`, whose distribution is taken at
+/// `teacher_temperature` (1: as it is): consecutive answers are packed on the prefix they
+/// share while a pack stays within `max_tokens` (0: every answer alone).
 pub fn score(
     model: &TrainModel,
     teacher: &Engine,
     answers: &[Answer],
     max_tokens: usize,
+    teacher_temperature: f32,
 ) -> Result<Vec<Scored>> {
     if let Some(a) = answers.iter().find(|a| a.is_empty()) {
         return Err(TrainError::Invalid(format!(
@@ -113,8 +115,15 @@ pub fn score(
             .collect();
         let dev = Device::Cpu;
         let lt = Tensor::cat(&rows, 0)?.index_select(&Tensor::new(index.as_slice(), &dev)?, 0)?;
+        // log-probabilities are logits too: scaling them and renormalising is the
+        // teacher's softmax at that temperature
+        let target = if teacher_temperature == 1.0 {
+            lt.clone()
+        } else {
+            candle_nn::ops::log_softmax(&(&lt / teacher_temperature as f64)?, D::Minus1)?
+        };
         let ls = candle_nn::ops::log_softmax(&model.logits(&packed)?, D::Minus1)?;
-        let kl = (ls.exp()? * (&ls - &lt)?)?.sum_all()?;
+        let kl = (ls.exp()? * (&ls - &target)?)?.sum_all()?;
         let tgt = Tensor::from_slice(&packed.targets, (packed.targets.len(), 1), &dev)?;
         let trainer_lp = ls
             .detach()
