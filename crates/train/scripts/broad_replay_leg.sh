@@ -14,15 +14,20 @@
 # broad answers drawn 6 times (47% of the loss). Rerunning resumes every step.
 # Cost on 2 Zen 5 cores with AVX-512 BF16: ~75 min; bf16 products need AVX-512 BF16 (on other
 # CPUs set MATMUL=f32: slower, not the published recipe).
-# Usage: [HAT=path/to/hat] [MATMUL=f32] [SEED=53] [START=model-hf-folder] crates/train/scripts/broad_replay_leg.sh
+# DECISION=K counts the decision tokens of the agent trajectories K times (`hat train sft
+# --decision-weight K`: each turn's first token, a call's tool name and argument values); the
+# leg is then named broad-leg-sSEED-dwK.
+# Usage: [HAT=path/to/hat] [MATMUL=f32] [SEED=53] [DECISION=4] [START=model-hf-folder] crates/train/scripts/broad_replay_leg.sh
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 hat=${HAT:-target/release/hat}
 mm=${MATMUL:-bf16}
 seed=${SEED:-53}
+dw=${DECISION:-1}
 start=${START:-runs/chain-sc-ft16-rp600x8-bf16-leg5-s120-hf}
 [ "$mm" = bf16 ] || [ "$mm" = f32 ] || { echo "MATMUL='$mm' is not f32 or bf16" >&2; exit 2; }
 [[ "$seed" =~ ^[0-9]+$ ]] || { echo "SEED='$seed' is not a number" >&2; exit 2; }
+[[ "$dw" =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "DECISION='$dw' is not a number" >&2; exit 2; }
 [ -x "$hat" ] || { echo "no hat binary at $hat: cargo build --release -p hat, or set HAT" >&2; exit 2; }
 [ -e "$start" ] || { echo "$start: no such model; run crates/train/scripts/model_of_record.sh first, or set START" >&2; exit 2; }
 for f in runs/chain-hsa-s29-sc-ft16.jsonl runs/fh-s30-sc-ft16.jsonl runs/replay-sc-rp600-leg5.jsonl; do
@@ -32,6 +37,11 @@ replay=runs/replay-broad-rep-p900-s$seed.jsonl
 [ -f $replay ] || "$hat" data replay --model default --prompt-set broad --repair --prompts 900 \
   --samples 4 --max-tokens 512 --seed $seed --batch 16 --threads 2 --out $replay --resume
 name=broad-leg-s$seed
+weights=""
+if [ "$dw" != 1 ]; then
+  name=$name-dw$dw
+  weights="decision_weight = $dw"
+fi
 out=runs/$name
 cfg=runs/$name.toml
 cat > $cfg <<EOF
@@ -53,6 +63,7 @@ keep = 2
 on_too_long = "error"
 export = ["q8_0", "hf"]
 matmul = "$mm"
+$weights
 
 [optim]
 lr = 0.0002
