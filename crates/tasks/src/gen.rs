@@ -33,12 +33,22 @@ const GHOSTS: &[&str] = &[
     "Yeti tumbler",
 ];
 
+// Operators write cues as they please; the train phrasings vary the order of the figures and
+// how they are marked (`%`, `percent`, `min`, `minutes`), so the test phrasings (held out)
+// are read, not matched: with three train phrasings, trained models swapped minutes and
+// percent in two of the three test ones.
 const CUES_PIN: [&[&str]; 2] = [
     &[
         "pin {product} now",
         "put link {link} on screen please",
         "pin the {product} link, viewers are asking",
         "next up {product}, pin it",
+        "pin {product} for the viewers",
+        "link {link} up top now please",
+        "get {product} pinned, it's next",
+        "time to pin link {link}",
+        "{product} is up next, please pin its link",
+        "pin #{link}, we're showing it now",
     ],
     &[
         "can you pin {product}",
@@ -52,6 +62,14 @@ const CUES_SALE: [&[&str]; 2] = [
         "start a {minutes}-minute flash sale on {product}, {pct}% off",
         "flash sale {product}: {pct}% off for {minutes} minutes, go",
         "kick off {pct}% off {product} for {minutes} min",
+        "{pct} percent off {product} for the next {minutes} minutes",
+        "{product}: {minutes}-minute deal at {pct}% off",
+        "give {product} {pct}% off, timer {minutes} min",
+        "set a {minutes} minute flash deal on {product}, {pct} percent discount",
+        "{pct}% off on {product}, {minutes}-min window, start now",
+        "flash deal for {minutes} minutes: {product} at {pct} percent off",
+        "{product} sale now, {minutes} mins, {pct}% off",
+        "discount {product} by {pct}% for {minutes} minutes",
     ],
     &[
         "run {product} at {pct}% off, {minutes} minutes only",
@@ -771,4 +789,41 @@ pub fn generate_in(
         recent,
         intent,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cue phrasings of the two splits share none (after lowercasing and collapsing
+    /// spaces, as the comment banks are checked), and each names every figure it must carry.
+    #[test]
+    fn cue_phrasings_are_disjoint_and_complete() {
+        let norm = |t: &str| {
+            t.to_lowercase()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        for (cues, slots) in [
+            (CUES_PIN, &["{product}", "{link}"][..]),
+            (CUES_SALE, &["{product}", "{minutes}", "{pct}"][..]),
+        ] {
+            let test: Vec<String> = cues[1].iter().map(|t| norm(t)).collect();
+            for t in cues[0] {
+                assert!(!test.contains(&norm(t)), "{t} is a test phrasing");
+            }
+            for t in cues.iter().flat_map(|c| c.iter()) {
+                let n = slots.iter().filter(|s| t.contains(*s)).count();
+                if slots.len() == 3 {
+                    assert_eq!(
+                        n, 3,
+                        "{t}: a sale cue names the product, minutes and percent"
+                    );
+                } else {
+                    assert_eq!(n, 1, "{t}: a pin cue names the product or its link");
+                }
+            }
+        }
+    }
 }
