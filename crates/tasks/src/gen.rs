@@ -33,22 +33,16 @@ const GHOSTS: &[&str] = &[
     "Yeti tumbler",
 ];
 
-// Operators write cues as they please; the train phrasings vary the order of the figures and
-// how they are marked (`%`, `percent`, `min`, `minutes`), so the test phrasings (held out)
-// are read, not matched: with three train phrasings, trained models swapped minutes and
-// percent in two of the three test ones.
+// Trained models swap minutes and percent in the held-out test phrasings of flash-sale cues.
+// Eleven train phrasings and ten pin phrasings that vary the order and marks of the figures
+// (`crates/train/scripts/rephrase_cues.py`) did not help in an A/B on leg 7's data (session
+// 42, docs/results.md), so the train lists stay the ones every published row was drawn from.
 const CUES_PIN: [&[&str]; 2] = [
     &[
         "pin {product} now",
         "put link {link} on screen please",
         "pin the {product} link, viewers are asking",
         "next up {product}, pin it",
-        "pin {product} for the viewers",
-        "link {link} up top now please",
-        "get {product} pinned, it's next",
-        "time to pin link {link}",
-        "{product} is up next, please pin its link",
-        "pin #{link}, we're showing it now",
     ],
     &[
         "can you pin {product}",
@@ -62,14 +56,6 @@ const CUES_SALE: [&[&str]; 2] = [
         "start a {minutes}-minute flash sale on {product}, {pct}% off",
         "flash sale {product}: {pct}% off for {minutes} minutes, go",
         "kick off {pct}% off {product} for {minutes} min",
-        "{pct} percent off {product} for the next {minutes} minutes",
-        "{product}: {minutes}-minute deal at {pct}% off",
-        "give {product} {pct}% off, timer {minutes} min",
-        "set a {minutes} minute flash deal on {product}, {pct} percent discount",
-        "{pct}% off on {product}, {minutes}-min window, start now",
-        "flash deal for {minutes} minutes: {product} at {pct} percent off",
-        "{product} sale now, {minutes} mins, {pct}% off",
-        "discount {product} by {pct}% for {minutes} minutes",
     ],
     &[
         "run {product} at {pct}% off, {minutes} minutes only",

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Rewrites the operator cues of a `hat data gen` file with the train-split cue phrasings of
-crates/tasks/src/gen.rs, changing nothing else, so that a training run on the result is an A/B
-of the phrasings alone against a run on the original (session 42, docs/results.md).
+"""Rewrites the operator cues of a `hat data gen` file with a wider set of train phrasings
+(NEW_PIN, NEW_SALE below: the generator's own plus ones that vary the order and marks of the
+figures), changing nothing else, so that a training run on the result is an A/B of the
+phrasings alone against a run on the original (session 42, docs/results.md: no gain, so the
+generator in crates/tasks/src/gen.rs keeps its own lists).
 
 Each `cue_pin` / `cue_flash_sale` trajectory's cue text is parsed with the phrasing it was
-written in (the four pin and three sale phrasings the train split had before `c2999aa`), and
-written again in one drawn (seeded) from the current list whose slots match: a pin cue that
+written in (the generator's four pin and three sale train phrasings), and written again in one
+drawn (seeded) from the wider list whose slots match: a pin cue that
 named the link keeps naming the link, one that named the product keeps the product. The figures,
 the calls and every other line stay as they were.
 
