@@ -157,7 +157,8 @@ pub struct SftConfig {
 /// Most times a data file may repeat in one epoch (`repeat`).
 pub const MAX_REPEAT: usize = 100;
 
-fn is_one(x: &f32) -> bool {
+/// `skip_serializing_if` of a weight or temperature whose default is 1.
+pub(crate) fn is_one(x: &f32) -> bool {
     *x == 1.0
 }
 
@@ -395,11 +396,15 @@ impl SftConfig {
         if !(0.0..1.0).contains(&self.val_fraction) {
             return bad("val_fraction must be in [0, 1)");
         }
-        if !(self.call_weight > 0.0 && self.call_weight <= 100.0) {
-            return bad("call_weight must be a number above 0 and at most 100 (1: unweighted)");
-        }
-        if !(self.decision_weight > 0.0 && self.decision_weight <= 100.0) {
-            return bad("decision_weight must be a number above 0 and at most 100 (1: unweighted)");
+        for (name, w) in [
+            ("call_weight", self.call_weight),
+            ("decision_weight", self.decision_weight),
+        ] {
+            if !(w > 0.0 && w <= 100.0) {
+                return bad(&format!(
+                    "{name} must be a number above 0 and at most 100 (1: unweighted)"
+                ));
+            }
         }
         if !(self.optim.lr > 0.0 && self.optim.lr.is_finite()) {
             return bad("optim.lr must be a positive number");

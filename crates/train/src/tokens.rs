@@ -51,30 +51,23 @@ pub struct Encoder {
     decision_weight: f32,
 }
 
-/// What a record says about its decisions, for [`Encoder::with_decision_weight`].
-struct Decisions {
-    /// The tool names and argument values of its calls as the call text spells them
-    /// (`get_product`, `P5`, `30`).
-    values: Vec<String>,
-}
-
-impl Decisions {
-    /// Of an agent trajectory (one with tools or calls); `None` for a general answer, whose
-    /// first token is not a choice between calling and replying.
-    fn of(record: &Record) -> Option<Self> {
-        let has_tools = record.tools.as_array().is_some_and(|t| !t.is_empty());
-        if !has_tools && record.calls.is_empty() {
-            return None;
-        }
-        let mut values = Vec::new();
-        for c in &record.calls {
-            values.push(c.name.clone());
-            leaf_values(&c.arguments, &mut values);
-        }
-        values.sort();
-        values.dedup();
-        Some(Self { values })
+/// The tool names and argument values of an agent trajectory's calls as the call text spells
+/// them (`get_product`, `P5`, `30`), for [`Encoder::with_decision_weight`]; `None` for a
+/// general answer (no tools, no calls), whose first token is not a choice between calling and
+/// replying.
+fn decision_values(record: &Record) -> Option<Vec<String>> {
+    let has_tools = record.tools.as_array().is_some_and(|t| !t.is_empty());
+    if !has_tools && record.calls.is_empty() {
+        return None;
     }
+    let mut values = Vec::new();
+    for c in &record.calls {
+        values.push(c.name.clone());
+        leaf_values(&c.arguments, &mut values);
+    }
+    values.sort();
+    values.dedup();
+    Some(values)
 }
 
 /// The scalar leaves of a call's arguments, as text (strings as they are, numbers and
@@ -141,9 +134,9 @@ impl Encoder {
     /// tool, the tokens that spell the tool's name and the call's argument values (which tool,
     /// which product, colour, region). The wrong tool and the wrong product, the commonest
     /// failures of trained models, are decided by a few such tokens among a trajectory's
-    /// hundreds. A token that is also in a weighted
-    /// calling turn counts the larger of the two weights. General answers (no tools, no
-    /// calls) are left alone. Validation stays unweighted.
+    /// hundreds. A token that is also in a weighted calling turn counts the larger of the two
+    /// weights. General answers (no tools, no calls) are left alone. Validation stays
+    /// unweighted.
     pub fn with_decision_weight(mut self, w: f32) -> Self {
         self.decision_weight = w;
         self
@@ -186,9 +179,9 @@ impl Encoder {
     /// decisions ([`Self::with_decision_weight`]).
     pub fn encode_record(&self, t: &Trajectory, limit: usize) -> Result<Sample> {
         let decisions = (self.decision_weight != 1.0)
-            .then(|| Decisions::of(&t.record))
+            .then(|| decision_values(&t.record))
             .flatten();
-        self.encode_inner(&t.id, &t.record.messages, limit, decisions.as_ref())
+        self.encode_inner(&t.id, &t.record.messages, limit, decisions.as_deref())
     }
 
     fn encode_inner(
@@ -196,7 +189,7 @@ impl Encoder {
         id: &str,
         messages: &[Message],
         limit: usize,
-        decisions: Option<&Decisions>,
+        decisions: Option<&[String]>,
     ) -> Result<Sample> {
         let tokens = self.tokens(messages, false).map_err(|e| {
             TrainError::Invalid(format!(
@@ -248,12 +241,12 @@ impl Encoder {
                     break;
                 }
             }
-            if let Some(d) = decisions.filter(|_| end > before.len()) {
+            if let Some(values) = decisions.filter(|_| end > before.len()) {
                 let dw = self.decision_weight;
                 let mut lift = |i: usize| weight[i] = weight[i].max(dw);
                 lift(before.len());
-                if calls && !d.values.is_empty() {
-                    self.lift_values(&tokens[before.len()..end], &d.values, |j| {
+                if calls && !values.is_empty() {
+                    self.lift_values(&tokens[before.len()..end], values, |j| {
                         lift(before.len() + j)
                     });
                 }
@@ -266,9 +259,7 @@ impl Encoder {
             weight,
         })
     }
-}
 
-impl Encoder {
     /// Calls `lift(j)` for each token `j` of `span` that overlaps an argument value.
     fn lift_values(&self, span: &[u32], values: &[String], mut lift: impl FnMut(usize)) {
         let mut bytes = Vec::new();

@@ -74,7 +74,7 @@ pub struct DistillConfig {
     /// which is what greedy decoding (how the suites and the server answer) keeps: matched at
     /// 1.0, a student whose end-of-answer token is likely but not the likeliest at the
     /// teacher's stopping points writes on past them when decoded greedily.
-    #[serde(skip_serializing_if = "is_one")]
+    #[serde(skip_serializing_if = "crate::config::is_one")]
     pub teacher_temperature: f32,
     /// Weight format of the rollout snapshot: `q8_0` (fast) or `f32` (the trainer's numbers).
     pub rollout_format: String,
@@ -127,10 +127,6 @@ impl Default for DistillConfig {
             lora: None,
         }
     }
-}
-
-fn is_one(x: &f32) -> bool {
-    *x == 1.0
 }
 
 /// Most generated general prompts a run may ask for (the generator's space is a few hundred
