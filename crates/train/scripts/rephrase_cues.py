@@ -65,13 +65,18 @@ def parse(text, templates):
 
 
 def main():
+    if len(sys.argv) not in (3, 4) or (len(sys.argv) == 4 and not sys.argv[3].isdigit()):
+        raise SystemExit("usage: rephrase_cues.py IN.jsonl OUT.jsonl [SEED (a whole number)]")
     src, dst = sys.argv[1], sys.argv[2]
     rng = random.Random(int(sys.argv[3]) if len(sys.argv) > 3 else 42)
     changed = 0
-    with open(src) as f, open(dst, "w") as out:
-        for line in f:
-            d = json.loads(line)
-            kind = d["task_type"]
+    with open(src, encoding="utf-8") as f, open(dst, "w", encoding="utf-8") as out:
+        for n, line in enumerate(f, 1):
+            try:
+                d = json.loads(line)
+                kind = d["task_type"]
+            except (ValueError, KeyError, TypeError) as e:
+                raise SystemExit(f"{src}:{n}: not a `hat data gen` record ({e!r})")
             if kind in ("cue_pin", "cue_flash_sale"):
                 old, new = (OLD_PIN, NEW_PIN) if kind == "cue_pin" else (OLD_SALE, NEW_SALE)
                 for m in d["messages"]:
