@@ -925,10 +925,15 @@ mod tests {
         }
     }
 
-    /// The test tools and `free` (any arguments) and `flags` (a boolean and a null).
+    /// The test tools and `free` (any arguments), `flags` (a boolean and a null) and `one`
+    /// (a single key: an object that is soon full).
     fn open_grammar(syntax: CallSyntax) -> CallGrammar {
         let mut s = schemas();
         s.push(("free", json!({"type": "object"})));
+        s.push((
+            "one",
+            json!({"type": "object", "properties": {"k": {"type": "integer"}}}),
+        ));
         s.push((
             "flags",
             json!({"type": "object", "properties": {
@@ -995,6 +1000,10 @@ mod tests {
         "\"q\"",
         "q",
         "\"P3\"",
+        "one",
+        "\"one\"",
+        "\"k\"",
+        "k",
         "true",
         "false",
         "null",
@@ -1050,6 +1059,81 @@ mod tests {
                 proptest::prop_assert!(parsed.is_ok(), "{}: {text:?}: {parsed:?}", syntax.as_str());
             }
         }
+    }
+
+    /// No byte the grammar admits leads to a dead end: after a valid call cut anywhere and two
+    /// more structural bytes, some byte (or the end of the answer) still follows. A decoder
+    /// that meets a dead end has no token left to draw and falls back to the model's
+    /// unconstrained choice, which breaks the call anyway.
+    /// The bytes that open, close and separate the parts of a call, and a few of its content.
+    const STRUCTURE: &[u8] = b",}])\" :=\n5k(";
+
+    #[test]
+    fn no_admitted_byte_leads_to_a_dead_end() {
+        let g_calls = [
+            ("t_3876", json!({"sku": "P3", "size": "M"})),
+            ("one", json!({"k": 5})),
+            ("flags", json!({"q": "x", "f": false, "n": null})),
+            ("match_goods", json!({"category": "sna"})),
+        ];
+        for syntax in CallSyntax::every() {
+            let g = open_grammar(syntax);
+            for (name, args) in &g_calls {
+                let text = syntax.format(&ToolCall {
+                    name: (*name).into(),
+                    arguments: args.clone(),
+                });
+                for cut in 0..=text.len() {
+                    let mut t = text.as_bytes()[..cut].to_vec();
+                    // two more bytes: a dead end can open one byte after the wrong one
+                    // (`,` then `"` in an object with no key left)
+                    for &b1 in STRUCTURE {
+                        if !g.admits(&t, &[b1]) {
+                            continue;
+                        }
+                        t.push(b1);
+                        for &b2 in STRUCTURE {
+                            if !g.admits(&t, &[b2]) {
+                                continue;
+                            }
+                            t.push(b2);
+                            let next = STRUCTURE
+                                .iter()
+                                .copied()
+                                .chain(0..=255u8)
+                                .find(|&c| g.admits(&t, &[c]));
+                            assert!(
+                                next.is_some(),
+                                "{}: {:?} has no next byte",
+                                syntax.as_str(),
+                                String::from_utf8_lossy(&t)
+                            );
+                            t.pop();
+                        }
+                        t.pop();
+                    }
+                }
+            }
+        }
+    }
+
+    /// A closed object with all its keys written takes `}` and nothing else: the comma
+    /// that would start another key is refused (the decoder was left with no byte to
+    /// draw after it and wrote `"region"` into a `target` object that has no such key).
+    #[test]
+    fn a_full_closed_object_must_close() {
+        let schema = json!({"type": "object", "properties": {
+            "target": {"type": "object", "properties": {"product_id": {"type": "string"}},
+                       "required": ["product_id"]},
+            "region": {"type": "string"}},
+            "required": ["target", "region"]});
+        let g = CallGrammar::new(CallSyntax::JsonTags, [("shipping_info", &schema)]);
+        let before = br#"<tool_call>{"name":"shipping_info","arguments":{"target":{"product_id":"P7""#;
+        assert!(!g.admits(before, b","));
+        assert!(!g.admits(before, b"\",\"region"));
+        assert!(g.admits(before, b"},\"region\":\"Sichuan\"}}</tool_call>"));
+        // the same inside a string of the nested object: no second key after `product_id`
+        assert!(!g.admits(&before[..before.len() - 4], b"\"P7\", \"size\""));
     }
 
     #[test]
