@@ -294,9 +294,7 @@ impl<'a> Reader<'a> {
                 // a closed object with every key written takes no other: a comma there is a
                 // dead end that no byte continues, where a decoder would fall back to
                 // unconstrained text
-                b',' if !o.open && o.free_keys(&used).next().is_none() => {
-                    return Err(Stop::At(i))
-                }
+                b',' if !o.open && o.free_keys(&used).next().is_none() => return Err(Stop::At(i)),
                 b',' => i = self.ws(i + 1),
                 b'}' => return self.close(i, o, &used),
                 _ => return Err(Stop::At(i)),
@@ -561,9 +559,7 @@ impl<'a> Reader<'a> {
             i = self.ws(self.value(i, shape, 1)?);
             match self.byte(i)? {
                 // as in an object: no key left, no comma
-                b',' if !o.open && o.free_keys(&used).next().is_none() => {
-                    return Err(Stop::At(i))
-                }
+                b',' if !o.open && o.free_keys(&used).next().is_none() => return Err(Stop::At(i)),
                 b',' => i = self.ws(i + 1),
                 b')' => return self.close(i, o, &used),
                 _ => return Err(Stop::At(i)),

@@ -1128,7 +1128,8 @@ mod tests {
             "region": {"type": "string"}},
             "required": ["target", "region"]});
         let g = CallGrammar::new(CallSyntax::JsonTags, [("shipping_info", &schema)]);
-        let before = br#"<tool_call>{"name":"shipping_info","arguments":{"target":{"product_id":"P7""#;
+        let before =
+            br#"<tool_call>{"name":"shipping_info","arguments":{"target":{"product_id":"P7""#;
         assert!(!g.admits(before, b","));
         assert!(!g.admits(before, b"\",\"region"));
         assert!(g.admits(before, b"},\"region\":\"Sichuan\"}}</tool_call>"));
