@@ -1,5 +1,7 @@
 //! Weight interpolation between a fine-tuned model and the model it started from
-//! (WiSE-FT, Wortsman et al. 2022): `θ = θ_base + ratio · (θ_tuned − θ_base)`.
+//! (WiSE-FT, Wortsman et al. 2022): `θ = θ_base + ratio · (θ_tuned − θ_base)`; and the
+//! uniform average of several fine-tunes of one start (a model soup, Wortsman et al. 2022),
+//! built from the same step ([`soup`]).
 //!
 //! Fine-tuning on agent trajectories erodes general instruction following (IFEval); moving
 //! the weights part of the way back to the start is a training-free way to trade some of
@@ -94,6 +96,32 @@ pub fn interpolate(tuned: &TrainModel, base: &TrainModel, ratio: f64) -> Result<
     Ok(())
 }
 
+/// Averages `models` (fine-tunes of one start) into the first one, weight by weight: the
+/// running mean after k models moves toward the k-th by 1/k ([`interpolate`], so each is
+/// checked for shape and its rotary rows paired as in a merge). Runs of one start that differ
+/// in data, seed or weighting land in one basin, and their average often scores above each
+/// of them; models of other starts average into noise, which this cannot detect.
+pub fn soup(models: impl IntoIterator<Item = Result<TrainModel>>) -> Result<TrainModel> {
+    let mut models = models.into_iter();
+    let mut mean = models.next().ok_or_else(|| {
+        TrainError::Invalid("a soup needs at least two models, none given".into())
+    })??;
+    let mut k = 1;
+    for m in models {
+        let m = m?;
+        k += 1;
+        // interpolate writes into its first argument: the k-th model becomes the new mean
+        interpolate(&m, &mean, 1.0 / k as f64)?;
+        mean = m;
+    }
+    if k < 2 {
+        return Err(TrainError::Invalid(
+            "a soup needs at least two models, one given".into(),
+        ));
+    }
+    Ok(mean)
+}
+
 /// The shape fields in which two models differ, each as `field a vs b` (none when the two have
 /// the same tensors with the same meaning; the numbers read from metadata compared as f32,
 /// which both formats can hold).
@@ -178,6 +206,41 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_soup_is_the_mean_of_its_models() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws: Vec<_> = (1..=3)
+            .map(|seed| weights(&load(&dir.path().join(format!("m{seed}")), seed)))
+            .collect();
+        let mean = soup((1..=3).map(|seed| {
+            Ok(TrainModel::load(&dir.path().join(format!("m{seed}")))
+                .unwrap()
+                .model)
+        }))
+        .unwrap();
+        for (name, mv) in weights(&mean) {
+            for (i, x) in mv.iter().enumerate() {
+                let want = ws.iter().map(|w| w[&name][i]).sum::<f32>() / 3.0;
+                assert!(
+                    (x - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                    "{name}: {x} {want}"
+                );
+            }
+        }
+        let one = soup([Ok(load(&dir.path().join("m1"), 1))]).err().unwrap();
+        assert!(one.to_string().contains("at least two"), "{one}");
+        assert!(soup(std::iter::empty()).is_err());
+        let llama_dir = dir.path().join("llama");
+        tiny_model(&llama_dir, 3, "llama").unwrap();
+        let e = soup([
+            Ok(load(&dir.path().join("m1"), 1)),
+            Ok(TrainModel::load(&llama_dir).unwrap().model),
+        ])
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("differ in shape"), "{e}");
     }
 
     #[test]

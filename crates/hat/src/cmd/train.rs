@@ -28,6 +28,9 @@ pub enum TrainCmd {
     /// (WiSE-FT): base + ratio x (fine-tuned - base); trades task skill for general ability
     /// without training.
     Merge(MergeArgs),
+    /// Average the weights of several fine-tunes of one start (a uniform model soup): runs
+    /// that differ in data, seed or weighting often score above each of them averaged.
+    Soup(SoupArgs),
     /// Draw loss, learning rate and gradient norm of one or more runs into one PNG.
     Plot(PlotArgs),
 }
@@ -187,6 +190,20 @@ pub struct MergeArgs {
     out: PathBuf,
 }
 
+#[derive(Args)]
+pub struct SoupArgs {
+    /// Two or more fine-tuned models that started from the same model: GGUF files or Hugging
+    /// Face folders (runs' `model-hf` exports). The first one's tokenizer and config go with
+    /// the result.
+    #[arg(required = true, num_args = 2..)]
+    models: Vec<String>,
+    /// GGUF f32, q8_0 or q4_0, or `hf` for a Hugging Face folder.
+    #[arg(long, default_value = "q8_0")]
+    format: String,
+    #[arg(long)]
+    out: PathBuf,
+}
+
 /// The run's config, and whether it must be (re)written to the run folder.
 fn resolve(a: &SftArgs) -> Result<(SftConfig, bool)> {
     let o = hat_train::config::Overrides {
@@ -251,21 +268,51 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
             Ok(())
         }
         TrainCmd::Merge(a) => merge(a),
+        TrainCmd::Soup(a) => soup(a),
     }
 }
 
-fn merge(a: MergeArgs) -> Result<()> {
-    if !hat_train::export::FORMATS.contains(&a.format.as_str()) {
+/// Checks an export format and, for a folder, its destination: before minutes of loading.
+fn check_out(format: &str, out: &std::path::Path) -> Result<()> {
+    if !hat_train::export::FORMATS.contains(&format) {
         anyhow::bail!(
-            "--format {}: give one of {}",
-            a.format,
+            "--format {format}: give one of {}",
             hat_train::export::FORMATS.join(", ")
         );
     }
-    // checked before minutes of loading and merging
-    if a.format == "hf" {
-        hat_train::export::check_hf_out(&a.out)?;
+    if format == "hf" {
+        hat_train::export::check_hf_out(out)?;
     }
+    Ok(())
+}
+
+fn soup(a: SoupArgs) -> Result<()> {
+    check_out(&a.format, &a.out)?;
+    let paths: Vec<PathBuf> = a.models.iter().map(|m| model_path(m)).collect();
+    for p in &paths {
+        anyhow::ensure!(
+            p.exists(),
+            "{}: no such model (give GGUF files or Hugging Face folders)",
+            p.display()
+        );
+    }
+    let mean = hat_train::merge::soup(paths.iter().map(|p| {
+        hat_model::train::TrainModel::load(p)
+            .map(|l| l.model)
+            .map_err(|e| hat_train::TrainError::Invalid(format!("loading {}: {e}", p.display())))
+    }))?;
+    hat_train::export::export(&mean, &paths[0], &a.format, &a.out)?;
+    println!(
+        "wrote {} (the mean of {} models: {})",
+        a.out.display(),
+        paths.len(),
+        a.models.join(", ")
+    );
+    Ok(())
+}
+
+fn merge(a: MergeArgs) -> Result<()> {
+    check_out(&a.format, &a.out)?;
     if !hat_train::merge::RATIO_RANGE.contains(&a.ratio) {
         anyhow::bail!(
             "--ratio {}: give a number from 0 (the base model) to 2; 1 is the fine-tuned model",
