@@ -745,6 +745,86 @@ fn bench_train_times_the_packed_group_and_the_speedup() {
         );
 }
 
+/// `hat train soup`: the mean of three tiny models, exported as a Hugging Face folder and as
+/// GGUF; one model, a missing one, or models of other shapes are clear errors that write
+/// nothing.
+#[test]
+fn train_soup_averages_its_models_and_refuses_bad_input() {
+    let d = tempfile::tempdir().unwrap();
+    let models: Vec<_> = (1..=3)
+        .map(|seed| {
+            hat_train::fixture::tiny_model(&d.path().join(format!("m{seed}")), seed, "qwen2")
+                .unwrap()
+        })
+        .collect();
+    let hf = d.path().join("soup-hf");
+    hat()
+        .args(["train", "soup", "--format", "hf"])
+        .args(&models)
+        .arg("--out")
+        .arg(&hf)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("the mean of 3 models"));
+    let weights = |dir: &std::path::Path| {
+        hat_model::train::TrainModel::load(dir)
+            .unwrap()
+            .model
+            .weights()
+            .unwrap()
+            .into_iter()
+            .map(|(n, t)| (n, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
+            .collect::<std::collections::HashMap<_, _>>()
+    };
+    let ws: Vec<_> = models.iter().map(|m| weights(m)).collect();
+    let mean = weights(&hf);
+    assert_eq!(mean.len(), ws[0].len());
+    for (name, m) in &mean {
+        for (i, x) in m.iter().enumerate() {
+            let want = (ws[0][name][i] + ws[1][name][i] + ws[2][name][i]) / 3.0;
+            assert!((x - want).abs() < 1e-6, "{name}: {x} {want}");
+        }
+    }
+    let gguf = d.path().join("soup.gguf");
+    hat()
+        .args(["train", "soup"])
+        .args(&models[..2])
+        .arg("--out")
+        .arg(&gguf)
+        .assert()
+        .success();
+    hat().args(["model", "info"]).arg(&gguf).assert().success();
+    let out = d.path().join("bad.gguf");
+    hat()
+        .args(["train", "soup"])
+        .arg(&models[0])
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("2 values required"));
+    fails_cleanly(
+        hat()
+            .args(["train", "soup"])
+            .arg(&models[0])
+            .arg(d.path().join("nowhere"))
+            .arg("--out")
+            .arg(&out),
+    )
+    .stderr(predicate::str::contains("nowhere: no such model"));
+    let other = hat_train::fixture::tiny_model(&d.path().join("llama"), 4, "llama").unwrap();
+    fails_cleanly(
+        hat()
+            .args(["train", "soup"])
+            .arg(&models[0])
+            .arg(&other)
+            .arg("--out")
+            .arg(&out),
+    )
+    .stderr(predicate::str::contains("differ in shape"));
+    assert!(!out.exists());
+}
+
 /// `hat train merge`: a model halfway between two tiny models, exported as GGUF and as a
 /// Hugging Face folder; a bad ratio, format or model pair is a clear error and writes nothing.
 #[test]
