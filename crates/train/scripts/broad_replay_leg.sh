@@ -17,7 +17,12 @@
 # DECISION=K counts the decision tokens of the agent trajectories K times (`hat train sft
 # --decision-weight K`: each turn's first token, a call's tool name and argument values); the
 # leg is then named broad-leg-sSEED-dwK.
-# Usage: [HAT=path/to/hat] [MATMUL=f32] [SEED=53] [DECISION=4] [START=model-hf-folder] crates/train/scripts/broad_replay_leg.sh
+# AGENT=rq trains on the two agent files with their operator cues rephrased (rephrase_cues.py,
+# seed 42), AGENT=sl on them with half the scenes' product listings shuffled (shuffle_listing.py,
+# fraction 0.5, seed 43); the rewritten files are written beside the originals once and the leg
+# is named ...-rq / ...-sl. EVAL=0 stops after training (no evaluation, no merge): soup_legs.sh
+# builds its members that way.
+# Usage: [HAT=path/to/hat] [MATMUL=f32] [SEED=53] [DECISION=4] [AGENT=rq|sl] [EVAL=0] [START=model-hf-folder] crates/train/scripts/broad_replay_leg.sh
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 hat=${HAT:-target/release/hat}
@@ -25,6 +30,10 @@ mm=${MATMUL:-bf16}
 seed=${SEED:-53}
 dw=${DECISION:-1}
 start=${START:-runs/chain-sc-ft16-rp600x8-bf16-leg5-s120-hf}
+agent=${AGENT:-}
+evaluate=${EVAL:-1}
+[ -z "$agent" ] || [ "$agent" = rq ] || [ "$agent" = sl ] || { echo "AGENT='$agent' is not rq or sl" >&2; exit 2; }
+[ "$evaluate" = 0 ] || [ "$evaluate" = 1 ] || { echo "EVAL='$evaluate' is not 0 or 1" >&2; exit 2; }
 [ "$mm" = bf16 ] || [ "$mm" = f32 ] || { echo "MATMUL='$mm' is not f32 or bf16" >&2; exit 2; }
 [[ "$seed" =~ ^[0-9]+$ ]] || { echo "SEED='$seed' is not a number" >&2; exit 2; }
 [[ "$dw" =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "DECISION='$dw' is not a number" >&2; exit 2; }
@@ -42,13 +51,28 @@ if [ "$dw" != 1 ]; then
   name=$name-dw$dw
   weights="decision_weight = $dw"
 fi
+hsa=runs/chain-hsa-s29-sc-ft16.jsonl
+fh=runs/fh-s30-sc-ft16.jsonl
+if [ -n "$agent" ]; then
+  for f in chain-hsa-s29-sc-ft16 fh-s30-sc-ft16; do
+    [ -f runs/$f-$agent.jsonl ] && continue
+    case $agent in
+      rq) crates/train/scripts/rephrase_cues.py runs/$f.jsonl runs/$f-$agent.jsonl.tmp 42 ;;
+      sl) crates/train/scripts/shuffle_listing.py runs/$f.jsonl runs/$f-$agent.jsonl.tmp 0.5 43 ;;
+    esac
+    mv runs/$f-$agent.jsonl.tmp runs/$f-$agent.jsonl
+  done
+  hsa=runs/chain-hsa-s29-sc-ft16-$agent.jsonl
+  fh=runs/fh-s30-sc-ft16-$agent.jsonl
+  name=$name-$agent
+fi
 out=runs/$name
 cfg=runs/$name.toml
 cat > $cfg <<EOF
 model = "$start"
 data = [
-    "runs/chain-hsa-s29-sc-ft16.jsonl",
-    "runs/fh-s30-sc-ft16.jsonl",
+    "$hsa",
+    "$fh",
     "runs/replay-sc-rp600-leg5.jsonl",
     "$replay",
 ]
@@ -88,6 +112,10 @@ EOF
 if [ ! -f $out/model-q8_0.gguf ]; then
   resume=(); ls $out/checkpoints/*/state.json >/dev/null 2>&1 && resume=(--resume)
   "$hat" train sft --config $cfg --out $out "${resume[@]}"
+fi
+if [ "$evaluate" = 0 ]; then
+  echo "leg: $out/model-q8_0.gguf (not evaluated: EVAL=0)"
+  exit 0
 fi
 ev=runs/eval-$name
 if [ ! -f $ev/lsqa/results.json ] || [ ! -f $ev/hvqa/results.json ] || [ ! -f $ev/ifeval/results.json ]; then
