@@ -745,6 +745,18 @@ fn bench_train_times_the_packed_group_and_the_speedup() {
         );
 }
 
+/// Every tensor of the model in `dir`, flattened.
+fn weights(dir: &std::path::Path) -> std::collections::HashMap<String, Vec<f32>> {
+    hat_model::train::TrainModel::load(dir)
+        .unwrap()
+        .model
+        .weights()
+        .unwrap()
+        .into_iter()
+        .map(|(n, t)| (n, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
+        .collect()
+}
+
 /// `hat train soup`: the mean of three tiny models, exported as a Hugging Face folder and as
 /// GGUF; one model, a missing one, or models of other shapes are clear errors that write
 /// nothing.
@@ -766,16 +778,6 @@ fn train_soup_averages_its_models_and_refuses_bad_input() {
         .assert()
         .success()
         .stdout(predicate::str::contains("the mean of 3 models"));
-    let weights = |dir: &std::path::Path| {
-        hat_model::train::TrainModel::load(dir)
-            .unwrap()
-            .model
-            .weights()
-            .unwrap()
-            .into_iter()
-            .map(|(n, t)| (n, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
-            .collect::<std::collections::HashMap<_, _>>()
-    };
     let ws: Vec<_> = models.iter().map(|m| weights(m)).collect();
     let mean = weights(&hf);
     assert_eq!(mean.len(), ws[0].len());
@@ -847,16 +849,6 @@ fn train_merge_interpolates_toward_the_base_and_refuses_bad_input() {
         .assert()
         .success()
         .stdout(predicate::str::contains("0.5 x"));
-    let weights = |dir: &std::path::Path| {
-        hat_model::train::TrainModel::load(dir)
-            .unwrap()
-            .model
-            .weights()
-            .unwrap()
-            .into_iter()
-            .map(|(n, t)| (n, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
-            .collect::<std::collections::HashMap<_, _>>()
-    };
     let (b, t, m) = (weights(&base), weights(&tuned), weights(&hf));
     let name = "blk.0.ffn_down.weight";
     for ((x, bx), tx) in m[name].iter().zip(&b[name]).zip(&t[name]) {
