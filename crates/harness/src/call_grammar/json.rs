@@ -59,6 +59,13 @@ impl ObjectShape {
         self.required.iter().any(|&r| r)
     }
 
+    /// Whether the object takes no other key: it is closed and every declared key is `used`.
+    /// A comma there would be a dead end that no byte continues, where a decoder falls back
+    /// to unconstrained text.
+    fn full(&self, used: &[bool]) -> bool {
+        !self.open && self.free_keys(used).next().is_none()
+    }
+
     /// The declared keys not yet `used`.
     fn free_keys<'a>(&'a self, used: &'a [bool]) -> impl Iterator<Item = &'a [u8]> {
         self.props
@@ -291,10 +298,7 @@ impl<'a> Reader<'a> {
             i = self.ws(self.lit(i, b":")?);
             i = self.ws(self.value(i, value_shape, depth + 1)?);
             match self.byte(i)? {
-                // a closed object with every key written takes no other: a comma there is a
-                // dead end that no byte continues, where a decoder would fall back to
-                // unconstrained text
-                b',' if !o.open && o.free_keys(&used).next().is_none() => return Err(Stop::At(i)),
+                b',' if o.full(&used) => return Err(Stop::At(i)),
                 b',' => i = self.ws(i + 1),
                 b'}' => return self.close(i, o, &used),
                 _ => return Err(Stop::At(i)),
@@ -319,10 +323,6 @@ impl<'a> Reader<'a> {
         o: &ObjectShape,
         used: &[bool],
     ) -> Result<(usize, Option<usize>), Stop> {
-        if !o.open && o.free_keys(used).next().is_none() {
-            // no key is left to start
-            return Err(Stop::At(i));
-        }
         let start = i + 1;
         let done = match self.string(i, None) {
             Ok(end) => Some(end),
@@ -558,8 +558,7 @@ impl<'a> Reader<'a> {
             i = self.ws(self.lit(i, b"=")?);
             i = self.ws(self.value(i, shape, 1)?);
             match self.byte(i)? {
-                // as in an object: no key left, no comma
-                b',' if !o.open && o.free_keys(&used).next().is_none() => return Err(Stop::At(i)),
+                b',' if o.full(&used) => return Err(Stop::At(i)),
                 b',' => i = self.ws(i + 1),
                 b')' => return self.close(i, o, &used),
                 _ => return Err(Stop::At(i)),

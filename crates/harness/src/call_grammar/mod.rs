@@ -1061,13 +1061,13 @@ mod tests {
         }
     }
 
+    /// The bytes that open, close and separate the parts of a call, and a few of its content.
+    const STRUCTURE: &[u8] = b",}])\" :=\n5k(";
+
     /// No byte the grammar admits leads to a dead end: after a valid call cut anywhere and two
     /// more structural bytes, some byte (or the end of the answer) still follows. A decoder
     /// that meets a dead end has no token left to draw and falls back to the model's
     /// unconstrained choice, which breaks the call anyway.
-    /// The bytes that open, close and separate the parts of a call, and a few of its content.
-    const STRUCTURE: &[u8] = b",}])\" :=\n5k(";
-
     #[test]
     fn no_admitted_byte_leads_to_a_dead_end() {
         let g_calls = [
