@@ -13,10 +13,11 @@ the calls and every other line stay as they were.
 
 Usage: rephrase_cues.py IN.jsonl OUT.jsonl [SEED]
 """
-import json
 import random
 import re
 import sys
+
+from jsonl_records import rewrite
 
 OLD_PIN = [
     "pin {product} now",
@@ -70,26 +71,29 @@ def main():
     src, dst = sys.argv[1], sys.argv[2]
     rng = random.Random(int(sys.argv[3]) if len(sys.argv) > 3 else 42)
     changed = 0
-    with open(src, encoding="utf-8") as f, open(dst, "w", encoding="utf-8") as out:
-        for n, line in enumerate(f, 1):
-            try:
-                d = json.loads(line)
-                kind = d["task_type"]
-            except (ValueError, KeyError, TypeError) as e:
-                raise SystemExit(f"{src}:{n}: not a `hat data gen` record ({e!r})")
-            if kind in ("cue_pin", "cue_flash_sale"):
-                old, new = (OLD_PIN, NEW_PIN) if kind == "cue_pin" else (OLD_SALE, NEW_SALE)
-                for m in d["messages"]:
-                    if m["role"] == "user" and m["content"].startswith(PREFIX):
-                        slots = parse(m["content"][len(PREFIX):], old)
-                        fits = [t for t in new if set(re.findall(r"\{(\w+)\}", t)) == set(slots)]
-                        t = rng.choice(fits)
-                        for k, v in slots.items():
-                            t = t.replace("{" + k + "}", v)
-                        m["content"] = PREFIX + t
-                        changed += 1
-                line = json.dumps(d, ensure_ascii=False, separators=(",", ":")) + "\n"
-            out.write(line)
+
+    def rephrase(d, n):
+        nonlocal changed
+        try:
+            kind = d["task_type"]
+            messages = d["messages"]
+        except KeyError as e:
+            raise SystemExit(f"{src}:{n}: not a `hat data gen` record ({e!r})")
+        if kind not in ("cue_pin", "cue_flash_sale"):
+            return False
+        old, new = (OLD_PIN, NEW_PIN) if kind == "cue_pin" else (OLD_SALE, NEW_SALE)
+        for m in messages:
+            if m["role"] == "user" and m["content"].startswith(PREFIX):
+                slots = parse(m["content"][len(PREFIX):], old)
+                fits = [t for t in new if set(re.findall(r"\{(\w+)\}", t)) == set(slots)]
+                t = rng.choice(fits)
+                for k, v in slots.items():
+                    t = t.replace("{" + k + "}", v)
+                m["content"] = PREFIX + t
+                changed += 1
+        return True
+
+    rewrite(src, dst, rephrase)
     print(f"{changed} cues rephrased -> {dst}")
 
 

@@ -19,10 +19,11 @@ counted.
 Usage: shuffle_listing.py IN.jsonl OUT.jsonl [FRACTION (0-1, default 0.5)] [SEED (default 43)]
 """
 import hashlib
-import json
 import random
 import re
 import sys
+
+from jsonl_records import rewrite
 
 MARKDOWN = re.compile(r"^- P\d+ #\d+ .*$", re.M)
 XML = re.compile(r'^<product id="[^"]*".*</product>$', re.M)
@@ -48,7 +49,7 @@ def shuffle_lines(text, rx, rng):
 
 def shuffle_toml(text, rng):
     """Permutes the run of `[[stream.products]]` tables (each ends at a blank line)."""
-    blocks = [m for m in TOML_BLOCK.finditer(text)]
+    blocks = list(TOML_BLOCK.finditer(text))
     if len(blocks) < 2:
         return None
     # a table and its separating blank line: every block but the last ends with "\n"
@@ -90,28 +91,30 @@ def main():
     src, dst = args[0], args[1]
     done = {}
     counts = {"shuffled": 0, "kept": 0, "no listing": 0}
-    with open(src, encoding="utf-8") as f, open(dst, "w", encoding="utf-8") as out:
-        for n, line in enumerate(f, 1):
-            try:
-                d = json.loads(line)
-                first = d["messages"][0]
-                system = first["content"] if first["role"] == "system" else None
-            except (ValueError, KeyError, TypeError, IndexError) as e:
-                raise SystemExit(f"{src}:{n}: not a `hat data gen` record ({e!r})")
-            if system is None:
-                counts["no listing"] += 1
-            else:
-                if system not in done:
-                    done[system] = shuffle(system, fraction, seed)
-                new = done[system]
-                if new is None:
-                    counts["no listing"] += 1
-                elif new == system:
-                    counts["kept"] += 1
-                else:
-                    counts["shuffled"] += 1
-                    first["content"] = new
-            out.write(json.dumps(d, ensure_ascii=False) + "\n")
+
+    def shuffle_record(d, n):
+        try:
+            first = d["messages"][0]
+            system = first["content"] if first["role"] == "system" else None
+        except (KeyError, TypeError, IndexError) as e:
+            raise SystemExit(f"{src}:{n}: not a `hat data gen` record ({e!r})")
+        if system is None:
+            counts["no listing"] += 1
+            return False
+        if system not in done:
+            done[system] = shuffle(system, fraction, seed)
+        new = done[system]
+        if new is None:
+            counts["no listing"] += 1
+        elif new == system:
+            counts["kept"] += 1
+        else:
+            counts["shuffled"] += 1
+            first["content"] = new
+            return True
+        return False
+
+    rewrite(src, dst, shuffle_record)
     print(
         f"{dst}: {counts['shuffled']} records with the listing shuffled, {counts['kept']} kept, "
         f"{counts['no listing']} without a listing; {len(done)} system prompts"
