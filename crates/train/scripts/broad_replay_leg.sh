@@ -56,11 +56,11 @@ fh=runs/fh-s30-sc-ft16.jsonl
 if [ -n "$agent" ]; then
   for f in chain-hsa-s29-sc-ft16 fh-s30-sc-ft16; do
     [ -f runs/$f-$agent.jsonl ] && continue
+    # both scripts rename their output into place when done
     case $agent in
-      rq) crates/train/scripts/rephrase_cues.py runs/$f.jsonl runs/$f-$agent.jsonl.tmp 42 ;;
-      sl) crates/train/scripts/shuffle_listing.py runs/$f.jsonl runs/$f-$agent.jsonl.tmp 0.5 43 ;;
+      rq) crates/train/scripts/rephrase_cues.py runs/$f.jsonl runs/$f-$agent.jsonl 42 ;;
+      sl) crates/train/scripts/shuffle_listing.py runs/$f.jsonl runs/$f-$agent.jsonl 0.5 43 ;;
     esac
-    mv runs/$f-$agent.jsonl.tmp runs/$f-$agent.jsonl
   done
   hsa=runs/chain-hsa-s29-sc-ft16-$agent.jsonl
   fh=runs/fh-s30-sc-ft16-$agent.jsonl
