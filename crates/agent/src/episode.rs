@@ -52,6 +52,10 @@ pub struct Completion {
     pub drafted_tokens: usize,
     #[serde(skip_serializing_if = "is_zero_usize")]
     pub accepted_tokens: usize,
+    /// Tokens sampled while the call check (`--call-grammar`, `hat serve`) refused every
+    /// token, so the answer left the grammar there (the embedded engine).
+    #[serde(skip_serializing_if = "is_zero_usize")]
+    pub unchecked_tokens: usize,
     /// Wall time of the call; rows of one batch share the batch's time equally.
     pub seconds: f64,
     /// Of which prompt processing and token generation, where the model reports them

@@ -757,9 +757,9 @@ fn weights(dir: &std::path::Path) -> std::collections::HashMap<String, Vec<f32>>
         .collect()
 }
 
-/// `hat train soup`: the mean of three tiny models, exported as a Hugging Face folder and as
-/// GGUF; one model, a missing one, or models of other shapes are clear errors that write
-/// nothing.
+/// `hat train soup`: the mean of three tiny models (random starts, so only with `--any-start`),
+/// exported as a Hugging Face folder and as GGUF; one model, a missing one, models of other
+/// shapes, or of other starts without `--any-start` are clear errors that write nothing.
 #[test]
 fn train_soup_averages_its_models_and_refuses_bad_input() {
     let d = tempfile::tempdir().unwrap();
@@ -770,8 +770,18 @@ fn train_soup_averages_its_models_and_refuses_bad_input() {
         })
         .collect();
     let hf = d.path().join("soup-hf");
+    // three random starts are not fine-tunes of one start: refused unless any start is allowed
+    fails_cleanly(
+        hat()
+            .args(["train", "soup", "--format", "hf"])
+            .args(&models)
+            .arg("--out")
+            .arg(&hf),
+    )
+    .stderr(predicate::str::contains("same start").and(predicate::str::contains("--any-start")));
+    assert!(!hf.exists());
     hat()
-        .args(["train", "soup", "--format", "hf"])
+        .args(["train", "soup", "--format", "hf", "--any-start"])
         .args(&models)
         .arg("--out")
         .arg(&hf)
@@ -789,7 +799,7 @@ fn train_soup_averages_its_models_and_refuses_bad_input() {
     }
     let gguf = d.path().join("soup.gguf");
     hat()
-        .args(["train", "soup"])
+        .args(["train", "soup", "--any-start"])
         .args(&models[..2])
         .arg("--out")
         .arg(&gguf)

@@ -464,6 +464,13 @@ fn completion(prompt_ids: Vec<u32>, o: GenerateOutput, seconds: f64) -> Completi
         "request"
     );
     tracing::trace!(text = %o.text, "answer");
+    if o.unchecked_tokens > 0 {
+        tracing::warn!(
+            tokens = o.unchecked_tokens,
+            text = %o.text,
+            "the call check refused every token: sampled without it"
+        );
+    }
     Completion {
         text: o.text,
         tokens: o.tokens,
@@ -474,6 +481,7 @@ fn completion(prompt_ids: Vec<u32>, o: GenerateOutput, seconds: f64) -> Completi
         shared_prefix_tokens: o.shared_prefix_tokens,
         drafted_tokens: o.drafted_tokens,
         accepted_tokens: o.accepted_tokens,
+        unchecked_tokens: o.unchecked_tokens,
         seconds,
         prefill_seconds: o.prefill_secs,
         decode_seconds: o.decode_secs,

@@ -125,6 +125,10 @@ pub struct GenerateOutput {
     /// alone, or the last row of a batch left decoding; 0 with speculation off).
     pub drafted_tokens: usize,
     pub accepted_tokens: usize,
+    /// Tokens sampled while the request's check refused every token (the answer left what
+    /// the check holds it to; 0 without a check). Counted so that a serving or evaluation run
+    /// can tell a check that fails open from one that held.
+    pub unchecked_tokens: usize,
 }
 
 /// Streaming callback: return `false` to stop.
@@ -176,6 +180,8 @@ pub(crate) struct RowState {
     /// Its prompt-lookup drafts, once it decodes with them (alone, or the last row of a
     /// batch left decoding).
     pub(crate) drafter: Option<Drafter>,
+    /// Tokens sampled without the check, which refused every token ([`Engine::sample_checked`]).
+    pub(crate) unchecked: usize,
 }
 
 impl Engine {
@@ -407,6 +413,7 @@ impl Engine {
             loops: Default::default(),
             keep_tokens: None,
             drafter: None,
+            unchecked: 0,
         })
     }
 
@@ -575,6 +582,7 @@ impl Engine {
         if any {
             return row.sampler.sample(m, &row.seen);
         }
+        row.unchecked += 1;
         m.copy_from_slice(logits);
         for &t in suppress.unwrap_or_default() {
             if let Some(x) = m.get_mut(t as usize) {
@@ -684,6 +692,7 @@ impl Engine {
             decode_secs: decode,
             drafted_tokens: row.drafter.as_ref().map_or(0, |d| d.drafted),
             accepted_tokens: row.drafter.as_ref().map_or(0, |d| d.accepted),
+            unchecked_tokens: row.unchecked,
         }
     }
 

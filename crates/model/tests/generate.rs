@@ -686,6 +686,48 @@ fn an_answer_the_check_finds_complete_ends_there() {
     assert_eq!(eng.generate(&never, None).unwrap().tokens, plain.tokens);
 }
 
+/// A check that refuses every token but the ones in `allow`.
+#[derive(Debug)]
+struct RefuseBut {
+    allow: Vec<u8>,
+}
+
+impl hat_model::TextCheck for RefuseBut {
+    fn admits(&self, _before: &[u8], token: &[u8]) -> bool {
+        token.iter().all(|b| self.allow.contains(b))
+    }
+}
+
+/// A check that refuses every token cannot stop the answer: the sampler falls back to the
+/// model's own choice, and each such token is counted, alone and in a batch, so a serving run
+/// can tell a check that failed open; a check that held counts none.
+#[test]
+fn tokens_sampled_past_a_check_that_refuses_everything_are_counted() {
+    let eng = eng();
+    let e = expected("llama");
+    let free = GenerateRequest::new(e.ids[..6].to_vec(), 8);
+    let plain = eng.generate(&free, None).unwrap();
+    assert_eq!(plain.unchecked_tokens, 0);
+    let refuse = GenerateRequest {
+        check: Some(std::sync::Arc::new(RefuseBut { allow: vec![] })),
+        ..free.clone()
+    };
+    let out = eng.generate(&refuse, None).unwrap();
+    assert_eq!(out.tokens, plain.tokens);
+    assert_eq!(out.unchecked_tokens, out.tokens.len());
+    let batch = eng.generate_batch(&[refuse, free.clone()]).unwrap();
+    assert_eq!(batch[0].unchecked_tokens, batch[0].tokens.len());
+    assert_eq!(batch[1].unchecked_tokens, 0);
+    // a check that admits what the model writes counts nothing
+    let bytes: Vec<u8> = (0..=255).collect();
+    let held = GenerateRequest {
+        check: Some(std::sync::Arc::new(RefuseBut { allow: bytes })),
+        ..free
+    };
+    let out = eng.generate(&held, None).unwrap();
+    assert_eq!((out.tokens, out.unchecked_tokens), (plain.tokens, 0));
+}
+
 /// An answer that falls into a loop ends there with `stop_loops`, keeping the loop's first
 /// copy: the same tokens, log-probabilities and text as the plain answer's start, alone
 /// (with and without speculation), in a batch and in a continuous batch.

@@ -31,6 +31,7 @@ pub struct Metrics {
     pub warmed_tokens: Counter,
     pub drafted_tokens: Counter,
     pub accepted_tokens: Counter,
+    pub unchecked_tokens: Counter,
     pub dropped_total: Family<Labels, Counter>,
     pub merged: Counter,
     pub folded: Counter,
@@ -68,6 +69,7 @@ impl Metrics {
             warmed_tokens: Counter::default(),
             drafted_tokens: Counter::default(),
             accepted_tokens: Counter::default(),
+            unchecked_tokens: Counter::default(),
             dropped_total: Family::default(),
             merged: Counter::default(),
             folded: Counter::default(),
@@ -135,6 +137,11 @@ impl Metrics {
             m.accepted_tokens.clone(),
         );
         r.register(
+            "unchecked_tokens",
+            "Tokens sampled while the call grammar refused every token, so the reply left it (should stay 0)",
+            m.unchecked_tokens.clone(),
+        );
+        r.register(
             "comments_dropped",
             "Events not answered, by reason",
             m.dropped_total.clone(),
@@ -176,6 +183,7 @@ impl Metrics {
             .inc_by(c.shared_prefix_tokens as u64);
         self.drafted_tokens.inc_by(c.drafted_tokens as u64);
         self.accepted_tokens.inc_by(c.accepted_tokens as u64);
+        self.unchecked_tokens.inc_by(c.unchecked_tokens as u64);
     }
 
     pub fn dropped(&self, d: &[Dropped]) {

@@ -33,6 +33,35 @@ pub fn interpolate(tuned: &TrainModel, base: &TrainModel, ratio: f64) -> Result<
             RATIO_RANGE.end()
         )));
     }
+    let mut merged = HashMap::new();
+    for (name, t, b) in paired(tuned, base)? {
+        // b + r (t - b), in f32 as the weights are held.
+        let m = (&b + ((&t - &b)? * ratio)?)?;
+        merged.insert(name, m);
+    }
+    tuned.set_weights(&merged)?;
+    Ok(())
+}
+
+/// How far `model` lies from `reference`: the L2 norm of their difference over every weight,
+/// relative to `reference`'s norm. Fine-tunes of one start lie a few hundredths apart; two
+/// models trained apart from scratch lie about 1.4 (independent weights of equal norm).
+pub fn relative_distance(model: &TrainModel, reference: &TrainModel) -> Result<f64> {
+    let (mut diff, mut norm) = (0.0f64, 0.0f64);
+    for (_, t, b) in paired(model, reference)? {
+        diff += (&t - &b)?.sqr()?.sum_all()?.to_scalar::<f32>()? as f64;
+        norm += b.sqr()?.sum_all()?.to_scalar::<f32>()? as f64;
+    }
+    Ok(if norm > 0.0 {
+        (diff / norm).sqrt()
+    } else {
+        diff.sqrt()
+    })
+}
+
+/// Every tensor of `tuned` with `base`'s tensor of the same name in `tuned`'s row order, once
+/// the two are checked to hold the same tensors with the same shapes.
+fn paired(tuned: &TrainModel, base: &TrainModel) -> Result<Vec<(String, Tensor, Tensor)>> {
     let (tc, bc) = (tuned.config(), base.config());
     let differ = shape_differences(tc, bc);
     if !differ.is_empty() {
@@ -43,7 +72,7 @@ pub fn interpolate(tuned: &TrainModel, base: &TrainModel, ratio: f64) -> Result<
         )));
     }
     let base_weights: HashMap<String, Tensor> = base.weights()?.into_iter().collect();
-    let mut merged = HashMap::with_capacity(base_weights.len());
+    let mut pairs = Vec::with_capacity(base_weights.len());
     for (name, t) in tuned.weights()? {
         let b = base_weights.get(&name).ok_or_else(|| {
             TrainError::Invalid(format!(
@@ -54,12 +83,10 @@ pub fn interpolate(tuned: &TrainModel, base: &TrainModel, ratio: f64) -> Result<
         // A Hugging Face folder and a GGUF file of one llama model order the rows of q and k
         // differently (half-split against interleaved rotary pairs): bring the base's rows
         // into the fine-tuned model's order, or the average would mix unrelated rows.
-        let permuted;
         let b = if bc.rope_layout != tc.rope_layout && is_rotary(&name) {
-            permuted = reorder_rows(b, bc.rope_layout, tc.head_dim)?;
-            &permuted
+            reorder_rows(b, bc.rope_layout, tc.head_dim)?
         } else {
-            b
+            b.clone()
         };
         if b.shape() != t.shape() {
             return Err(TrainError::Invalid(format!(
@@ -68,14 +95,12 @@ pub fn interpolate(tuned: &TrainModel, base: &TrainModel, ratio: f64) -> Result<
                 b.shape().dims()
             )));
         }
-        // b + r (t - b), in f32 as the weights are held.
-        let m = (b + ((&t - b)? * ratio)?)?;
-        merged.insert(name, m);
+        pairs.push((name, t, b));
     }
-    if merged.len() != base_weights.len() {
+    if pairs.len() != base_weights.len() {
         let mut missing: Vec<&str> = base_weights
             .keys()
-            .filter(|n| !merged.contains_key(*n))
+            .filter(|n| !pairs.iter().any(|(p, _, _)| p == *n))
             .map(String::as_str)
             .collect();
         missing.sort_unstable();
@@ -92,34 +117,65 @@ pub fn interpolate(tuned: &TrainModel, base: &TrainModel, ratio: f64) -> Result<
             }
         )));
     }
-    tuned.set_weights(&merged)?;
-    Ok(())
+    Ok(pairs)
 }
 
-/// Averages `models` (fine-tunes of one start) into the first one, weight by weight: the
-/// running mean after k models moves toward the k-th by 1/k ([`interpolate`], so each is
-/// checked for shape and its rotary rows paired as in a merge). Runs of one start that differ
-/// in data, seed or weighting land in one basin, and their average often scores above each
-/// of them; models of other starts average into noise, which this cannot detect.
-pub fn soup(models: impl IntoIterator<Item = Result<TrainModel>>) -> Result<TrainModel> {
+/// The farthest a soup member may lie from the mean of the members before it
+/// ([`relative_distance`]) unless the caller allows any start: halfway to the distance of two
+/// models trained apart (about 1.4), ten times and more what fine-tunes of one start lie apart.
+pub const SOUP_MAX_DISTANCE: f64 = 0.5;
+
+/// A soup and how far each member lay from the mean of the members before it (the first
+/// member's entry is 0).
+pub struct Soup {
+    pub model: TrainModel,
+    pub distances: Vec<f64>,
+}
+
+/// Averages `models` (fine-tunes of one start, each named for errors) into the first one,
+/// weight by weight: the running mean after k models moves toward the k-th by 1/k
+/// ([`interpolate`], so each is checked for shape and its rotary rows paired as in a merge).
+/// Runs of one start that differ in data, seed or weighting land in one basin, and their
+/// average often scores above each of them; models of other starts average into noise. No
+/// file says where a model started, so the start is judged by distance: a member farther than
+/// `max_distance` from the mean before it is refused (`None` takes any model of the shape).
+pub fn soup(
+    models: impl IntoIterator<Item = (String, Result<TrainModel>)>,
+    max_distance: Option<f64>,
+) -> Result<Soup> {
     let mut models = models.into_iter();
-    let mut mean = models.next().ok_or_else(|| {
+    let (first, mean) = models.next().ok_or_else(|| {
         TrainError::Invalid("a soup needs at least two models, none given".into())
-    })??;
-    let mut k = 1;
-    for m in models {
+    })?;
+    let mut mean = mean?;
+    let mut distances = vec![0.0];
+    for (name, m) in models {
         let m = m?;
-        k += 1;
+        let d = relative_distance(&m, &mean)?;
+        if let Some(max) = max_distance.filter(|&max| d > max) {
+            let of = if distances.len() == 1 {
+                format!("`{first}`")
+            } else {
+                format!("the mean of the {} models before it", distances.len())
+            };
+            return Err(TrainError::Invalid(format!(
+                "`{name}` lies {d:.2} (relative L2) from {of}, more than {max}: it does not                  look like a fine-tune of the same start (fine-tunes of one start lie a few                  hundredths apart) and would average into noise; soup runs that started from                  one model, or allow any start if you mean it"
+            )));
+        }
+        distances.push(d);
         // interpolate writes into its first argument: the k-th model becomes the new mean
-        interpolate(&m, &mean, 1.0 / k as f64)?;
+        interpolate(&m, &mean, 1.0 / distances.len() as f64)?;
         mean = m;
     }
-    if k < 2 {
+    if distances.len() < 2 {
         return Err(TrainError::Invalid(
             "a soup needs at least two models, one given".into(),
         ));
     }
-    Ok(mean)
+    Ok(Soup {
+        model: mean,
+        distances,
+    })
 }
 
 /// The shape fields in which two models differ, each as `field a vs b` (none when the two have
@@ -208,19 +264,27 @@ mod tests {
         }
     }
 
+    fn named(dir: &std::path::Path, seeds: &[u64]) -> Vec<(String, Result<TrainModel>)> {
+        seeds
+            .iter()
+            .map(|s| {
+                let p = dir.join(format!("m{s}"));
+                (format!("m{s}"), Ok(TrainModel::load(&p).unwrap().model))
+            })
+            .collect()
+    }
+
     #[test]
     fn a_soup_is_the_mean_of_its_models() {
         let dir = tempfile::tempdir().unwrap();
         let ws: Vec<_> = (1..=3)
             .map(|seed| weights(&load(&dir.path().join(format!("m{seed}")), seed)))
             .collect();
-        let mean = soup((1..=3).map(|seed| {
-            Ok(TrainModel::load(&dir.path().join(format!("m{seed}")))
-                .unwrap()
-                .model)
-        }))
-        .unwrap();
-        for (name, mv) in weights(&mean) {
+        // three models of three random starts: only a soup that allows any start takes them
+        let mean = soup(named(dir.path(), &[1, 2, 3]), None).unwrap();
+        assert_eq!(mean.distances.len(), 3);
+        assert!(mean.distances[1] > 0.5, "{:?}", mean.distances);
+        for (name, mv) in weights(&mean.model) {
             for (i, x) in mv.iter().enumerate() {
                 let want = ws.iter().map(|w| w[&name][i]).sum::<f32>() / 3.0;
                 assert!(
@@ -229,18 +293,81 @@ mod tests {
                 );
             }
         }
-        let one = soup([Ok(load(&dir.path().join("m1"), 1))]).err().unwrap();
+        let one = soup(named(dir.path(), &[1]), None).err().unwrap();
         assert!(one.to_string().contains("at least two"), "{one}");
-        assert!(soup(std::iter::empty()).is_err());
+        assert!(soup(std::iter::empty(), None).is_err());
         let llama_dir = dir.path().join("llama");
         tiny_model(&llama_dir, 3, "llama").unwrap();
-        let e = soup([
-            Ok(load(&dir.path().join("m1"), 1)),
+        let mut two = named(dir.path(), &[1]);
+        two.push((
+            "llama".into(),
             Ok(TrainModel::load(&llama_dir).unwrap().model),
-        ])
-        .err()
-        .unwrap();
+        ));
+        let e = soup(two, None).err().unwrap();
         assert!(e.to_string().contains("differ in shape"), "{e}");
+    }
+
+    /// Members near one another (fine-tunes of one start) make a soup under the default
+    /// limit, and the distances it reports are theirs; a model of another start is refused
+    /// by name, wherever it stands.
+    #[test]
+    fn a_soup_refuses_a_model_of_another_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let start = load(&dir.path().join("m1"), 1);
+        let w = weights(&start);
+        // two "fine-tunes": the start with every weight moved by a small, different step
+        let tuned = |step: f32| {
+            let m = load(&dir.path().join("m1"), 1);
+            let moved: HashMap<String, Tensor> = m
+                .weights()
+                .unwrap()
+                .into_iter()
+                .map(|(n, t)| {
+                    let v: Vec<f32> = w[&n].iter().map(|x| x * (1.0 + step)).collect();
+                    (n, Tensor::from_vec(v, t.shape(), t.device()).unwrap())
+                })
+                .collect();
+            m.set_weights(&moved).unwrap();
+            m
+        };
+        let near = vec![
+            ("a".to_string(), Ok(tuned(0.01))),
+            ("b".to_string(), Ok(tuned(-0.01))),
+        ];
+        let s = soup(near, Some(SOUP_MAX_DISTANCE)).unwrap();
+        // b lies 0.02 of its norm from a (which it is measured against)
+        assert!(
+            (s.distances[1] - 0.02 / 1.01).abs() < 1e-4,
+            "{:?}",
+            s.distances
+        );
+        for (n, v) in weights(&s.model) {
+            for (x, x0) in v.iter().zip(&w[&n]) {
+                assert!((x - x0).abs() <= 1e-6 * (1.0 + x0.abs()), "{n}: {x} {x0}");
+            }
+        }
+        load(&dir.path().join("m2"), 2);
+        let other = || TrainModel::load(&dir.path().join("m2")).unwrap().model;
+        for members in [
+            vec![("a", tuned(0.01)), ("other", other())],
+            vec![("a", tuned(0.01)), ("b", tuned(-0.01)), ("other", other())],
+        ] {
+            let n = members.len();
+            let e = soup(
+                members.into_iter().map(|(n, m)| (n.to_string(), Ok(m))),
+                Some(SOUP_MAX_DISTANCE),
+            )
+            .err()
+            .unwrap()
+            .to_string();
+            assert!(e.contains("`other`") && e.contains("same start"), "{e}");
+            let against = if n == 2 {
+                "from `a`"
+            } else {
+                "mean of the 2 models"
+            };
+            assert!(e.contains(against), "{e}");
+        }
     }
 
     #[test]

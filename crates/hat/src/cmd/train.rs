@@ -202,6 +202,10 @@ pub struct SoupArgs {
     format: String,
     #[arg(long)]
     out: PathBuf,
+    /// Take models of any start: without it, a model that lies farther than 0.5 (relative L2)
+    /// from the mean of the models before it is refused as not a fine-tune of their start.
+    #[arg(long)]
+    any_start: bool,
 }
 
 /// The run's config, and whether it must be (re)written to the run folder.
@@ -296,17 +300,38 @@ fn soup(a: SoupArgs) -> Result<()> {
             p.display()
         );
     }
-    let mean = hat_train::merge::soup(paths.iter().map(|p| {
-        hat_model::train::TrainModel::load(p)
-            .map(|l| l.model)
-            .map_err(|e| hat_train::TrainError::Invalid(format!("loading {}: {e}", p.display())))
-    }))?;
-    hat_train::export::export(&mean, &paths[0], &a.format, &a.out)?;
+    let soup = hat_train::merge::soup(
+        paths.iter().zip(&a.models).map(|(p, name)| {
+            let m = hat_model::train::TrainModel::load(p)
+                .map(|l| l.model)
+                .map_err(|e| {
+                    hat_train::TrainError::Invalid(format!("loading {}: {e}", p.display()))
+                });
+            (name.clone(), m)
+        }),
+        (!a.any_start).then_some(hat_train::merge::SOUP_MAX_DISTANCE),
+    )
+    .map_err(|e| match e {
+        hat_train::TrainError::Invalid(m) if m.contains("same start") => {
+            anyhow::anyhow!("{m} (--any-start)")
+        }
+        e => e.into(),
+    })?;
+    hat_train::export::export(&soup.model, &paths[0], &a.format, &a.out)?;
+    let far: Vec<String> = a
+        .models
+        .iter()
+        .zip(&soup.distances)
+        .skip(1)
+        .map(|(m, d)| format!("{m} {d:.4}"))
+        .collect();
     println!(
-        "wrote {} (the mean of {} models: {})",
+        "wrote {} (the mean of {} models: {}; each one's relative L2 distance from the mean \
+         before it: {})",
         a.out.display(),
         paths.len(),
-        a.models.join(", ")
+        a.models.join(", "),
+        far.join(", ")
     );
     Ok(())
 }

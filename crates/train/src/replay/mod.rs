@@ -399,6 +399,7 @@ mod tests {
             decode_secs: 0.0,
             drafted_tokens: 0,
             accepted_tokens: 0,
+            unchecked_tokens: 0,
         }
     }
 
