@@ -62,6 +62,11 @@ pub struct DistillArgs {
     /// toward each teacher's most likely tokens, what greedy decoding keeps.
     #[arg(long)]
     teacher_temperature: Option<f32>,
+    /// Leave the student's answers that repeat themselves out of the loss (a sentence said a
+    /// third time ends the answer): the base model teacher predicts its own loops, so their KL
+    /// teaches looping. metrics.jsonl gains `looping_share`.
+    #[arg(long)]
+    drop_looping: bool,
 }
 
 /// The config with the flags applied: to a saved run (only --max-steps may change) or a new one.
@@ -138,6 +143,9 @@ fn apply(c: &mut DistillConfig, a: &DistillArgs) {
     }
     if let Some(x) = a.temperature {
         c.temperature = x;
+    }
+    if a.drop_looping {
+        c.drop_looping = true;
     }
     if let Some(x) = a.teacher_temperature {
         c.teacher_temperature = x;

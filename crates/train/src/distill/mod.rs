@@ -78,6 +78,14 @@ pub struct DistillConfig {
     pub teacher_temperature: f32,
     /// Weight format of the rollout snapshot: `q8_0` (fast) or `f32` (the trainer's numbers).
     pub rollout_format: String,
+    /// Leaves the student's answers that repeat themselves out of the loss (the rule replay
+    /// keeps answers by: a sentence said a third time ends the answer there, and a finished
+    /// answer that repeats itself counts too). The base model, the default teacher, loops on
+    /// general prompts and inside a loop predicts the loop, so the KL of a looping answer
+    /// teaches looping; without those answers only answers that do not loop are pulled toward
+    /// the teacher. Validation still scores every answer.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub drop_looping: bool,
     /// General prompts held out; their reverse KL is the validation loss.
     pub val_prompts: usize,
     pub eval_every: usize,
@@ -113,6 +121,7 @@ impl Default for DistillConfig {
             temperature: 1.0,
             teacher_temperature: 1.0,
             rollout_format: "q8_0".into(),
+            drop_looping: false,
             val_prompts: 8,
             eval_every: 10,
             save_every: 5,
@@ -424,6 +433,10 @@ impl DistillStage {
                 seed: seed.wrapping_add(i as u64),
                 ..SamplingParams::default()
             };
+            if self.cfg.drop_looping {
+                // a looping answer is left out whatever follows: no need to decode the rest
+                r.check = Some(std::sync::Arc::new(crate::replay::StopLoops));
+            }
             reqs.push(r);
         }
         // the stream prompts of a scene share their system prompt: the engine prefills it once
@@ -472,6 +485,26 @@ impl DistillStage {
     }
 }
 
+/// The prompts and answers that carry loss, and how many answers were left out as
+/// repeating themselves ([`crate::replay::repeats_itself`]; none unless `drop_looping`).
+fn keep_answers<'p>(
+    prompts: Vec<&'p Prompt>,
+    samples: Vec<(Vec<u32>, GenerateOutput)>,
+    drop_looping: bool,
+) -> (Vec<&'p Prompt>, Vec<(Vec<u32>, GenerateOutput)>, usize) {
+    if !drop_looping {
+        return (prompts, samples, 0);
+    }
+    let before = samples.len();
+    let (prompts, samples): (Vec<_>, Vec<_>) = prompts
+        .into_iter()
+        .zip(samples)
+        .filter(|(_, (_, o))| !crate::replay::repeats_itself(o))
+        .unzip();
+    let looping = before - samples.len();
+    (prompts, samples, looping)
+}
+
 impl Stage for DistillStage {
     fn start(&mut self, model: &TrainModel, _state: &RunState) -> Result<()> {
         self.refresh(model)
@@ -488,6 +521,15 @@ impl Stage for DistillStage {
         let seed = self.cfg.seed ^ (state.step as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
         let samples = self.sample(&prompts, seed)?;
         let sample_secs = t0.elapsed().as_secs_f64();
+        if samples.iter().all(|(_, o)| o.tokens.is_empty()) {
+            return Err(TrainError::Invalid(format!(
+                "step {}: every sampled answer was empty (the student stops at once); nothing to \
+                 distil",
+                state.step + 1
+            )));
+        }
+        let drawn = prompts.len();
+        let (prompts, samples, looping) = keep_answers(prompts, samples, self.cfg.drop_looping);
         let answer_tokens: usize = samples.iter().map(|(_, o)| o.tokens.len()).sum();
         let t1 = Instant::now();
         let (mut kl_sum, mut tokens, mut mismatch, mut nll) = (0f64, 0usize, 0f64, 0f64);
@@ -505,20 +547,20 @@ impl Stage for DistillStage {
             mismatch += s.mismatch;
             nll += s.teacher_nll;
         }
-        if answer_tokens == 0 {
-            return Err(TrainError::Invalid(format!(
-                "step {}: every sampled answer was empty (the student stops at once); nothing to \
-                 distil",
-                state.step + 1
-            )));
-        }
-        let n = answer_tokens as f64;
+        // every answer looped: nothing to learn this step (the loop leaves the weights alone)
+        let n = answer_tokens.max(1) as f64;
         let mut extra = BTreeMap::new();
         extra.insert("sample_seconds".into(), sample_secs);
         extra.insert("score_seconds".into(), t1.elapsed().as_secs_f64());
-        extra.insert("answer_tokens_mean".into(), n / prompts.len() as f64);
+        extra.insert(
+            "answer_tokens_mean".into(),
+            answer_tokens as f64 / prompts.len().max(1) as f64,
+        );
         extra.insert("rollout_mismatch".into(), mismatch / n);
         extra.insert("teacher_nll".into(), nll / n);
+        if self.cfg.drop_looping {
+            extra.insert("looping_share".into(), looping as f64 / drawn as f64);
+        }
         state.epoch = (state.step + 1) * self.cfg.prompts_per_step
             / self
                 .prompts
@@ -613,6 +655,57 @@ mod tests {
         c.teacher_temperature = 0.0;
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("teacher_temperature must be from 0.05"), "{e}");
+    }
+
+    fn answer(text: &str, finish: hat_model::FinishReason) -> (Vec<u32>, GenerateOutput) {
+        let out = GenerateOutput {
+            tokens: vec![1, 2, 3],
+            logprobs: vec![0.0; 3],
+            text: text.into(),
+            finish,
+            prompt_tokens: 2,
+            cached_tokens: 0,
+            shared_prefix_tokens: 0,
+            prefill_secs: 0.0,
+            decode_secs: 0.0,
+            drafted_tokens: 0,
+            accepted_tokens: 0,
+            unchecked_tokens: 0,
+        };
+        (vec![7, 8], out)
+    }
+
+    /// With `drop_looping`, an answer cut at a sentence's third copy and a finished answer
+    /// that repeats itself carry no loss, with their prompts; the others keep their order.
+    /// Without it every answer is kept. Saved in a config only when on.
+    #[test]
+    fn looping_answers_are_left_out_only_when_asked() {
+        use hat_model::FinishReason::{Complete, Length, StopToken};
+        let ps: Vec<Prompt> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|id| stream_prompt(id, "s", "hi"))
+            .collect();
+        let refs: Vec<&Prompt> = ps.iter().collect();
+        let looped = "Buy the hoodie. It is warm. ".repeat(12);
+        let answers = || {
+            vec![
+                answer("A short, plain answer.", StopToken(2)),
+                answer("Cut at the third copy.", Complete),
+                answer(&looped, StopToken(2)),
+                answer("Ran out of tokens but did not loop", Length),
+            ]
+        };
+        let (p, s, n) = keep_answers(refs.clone(), answers(), false);
+        assert_eq!((p.len(), s.len(), n), (4, 4, 0));
+        let (p, s, n) = keep_answers(refs, answers(), true);
+        assert_eq!(n, 2);
+        let ids: Vec<&str> = p.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(ids, ["a", "d"]);
+        assert_eq!(s[1].1.text, "Ran out of tokens but did not loop");
+        let mut c = DistillConfig::default();
+        assert!(!c.to_toml().contains("drop_looping"));
+        c.drop_looping = true;
+        assert!(c.to_toml().contains("drop_looping = true"));
     }
 
     fn stream_prompt(id: &str, system: &str, event: &str) -> Prompt {

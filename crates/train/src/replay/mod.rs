@@ -197,6 +197,14 @@ fn reject(p: &Prompt, out: &GenerateOutput) -> Option<Drop> {
     hat_ifeval::repetition::repetition(text).map(|_| Drop::Repetitive)
 }
 
+/// Whether an answer repeats itself by the rules replay keeps answers by: stopped by
+/// [`StopLoops`] (it said a sentence a third time) or found repetitive by
+/// [`hat_ifeval::repetition::repetition`].
+pub(crate) fn repeats_itself(out: &GenerateOutput) -> bool {
+    out.finish == FinishReason::Complete
+        || hat_ifeval::repetition::repetition(out.text.trim_end()).is_some()
+}
+
 /// `answer` (which ended on its own and failed a check) edited by its prompt's repairs, when
 /// it does not repeat itself and then passes every check.
 fn repair(p: &Prompt, answer: &str) -> Option<String> {
@@ -214,7 +222,7 @@ fn repair(p: &Prompt, answer: &str) -> Option<String> {
 /// tokens up to the limit are not worth decoding. A looping answer of the base model otherwise
 /// runs to `--max-tokens`.
 #[derive(Debug)]
-struct StopLoops;
+pub(crate) struct StopLoops;
 
 impl TextCheck for StopLoops {
     fn admits(&self, _before: &[u8], _token: &[u8]) -> bool {
