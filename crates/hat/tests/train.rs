@@ -168,6 +168,14 @@ fn train_distill_runs_resumes_and_exports_on_a_tiny_model() {
         .success();
     let cfg = std::fs::read_to_string(broad.join("config.toml")).unwrap();
     assert!(cfg.contains("general_set = \"broad\""), "{cfg}");
+    // looping answers left out: saved in the config, their share in every step's metrics
+    let dl = d.path().join("drop-looping");
+    into(&dl, "2").arg("--drop-looping").assert().success();
+    let cfg = std::fs::read_to_string(dl.join("config.toml")).unwrap();
+    assert!(cfg.contains("drop_looping = true"), "{cfg}");
+    let m = std::fs::read_to_string(dl.join("metrics.jsonl")).unwrap();
+    assert_eq!(m.matches("looping_share").count(), 2, "{m}");
+    assert!(!lines.contains("looping_share"), "{lines}");
     let out = d.path().join("distilled.gguf");
     hat()
         .args(["train", "export", "--format", "f32"])
