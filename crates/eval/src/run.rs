@@ -624,6 +624,73 @@ fn summarise_agent(
     })
 }
 
+/// Answers each prompt (one user message) and hands the answers over in the prompts' order.
+/// A model that batches continuously keeps `batch` prompts decoding and starts the next one
+/// as soon as one ends, so a long answer holds up no other; others decode `batch` prompts at
+/// a time. Greedy answers do not depend on their batch's other rows, so both give the same
+/// text; the answers that ended ahead of an earlier, longer one wait for it.
+fn answer_in_order(
+    model: &mut dyn ChatModel,
+    prompts: &[&str],
+    batch: usize,
+    on_answer: &mut dyn FnMut(usize, String) -> Result<(), EvalError>,
+) -> Result<(), EvalError> {
+    let chat = |p: &str| vec![Message::user(p.to_string())];
+    if !(model.continuous() && batch > 1 && prompts.len() > 1) {
+        for (c, chunk) in prompts.chunks(batch).enumerate() {
+            let chats: Vec<Vec<Message>> = chunk.iter().map(|p| chat(p)).collect();
+            let refs: Vec<&[Message]> = chats.iter().map(Vec::as_slice).collect();
+            let outs = model.complete_batch(&refs)?;
+            if outs.len() != chunk.len() {
+                return Err(hat_agent::AgentError::Model(format!(
+                    "the model returned {} answers for {} prompts",
+                    outs.len(),
+                    chunk.len()
+                ))
+                .into());
+            }
+            for (k, text) in outs.into_iter().enumerate() {
+                on_answer(c * batch + k, text)?;
+            }
+        }
+        return Ok(());
+    }
+    let mut running: HashMap<hat_agent::episode::TurnId, usize> = HashMap::new();
+    let mut ended: BTreeMap<usize, String> = BTreeMap::new();
+    let (mut next, mut handed) = (0, 0);
+    let result = (|| -> Result<(), EvalError> {
+        while handed < prompts.len() {
+            while running.len() < batch && next < prompts.len() {
+                let id = model.begin_turn(&chat(prompts[next]), Default::default())?;
+                running.insert(id, next);
+                next += 1;
+            }
+            for (id, out) in model.step_turns()? {
+                if let Some(i) = running.remove(&id) {
+                    ended.insert(i, out.text);
+                }
+            }
+            while let Some(text) = ended.remove(&handed) {
+                on_answer(handed, text)?;
+                handed += 1;
+            }
+            if running.is_empty() && next >= prompts.len() && handed < prompts.len() {
+                return Err(hat_agent::AgentError::Model(format!(
+                    "the model ended {} of {} turns without an answer",
+                    prompts.len() - handed,
+                    prompts.len()
+                ))
+                .into());
+            }
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        model.abort_turns();
+    }
+    result
+}
+
 fn write_json(path: &Path, v: &Value) -> Result<(), EvalError> {
     let tmp = path.with_extension("json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(v).unwrap_or_default())
@@ -683,33 +750,25 @@ pub fn run_ifeval(
         .iter()
         .filter(|r| !have.contains_key(&r.prompt))
         .collect();
-    let mut finished = inputs.len() - todo.len();
-    for chunk in todo.chunks(cfg.batch.max(1)) {
-        progress(finished, inputs.len());
-        let chats: Vec<Vec<Message>> = chunk
-            .iter()
-            .map(|r| vec![Message::user(r.prompt.clone())])
-            .collect();
-        let refs: Vec<&[Message]> = chats.iter().map(Vec::as_slice).collect();
-        let outs = model.complete_batch(&refs)?;
-        if outs.len() != chunk.len() {
-            return Err(hat_agent::AgentError::Model(format!(
-                "the model returned {} answers for {} prompts",
-                outs.len(),
-                chunk.len()
-            ))
-            .into());
-        }
-        for (rec, response) in chunk.iter().zip(outs) {
+    let done_before = inputs.len() - todo.len();
+    let prompts: Vec<&str> = todo.iter().map(|r| r.prompt.as_str()).collect();
+    progress(done_before, inputs.len());
+    answer_in_order(
+        model.as_mut(),
+        &prompts,
+        cfg.batch.max(1),
+        &mut |i, response| {
+            let rec = todo[i];
             append_line(
                 &mut file,
                 &resp_path,
                 &json!({"prompt": rec.prompt, "response": response}),
             )?;
             have.insert(rec.prompt.clone(), response);
-        }
-        finished += chunk.len();
-    }
+            progress(done_before + i + 1, inputs.len());
+            Ok(())
+        },
+    )?;
     progress(inputs.len(), inputs.len());
     let report = hat_ifeval::score_responses(&inputs, &have)?;
     let acc = |t: hat_ifeval::Tally| 100.0 * t.accuracy();

@@ -291,6 +291,93 @@ fn ifeval_with_a_model_writes_standard_responses_and_resumes() {
     );
 }
 
+/// Answers a prompt with its lowercase text after a number of decode steps that depends on
+/// the prompt, so that turns end out of order; batches continuously or not.
+struct Staggered {
+    continuous: bool,
+    running: Vec<(u64, String, usize)>,
+    next_id: u64,
+    most_running: usize,
+}
+
+impl Staggered {
+    fn new(continuous: bool) -> Self {
+        Staggered {
+            continuous,
+            running: Vec::new(),
+            next_id: 0,
+            most_running: 0,
+        }
+    }
+}
+
+impl hat_agent::episode::ChatModel for Staggered {
+    fn complete(&mut self, m: &[hat_harness::Message]) -> Result<String, hat_agent::AgentError> {
+        Ok(m.last()
+            .map(|x| x.content.to_lowercase())
+            .unwrap_or_default())
+    }
+
+    fn continuous(&self) -> bool {
+        self.continuous
+    }
+
+    fn begin_turn(
+        &mut self,
+        chat: &[hat_harness::Message],
+        _rule: hat_agent::episode::TurnRule,
+    ) -> Result<u64, hat_agent::AgentError> {
+        let text = self.complete(chat)?;
+        let steps = 1 + text.len() % 7;
+        self.next_id += 1;
+        self.running.push((self.next_id, text, steps));
+        self.most_running = self.most_running.max(self.running.len());
+        Ok(self.next_id)
+    }
+
+    fn step_turns(
+        &mut self,
+    ) -> Result<Vec<(u64, hat_agent::episode::Completion)>, hat_agent::AgentError> {
+        let mut ended = Vec::new();
+        self.running.retain_mut(|(id, text, steps)| {
+            *steps -= 1;
+            if *steps == 0 {
+                ended.push((*id, std::mem::take(text).into()));
+            }
+            *steps > 0
+        });
+        Ok(ended)
+    }
+}
+
+/// IFEval on a model that batches continuously keeps `--batch` prompts decoding, and writes
+/// the same responses file, in the prompts' order, as a model that decodes a batch at a time.
+#[test]
+fn ifeval_answers_continuously_in_the_prompts_order() {
+    let run = |continuous: bool| {
+        let d = tempfile::tempdir().unwrap();
+        let mut c = cfg(d.path(), Some(30), false);
+        c.batch = 4;
+        let model = Staggered::new(continuous);
+        let mut b = Backend::Chat {
+            identity: hat_eval::ModelIdentity {
+                name: "staggered".into(),
+                hash: "-".into(),
+                decoding: serde_json::json!({}),
+            },
+            model: Box::new(model),
+        };
+        let mut seen = Vec::new();
+        hat_eval::run_ifeval(&c, &mut b, &mut |done, _| seen.push(done)).unwrap();
+        assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+        assert_eq!(seen.last(), Some(&30));
+        std::fs::read_to_string(d.path().join("ifeval/responses.jsonl")).unwrap()
+    };
+    let (batched, continuous) = (run(false), run(true));
+    assert_eq!(batched.lines().count(), 30);
+    assert_eq!(continuous, batched);
+}
+
 /// Records the token limit in force at every call.
 struct Limits(u32, std::sync::Arc<std::sync::Mutex<Vec<u32>>>);
 

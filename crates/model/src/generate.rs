@@ -680,6 +680,8 @@ impl Engine {
             tokens.truncate(k);
             logprobs.truncate(k);
         }
+        // a loop's copies cut off above may hold some of them
+        let unchecked = row.unchecked.min(tokens.len());
         GenerateOutput {
             tokens,
             logprobs,
@@ -692,7 +694,7 @@ impl Engine {
             decode_secs: decode,
             drafted_tokens: row.drafter.as_ref().map_or(0, |d| d.drafted),
             accepted_tokens: row.drafter.as_ref().map_or(0, |d| d.accepted),
-            unchecked_tokens: row.unchecked,
+            unchecked_tokens: unchecked,
         }
     }
 

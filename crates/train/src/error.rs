@@ -61,6 +61,18 @@ pub enum TrainError {
     CheckpointsGone { out: PathBuf, model: PathBuf },
     #[error("{0}")]
     Invalid(String),
+    /// A soup member too far from the others to share their start ([`crate::merge::soup`]).
+    #[error(
+        "`{name}` lies {distance:.2} (relative L2) from {from}, more than {max}: it does not look \
+         like a fine-tune of the same start (fine-tunes of one start lie a few hundredths apart) \
+         and would average into noise; soup runs that started from one model"
+    )]
+    OtherStart {
+        name: String,
+        distance: f64,
+        from: String,
+        max: f64,
+    },
     #[error("rollout: {0}")]
     Rollout(String),
     #[error("model: {0}")]

@@ -158,9 +158,12 @@ pub fn soup(
             } else {
                 format!("the mean of the {} models before it", distances.len())
             };
-            return Err(TrainError::Invalid(format!(
-                "`{name}` lies {d:.2} (relative L2) from {of}, more than {max}: it does not                  look like a fine-tune of the same start (fine-tunes of one start lie a few                  hundredths apart) and would average into noise; soup runs that started from                  one model, or allow any start if you mean it"
-            )));
+            return Err(TrainError::OtherStart {
+                name,
+                distance: d,
+                from: of,
+                max,
+            });
         }
         distances.push(d);
         // interpolate writes into its first argument: the k-th model becomes the new mean
@@ -361,6 +364,7 @@ mod tests {
             .unwrap()
             .to_string();
             assert!(e.contains("`other`") && e.contains("same start"), "{e}");
+            assert!(!e.contains("  "), "one space between words: {e}");
             let against = if n == 2 {
                 "from `a`"
             } else {

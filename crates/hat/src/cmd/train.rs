@@ -312,8 +312,8 @@ fn soup(a: SoupArgs) -> Result<()> {
         (!a.any_start).then_some(hat_train::merge::SOUP_MAX_DISTANCE),
     )
     .map_err(|e| match e {
-        hat_train::TrainError::Invalid(m) if m.contains("same start") => {
-            anyhow::anyhow!("{m} (--any-start)")
+        e @ hat_train::TrainError::OtherStart { .. } => {
+            anyhow::anyhow!("{e}, or pass --any-start if you mean to average them")
         }
         e => e.into(),
     })?;

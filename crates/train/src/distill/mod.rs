@@ -83,7 +83,7 @@ pub struct DistillConfig {
     /// answer that repeats itself counts too). The base model, the default teacher, loops on
     /// general prompts and inside a loop predicts the loop, so the KL of a looping answer
     /// teaches looping; without those answers only answers that do not loop are pulled toward
-    /// the teacher. Validation still scores every answer.
+    /// the teacher. Validation samples and scores every answer as before.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub drop_looping: bool,
     /// General prompts held out; their reverse KL is the validation loss.
@@ -411,8 +411,14 @@ impl DistillStage {
         out
     }
 
-    /// Samples one answer per prompt with the rollout snapshot.
-    fn sample(&self, prompts: &[&Prompt], seed: u64) -> Result<Vec<(Vec<u32>, GenerateOutput)>> {
+    /// Samples one answer per prompt with the rollout snapshot; `stop_loops` ends an answer at
+    /// a sentence's third copy ([`crate::replay::StopLoops`]).
+    fn sample(
+        &self,
+        prompts: &[&Prompt],
+        seed: u64,
+        stop_loops: bool,
+    ) -> Result<Vec<(Vec<u32>, GenerateOutput)>> {
         let engine = self
             .rollout
             .as_ref()
@@ -433,7 +439,7 @@ impl DistillStage {
                 seed: seed.wrapping_add(i as u64),
                 ..SamplingParams::default()
             };
-            if self.cfg.drop_looping {
+            if stop_loops {
                 // a looping answer is left out whatever follows: no need to decode the rest
                 r.check = Some(std::sync::Arc::new(crate::replay::StopLoops));
             }
@@ -519,7 +525,7 @@ impl Stage for DistillStage {
         let t0 = Instant::now();
         let prompts = self.draw(state.step);
         let seed = self.cfg.seed ^ (state.step as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
-        let samples = self.sample(&prompts, seed)?;
+        let samples = self.sample(&prompts, seed, self.cfg.drop_looping)?;
         let sample_secs = t0.elapsed().as_secs_f64();
         if samples.iter().all(|(_, o)| o.tokens.is_empty()) {
             return Err(TrainError::Invalid(format!(
@@ -581,7 +587,8 @@ impl Stage for DistillStage {
             return Ok(None);
         }
         let val: Vec<&Prompt> = self.prompts.val.iter().collect();
-        let samples = self.sample(&val, self.cfg.seed ^ 0x5641_4c5f_4b4c)?;
+        // every answer as it comes, so that runs with and without drop_looping compare
+        let samples = self.sample(&val, self.cfg.seed ^ 0x5641_4c5f_4b4c, false)?;
         let (mut sum, mut n) = (0f64, 0usize);
         for s in self.score(model, &val, samples)? {
             sum += s.kl.to_scalar::<f32>()? as f64;

@@ -199,7 +199,8 @@ fn reject(p: &Prompt, out: &GenerateOutput) -> Option<Drop> {
 
 /// Whether an answer repeats itself by the rules replay keeps answers by: stopped by
 /// [`StopLoops`] (it said a sentence a third time) or found repetitive by
-/// [`hat_ifeval::repetition::repetition`].
+/// [`hat_ifeval::repetition::repetition`], whether it ended or was cut at the token limit
+/// (replay drops a cut answer as unfinished anyway).
 pub(crate) fn repeats_itself(out: &GenerateOutput) -> bool {
     out.finish == FinishReason::Complete
         || hat_ifeval::repetition::repetition(out.text.trim_end()).is_some()
