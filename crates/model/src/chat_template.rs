@@ -61,11 +61,24 @@ fn py_json(v: &serde_json::Value, indent: Option<usize>, level: usize, out: &mut
     }
 }
 
+/// The widest indent `tojson` writes (Python's own templates use 2 or 4).
+const MAX_TOJSON_INDENT: usize = 16;
+
 fn tojson(
     v: Value,
     kwargs: minijinja::value::Kwargs,
 ) -> std::result::Result<Value, minijinja::Error> {
     let indent: Option<usize> = kwargs.get("indent")?;
+    // a template is a model file's text: an indent of 10^12 would ask for a terabyte
+    if indent.is_some_and(|n| n > MAX_TOJSON_INDENT) {
+        return Err(minijinja::Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "tojson: indent {} (at most {MAX_TOJSON_INDENT})",
+                indent.unwrap_or(0)
+            ),
+        ));
+    }
     let j = serde_json::to_value(&v)
         .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
     let mut out = String::new();
@@ -383,6 +396,15 @@ mod tests {
             })
             .unwrap_err();
         assert!(err.to_string().contains("only one"), "{err}");
+        // a model file's template cannot ask tojson for a terabyte of indent
+        let wide = ChatTemplate::new("{{ messages | tojson(indent=1000000000000) }}", "", "")
+            .unwrap()
+            .render(&ChatInput {
+                messages: vec![json!({"role": "user", "content": "a"})],
+                ..Default::default()
+            })
+            .unwrap_err();
+        assert!(wide.to_string().contains("at most 16"), "{wide}");
     }
 
     #[test]

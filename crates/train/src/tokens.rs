@@ -89,7 +89,8 @@ fn leaf_values(v: &serde_json::Value, out: &mut Vec<String>) {
 fn value_spans(text: &str, values: &[String]) -> Vec<(usize, usize)> {
     let word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
     let mut spans = Vec::new();
-    for v in values {
+    // an empty value (a call named "") would match between every two bytes
+    for v in values.iter().filter(|v| !v.is_empty()) {
         let mut from = 0;
         while let Some(at) = text[from..].find(v.as_str()) {
             let (a, b) = (from + at, from + at + v.len());
@@ -368,6 +369,8 @@ mod tests {
         let zh = "运到江苏要几天 江苏";
         assert_eq!(value_spans(zh, &v(&["江苏"])).len(), 1);
         assert_eq!(value_spans("size: M, Maple", &v(&["M"])), [(6, 7)]);
+        // a call named "" in a data file: no span, no endless match
+        assert_eq!(value_spans(zh, &v(&["", "江苏"])).len(), 1);
     }
 
     #[test]

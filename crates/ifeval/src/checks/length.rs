@@ -49,7 +49,11 @@ pub fn nth_paragraph_first_word(r: &str, num_paragraphs: i64, nth: i64, first_wo
     }
     // Python indexing: `paragraphs[nth - 1]`, negative indices count from the end.
     let len = pieces.len() as i64;
-    let idx = if nth - 1 < 0 { nth - 1 + len } else { nth - 1 };
+    // an input record's `nth_paragraph` may be any i64: i64::MIN - 1 would overflow
+    let Some(before) = nth.checked_sub(1) else {
+        return false;
+    };
+    let idx = if before < 0 { before + len } else { before };
     let Some(piece) = usize::try_from(idx).ok().and_then(|i| pieces.get(i)) else {
         return false;
     };
@@ -69,6 +73,17 @@ pub fn nth_paragraph_first_word(r: &str, num_paragraphs: i64, nth: i64, first_wo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Any `nth_paragraph` an input record holds is answered, i64::MIN included.
+    #[test]
+    fn an_extreme_paragraph_index_is_false_not_an_overflow() {
+        let text = "Alpha one.\n\nBeta two.";
+        assert!(nth_paragraph_first_word(text, 2, 2, "beta"));
+        // (0 reads the last paragraph, as Python's `paragraphs[-1]` does)
+        for nth in [i64::MIN, i64::MIN + 1, -5, i64::MAX] {
+            assert!(!nth_paragraph_first_word(text, 2, nth, "beta"), "{nth}");
+        }
+    }
 
     #[test]
     fn paragraphs_split_on_stars() {
