@@ -75,6 +75,17 @@ pub const MAX_CONTEXT: usize = 1 << 21;
 /// have a few hundred layers and at most a few hundred heads).
 pub const MAX_LAYERS: usize = 4096;
 pub const MAX_HEADS: usize = 4096;
+/// The largest sizes a model file may declare, far above any open model's (head dimension
+/// 64-256, hidden size up to ~25k, feed-forward up to ~100k, vocabularies up to ~1M): tables
+/// and buffers are sized from them before any tensor is read, and their products must not
+/// overflow.
+pub const MAX_HEAD_DIM: usize = 1024;
+pub const MAX_HIDDEN: usize = 1 << 17;
+pub const MAX_FEED_FORWARD: usize = 1 << 20;
+pub const MAX_VOCAB: usize = 1 << 22;
+/// The most context positions x head dimension: the rotary tables (three of half that many
+/// f32) stay under a gigabyte; a 2M-token context at head size 64 or 128k at 1,024 fit.
+pub const MAX_ROTARY_ENTRIES: usize = 1 << 27;
 
 impl ModelConfig {
     /// Inverse frequencies of the rotary embedding, after scaling.
@@ -136,6 +147,24 @@ impl ModelConfig {
                  `num_key_value_heads`)"
             )));
         }
+        let sizes = [
+            ("head dimension", self.head_dim, MAX_HEAD_DIM),
+            ("hidden size", self.hidden_size, MAX_HIDDEN),
+            (
+                "feed-forward size",
+                self.intermediate_size,
+                MAX_FEED_FORWARD,
+            ),
+            ("vocabulary", self.vocab_size, MAX_VOCAB),
+        ];
+        if let Some((what, n, max)) = sizes.iter().find(|(_, n, max)| n > max) {
+            return Err(Error::InvalidArgument(format!(
+                "model config: a {what} of {n}, more than any model has (at most {max}); is \
+                 the file damaged? (GGUF `*.attention.key_length` / `*.embedding_length` / \
+                 `*.feed_forward_length` / the token list, config.json `head_dim` / \
+                 `hidden_size` / `intermediate_size` / `vocab_size`)"
+            )));
+        }
         if !(self.rms_eps.is_finite() && self.rms_eps > 0.0 && self.rms_eps < 1.0) {
             return Err(Error::InvalidArgument(format!(
                 "model config: the RMSNorm epsilon is {}; it must be a small positive number \
@@ -157,6 +186,14 @@ impl ModelConfig {
                 "model config: the context length is {}; it must be 1..={MAX_CONTEXT} (GGUF \
                  `*.context_length`, config.json `max_position_embeddings`)",
                 self.max_position
+            )));
+        }
+        if self.max_position.saturating_mul(self.head_dim) > MAX_ROTARY_ENTRIES {
+            return Err(Error::InvalidArgument(format!(
+                "model config: a context of {} positions at head dimension {} needs rotary \
+                 tables of more than {MAX_ROTARY_ENTRIES} entries; is the file damaged? (GGUF \
+                 `*.context_length`, config.json `max_position_embeddings`)",
+                self.max_position, self.head_dim
             )));
         }
         if !self.head_dim.is_multiple_of(2) {
@@ -290,12 +327,25 @@ mod tests {
             ("max_position_embeddings", serde_json::json!(0)),
             // a damaged layer count built per-layer tables until memory ran out
             ("num_hidden_layers", serde_json::json!(4_000_000_000u64)),
+            // sizes whose products overflowed or whose tables exhausted memory (session 44)
+            ("hidden_size", serde_json::json!(1u64 << 33)),
+            ("vocab_size", serde_json::json!(1u64 << 33)),
+            ("intermediate_size", serde_json::json!(1u64 << 33)),
+            ("head_dim", serde_json::json!(16384)),
         ] {
             let mut w = v.clone();
             w[k] = bad;
             let e = ModelConfig::from_hf_json(&w).unwrap_err().to_string();
             assert!(e.contains(k), "{e}");
         }
+        // a context each size of which is allowed, whose rotary tables are not
+        let mut w = v.clone();
+        w["head_dim"] = serde_json::json!(128);
+        w["max_position_embeddings"] = serde_json::json!(2_000_000);
+        let e = ModelConfig::from_hf_json(&w).unwrap_err().to_string();
+        assert!(e.contains("rotary tables"), "{e}");
+        w["max_position_embeddings"] = serde_json::json!(131_072);
+        ModelConfig::from_hf_json(&w).unwrap();
         let mut nan = c.clone();
         nan.rope_theta = f32::NAN;
         assert!(nan.validated().is_err());
