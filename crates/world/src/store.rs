@@ -343,6 +343,20 @@ fn first_missing_table(conn: &Connection) -> rusqlite::Result<Option<&'static st
     Ok(None)
 }
 
+/// The first generated (computed) column of `table`, if any (`table_xinfo`'s `hidden` is 2
+/// for a virtual and 3 for a stored one).
+fn generated_column(conn: &Connection, table: &str) -> rusqlite::Result<Option<String>> {
+    let mut stmt = conn.prepare("SELECT name, hidden FROM pragma_table_xinfo(?1)")?;
+    let mut rows = stmt.query([table])?;
+    while let Some(row) = rows.next()? {
+        let hidden: i64 = row.get(1)?;
+        if hidden == 2 || hidden == 3 {
+            return Ok(Some(row.get(0)?));
+        }
+    }
+    Ok(None)
+}
+
 /// Reads a whole world back. `origin` names the database in error messages.
 pub(crate) fn read(
     conn: &Connection,
@@ -373,6 +387,25 @@ pub(crate) fn read(
         origin: show.clone(),
         detail,
     };
+    // A generated column is computed on every read: `hex(zeroblob(5e8))` in an uploaded store
+    // turned a 16 MB file into a gigabyte a row. Worlds hold plain values only.
+    for table in TABLES {
+        match generated_column(conn, table) {
+            Ok(None) => {}
+            Ok(Some(column)) => {
+                return Err(invalid(format!(
+                    "table `{table}` has the generated column `{column}`; a world stores plain \
+                     values only (write the file with `hat world` or World::save)"
+                )))
+            }
+            Err(e) => {
+                return Err(WorldError::Sqlite {
+                    context: format!("listing the columns of `{table}` in {show}"),
+                    source: e,
+                })
+            }
+        }
+    }
     let sql = |table: &str| WorldError::sql(format!("reading table `{table}` of {show}"));
 
     let (stream, on_stage) = {

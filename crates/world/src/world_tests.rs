@@ -124,6 +124,24 @@ fn bad_files_give_clear_errors() {
         }
     ));
 
+    // a column computed on read (a gigabyte a row in an uploaded store) is refused unread
+    let computed = dir.path().join("computed.sqlite");
+    World::generate(1).unwrap().save(&computed).unwrap();
+    rusqlite::Connection::open(&computed)
+        .unwrap()
+        .execute_batch(
+            "ALTER TABLE products ADD COLUMN blurb TEXT \
+             GENERATED ALWAYS AS (hex(zeroblob(499999999))) VIRTUAL",
+        )
+        .unwrap();
+    let e = World::open(&computed).unwrap_err();
+    assert!(
+        matches!(e, WorldError::Invalid { .. })
+            && e.to_string().contains("generated column `blurb`")
+            && e.to_string().contains("computed.sqlite"),
+        "{e}"
+    );
+
     let broken = dir.path().join("broken.sqlite");
     World::generate(1).unwrap().save(&broken).unwrap();
     rusqlite::Connection::open(&broken)
