@@ -15,11 +15,13 @@ pub struct AugmentArgs {
     /// Variants to write (at most 100,000).
     #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=100_000))]
     count: usize,
+    /// Seed of the draws: the same seed writes byte-identical variants.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// train or heldout: which half of every family's parameters to draw from.
     #[arg(long, default_value = "train")]
     pool: String,
+    /// Folder to write the variants into (one harness folder each, and a manifest).
     #[arg(long)]
     out: PathBuf,
     /// List the held-out parameters and exit.

@@ -30,6 +30,7 @@ pub enum BenchCmd {
         /// Timed steps per workload, after one warm-up step (the median is reported).
         #[arg(long, default_value_t = 2, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100))]
         repeats: usize,
+        /// Print the results as JSON.
         #[arg(long)]
         json: bool,
         /// Also write each workload (tokens, positions, attention visibility, scored rows) as
@@ -46,14 +47,19 @@ pub enum BenchCmd {
     Serve(crate::cmd::bench_serve::ServeBenchArgs),
     /// Oracle trajectories generated and scored per minute (single thread).
     Datagen {
+        /// The base harness directory.
         #[arg(long, default_value = "harnesses/livestream")]
         harness: PathBuf,
+        /// Tasks generated per repeat.
         #[arg(long, default_value_t = 5000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
         tasks: usize,
+        /// Augmented harness states besides the base one.
         #[arg(long, default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=100_000))]
         variants: usize,
+        /// train or heldout: which half of every family's parameters to draw from.
         #[arg(long, default_value = "train")]
         pool: String,
+        /// Timed repeats (the median is reported).
         #[arg(long, default_value_t = 3)]
         repeats: usize,
     },

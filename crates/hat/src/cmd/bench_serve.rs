@@ -24,6 +24,7 @@ pub struct ServeBenchArgs {
     /// Weight format of the embedded engine.
     #[arg(long, default_value = "original")]
     format: String,
+    /// The harness every stream is served with.
     #[arg(long, default_value = "harnesses/livestream")]
     harness: PathBuf,
     /// Compute threads, for both engines.
@@ -38,10 +39,13 @@ pub struct ServeBenchArgs {
     /// Seconds of arrivals per run.
     #[arg(long, default_value_t = 60.0)]
     duration_s: f64,
+    /// Chance that an arrival is a burst of events instead of one.
     #[arg(long, default_value_t = 0.1)]
     burst_prob: f64,
+    /// Events in a burst.
     #[arg(long, default_value_t = 3)]
     burst_size: usize,
+    /// Seed of the simulated audience (arrivals and comments).
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Token limit of one model turn.
@@ -69,6 +73,7 @@ pub struct ServeBenchArgs {
     /// Only the embedded engine.
     #[arg(long)]
     no_peer: bool,
+    /// Print the results as JSON.
     #[arg(long)]
     json: bool,
     /// Write every event of every run as a JSON line (run, pipeline, streams, arrival time,

@@ -22,6 +22,7 @@ pub enum DataCmd {
     Replay(ReplayArgs),
     /// Summarise a dataset file.
     Stats {
+        /// A `hat data gen` JSONL file.
         #[arg(value_parser = crate::input::large_file)]
         file: PathBuf,
     },
@@ -35,11 +36,13 @@ pub struct GenArgs {
     /// Augmented harness states besides the base one (at most 100,000).
     #[arg(long, default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=100_000))]
     variants: usize,
+    /// train or heldout: which half of every family's parameters the variants draw from.
     #[arg(long, default_value = "train")]
     pool: String,
     /// Number of tasks (train split only; at most 10,000,000).
     #[arg(long, default_value_t = 1000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
     tasks: usize,
+    /// Seed of the tasks and variants.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Tasks per (harness state, stream): K > 1 draws runs of K tasks sharing a stream and a
@@ -81,6 +84,8 @@ pub struct GenArgs {
     /// other than its `CALL`). With --element-syntaxes, the two shares add up to at most 1.
     #[arg(long, default_value_t = 0.0, value_parser = family_share, allow_negative_numbers = true)]
     keyword_syntaxes: f64,
+    /// The JSONL file to write (OpenAI `messages` + `tools` per line); with --resume, the one
+    /// to continue.
     #[arg(long)]
     out: PathBuf,
     /// oracle, or openai (any OpenAI-compatible chat endpoint).
@@ -95,6 +100,7 @@ pub struct GenArgs {
     /// Environment variable that holds the API key (unset: no key is sent).
     #[arg(long)]
     api_key_env: Option<String>,
+    /// Sampling temperature of the teacher endpoint.
     #[arg(long, default_value_t = 0.7, allow_negative_numbers = true)]
     temperature: f64,
     /// Seconds the teacher endpoint may take for one request.
@@ -144,11 +150,13 @@ pub struct ReplayArgs {
     /// Token limit of one answer (an answer cut there is not kept).
     #[arg(long, default_value_t = 512, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=32_768))]
     max_tokens: usize,
+    /// Seed of the prompts and the sampled tries.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Prompts decoded together.
     #[arg(long, default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=256))]
     batch: usize,
+    /// The JSONL file to write (`hat data gen` records); with --resume, the one to continue.
     #[arg(long)]
     out: PathBuf,
     /// Continue an interrupted run (its `.partial` file) with the same settings.

@@ -37,6 +37,7 @@ pub struct ServeArgs {
     /// Tasks episodes draw from (1 to 1,000,000).
     #[arg(long, default_value_t = 2000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     tasks: usize,
+    /// Seed of the tasks episodes draw from.
     #[arg(long, default_value_t = 3)]
     task_seed: u64,
     /// Model turns per episode (tool rounds and hook retries included).
@@ -49,6 +50,7 @@ pub struct ServeArgs {
     /// 86,400: a day; an open episode holds a thread and a world copy).
     #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     idle_s: u64,
+    /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8090")]
     addr: SocketAddr,
 }

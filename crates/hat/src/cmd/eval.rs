@@ -23,8 +23,10 @@ pub struct EvalArgs {
 pub enum EvalCmd {
     /// Score IFEval responses (one JSON object per line with `prompt` and `response`) without a model.
     Ifeval {
+        /// The responses file (`responses.jsonl` as `hat eval` writes it).
         #[arg(long, value_parser = crate::input::large_file)]
         responses: PathBuf,
+        /// Folder for the scores (results.json, items.jsonl).
         #[arg(long)]
         out: PathBuf,
         /// The IFEval prompts (`input_data.jsonl` form); default: the 541 prompts embedded in the binary.
@@ -33,6 +35,7 @@ pub enum EvalCmd {
     },
     /// Print the results of several `hat eval` runs side by side, with deltas against the first.
     Compare {
+        /// Run folders of `hat eval` (--out), the first one the reference.
         #[arg(required = true, num_args = 2..)]
         runs: Vec<PathBuf>,
     },
@@ -43,6 +46,7 @@ pub enum EvalCmd {
     /// its harness states; for IFEval, the answers' length and looping and the pass rate per
     /// instruction category.
     Failures {
+        /// Run folders of `hat eval` (--out).
         #[arg(required = true, num_args = 1..)]
         runs: Vec<PathBuf>,
         /// The harness the runs were evaluated with (hvqa's states are derived from it).
@@ -59,6 +63,7 @@ pub struct RunArgs {
     /// Comma-separated suites: lsqa, hvqa, ifeval.
     #[arg(long, default_value = "lsqa,hvqa,ifeval")]
     suite: String,
+    /// Folder for the results, one subfolder a suite (required).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Only the first N items of each suite.
@@ -67,6 +72,7 @@ pub struct RunArgs {
     /// Continue an interrupted run in --out.
     #[arg(long)]
     resume: bool,
+    /// The production harness (lsqa runs on it; hvqa on states derived from it).
     #[arg(long, default_value = "harnesses/livestream")]
     harness: PathBuf,
     /// The IFEval prompts (`input_data.jsonl` form); default: the 541 prompts embedded in the binary.

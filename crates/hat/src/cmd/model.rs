@@ -143,17 +143,22 @@ pub struct GenerateArgs {
     /// Single user message rendered with the chat template.
     #[arg(long, conflicts_with_all = ["prompt", "chat"])]
     pub user: Option<String>,
+    /// Most tokens to generate.
     #[arg(long, default_value_t = 128)]
     pub max_tokens: usize,
     /// 0 = greedy.
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub temperature: f32,
+    /// Sample from the K likeliest tokens only (0: all).
     #[arg(long, default_value_t = 0)]
     pub top_k: usize,
+    /// Sample from the smallest set of tokens whose probability reaches P (1: all).
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub top_p: f32,
+    /// Penalise tokens already seen: positive logits divided by it, negative multiplied (1: off).
     #[arg(long, default_value_t = 1.0)]
     pub repetition_penalty: f32,
+    /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Stop string (repeatable).

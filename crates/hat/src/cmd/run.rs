@@ -14,6 +14,7 @@ use crate::cmd::backend::{chat_model, ModelArgs};
 
 #[derive(Args)]
 pub struct RunArgs {
+    /// The harness directory.
     #[arg(long, default_value = "harnesses/livestream")]
     harness: PathBuf,
     #[command(flatten)]
@@ -21,11 +22,13 @@ pub struct RunArgs {
     /// The viewer's comment.
     #[arg(long)]
     comment: String,
+    /// The viewer's name.
     #[arg(long, default_value = "viewer")]
     viewer: String,
     /// The stream's store (from `hat world gen`); default: a generated world.
     #[arg(long)]
     stream: Option<PathBuf>,
+    /// Seed of the generated world (without --stream).
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Print the whole transcript as JSON (messages, calls, hook decisions, and each model

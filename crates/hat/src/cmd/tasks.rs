@@ -9,11 +9,13 @@ use hat_tasks::{Split, TaskKind, TaskSet, WorldCache};
 pub enum TasksCmd {
     /// Print tasks of a split as JSON lines.
     Sample {
+        /// train or test.
         #[arg(long, default_value = "test")]
         split: String,
         /// Tasks to print (at most 100,000: each 40 share a generated world, ~6 KB a task).
         #[arg(long, default_value_t = 19, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
         count: usize,
+        /// Seed of the draw.
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Only this task type.

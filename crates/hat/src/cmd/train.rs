@@ -43,8 +43,10 @@ pub struct PlotArgs {
     /// The PNG to write.
     #[arg(long)]
     out: PathBuf,
+    /// Width of the PNG in pixels.
     #[arg(long, default_value_t = 1500)]
     width: u32,
+    /// Height of the PNG in pixels.
     #[arg(long, default_value_t = 420)]
     height: u32,
 }
@@ -65,10 +67,13 @@ pub struct RunArgs {
     /// repeating it are fine; --max-steps N extends the run to N steps).
     #[arg(long)]
     pub resume: bool,
+    /// Optimiser steps of the run (overrides the config).
     #[arg(long)]
     pub max_steps: Option<usize>,
+    /// Peak learning rate (overrides the config).
     #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f64>,
+    /// Seed of the data order and sampling (overrides the config).
     #[arg(long, allow_negative_numbers = true)]
     pub seed: Option<u64>,
 }
@@ -84,6 +89,7 @@ pub struct SftArgs {
     model: String,
     #[command(flatten)]
     run: RunArgs,
+    /// Tokens per optimiser step (gradients accumulated up to it).
     #[arg(long)]
     tokens_per_step: Option<usize>,
     /// Conversations per packed sequence (1: no packing).
@@ -168,6 +174,7 @@ pub struct ExportArgs {
     /// GGUF f32, q8_0 or q4_0, or `hf` for a Hugging Face folder.
     #[arg(long, default_value = "q8_0")]
     format: String,
+    /// The model to write: a GGUF file, or a folder with `--format hf`.
     #[arg(long)]
     out: PathBuf,
 }
@@ -186,6 +193,7 @@ pub struct MergeArgs {
     /// GGUF f32, q8_0 or q4_0, or `hf` for a Hugging Face folder.
     #[arg(long, default_value = "q8_0")]
     format: String,
+    /// The merged model to write: a GGUF file, or a folder with `--format hf`.
     #[arg(long)]
     out: PathBuf,
 }
@@ -200,6 +208,7 @@ pub struct SoupArgs {
     /// GGUF f32, q8_0 or q4_0, or `hf` for a Hugging Face folder.
     #[arg(long, default_value = "q8_0")]
     format: String,
+    /// The soup to write: a GGUF file, or a folder with `--format hf`.
     #[arg(long)]
     out: PathBuf,
     /// Take models of any start: without it, a model that lies farther than 0.5 (relative L2)

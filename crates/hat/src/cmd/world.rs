@@ -11,8 +11,10 @@ use hat_world::World;
 pub enum WorldCmd {
     /// Create a stream's store as a SQLite file.
     Gen {
+        /// Seed of the world: the same seed writes the same store.
         #[arg(long)]
         seed: u64,
+        /// The SQLite file to write.
         #[arg(long)]
         out: PathBuf,
         /// Replace an existing file.
