@@ -9,6 +9,7 @@ use serde_json::json;
 use hat_agent::episode::EpisodeConfig;
 use hat_eval::{Backend, EvalConfig, ModelIdentity, Suite};
 use hat_model::{SamplingParams, WeightFormat};
+use hat_train::durable;
 use hat_train::stage::Event;
 
 use crate::config::PipelineConfig;
@@ -143,7 +144,7 @@ fn data(
                 .into(),
         });
     }
-    std::fs::write(&done, report.seconds.to_string()).map_err(io(&done))?;
+    durable::write(&done, report.seconds.to_string()).map_err(io(&done))?;
     Ok((vec![path], report.seconds))
 }
 
@@ -222,7 +223,7 @@ fn replay(
         seconds: started.elapsed().as_secs_f64(),
         stats,
     };
-    std::fs::write(&done, serde_json::to_string_pretty(&row)?).map_err(io(&done))?;
+    durable::write(&done, serde_json::to_string_pretty(&row)?).map_err(io(&done))?;
     Ok(Some(row))
 }
 
@@ -278,7 +279,7 @@ fn stage(
     on(Progress::Stage(name));
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let saved = dir.join("config.toml");
-    std::fs::write(&saved, config_toml).map_err(io(&saved))?;
+    durable::write(&saved, config_toml).map_err(io(&saved))?;
     train(&mut |e| on(Progress::Train(e))).map_err(train_err(name))?;
     let (steps, seconds, tokens, loss_tokens) = totals(dir);
     let row = StageRow {
@@ -291,7 +292,7 @@ fn stage(
         loss_tokens,
         scores: BTreeMap::new(),
     };
-    std::fs::write(&marker, serde_json::to_string_pretty(&row)?).map_err(io(&marker))?;
+    durable::write(&marker, serde_json::to_string_pretty(&row)?).map_err(io(&marker))?;
     if !keep_checkpoints {
         // the exports are what the next stage and the evaluation read
         let ck = dir.join("checkpoints");
@@ -573,9 +574,9 @@ fn write_report(cfg: &PipelineConfig, out: &Path, report: &Report) -> Result<(),
         md.push_str("\n![every stage's curves](curves.png)\n");
     }
     let p = out.join("report.md");
-    std::fs::write(&p, md).map_err(io(&p))?;
+    durable::write(&p, md).map_err(io(&p))?;
     let p = out.join("report.json");
-    std::fs::write(&p, serde_json::to_string_pretty(report)?).map_err(io(&p))?;
+    durable::write(&p, serde_json::to_string_pretty(report)?).map_err(io(&p))?;
     Ok(())
 }
 

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
+use crate::durable;
 use crate::error::{io, Result, TrainError};
 use crate::optim::AdamW;
 use hat_model::train::TrainModel;
@@ -80,13 +81,18 @@ pub fn save(
     let meta = serde_json::json!({"state": state, "adam_t": opt.t});
     std::fs::write(tmp.join("state.json"), serde_json::to_vec_pretty(&meta)?)
         .map_err(io(tmp.display()))?;
+    // on the disk before any name points at it: a power cut must not leave `latest` naming
+    // empty files while the older checkpoints are pruned
+    for f in ["model.safetensors", "optim.safetensors", "state.json"] {
+        durable::sync_file(&tmp.join(f)).map_err(io(tmp.join(f).display()))?;
+    }
+    durable::sync_dir(&tmp).map_err(io(tmp.display()))?;
     if dst.exists() {
         std::fs::remove_dir_all(&dst).map_err(io(dst.display()))?;
     }
     std::fs::rename(&tmp, &dst).map_err(io(dst.display()))?;
-    let latest_tmp = root.join(".latest.tmp");
-    std::fs::write(&latest_tmp, &name).map_err(io(latest_tmp.display()))?;
-    std::fs::rename(&latest_tmp, root.join(LATEST)).map_err(io(root.display()))?;
+    durable::sync_dir(&root).map_err(io(root.display()))?;
+    durable::write(&root.join(LATEST), &name).map_err(io(root.display()))?;
     // prune older complete checkpoints
     let all = by_step(&root).map_err(io(root.display()))?;
     let n = all.len();

@@ -10,6 +10,7 @@ pub mod bench;
 pub mod checkpoint;
 pub mod config;
 pub mod distill;
+pub mod durable;
 pub mod error;
 pub mod export;
 pub mod fixture;

@@ -198,30 +198,32 @@ pub fn train(
         }
     }
     let metrics_path = out.join("metrics.jsonl");
-    // a resumed run rewrites the metrics up to its checkpoint, dropping lines of lost steps
-    let kept: Vec<String> = match std::fs::read_to_string(&metrics_path) {
-        Ok(t) if resume => t
-            .lines()
-            .filter(|l| {
-                serde_json::from_str::<serde_json::Value>(l)
-                    .ok()
-                    .and_then(|v| v["step"].as_u64())
-                    .is_some_and(|s| (s as usize) <= state.step)
-            })
-            .map(str::to_string)
-            .collect(),
-        _ => Vec::new(),
+    // a resumed run rewrites the metrics up to its checkpoint, dropping lines of lost steps;
+    // a line torn by a full disk may hold half a character: read the bytes, drop what does
+    // not parse; a file that cannot be read is an error, not an empty history
+    let old = match std::fs::read(&metrics_path) {
+        Ok(b) if resume => String::from_utf8_lossy(&b).into_owned(),
+        Ok(_) => String::new(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(io(metrics_path.display())(e)),
     };
+    let kept: Vec<&str> = old
+        .lines()
+        .filter(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()
+                .and_then(|v| v["step"].as_u64())
+                .is_some_and(|s| (s as usize) <= state.step)
+        })
+        .collect();
     // the kept lines go to a new file that replaces the old one whole: a run killed here
     // keeps its log
-    let tmp = out.join(".metrics.jsonl.tmp");
     let mut text = String::new();
     for l in kept {
-        text.push_str(&l);
+        text.push_str(l);
         text.push('\n');
     }
-    std::fs::write(&tmp, text).map_err(io(tmp.display()))?;
-    std::fs::rename(&tmp, &metrics_path).map_err(io(metrics_path.display()))?;
+    crate::durable::write(&metrics_path, text).map_err(io(metrics_path.display()))?;
     let mut metrics = std::fs::OpenOptions::new()
         .append(true)
         .open(&metrics_path)

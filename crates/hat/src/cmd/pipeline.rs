@@ -86,7 +86,7 @@ pub fn run(a: PipelineArgs) -> Result<()> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let saved = a.out.join("pipeline.toml");
     if !saved.exists() {
-        std::fs::write(&saved, cfg.to_toml())
+        hat_train::durable::write(&saved, cfg.to_toml())
             .with_context(|| format!("writing {}", saved.display()))?;
     }
     let mut bar: Option<indicatif::ProgressBar> = None;

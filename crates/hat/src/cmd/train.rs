@@ -397,7 +397,8 @@ pub(crate) fn run_stage(
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     if let Some(text) = config_toml {
         let saved = out.join("config.toml");
-        std::fs::write(&saved, text).with_context(|| format!("writing {}", saved.display()))?;
+        hat_train::durable::write(&saved, text)
+            .with_context(|| format!("writing {}", saved.display()))?;
     }
     let mut bar: Option<indicatif::ProgressBar> = None;
     let last = train(&mut |e| report(&mut bar, e))?;

@@ -326,8 +326,11 @@ fn reference_logprobs(engine: &Engine, ids: &[u32]) -> Result<Vec<f32>> {
 /// Keeps the lines of `rollouts.jsonl` up to `step` (a resumed run redoes later steps).
 fn trim_rollouts(out: &Path, step: usize) -> Result<()> {
     let path = out.join("rollouts.jsonl");
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return Ok(());
+    // bytes, not text: a line torn by a full disk may end inside a character
+    let text = match std::fs::read(&path) {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(path.display())(e)),
     };
     let kept: String = text
         .lines()
@@ -340,9 +343,7 @@ fn trim_rollouts(out: &Path, step: usize) -> Result<()> {
         .flat_map(|l| [l, "\n"])
         .collect();
     // replaced whole, so a run killed here keeps its log
-    let tmp = out.join(".rollouts.jsonl.tmp");
-    std::fs::write(&tmp, kept).map_err(io(tmp.display()))?;
-    std::fs::rename(&tmp, &path).map_err(io(path.display()))
+    crate::durable::write(&path, kept).map_err(io(path.display()))
 }
 
 impl Stage for RlStage {
