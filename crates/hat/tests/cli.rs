@@ -332,6 +332,22 @@ fn eval_ifeval_scores_a_standard_response_file() {
         std::fs::read_to_string(embedded.join("items.jsonl")).unwrap(),
         items
     );
+    // scores already there (a model run's, say) are replaced only with --force
+    let scores = std::fs::read_to_string(embedded.join("results.json")).unwrap();
+    let again = || {
+        let mut c = hat();
+        c.args(["eval", "ifeval", "--responses"])
+            .arg(&responses)
+            .arg("--out")
+            .arg(&embedded);
+        c
+    };
+    fails_cleanly(&mut again()).stderr(predicate::str::contains("--force"));
+    again().arg("--force").assert().success();
+    assert_eq!(
+        std::fs::read_to_string(embedded.join("results.json")).unwrap(),
+        scores
+    );
     std::fs::write(d.path().join("bad.jsonl"), "{\"prompt\": 1}\n").unwrap();
     fails_cleanly(
         hat()

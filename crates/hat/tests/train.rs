@@ -814,6 +814,20 @@ fn train_soup_averages_its_models_and_refuses_bad_input() {
         .assert()
         .success();
     hat().args(["model", "info"]).arg(&gguf).assert().success();
+    // an existing file is replaced only with --force; a folder is never a GGUF's --out
+    let soup_again = |out: &std::path::Path| {
+        let mut c = hat();
+        c.args(["train", "soup", "--any-start"])
+            .args(&models[..2])
+            .arg("--out")
+            .arg(out);
+        c
+    };
+    let before = std::fs::read(&gguf).unwrap();
+    fails_cleanly(&mut soup_again(&gguf)).stderr(predicate::str::contains("--force"));
+    assert_eq!(std::fs::read(&gguf).unwrap(), before);
+    soup_again(&gguf).arg("--force").assert().success();
+    fails_cleanly(&mut soup_again(d.path())).stderr(predicate::str::contains("is a folder"));
     let out = d.path().join("bad.gguf");
     hat()
         .args(["train", "soup"])

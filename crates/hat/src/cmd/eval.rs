@@ -32,6 +32,10 @@ pub enum EvalCmd {
         /// The IFEval prompts (`input_data.jsonl` form); default: the 541 prompts embedded in the binary.
         #[arg(long, value_parser = crate::input::large_file)]
         input: Option<PathBuf>,
+        /// Replace the scores already in --out (a model run's results.json names its model and
+        /// decoding, which a rescoring drops).
+        #[arg(long)]
+        force: bool,
     },
     /// Print the results of several `hat eval` runs side by side, with deltas against the first.
     Compare {
@@ -123,7 +127,15 @@ pub fn run(a: EvalArgs) -> Result<()> {
             responses,
             out,
             input,
+            force,
         }) => {
+            let results = out.join("results.json");
+            if results.exists() && !force {
+                bail!(
+                    "{} exists; pass --force to replace those scores, or choose another --out",
+                    results.display()
+                );
+            }
             let inputs = match &input {
                 Some(path) => hat_ifeval::read_inputs(path)
                     .with_context(|| format!("reading IFEval prompts {}", path.display()))?,

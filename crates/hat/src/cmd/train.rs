@@ -177,6 +177,9 @@ pub struct ExportArgs {
     /// The model to write: a GGUF file, or a folder with `--format hf`.
     #[arg(long)]
     out: PathBuf,
+    /// Replace --out when it is an existing GGUF file.
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Args)]
@@ -196,6 +199,9 @@ pub struct MergeArgs {
     /// The merged model to write: a GGUF file, or a folder with `--format hf`.
     #[arg(long)]
     out: PathBuf,
+    /// Replace --out when it is an existing GGUF file.
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Args)]
@@ -211,6 +217,9 @@ pub struct SoupArgs {
     /// The soup to write: a GGUF file, or a folder with `--format hf`.
     #[arg(long)]
     out: PathBuf,
+    /// Replace --out when it is an existing GGUF file.
+    #[arg(long)]
+    force: bool,
     /// Take models of any start: without it, a model that lies farther than 0.5 (relative L2)
     /// from the mean of the models before it is refused as not a fine-tune of their start.
     #[arg(long)]
@@ -275,6 +284,7 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
             Ok(())
         }
         TrainCmd::Export(a) => {
+            check_out(&a.format, &a.out, a.force)?;
             let (model, source, step) = hat_train::checkpoint::load_run(&a.run)?;
             hat_train::export::export(&model, &source, &a.format, &a.out)?;
             println!("wrote {} (step {step})", a.out.display());
@@ -285,8 +295,10 @@ pub fn run(cmd: TrainCmd) -> Result<()> {
     }
 }
 
-/// Checks an export format and, for a folder, its destination: before minutes of loading.
-fn check_out(format: &str, out: &std::path::Path) -> Result<()> {
+/// Checks an export format and its destination before minutes of loading: a folder must be
+/// new or an earlier export; an existing file (the default model, another run's weights) is
+/// replaced only with `--force`.
+fn check_out(format: &str, out: &std::path::Path, force: bool) -> Result<()> {
     if !hat_train::export::FORMATS.contains(&format) {
         anyhow::bail!(
             "--format {format}: give one of {}",
@@ -295,12 +307,22 @@ fn check_out(format: &str, out: &std::path::Path) -> Result<()> {
     }
     if format == "hf" {
         hat_train::export::check_hf_out(out)?;
+    } else if out.is_dir() {
+        anyhow::bail!(
+            "--out {} is a folder: give a file name for a GGUF export (or --format hf)",
+            out.display()
+        );
+    } else if out.exists() && !force {
+        anyhow::bail!(
+            "--out {} exists; pass --force to replace it, or choose another file",
+            out.display()
+        );
     }
     Ok(())
 }
 
 fn soup(a: SoupArgs) -> Result<()> {
-    check_out(&a.format, &a.out)?;
+    check_out(&a.format, &a.out, a.force)?;
     let paths: Vec<PathBuf> = a.models.iter().map(|m| model_path(m)).collect();
     for p in &paths {
         anyhow::ensure!(
@@ -346,7 +368,7 @@ fn soup(a: SoupArgs) -> Result<()> {
 }
 
 fn merge(a: MergeArgs) -> Result<()> {
-    check_out(&a.format, &a.out)?;
+    check_out(&a.format, &a.out, a.force)?;
     if !hat_train::merge::RATIO_RANGE.contains(&a.ratio) {
         anyhow::bail!(
             "--ratio {}: give a number from 0 (the base model) to 2; 1 is the fine-tuned model",
