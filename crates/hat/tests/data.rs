@@ -90,6 +90,39 @@ fn data_gen_writes_chat_jsonl_and_stats_reads_it() {
     assert!(again
         .lines()
         .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()));
+    // A first run that never finished leaves its records in `.partial` (the target does not
+    // exist yet): a plain rerun refuses to throw them away, --resume continues them.
+    let partial = out.with_extension("jsonl.partial");
+    std::fs::rename(&out, &partial).unwrap();
+    let torn = again.as_bytes();
+    std::fs::write(&partial, &torn[..torn.len() / 2]).unwrap();
+    fails_cleanly(
+        hat()
+            .args([
+                "data",
+                "gen",
+                "--variants",
+                "2",
+                "--tasks",
+                "60",
+                "--seed",
+                "1",
+            ])
+            .arg("--harness")
+            .arg(production())
+            .arg("--out")
+            .arg(&out),
+    )
+    .stderr(predicate::str::contains("interrupted run").and(predicate::str::contains("--resume")));
+    // the whole lines before the cut are kept, the torn one is written again
+    let half = String::from_utf8_lossy(&torn[..torn.len() / 2])
+        .lines()
+        .count()
+        - 1;
+    assert!(half > 0);
+    resume(&half.to_string());
+    assert!(!partial.exists());
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), again);
     fails_cleanly(
         hat()
             .args(["data", "gen", "--tasks", "5", "--harness"])

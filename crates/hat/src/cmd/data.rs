@@ -349,22 +349,34 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
         keyword: a.keyword_syntaxes,
     };
     let states = gen::states_with(&a.harness, a.variants, pool, a.seed, shares)?;
-    let skip = if a.resume {
+    // A fresh file is written beside the target and renamed at the end, so an interrupted
+    // run never leaves a torn dataset; --resume appends to the finished file, or to the one
+    // an interrupted first run left beside it (hours of endpoint calls, say).
+    let tmp = a.out.with_extension("jsonl.partial");
+    if tmp.exists() && !a.out.exists() && !a.resume && !a.force {
+        bail!(
+            "{} holds an interrupted run's records; pass --resume to continue it or --force \
+             to start over",
+            tmp.display()
+        );
+    }
+    let target = if a.resume && a.out.exists() {
+        a.out.clone()
+    } else {
+        tmp.clone()
+    };
+    let skip = if a.resume && target.exists() {
         // A run killed mid-write leaves half a line: cut it, and that item is generated again.
-        hat_agent::jsonl::repair_tail(&a.out)
-            .with_context(|| format!("repairing the last line of {}", a.out.display()))?;
-        gen::existing_keys(&a.out)?
+        hat_agent::jsonl::repair_tail(&target)
+            .with_context(|| format!("repairing the last line of {}", target.display()))?;
+        gen::existing_keys(&target)?
     } else {
         Default::default()
     };
-    // A fresh file is written beside the target and renamed at the end, so an
-    // interrupted run never leaves a torn dataset; --resume appends in place.
     if let Some(parent) = a.out.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("creating {}", parent.display()))?;
     }
-    let tmp = a.out.with_extension("jsonl.partial");
-    let target = if a.resume { a.out.clone() } else { tmp.clone() };
     let file = OpenOptions::new()
         .create(true)
         .append(a.resume)
@@ -385,7 +397,7 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
     pb.finish_and_clear();
     out.flush()?;
     drop(out);
-    if !a.resume {
+    if target == tmp {
         std::fs::rename(&tmp, &a.out)
             .with_context(|| format!("moving {} to {}", tmp.display(), a.out.display()))?;
     }
