@@ -10,7 +10,8 @@
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -106,14 +107,18 @@ pub fn run(
     let payload = input.to_string();
     let stdin = child.stdin.take();
     // Writing and reading happen on threads so a program that never reads its
-    // input, or floods its output, cannot block the stream past the timeout.
+    // input, or floods its output, cannot block the stream past the timeout. The threads end
+    // when this call returns, even if a process the hook started outside its group
+    // (`setsid`) holds the pipes open for good: otherwise each such turn leaked them.
+    let stop = StopOnDrop::default();
+    let stop_writing = stop.0.clone();
     std::thread::spawn(move || {
-        if let Some(mut s) = stdin {
-            let _ = s.write_all(payload.as_bytes());
+        if let Some(s) = stdin {
+            write_pipe(s, payload.as_bytes(), &stop_writing);
         }
     });
-    let out_rx = read_pipe(child.stdout.take());
-    let err_rx = read_pipe(child.stderr.take());
+    let out_rx = read_pipe(child.stdout.take(), stop.0.clone());
+    let err_rx = read_pipe(child.stderr.take(), stop.0.clone());
     let waited = child.wait_timeout(timeout);
     // Whatever the hook left running goes with it, so nothing it started outlives the turn,
     // and its children's copies of stdout and stderr close: the pipes are read to their end,
@@ -203,19 +208,113 @@ fn kill_group(child: &std::process::Child) {
     let _ = child;
 }
 
-/// Reads up to [`MAX_OUTPUT_BYTES`] of a pipe; the flag says there was more.
-fn read_pipe<R: Read + Send + 'static>(pipe: Option<R>) -> mpsc::Receiver<(String, bool)> {
+/// Set when [`run`] returns, whichever way: the pipe threads stop waiting then.
+#[derive(Default)]
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// How long a pipe thread waits for its pipe before it looks at the stop flag again.
+const PIPE_POLL: Duration = Duration::from_millis(50);
+
+/// Reads up to [`MAX_OUTPUT_BYTES`] of a pipe, to its end or until `stop` is set; the flag
+/// says there was more.
+fn read_pipe<R: Read + Send + 'static + PipeFd>(
+    pipe: Option<R>,
+    stop: Arc<AtomicBool>,
+) -> mpsc::Receiver<(String, bool)> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut bytes = Vec::new();
-        if let Some(p) = pipe {
-            let _ = p.take(MAX_OUTPUT_BYTES + 1).read_to_end(&mut bytes);
+        if let Some(mut p) = pipe {
+            let nonblocking = set_nonblocking(&p);
+            let mut buf = [0u8; 8192];
+            while !stop.load(Ordering::Relaxed) && bytes.len() as u64 <= MAX_OUTPUT_BYTES {
+                match p.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => bytes.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) if nonblocking && e.kind() == std::io::ErrorKind::WouldBlock => {
+                        wait_for(&p, false, PIPE_POLL)
+                    }
+                    Err(_) => break,
+                }
+            }
         }
         let over = bytes.len() as u64 > MAX_OUTPUT_BYTES;
         bytes.truncate(MAX_OUTPUT_BYTES as usize);
         let _ = tx.send((String::from_utf8_lossy(&bytes).into_owned(), over));
     });
     rx
+}
+
+/// Writes `bytes` to a pipe until they are all written, the reader is gone, or `stop` is set.
+fn write_pipe<W: Write + PipeFd>(mut pipe: W, mut bytes: &[u8], stop: &AtomicBool) {
+    let nonblocking = set_nonblocking(&pipe);
+    while !bytes.is_empty() && !stop.load(Ordering::Relaxed) {
+        match pipe.write(bytes) {
+            Ok(0) => break,
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if nonblocking && e.kind() == std::io::ErrorKind::WouldBlock => {
+                wait_for(&pipe, true, PIPE_POLL)
+            }
+            Err(_) => break,
+        }
+    }
+}
+
+/// A pipe end whose descriptor can be polled (every child pipe on unix).
+#[cfg(unix)]
+trait PipeFd: std::os::fd::AsRawFd {}
+#[cfg(unix)]
+impl<T: std::os::fd::AsRawFd> PipeFd for T {}
+#[cfg(not(unix))]
+trait PipeFd {}
+#[cfg(not(unix))]
+impl<T> PipeFd for T {}
+
+/// Makes a pipe end non-blocking; false where it cannot (the thread then blocks as before).
+fn set_nonblocking<P: PipeFd>(p: &P) -> bool {
+    #[cfg(unix)]
+    {
+        let fd = p.as_raw_fd();
+        // SAFETY: fcntl on a descriptor this thread owns, only adding O_NONBLOCK.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = p;
+        false
+    }
+}
+
+/// Waits up to `limit` for a pipe end to be readable (or writable).
+fn wait_for<P: PipeFd>(p: &P, write: bool, limit: Duration) {
+    #[cfg(unix)]
+    {
+        let mut fds = libc::pollfd {
+            fd: p.as_raw_fd(),
+            events: if write { libc::POLLOUT } else { libc::POLLIN },
+            revents: 0,
+        };
+        // SAFETY: one pollfd for a descriptor this thread owns.
+        unsafe {
+            libc::poll(&mut fds, 1, limit.as_millis() as libc::c_int);
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (p, write);
+        std::thread::sleep(limit);
+    }
 }
 
 #[cfg(all(test, unix))]
@@ -247,6 +346,32 @@ mod tests {
 
     fn sh(script: &str) -> Vec<String> {
         vec!["sh".into(), "-c".into(), script.into()]
+    }
+
+    /// A pipe held open for good (by a process the hook started outside its group) does not
+    /// keep its thread: the stop flag ends the read, with what came before it.
+    #[test]
+    fn a_pipe_thread_ends_when_the_call_returns() {
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        writer.write_all(b"partial").unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let rx = read_pipe(Some(reader), stop.clone());
+        assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+        stop.store(true, Ordering::Relaxed);
+        let (text, over) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!((text.as_str(), over), ("partial", false));
+        // a writer whose reader never reads stops too, past a full pipe buffer
+        let (_reader, writer) = std::io::pipe().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let t = std::thread::spawn(move || write_pipe(writer, &vec![b'x'; 1 << 20], &flag));
+        std::thread::sleep(Duration::from_millis(100));
+        stop.store(true, Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !t.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(t.is_finished(), "the writer still waits on a full pipe");
     }
 
     #[test]
