@@ -191,6 +191,7 @@ impl Metrics {
             let reason = match x.reason {
                 DropReason::Stale => "stale",
                 DropReason::Evicted => "evicted",
+                DropReason::Shutdown => "shutdown",
             };
             self.dropped_total
                 .get_or_create(&vec![("reason".into(), reason.into())])

@@ -150,6 +150,9 @@ pub struct Counters {
     pub folded: u64,
     pub dropped_stale: u64,
     pub dropped_evicted: u64,
+    /// Still waiting when the server stopped (a `meta.json` from before it reads 0).
+    #[serde(default)]
+    pub dropped_shutdown: u64,
     pub rejected_full: u64,
     pub likes: u64,
     pub errors: u64,
@@ -338,6 +341,7 @@ impl Stream {
                 match d.reason {
                     crate::triage::DropReason::Stale => g.meta.counters.dropped_stale += n,
                     crate::triage::DropReason::Evicted => g.meta.counters.dropped_evicted += n,
+                    crate::triage::DropReason::Shutdown => g.meta.counters.dropped_shutdown += n,
                 }
             }
             self.emit(Body::Dropped(d));

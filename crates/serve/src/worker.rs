@@ -272,7 +272,13 @@ impl Worker {
                 }
             }
         }
+        // events answered 202 that no reply will follow: reported as dropped (their clients
+        // see it on the event log after a restart), not lost
+        let now = Instant::now();
         for l in &streams {
+            let dropped = l.stream.queue().drain(now);
+            self.metrics.dropped(&dropped);
+            l.stream.report_dropped(dropped);
             let _ = l.stream.save_meta();
         }
     }

@@ -197,6 +197,8 @@ pub enum DropReason {
     Stale,
     /// Pushed out of a full queue by a more important event.
     Evicted,
+    /// Still waiting when the server stopped.
+    Shutdown,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -320,6 +322,21 @@ impl Queue {
         ))
     }
 
+    /// Drops every waiting event (the server is stopping): each is reported, none vanishes.
+    pub fn drain(&mut self, now: Instant) -> Vec<Dropped> {
+        self.items
+            .drain(..)
+            .map(|p| Dropped {
+                id: p.id,
+                merged: p.merged,
+                unlisted: p.unlisted,
+                class: p.class,
+                reason: DropReason::Shutdown,
+                waited_s: now.saturating_duration_since(p.arrived).as_secs_f64(),
+            })
+            .collect()
+    }
+
     /// Drops events that waited too long.
     pub fn sweep(&mut self, now: Instant) -> Vec<Dropped> {
         let cfg = self.cfg;
@@ -432,6 +449,30 @@ mod tests {
         assert_eq!(d.len(), 1);
         assert_eq!((d[0].id, d[0].reason), (1, DropReason::Stale));
         assert_eq!(q.pop().unwrap().id, 2);
+    }
+
+    /// At shutdown every waiting event is reported dropped, with what was merged into it.
+    #[test]
+    fn draining_reports_every_waiting_event() {
+        let mut q = Queue::new(TriageConfig::default());
+        let t = Instant::now();
+        q.push(1, comment("Price of the hoodie?"), t).unwrap();
+        q.push(2, comment("price of the hoodie"), t).unwrap();
+        q.push(3, join("A"), t).unwrap();
+        let d = q.drain(t + Duration::from_secs(2));
+        assert!(q.is_empty());
+        let got: Vec<(u64, Vec<u64>, DropReason)> = d
+            .iter()
+            .map(|x| (x.id, x.merged.clone(), x.reason))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, vec![2], DropReason::Shutdown),
+                (3, vec![], DropReason::Shutdown)
+            ]
+        );
+        assert!(d.iter().all(|x| x.waited_s >= 2.0));
     }
 
     #[test]
