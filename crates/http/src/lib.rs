@@ -8,7 +8,10 @@
 //! - a request's body must arrive within `body_timeout` of the handler starting to read it
 //!   ([`BodyDeadline`]; `hat serve` answers 408);
 //! - at most `max_connections` are open; past that the loop stops accepting until one closes
-//!   (new clients wait in the kernel's backlog instead of costing memory here).
+//!   (new clients wait in the kernel's backlog instead of costing memory here);
+//! - a response the client stops reading is cut off once no byte of it could be written for
+//!   `write_timeout` ([`StalledWrite`]): a client that opened an event stream, or asked for a
+//!   large file, and never read held its connection, and 1,024 of them stopped the loop.
 //!
 //! Shutdown: the loop stops accepting, every open connection is asked to finish its request
 //! in progress and close, and [`serve`] returns when all have; the caller bounds that wait.
@@ -34,15 +37,17 @@ pub struct Limits {
     pub header_timeout: Duration,
     pub body_timeout: Duration,
     pub max_connections: usize,
+    pub write_timeout: Duration,
 }
 
 impl Default for Limits {
-    /// 30 s for headers, 60 s for a body, 1,024 connections.
+    /// 30 s for headers, 60 s for a body, 1,024 connections, 60 s without writing progress.
     fn default() -> Self {
         Limits {
             header_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(60),
             max_connections: 1024,
+            write_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -111,6 +116,7 @@ pub async fn serve(
         let timer = timer.clone();
         let mut closing = closing.clone();
         let header_timeout = limits.header_timeout;
+        let stream = StalledWrite::new(stream, limits.write_timeout);
         tokio::spawn(async move {
             // HTTP/1 only (what the API and SSE need): a version-sniffing builder first waits
             // for bytes with no deadline at all
@@ -144,6 +150,92 @@ pub async fn serve(
     drop(listener);
     // every connection holds a permit until it has closed
     let _ = open.acquire_many(slots as u32).await;
+}
+
+/// A connection whose writes fail with `TimedOut` once none has made progress for `limit`
+/// (the client stopped reading and the socket's buffer is full). Reads pass through.
+pub struct StalledWrite<T> {
+    inner: T,
+    limit: Duration,
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> StalledWrite<T> {
+    pub fn new(inner: T, limit: Duration) -> Self {
+        StalledWrite {
+            inner,
+            limit,
+            stalled: None,
+        }
+    }
+
+    /// Turns a pending write into an error once it has been pending for `limit`; any
+    /// progress starts the clock again.
+    fn watch<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<std::io::Result<R>>,
+    ) -> Poll<std::io::Result<R>> {
+        if r.is_ready() {
+            self.stalled = None;
+            return r;
+        }
+        let limit = self.limit;
+        let sleep = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the client read nothing for {} s", limit.as_secs_f64()),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for StalledWrite<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for StalledWrite<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.watch(cx, r)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.watch(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.watch(cx, r)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let r = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.watch(cx, r)
+    }
 }
 
 /// Errors of one connection that was being accepted (the client gave up), not of the listener.
@@ -237,6 +329,53 @@ mod tests {
         String::from_utf8_lossy(&buf).into_owned()
     }
 
+    /// A client that asks for a large response and never reads it is cut off once the writes
+    /// stall, which gives its connection back: with room for one connection, the next client
+    /// is answered.
+    #[test]
+    fn a_client_that_stops_reading_gives_its_connection_back() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new()
+            .route("/", get(|| async { "hi" }))
+            .route("/big", get(|| async { vec![b'x'; 64 << 20] }));
+        let limits = Limits {
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 1,
+            write_timeout: Duration::from_millis(300),
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = rt.spawn(serve_until(listener, router, limits, async {
+            let _ = stopped.await;
+        }));
+        let mut hog = std::net::TcpStream::connect(addr).unwrap();
+        hog.write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut next = std::net::TcpStream::connect(addr).unwrap();
+        next.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let text = read_to_close(&mut next);
+        assert!(
+            text.starts_with("HTTP/1.1 200") && text.ends_with("hi"),
+            "{text}"
+        );
+        drop(hog);
+        stop.send(()).unwrap();
+        rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(30), server)
+                .await
+                .expect("the loop ended after shutdown")
+                .unwrap()
+        });
+    }
+
     /// A silent client and a slow body are cut off, a request is answered, and the loop ends
     /// when shutdown comes.
     #[test]
@@ -257,6 +396,7 @@ mod tests {
             header_timeout: Duration::from_millis(200),
             body_timeout: Duration::from_millis(200),
             max_connections: 4,
+            write_timeout: Duration::from_secs(30),
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = rt.spawn(serve_until(listener, router, limits, async {

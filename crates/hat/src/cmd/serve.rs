@@ -56,6 +56,10 @@ pub struct ServeArgs {
     /// Seconds a client has to send a request's body once the server reads it (beyond: 408).
     #[arg(long, default_value_t = 60, value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=3_600))]
     body_timeout_s: u64,
+    /// Seconds a response may go without a byte written (a client that stopped reading an
+    /// event stream or a large file) before its connection is closed.
+    #[arg(long, default_value_t = 60, value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..=3_600))]
+    write_timeout_s: u64,
     /// Open connections at most (SSE subscribers included); more wait to be accepted.
     #[arg(long, default_value_t = 1024, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     max_connections: usize,
@@ -219,6 +223,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             header_timeout: Duration::from_secs(a.header_timeout_s),
             body_timeout: Duration::from_secs(a.body_timeout_s),
             max_connections: a.max_connections,
+            write_timeout: Duration::from_secs(a.write_timeout_s),
         },
         // Versions of the served harness usually sit beside it.
         harness_roots: vec![a
