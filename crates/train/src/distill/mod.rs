@@ -491,13 +491,16 @@ impl DistillStage {
     }
 }
 
+/// One sampled answer: its prompt's token ids and what the engine generated.
+type Sample = (Vec<u32>, GenerateOutput);
+
 /// The prompts and answers that carry loss, and how many answers were left out as
 /// repeating themselves ([`crate::replay::repeats_itself`]; none unless `drop_looping`).
-fn keep_answers<'p>(
-    prompts: Vec<&'p Prompt>,
-    samples: Vec<(Vec<u32>, GenerateOutput)>,
+fn keep_answers(
+    prompts: Vec<&Prompt>,
+    samples: Vec<Sample>,
     drop_looping: bool,
-) -> (Vec<&'p Prompt>, Vec<(Vec<u32>, GenerateOutput)>, usize) {
+) -> (Vec<&Prompt>, Vec<Sample>, usize) {
     if !drop_looping {
         return (prompts, samples, 0);
     }
