@@ -184,6 +184,9 @@ pub struct Breakdown {
     /// `no.3`, `link 3`, `3号` ...), and of the rest: the product list maps links to ids, a
     /// look-up a small model gets wrong far more often than a title.
     pub by_link: [(usize, usize); 2],
+    /// Items with a turn sampled past a call grammar that refused every token
+    /// (`unchecked_tokens` in a turn: the call check failed open; served runs only).
+    pub unchecked: usize,
 }
 
 /// Reads `DIR/SUITE/items.jsonl` of a `hat eval` run (each item once, as `results.json` counts
@@ -204,6 +207,16 @@ pub fn read(run: &Path, suite: &str) -> Result<Option<Breakdown>, EvalError> {
             let e = map.entry(key.unwrap_or("?").to_string()).or_default();
             e.0 += usize::from(pass);
             e.1 += 1;
+        }
+        let turns = item["turns"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        if turns
+            .iter()
+            .any(|t| t["unchecked_tokens"].as_u64().is_some_and(|n| n > 0))
+        {
+            b.unchecked += 1;
         }
         let link = usize::from(!names_a_link(item["input"].as_str().unwrap_or("")));
         b.by_link[link].0 += usize::from(pass);

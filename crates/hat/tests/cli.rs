@@ -606,7 +606,12 @@ fn eval_failures_sorts_failed_items_into_causes() {
         std::fs::create_dir_all(run.join(suite)).unwrap();
         let lines = [
             item("a", "compare", hash, false, "arguments: product: `product` is \"P4\", expected \"P3\"; facts: does not state price of P3 (69.9)"),
-            item("b", "compare", hash, false, "calls: unknown tool `x` (this harness has: a); did not call product; arguments: no valid product call"),
+            {
+                // a served run's turn that left the call grammar
+                let mut b: serde_json::Value = serde_json::from_str(&item("b", "compare", hash, false, "calls: unknown tool `x` (this harness has: a); did not call product; arguments: no valid product call")).unwrap();
+                b["turns"] = serde_json::json!([{"text": "<tool_call>", "unchecked_tokens": 3}]);
+                b.to_string()
+            },
             item("c", "greet_join", hash, true, ""),
             // written twice by a killed run: counted once, as results.json counts it
             item("c", "greet_join", hash, true, ""),
@@ -648,6 +653,7 @@ fn eval_failures_sorts_failed_items_into_causes() {
     rows("misses a needed call", "1 (50%)");
     rows("reply misses a fact", "1 (50%)");
     rows("the other items", "1/3 (33%)");
+    rows("items past the call grammar (unchecked)", "1");
     assert!(
         text.contains("compare") && !text.contains("greet_join"),
         "{text}"

@@ -357,7 +357,8 @@ mod tests {
             let _ = stopped.await;
         }));
         let mut hog = std::net::TcpStream::connect(addr).unwrap();
-        hog.write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        hog.write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
         let mut next = std::net::TcpStream::connect(addr).unwrap();
         next.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             .unwrap();

@@ -310,6 +310,13 @@ fn failures(runs: &[PathBuf], harness: &std::path::Path) -> Result<()> {
             }
             println!();
         }
+        if runs_b.iter().flatten().any(|b| b.unchecked > 0) {
+            print!("{:<44}", "  items past the call grammar (unchecked)");
+            for b in &runs_b {
+                print!(" {:>24}", cell(b, &|b| b.unchecked.to_string()));
+            }
+            println!();
+        }
         for (i, label) in ["  names a product by link number", "  the other items"]
             .into_iter()
             .enumerate()
