@@ -14,8 +14,10 @@ fn data_gen_writes_chat_jsonl_and_stats_reads_it() {
     let d = tempfile::tempdir().unwrap();
     // The README's main job writes into a folder a fresh clone does not have.
     let out = d.path().join("out/d.jsonl");
-    hat()
-        .args([
+    // the one dataset this test writes, resumes and refuses
+    let gen = || {
+        let mut c = hat();
+        c.args([
             "data",
             "gen",
             "--variants",
@@ -24,11 +26,14 @@ fn data_gen_writes_chat_jsonl_and_stats_reads_it() {
             "60",
             "--seed",
             "1",
-            "--harness",
         ])
+        .arg("--harness")
         .arg(production())
         .arg("--out")
-        .arg(&out)
+        .arg(&out);
+        c
+    };
+    gen()
         .assert()
         .success()
         .stdout(predicate::str::contains("wrote 60 trajectories"));
@@ -57,22 +62,8 @@ fn data_gen_writes_chat_jsonl_and_stats_reads_it() {
         );
     // Resume skips what is there; without a flag an existing file is refused.
     let resume = |present: &str| {
-        hat()
-            .args([
-                "data",
-                "gen",
-                "--variants",
-                "2",
-                "--tasks",
-                "60",
-                "--seed",
-                "1",
-                "--resume",
-                "--harness",
-            ])
-            .arg(production())
-            .arg("--out")
-            .arg(&out)
+        gen()
+            .arg("--resume")
             .assert()
             .success()
             .stdout(predicate::str::contains(format!(
@@ -96,24 +87,9 @@ fn data_gen_writes_chat_jsonl_and_stats_reads_it() {
     std::fs::rename(&out, &partial).unwrap();
     let torn = again.as_bytes();
     std::fs::write(&partial, &torn[..torn.len() / 2]).unwrap();
-    fails_cleanly(
-        hat()
-            .args([
-                "data",
-                "gen",
-                "--variants",
-                "2",
-                "--tasks",
-                "60",
-                "--seed",
-                "1",
-            ])
-            .arg("--harness")
-            .arg(production())
-            .arg("--out")
-            .arg(&out),
-    )
-    .stderr(predicate::str::contains("interrupted run").and(predicate::str::contains("--resume")));
+    fails_cleanly(&mut gen()).stderr(
+        predicate::str::contains("interrupted run").and(predicate::str::contains("--resume")),
+    );
     // the whole lines before the cut are kept, the torn one is written again
     let half = String::from_utf8_lossy(&torn[..torn.len() / 2])
         .lines()

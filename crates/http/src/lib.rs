@@ -329,11 +329,15 @@ mod tests {
         String::from_utf8_lossy(&buf).into_owned()
     }
 
-    /// A client that asks for a large response and never reads it is cut off once the writes
-    /// stall, which gives its connection back: with room for one connection, the next client
-    /// is answered.
-    #[test]
-    fn a_client_that_stops_reading_gives_its_connection_back() {
+    /// A server of `router` under `limits` on a free local port, until the sender is used.
+    struct Running {
+        rt: tokio::runtime::Runtime,
+        addr: std::net::SocketAddr,
+        stop: tokio::sync::oneshot::Sender<()>,
+        server: tokio::task::JoinHandle<()>,
+    }
+
+    fn start(router: Router, limits: Limits) -> Running {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -343,6 +347,36 @@ mod tests {
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
         let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = rt.spawn(serve_until(listener, router, limits, async {
+            let _ = stopped.await;
+        }));
+        Running {
+            rt,
+            addr,
+            stop,
+            server,
+        }
+    }
+
+    impl Running {
+        /// Stops the server and checks that its loop ends.
+        fn shut_down(self) {
+            self.stop.send(()).unwrap();
+            self.rt.block_on(async {
+                tokio::time::timeout(Duration::from_secs(30), self.server)
+                    .await
+                    .expect("the loop ended after shutdown")
+                    .unwrap()
+            });
+        }
+    }
+
+    /// A client that asks for a large response and never reads it is cut off once the writes
+    /// stall, which gives its connection back: with room for one connection, the next client
+    /// is answered.
+    #[test]
+    fn a_client_that_stops_reading_gives_its_connection_back() {
         let router = Router::new()
             .route("/", get(|| async { "hi" }))
             .route("/big", get(|| async { vec![b'x'; 64 << 20] }));
@@ -352,14 +386,11 @@ mod tests {
             max_connections: 1,
             write_timeout: Duration::from_millis(300),
         };
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = rt.spawn(serve_until(listener, router, limits, async {
-            let _ = stopped.await;
-        }));
-        let mut hog = std::net::TcpStream::connect(addr).unwrap();
+        let server = start(router, limits);
+        let mut hog = std::net::TcpStream::connect(server.addr).unwrap();
         hog.write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
             .unwrap();
-        let mut next = std::net::TcpStream::connect(addr).unwrap();
+        let mut next = std::net::TcpStream::connect(server.addr).unwrap();
         next.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             .unwrap();
         let text = read_to_close(&mut next);
@@ -368,28 +399,13 @@ mod tests {
             "{text}"
         );
         drop(hog);
-        stop.send(()).unwrap();
-        rt.block_on(async {
-            tokio::time::timeout(Duration::from_secs(30), server)
-                .await
-                .expect("the loop ended after shutdown")
-                .unwrap()
-        });
+        server.shut_down();
     }
 
     /// A silent client and a slow body are cut off, a request is answered, and the loop ends
     /// when shutdown comes.
     #[test]
     fn slow_clients_are_cut_off_and_shutdown_ends_the_loop() {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = rt
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
         let router = Router::new()
             .route("/", get(|| async { "hi" }))
             .route("/echo", post(|body: String| async move { body }));
@@ -399,10 +415,8 @@ mod tests {
             max_connections: 4,
             write_timeout: Duration::from_secs(30),
         };
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = rt.spawn(serve_until(listener, router, limits, async {
-            let _ = stopped.await;
-        }));
+        let server = start(router, limits);
+        let addr = server.addr;
         let mut silent = std::net::TcpStream::connect(addr).unwrap();
         assert_eq!(read_to_close(&mut silent), "");
         let mut slow = std::net::TcpStream::connect(addr).unwrap();
@@ -418,12 +432,6 @@ mod tests {
             text.starts_with("HTTP/1.1 200") && text.ends_with("hi"),
             "{text}"
         );
-        stop.send(()).unwrap();
-        rt.block_on(async {
-            tokio::time::timeout(Duration::from_secs(30), server)
-                .await
-                .expect("the loop ended after shutdown")
-                .unwrap()
-        });
+        server.shut_down();
     }
 }

@@ -667,22 +667,8 @@ mod tests {
         assert!(e.contains("teacher_temperature must be from 0.05"), "{e}");
     }
 
-    fn answer(text: &str, finish: hat_model::FinishReason) -> (Vec<u32>, GenerateOutput) {
-        let out = GenerateOutput {
-            tokens: vec![1, 2, 3],
-            logprobs: vec![0.0; 3],
-            text: text.into(),
-            finish,
-            prompt_tokens: 2,
-            cached_tokens: 0,
-            shared_prefix_tokens: 0,
-            prefill_secs: 0.0,
-            decode_secs: 0.0,
-            drafted_tokens: 0,
-            accepted_tokens: 0,
-            unchecked_tokens: 0,
-        };
-        (vec![7, 8], out)
+    fn answer(text: &str, finish: hat_model::FinishReason) -> Sample {
+        (vec![7, 8], crate::replay::tests::out(text, finish))
     }
 
     /// With `drop_looping`, an answer cut at a sentence's third copy and a finished answer

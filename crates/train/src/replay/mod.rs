@@ -391,11 +391,12 @@ pub fn generate(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::distill::prompts::Check;
 
-    fn out(text: &str, finish: FinishReason) -> GenerateOutput {
+    /// An answer of two tokens with `text`, ended by `finish` (shared with distill's tests).
+    pub(crate) fn out(text: &str, finish: FinishReason) -> GenerateOutput {
         GenerateOutput {
             tokens: vec![1, 2],
             logprobs: vec![0.0, 0.0],
