@@ -201,11 +201,14 @@ pub fn train(
     // a resumed run rewrites the metrics up to its checkpoint, dropping lines of lost steps;
     // a line torn by a full disk may hold half a character: read the bytes, drop what does
     // not parse; a file that cannot be read is an error, not an empty history
-    let old = match std::fs::read(&metrics_path) {
-        Ok(b) if resume => String::from_utf8_lossy(&b).into_owned(),
-        Ok(_) => String::new(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(io(metrics_path.display())(e)),
+    let old = if !resume {
+        String::new()
+    } else {
+        match std::fs::read(&metrics_path) {
+            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(io(metrics_path.display())(e)),
+        }
     };
     let kept: Vec<&str> = old
         .lines()
